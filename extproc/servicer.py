@@ -1,0 +1,83 @@
+"""The gRPC face of the gateway: Envoy's ExternalProcessor service on grpc.aio.
+
+A thin shell: it owns one :class:`ExtProcStream` per gRPC stream and moves
+messages between Envoy and it. A bug in our own code must still fail closed with
+a readable answer, so an unexpected exception becomes a 500 envelope (logged
+without request content), never an empty "continue" that would forward an
+unrewritten request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+
+import grpc
+from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
+from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ep_grpc
+
+from extproc import metrics
+from extproc.contract import Contract
+from extproc.errors import ApiError
+from extproc.stream import ExtProcStream, immediate_response
+
+log = logging.getLogger("extproc.servicer")
+
+# Bodies above this are processed in a worker thread so that one huge request
+# (parse + tokenize) does not stall every other stream on the event loop.
+OFFLOAD_BODY_BYTES = 256 * 1024
+
+
+class ExternalProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc]
+    def __init__(self, contract: Contract) -> None:
+        self._contract = contract
+
+    async def Process(  # noqa: N802 - the proto's method name
+        self,
+        request_iterator: AsyncIterator[ep.ProcessingRequest],
+        context: grpc.aio.ServicerContext[ep.ProcessingRequest, ep.ProcessingResponse],
+    ) -> AsyncIterator[ep.ProcessingResponse]:
+        stream = ExtProcStream(self._contract)
+        metrics.ACTIVE_STREAMS.inc()
+        try:
+            async for request in request_iterator:
+                yield await self._handle(stream, request)
+        finally:
+            metrics.ACTIVE_STREAMS.dec()
+
+    async def _handle(
+        self, stream: ExtProcStream, request: ep.ProcessingRequest
+    ) -> ep.ProcessingResponse:
+        try:
+            if _body_size(request) > OFFLOAD_BODY_BYTES:
+                return await asyncio.to_thread(stream.handle, request)
+            return stream.handle(request)
+        except Exception as exc:
+            # Type and place only: exception text may quote request content.
+            log.error(
+                "internal error on %s for request %s: %s",
+                request.WhichOneof("request"),
+                stream.request_id,
+                type(exc).__name__,
+                exc_info=log.isEnabledFor(logging.DEBUG),
+            )
+            metrics.STREAM_ANOMALIES.labels("internal_error").inc()
+            error = ApiError(
+                500,
+                "The gateway failed to process this request.",
+                type="server_error",
+                code="gateway_error",
+            )
+            return ep.ProcessingResponse(
+                immediate_response=immediate_response(error.status, error.envelope())
+            )
+
+
+def _body_size(request: ep.ProcessingRequest) -> int:
+    kind = request.WhichOneof("request")
+    if kind == "request_body":
+        return len(request.request_body.body)
+    if kind == "response_body":
+        return len(request.response_body.body)
+    return 0

@@ -1,0 +1,60 @@
+"""Vector math on the response path: decode, check, cut + re-normalise, encode.
+
+Embeddings travel as little-endian float32 (OpenAI's base64 format, which numpy
+reads without copying); Matryoshka emulation is "keep the first d components and
+L2-normalise", in float32, as vLLM does for models trained that way.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+
+import numpy as np
+import numpy.typing as npt
+
+FloatMatrix = npt.NDArray[np.float32]
+
+
+class BadVectorsError(ValueError):
+    """The upstream's vectors are unusable (wrong size, not finite, not decodable)."""
+
+
+def decode_rows(items: list[object], native: int) -> FloatMatrix:
+    """Embeddings given as base64 strings or float arrays -> (n, native) float32."""
+    out = np.empty((len(items), native), dtype=np.float32)
+    for row, item in enumerate(items):
+        if isinstance(item, str):
+            try:
+                raw = base64.b64decode(item, validate=True)
+            except (binascii.Error, ValueError):
+                raise BadVectorsError(f"embedding {row} is not valid base64") from None
+            if len(raw) != native * 4:
+                raise BadVectorsError(
+                    f"embedding {row} has {len(raw) // 4} values, expected {native}"
+                )
+            out[row] = np.frombuffer(raw, dtype="<f4")
+        elif isinstance(item, list):
+            if len(item) != native:
+                raise BadVectorsError(f"embedding {row} has {len(item)} values, expected {native}")
+            try:
+                out[row] = np.asarray(item, dtype=np.float32)
+            except (TypeError, ValueError):
+                raise BadVectorsError(f"embedding {row} holds non-numbers") from None
+        else:
+            raise BadVectorsError(f"embedding {row} is neither a float array nor base64")
+    if not np.isfinite(out).all():
+        raise BadVectorsError("the upstream returned NaN or infinite values")
+    return out
+
+
+def truncate_renormalise(matrix: FloatMatrix, dimensions: int) -> FloatMatrix:
+    """First ``dimensions`` components of each row, scaled to unit L2 norm."""
+    head = np.ascontiguousarray(matrix[:, :dimensions], dtype=np.float32)
+    norms = np.linalg.norm(head, axis=1, keepdims=True)
+    np.divide(head, norms, out=head, where=norms > 0)  # an all-zero row stays zero
+    return head
+
+
+def encode_base64(row: FloatMatrix) -> str:
+    return base64.b64encode(row.astype("<f4", copy=False).tobytes()).decode("ascii")

@@ -1,0 +1,442 @@
+"""Through a real Envoy and the real ext_proc server (started by `extproc run`),
+in front of an upstream that reproduces Dynamo 1.6.1's measured answers
+(tests/fake_upstream.py), with the real Qwen3 tokenizer and the shipped
+Qwen3-Embedding-0.6B policy. These are the contract gateway issue's "done when"
+checks."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tests.conftest import QWEN_EOS, QWEN_MODEL, REPO, SHIPPED_QWEN_POLICY
+from tests.fake_upstream import FakeUpstream
+from tests.harness import Gateway, Reply, free_port, http, metric_value, start_gateway
+
+QUERY = "What is the capital city of France?"
+QWEN3_PROMPT = (
+    "Instruct: Given a web search query, retrieve relevant passages that answer the query\n"
+    f"Query:{QUERY}"
+)
+ENVELOPE_KEYS = {"message", "type", "param", "code"}
+
+
+@pytest.fixture(scope="module")
+def upstream(qwen_dir: Path) -> Iterator[FakeUpstream]:
+    with FakeUpstream(flavour="dynamo", tokenizer_dir=qwen_dir) as fake:
+        yield fake
+
+
+@pytest.fixture(scope="module")
+def gateway(
+    upstream: FakeUpstream, qwen_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Gateway]:
+    gw = start_gateway(
+        upstream.url,
+        tmp_path_factory.mktemp("gateway"),
+        config=SHIPPED_QWEN_POLICY,
+        tokenizer_overrides=f"{QWEN_MODEL}={qwen_dir}",
+    )
+    yield gw
+    assert gw.stop() == 0, gw.log()
+
+
+@pytest.fixture(autouse=True)
+def clean_upstream(upstream: FakeUpstream) -> None:
+    upstream.reset()
+
+
+def assert_envelope(reply: Reply, status: int) -> dict[str, Any]:
+    assert reply.status == status, reply.body
+    assert reply.headers.get("content-type", "").startswith("application/json")
+    doc = reply.json()
+    assert set(doc) == {"error"} and set(doc["error"]) == ENVELOPE_KEYS, doc
+    assert isinstance(doc["error"]["message"], str) and doc["error"]["message"]
+    assert "Traceback" not in doc["error"]["message"]
+    return dict(doc["error"])
+
+
+def unit(v: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    return v / np.linalg.norm(v)
+
+
+# -- 1. dimensions -----------------------------------------------------------------
+
+
+def test_dimensions_256_returns_renormalised_prefix(
+    gateway: Gateway, upstream: FakeUpstream
+) -> None:
+    texts = ["Seoul is the capital of South Korea.", "서울은 대한민국의 수도이다."]
+    reply = gateway.embeddings({"model": QWEN_MODEL, "input": texts, "dimensions": 256})
+    assert reply.status == 200, reply.body
+    doc = reply.json()
+    (received,) = upstream.received
+    assert "dimensions" not in received.json  # Dynamo would answer 500
+    for item, text in zip(doc["data"], texts, strict=True):
+        got = np.asarray(item["embedding"], dtype=np.float64)
+        assert got.shape == (256,)
+        assert abs(np.linalg.norm(got) - 1.0) < 1e-6
+        native = upstream.embed_ids(upstream.tokenize(text)).astype(np.float64)
+        np.testing.assert_allclose(got, unit(native[:256]), atol=1e-6)
+
+
+def test_dimensions_native_is_a_noop(gateway: Gateway, upstream: FakeUpstream) -> None:
+    reply = gateway.embeddings({"model": QWEN_MODEL, "input": "hello", "dimensions": 1024})
+    assert reply.status == 200, reply.body
+    assert len(reply.json()["data"][0]["embedding"]) == 1024
+    assert "dimensions" not in upstream.received[0].json
+
+
+@pytest.mark.parametrize("dimensions", [0, -1, 31, 1025, 4096, 256.5, "256", True, [256]])
+def test_bad_dimensions_are_400_and_never_forwarded(
+    gateway: Gateway, upstream: FakeUpstream, dimensions: Any
+) -> None:
+    reply = gateway.embeddings({"model": QWEN_MODEL, "input": "x", "dimensions": dimensions})
+    error = assert_envelope(reply, 400)
+    assert error["param"] == "dimensions"
+    assert upstream.received == []
+
+
+# -- 2. query instructions -----------------------------------------------------------
+
+
+def test_input_type_query_reaches_the_model_as_the_qwen3_prompt(
+    gateway: Gateway, upstream: FakeUpstream
+) -> None:
+    reply = gateway.embeddings({"model": QWEN_MODEL, "input": QUERY, "input_type": "query"})
+    assert reply.status == 200, reply.body
+    (received,) = upstream.received
+    assert received.json["input"] == [QWEN3_PROMPT]
+    assert "input_type" not in received.json and "instruction" not in received.json
+    assert reply.json()["usage"]["prompt_tokens"] == 28  # the seed's figure
+    plain = gateway.embeddings({"model": QWEN_MODEL, "input": QUERY}).json()
+    assert plain["usage"]["prompt_tokens"] == 9
+    a = np.asarray(reply.json()["data"][0]["embedding"])
+    b = np.asarray(plain["data"][0]["embedding"])
+    assert float(a @ b) < 0.99  # the instruction really changed what was embedded
+
+
+def test_instruction_replaces_the_task(gateway: Gateway, upstream: FakeUpstream) -> None:
+    task = "Given a question, retrieve the FAQ entry that answers it"
+    reply = gateway.embeddings({"model": QWEN_MODEL, "input": [QUERY], "instruction": task})
+    assert reply.status == 200, reply.body
+    assert upstream.received[0].json["input"] == [f"Instruct: {task}\nQuery:{QUERY}"]
+
+
+def test_documents_get_no_prefix(gateway: Gateway, upstream: FakeUpstream) -> None:
+    reply = gateway.embeddings({"model": QWEN_MODEL, "input": ["doc"], "input_type": "passage"})
+    assert reply.status == 200
+    assert upstream.received[0].json["input"] == ["doc"]
+
+
+# -- 3. long input -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "The quick brown fox jumps over the lazy dog near the riverbank. " * 230,
+        "대한민국의 수도는 서울이며 한강이 도시를 가로질러 흐른다. " * 200,
+        "北京是中国的首都，也是政治和文化中心。😀🚀 " * 220,
+    ],
+    ids=["english", "korean", "chinese-emoji"],
+)
+def test_long_input_is_truncated_like_the_legacy_server(
+    gateway: Gateway, upstream: FakeUpstream, text: str
+) -> None:
+    full = upstream.tokenize(text)
+    assert len(full) >= 3000
+    reply = gateway.embeddings({"model": QWEN_MODEL, "input": [text, "short one"]})
+    assert reply.status == 200, reply.body
+    (received,) = upstream.received
+    long_ids, short_ids = received.json["input"]
+    assert long_ids == full[:1023] + [QWEN_EOS]  # first limit-1 tokens + EOS
+    assert short_ids == upstream.tokenize("short one")
+    assert reply.json()["usage"]["prompt_tokens"] == 1024 + len(short_ids)
+
+
+def test_token_id_input_out_of_range_is_400(gateway: Gateway, upstream: FakeUpstream) -> None:
+    for bad in ([1, 2, 10_000_000], [[5, 6], [-1]]):
+        error = assert_envelope(gateway.embeddings({"model": QWEN_MODEL, "input": bad}), 400)
+        assert error["param"] == "input"
+    assert upstream.received == []
+
+
+def test_long_token_id_input_is_truncated(gateway: Gateway, upstream: FakeUpstream) -> None:
+    ids = [*range(1000, 3999), QWEN_EOS]
+    reply = gateway.embeddings({"model": QWEN_MODEL, "input": [ids]})
+    assert reply.status == 200, reply.body
+    assert upstream.received[0].json["input"] == [ids[:1023] + [QWEN_EOS]]
+
+
+# -- 4. encoding_format (legacy profile) ---------------------------------------------
+
+
+def test_legacy_profile_answers_floats_for_base64(gateway: Gateway, upstream: FakeUpstream) -> None:
+    reply = gateway.embeddings({"model": QWEN_MODEL, "input": "hi", "encoding_format": "base64"})
+    assert reply.status == 200
+    embedding = reply.json()["data"][0]["embedding"]
+    assert isinstance(embedding, list) and len(embedding) == 1024
+    assert upstream.received[0].json.get("encoding_format", "float") == "float"
+
+
+# -- 5. errors -------------------------------------------------------------------------
+
+BAD_REQUESTS: list[tuple[str, bytes, int, str | None]] = [
+    ("malformed-json", b'{"model": "Qwen/Qwen3-Embedding-0.6B", "input": ', 400, None),
+    ("not-an-object", b'["hello"]', 400, None),
+    ("model-missing", b'{"input": "x"}', 400, "model"),
+    ("model-not-string", b'{"model": 5, "input": "x"}', 400, "model"),
+    ("unknown-model", b'{"model": "text-embedding-3-small", "input": "x"}', 404, "model"),
+    ("input-missing", b'{"model": "Qwen/Qwen3-Embedding-0.6B"}', 400, "input"),
+    ("input-empty-list", b'{"model": "Qwen/Qwen3-Embedding-0.6B", "input": []}', 400, "input"),
+    ("input-number", b'{"model": "Qwen/Qwen3-Embedding-0.6B", "input": 5}', 400, "input"),
+    ("input-mixed", b'{"model": "Qwen/Qwen3-Embedding-0.6B", "input": ["a", 1]}', 400, "input"),
+    (
+        "input-null-item",
+        b'{"model": "Qwen/Qwen3-Embedding-0.6B", "input": ["a", null]}',
+        400,
+        "input",
+    ),
+    (
+        "encoding-bogus",
+        b'{"model": "Qwen/Qwen3-Embedding-0.6B", "input": "x", "encoding_format": "bytes"}',
+        400,
+        "encoding_format",
+    ),
+    (
+        "input-type-bogus",
+        b'{"model": "Qwen/Qwen3-Embedding-0.6B", "input": "x", "input_type": "banana"}',
+        400,
+        "input_type",
+    ),
+    (
+        "instruction-number",
+        b'{"model": "Qwen/Qwen3-Embedding-0.6B", "input": "x", "instruction": 3}',
+        400,
+        "instruction",
+    ),
+    (
+        "truncate-too-big",
+        b'{"model": "Qwen/Qwen3-Embedding-0.6B", "input": "x", "truncate_prompt_tokens": 5000}',
+        400,
+        "truncate_prompt_tokens",
+    ),
+    (
+        "nan-literal",
+        b'{"model": "Qwen/Qwen3-Embedding-0.6B", "input": "x", "dimensions": NaN}',
+        400,
+        None,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "param"), [b[1:] for b in BAD_REQUESTS], ids=[b[0] for b in BAD_REQUESTS]
+)
+def test_bad_requests_get_an_envelope_and_never_reach_the_upstream(
+    gateway: Gateway, upstream: FakeUpstream, body: bytes, status: int, param: str | None
+) -> None:
+    error = assert_envelope(gateway.embeddings(body), status)
+    assert error["param"] == param
+    if status == 400:
+        assert error["type"] == "invalid_request_error"
+    assert upstream.received == []
+
+
+def test_too_many_inputs(gateway: Gateway, upstream: FakeUpstream) -> None:
+    error = assert_envelope(gateway.embeddings({"model": QWEN_MODEL, "input": ["a"] * 2049}), 400)
+    assert "2049" in error["message"] and error["param"] == "input"
+    assert upstream.received == []
+
+
+def test_oversized_body_is_413(gateway: Gateway, upstream: FakeUpstream) -> None:
+    body = json.dumps({"model": QWEN_MODEL, "input": "x" * (9 * 1024 * 1024)}).encode()
+    error = assert_envelope(gateway.embeddings(body), 413)
+    assert error["code"] == "request_too_large"
+    assert upstream.received == []
+
+
+def test_wrong_content_type_is_415(gateway: Gateway, upstream: FakeUpstream) -> None:
+    reply = gateway.embeddings(
+        b'{"model": "Qwen/Qwen3-Embedding-0.6B", "input": "x"}',
+        headers={"content-type": "text/plain"},
+    )
+    assert_envelope(reply, 415)
+    assert upstream.received == []
+
+
+def test_empty_body_and_wrong_method(gateway: Gateway, upstream: FakeUpstream) -> None:
+    assert_envelope(gateway.embeddings(b""), 400)
+    assert_envelope(http("GET", f"{gateway.url}/v1/embeddings"), 405)
+    assert upstream.received == []
+
+
+def test_upstream_500_stays_a_5xx_server_error(gateway: Gateway, upstream: FakeUpstream) -> None:
+    upstream.fault = "http500"
+    error = assert_envelope(gateway.embeddings({"model": QWEN_MODEL, "input": "x"}), 500)
+    assert error["type"] == "server_error"
+    assert "Internal server error" in error["message"]
+
+
+def test_worker_gone_is_503_not_404(gateway: Gateway, upstream: FakeUpstream) -> None:
+    upstream.fault = "worker_gone"  # Dynamo: 404 with an empty body
+    error = assert_envelope(gateway.embeddings({"model": QWEN_MODEL, "input": "x"}), 503)
+    assert error["type"] == "server_error"
+
+
+def test_upstream_down_is_a_503_envelope(qwen_dir: Path, tmp_path: Path) -> None:
+    dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    gw = start_gateway(dead, tmp_path, tokenizer_overrides=f"{QWEN_MODEL}={qwen_dir}")
+    try:
+        error = assert_envelope(gw.embeddings({"model": QWEN_MODEL, "input": "x"}), 503)
+        assert error["type"] == "server_error"
+        # Still validated first: a client mistake stays a 400 even with the upstream down.
+        assert_envelope(gw.embeddings({"model": QWEN_MODEL, "input": []}), 400)
+    finally:
+        assert gw.stop() == 0
+
+
+def test_slow_upstream_is_a_504_envelope(
+    upstream: FakeUpstream, qwen_dir: Path, tmp_path: Path
+) -> None:
+    gw = start_gateway(
+        upstream.url,
+        tmp_path,
+        tokenizer_overrides=f"{QWEN_MODEL}={qwen_dir}",
+        extra_args=["--upstream-timeout", "0.5"],
+    )
+    try:
+        upstream.fault = "slow"
+        upstream.slow_seconds = 2.0
+        error = assert_envelope(gw.embeddings({"model": QWEN_MODEL, "input": "x"}), 504)
+        assert error["type"] == "server_error"
+    finally:
+        assert gw.stop() == 0
+
+
+# -- 6. pass-through -------------------------------------------------------------------
+
+
+def test_other_paths_pass_through_untouched(gateway: Gateway, upstream: FakeUpstream) -> None:
+    direct = http("GET", f"{upstream.url}/v1/models")
+    via = http("GET", f"{gateway.url}/v1/models")
+    assert via.status == direct.status == 200
+    assert via.json()["data"] == direct.json()["data"]
+    assert http("GET", f"{gateway.url}/health").status == 200
+
+
+def test_request_needing_no_rewrite_is_forwarded_byte_for_byte(
+    gateway: Gateway, upstream: FakeUpstream
+) -> None:
+    body = b'{"model":"Qwen/Qwen3-Embedding-0.6B","input":["plain text", "\xea\xb0\x80"], "user": "u1"}'
+    reply = gateway.embeddings(body)
+    assert reply.status == 200
+    assert upstream.received[0].body == body
+
+
+# -- the seed's workload -------------------------------------------------------------
+
+
+def load_corpus() -> list[str]:
+    lines = (REPO / "extproc" / "data" / "corpus.jsonl").read_text(encoding="utf-8").splitlines()
+    docs = [json.loads(line) for line in lines if line.strip()]
+    return [d["text"] for d in docs if d["kind"] == "document"]
+
+
+def test_seed_workload_all_200(gateway: Gateway) -> None:
+    docs = load_corpus()
+    assert len(docs) == 40
+    batches = [docs[i : i + 8] for i in range(0, 40, 8)]
+
+    def send(i: int) -> int:
+        body = {"model": QWEN_MODEL, "input": batches[i % len(batches)], "dimensions": 256}
+        return gateway.embeddings(body).status
+
+    sequential = [send(i) for i in range(30)]
+    with ThreadPoolExecutor(4) as pool:
+        concurrent = list(pool.map(send, range(40)))
+    assert sequential == [200] * 30
+    assert concurrent == [200] * 40
+
+
+def test_metrics_count_outcomes(gateway: Gateway) -> None:
+    def scrape() -> str:
+        return http("GET", f"{gateway.metrics_url}/metrics").body.decode()
+
+    before = scrape()
+    gateway.embeddings({"model": QWEN_MODEL, "input": []})
+    gateway.embeddings({"model": QWEN_MODEL, "input": "q", "input_type": "query"})
+    after = scrape()
+    for name, labels in [
+        ("extproc_requests_total", {"outcome": "rejected"}),
+        ("extproc_requests_total", {"outcome": "rewritten"}),
+        ("extproc_rewrites_total", {"kind": "instruction"}),
+    ]:
+        assert metric_value(after, name, **labels) == metric_value(before, name, **labels) + 1
+    assert "Qwen" not in after  # no client-supplied values in label sets
+
+
+# -- the OpenAI encoding profile ---------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def openai_gateway(
+    upstream: FakeUpstream, qwen_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Gateway]:
+    folder = tmp_path_factory.mktemp("openai")
+    policy = folder / "policy.yaml"
+    policy.write_text(
+        "models:\n"
+        "  - name: qwen3-openai\n"
+        "    preset: qwen3-embedding-0.6b\n"
+        f"    upstream_model: {QWEN_MODEL}\n"
+        "    max_tokens: 1024\n"
+        "    encoding_profile: OPENAI\n"
+    )
+    gw = start_gateway(
+        upstream.url, folder, config=policy, tokenizer_overrides=f"qwen3-openai={qwen_dir}"
+    )
+    yield gw
+    assert gw.stop() == 0
+
+
+def b64_floats(text: str) -> np.ndarray[Any, Any]:
+    return np.frombuffer(base64.b64decode(text), dtype="<f4")
+
+
+def test_openai_profile_base64_round_trips(openai_gateway: Gateway, upstream: FakeUpstream) -> None:
+    body = {"model": "qwen3-openai", "input": ["a b c"], "encoding_format": "base64"}
+    reply = openai_gateway.embeddings(body)
+    assert reply.status == 200, reply.body
+    assert upstream.received[0].json["model"] == QWEN_MODEL
+    as_floats = openai_gateway.embeddings({**body, "encoding_format": "float"}).json()
+    decoded = b64_floats(reply.json()["data"][0]["embedding"])
+    np.testing.assert_array_equal(
+        decoded, np.asarray(as_floats["data"][0]["embedding"], np.float32)
+    )
+
+
+def test_openai_profile_base64_with_dimensions(
+    openai_gateway: Gateway, upstream: FakeUpstream
+) -> None:
+    body = {
+        "model": "qwen3-openai",
+        "input": "a b c",
+        "encoding_format": "base64",
+        "dimensions": 64,
+    }
+    reply = openai_gateway.embeddings(body)
+    assert reply.status == 200, reply.body
+    doc = reply.json()
+    assert doc["model"] == "qwen3-openai"
+    vector = b64_floats(doc["data"][0]["embedding"])
+    native = upstream.embed_ids(upstream.tokenize("a b c"))
+    np.testing.assert_allclose(vector, unit(native[:64].astype(np.float64)), atol=1e-6)

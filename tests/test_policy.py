@@ -1,0 +1,194 @@
+"""The policy file: presets, overrides, and errors that name file, field and reason."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from extproc.policy import EncodingProfile, PolicyError, UpstreamFlavour, load_policy_text
+from extproc.policy.presets import PRESETS
+from extproc.tokens import load_tokenizer
+from tests.conftest import QWEN_EOS, QWEN_MODEL, REPO, SHIPPED_QWEN_POLICY
+
+
+def load(text: str, qwen_dir: Path) -> object:
+    return load_policy_text(
+        text, source="p.yaml", tokenizer_overrides={"m": qwen_dir, QWEN_MODEL: qwen_dir}
+    )
+
+
+def test_shipped_policy_is_the_seed_server(qwen_dir: Path) -> None:
+    policy = load_policy_text(
+        SHIPPED_QWEN_POLICY.read_text(), tokenizer_overrides={QWEN_MODEL: qwen_dir}
+    )
+    model = policy.models[QWEN_MODEL]
+    assert model.max_tokens == 1024
+    assert model.encoding_profile is EncodingProfile.LEGACY
+    assert model.upstream_flavour is UpstreamFlavour.DYNAMO
+    assert model.native_dimensions == 1024
+    assert model.special_tokens.append_ids == (QWEN_EOS,)
+    assert model.prompts.query == "Instruct: {instruction}\nQuery:{text}"
+    assert [d for d in (31, 32, 256, 1024, 1025) if model.accepts_dimensions(d)] == [32, 256, 1024]
+
+
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+def test_every_preset_loads(preset: str, qwen_dir: Path) -> None:
+    extra = "    native_dimensions: 8\n    max_tokens: 16\n" if preset == "plain" else ""
+    policy = load_policy_text(
+        f"models:\n  - name: m\n    preset: {preset}\n{extra}",
+        tokenizer_overrides={"m": qwen_dir},
+    )
+    model = policy.models["m"]
+    assert model.prompts.query.endswith("{text}")
+    assert model.max_tokens >= 16
+
+
+def test_fields_override_the_preset_and_lists_replace(qwen_dir: Path) -> None:
+    policy = load_policy_text(
+        "models:\n"
+        "  - name: m\n    preset: embeddinggemma\n"
+        "    matryoshka: {allowed: [256]}\n"
+        "    prompts: {query: 'q: {text}'}\n",
+        tokenizer_overrides={"m": qwen_dir},
+    )
+    model = policy.models["m"]
+    assert model.matryoshka is not None and model.matryoshka.allowed == (256,)
+    assert model.prompts.query == "q: {text}"
+    assert model.prompts.document == "title: none | text: {text}"  # kept from the preset
+
+
+BAD_POLICIES = [
+    ("not-yaml", "models: [", "<yaml>", ""),
+    ("no-models", "limits: {}", "models", "non-empty"),
+    (
+        "unknown-key",
+        "models:\n  - name: m\n    preset: plain\n    colour: red\n",
+        "models[0]",
+        "colour",
+    ),
+    (
+        "unknown-preset",
+        "models:\n  - name: m\n    preset: gpt\n",
+        "models[0].preset",
+        "unknown preset",
+    ),
+    ("no-name", "models:\n  - preset: qwen3-embedding-0.6b\n", "models[0].name", "required"),
+    (
+        "no-dims",
+        "models:\n  - name: m\n    preset: plain\n    max_tokens: 8\n",
+        "models[0].native_dimensions",
+        "required",
+    ),
+    (
+        "bad-template",
+        "models:\n  - name: m\n    preset: e5\n    prompts: {query: 'no text here'}\n",
+        "models[0].prompts.query",
+        "{text}",
+    ),
+    (
+        "suffix-template",
+        "models:\n  - name: m\n    preset: e5\n    prompts: {query: '{text} END'}\n",
+        "models[0].prompts.query",
+        "end with",
+    ),
+    (
+        "matryoshka-range",
+        "models:\n  - name: m\n    preset: e5\n    matryoshka: {min_dimensions: 4000}\n",
+        "models[0].matryoshka.min_dimensions",
+        "between",
+    ),
+    (
+        "bad-enum",
+        "models:\n  - name: m\n    preset: e5\n    encoding_profile: FAST\n",
+        "models[0]",
+        "FAST",
+    ),
+    (
+        "wrong-type",
+        "models:\n  - name: m\n    preset: e5\n    max_tokens: lots\n",
+        "models[0]",
+        "max_tokens",
+    ),
+    (
+        "dup",
+        "models:\n  - {name: m, preset: e5}\n  - {name: m, preset: e5}\n",
+        "models[1].name",
+        "duplicate",
+    ),
+    (
+        "limits",
+        "limits: {max_inputs: 100000}\nmodels:\n  - {name: m, preset: e5}\n",
+        "limits.max_inputs",
+        "between",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("text", "field", "reason"), [b[1:] for b in BAD_POLICIES], ids=[b[0] for b in BAD_POLICIES]
+)
+def test_bad_policies_name_field_and_reason(
+    text: str, field: str, reason: str, qwen_dir: Path
+) -> None:
+    with pytest.raises(PolicyError) as info:
+        load(text, qwen_dir)
+    assert info.value.source == "p.yaml"
+    assert info.value.field == field
+    assert reason in info.value.reason
+
+
+def test_missing_tokenizer_directory_is_reported(tmp_path: Path) -> None:
+    with pytest.raises(PolicyError) as info:
+        load_policy_text(
+            "models:\n  - name: m\n    preset: e5\n    tokenizer: {path: /nonexistent}\n",
+            tokenizer_overrides={},
+        )
+    assert info.value.field == "models[0].tokenizer.path"
+
+
+def test_specials_from_a_bert_style_post_processor(tmp_path: Path, qwen_dir: Path) -> None:
+    # Derive [CLS]/[SEP]-style specials from a tokenizer.json post-processor.
+    import tokenizers
+    from tokenizers.processors import TemplateProcessing
+
+    tok = tokenizers.Tokenizer.from_file(str(qwen_dir / "tokenizer.json"))
+    tok.post_processor = TemplateProcessing(
+        single="<|im_start|> $A <|im_end|>",
+        special_tokens=[("<|im_start|>", 151644), ("<|im_end|>", 151645)],
+    )
+    tok.save(str(tmp_path / "tokenizer.json"))
+    policy = load_policy_text(
+        f"models:\n  - name: m\n    preset: plain\n    native_dimensions: 8\n    max_tokens: 16\n"
+        f"    tokenizer: {{path: '{tmp_path}', special_tokens: {{from_tokenizer: true}}}}\n"
+    )
+    model = policy.models["m"]
+    loaded = load_tokenizer(model.tokenizer, model.special_tokens)
+    assert (loaded.prepend_ids, loaded.append_ids) == ((151644,), (151645,))
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "extproc", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=REPO,
+    )
+
+
+def test_check_config_cli(tmp_path: Path, qwen_dir: Path) -> None:
+    ok = run_cli(
+        "check-config", str(SHIPPED_QWEN_POLICY), "--tokenizer", f"{QWEN_MODEL}={qwen_dir}"
+    )
+    assert ok.returncode == 0, ok.stderr
+    assert "1 model(s)" in ok.stdout and "32 to 1024" in ok.stdout
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("models:\n  - name: m\n    preset: e5\n    max_tokens: 1\n")
+    result = run_cli("check-config", str(bad), "--no-tokenizers")
+    assert result.returncode == 1
+    assert f"{bad}: models[0].max_tokens:" in result.stderr
+    assert "Traceback" not in result.stderr
