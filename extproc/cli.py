@@ -1,4 +1,4 @@
-"""Command line: `extproc serve | run | check-config | presets`."""
+"""Command line: `extproc serve | run | check-config | presets | health`."""
 
 from __future__ import annotations
 
@@ -30,6 +30,7 @@ def main(argv: list[str] | None = None) -> int:
         "run": _run,
         "check-config": _check_config,
         "presets": _presets,
+        "health": _health,
     }[args.command]
     return handler(args)
 
@@ -97,6 +98,11 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--no-tokenizers", action="store_true", help="skip loading tokenizers")
 
     sub.add_parser("presets", help="list the model-family presets")
+
+    check_health = sub.add_parser("health", help="query a server's gRPC health service")
+    check_health.add_argument("--address", default="127.0.0.1:50051")
+    check_health.add_argument("--service", default="", help="'' = the whole server")
+    check_health.add_argument("--timeout", type=float, default=3.0)
     return parser
 
 
@@ -181,3 +187,22 @@ def _presets(args: argparse.Namespace) -> int:
     for name in sorted(PRESETS):
         print(name)
     return 0
+
+
+def _health(args: argparse.Namespace) -> int:
+    """Ask a running server's gRPC health service (for container HEALTHCHECKs)."""
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    with grpc.insecure_channel(args.address) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        try:
+            reply = stub.Check(
+                health_pb2.HealthCheckRequest(service=args.service), timeout=args.timeout
+            )
+        except grpc.RpcError as exc:
+            print(f"unhealthy: {exc.code().name}", file=sys.stderr)
+            return 1
+    status = health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
+    print(status)
+    return 0 if reply.status == health_pb2.HealthCheckResponse.SERVING else 1

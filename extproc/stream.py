@@ -17,7 +17,8 @@ Rules (Envoy 1.40, verified live; see DESIGN.md section 3):
 4. On the response headers the gateway decides whether it needs the body: for any
    non-2xx, or a 2xx whose vectors must change. If so, it sets ``mode_override``
    to BUFFERED (both body modes restated: Envoy takes them literally); if not, the
-   response streams to the client untouched and the stream is DONE. A bodyless
+   response streams to the client untouched (PASS_THROUGH; a body that arrives
+   anyway, under a config that always buffers, is answered neutrally). A bodyless
    error (Dynamo's empty 404) is answered with an ``immediate_response``.
    Envoy's own local replies (no ``via_upstream`` code details) are already
    enveloped by the Envoy config's local_reply_config and pass untouched.
@@ -63,6 +64,7 @@ class Phase(enum.Enum):
     AWAIT_REQUEST = "await_request"
     AWAIT_RESPONSE_HEADERS = "await_response_headers"
     AWAIT_RESPONSE_BODY = "await_response_body"
+    PASS_THROUGH = "pass_through"  # response left as it is; a body may still come
     DONE = "done"
 
 
@@ -175,11 +177,11 @@ class ExtProcStream:
             # Envoy's own local reply (413, 503, 504...): local_reply_config already
             # gave it the envelope.
             metrics.UPSTREAM_RESPONSES.labels("local").inc()
-            self.phase = Phase.DONE
+            self.phase = Phase.PASS_THROUGH
             return neutral
         metrics.UPSTREAM_RESPONSES.labels(_status_class(status)).inc()
         if not needs_response_body(self.plan, status):
-            self.phase = Phase.DONE
+            self.phase = Phase.PASS_THROUGH
             metrics.observe_total(self.started)
             return neutral
         if headers.end_of_stream:
@@ -198,6 +200,10 @@ class ExtProcStream:
 
     def _on_response_body(self, body: ep.HttpBody) -> ep.ProcessingResponse:
         neutral = ep.ProcessingResponse(response_body=ep.BodyResponse())
+        if self.phase is Phase.PASS_THROUGH:
+            # Configs that always buffer the response (the benchmark's naive one)
+            # send it even though the headers decided nothing changes.
+            return neutral
         if self.phase is not Phase.AWAIT_RESPONSE_BODY or not body.end_of_stream:
             return self._anomaly("response_body", neutral)
         started = time.perf_counter()
