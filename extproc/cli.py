@@ -1,4 +1,4 @@
-"""Command line: `extproc serve | run | check-config | presets | health`."""
+"""Command line: `extproc serve | run | check-config | presets | health | probe`."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from extproc.envoy_config import Upstream
 from extproc.policy import PolicyError, load_policy_file
 from extproc.policy.loader import parse_tokenizer_overrides
 from extproc.policy.presets import PRESETS
+from extproc.probe import command as probe_command
 from extproc.tokens import TokenizerLoadError
 
 SHIPPED_POLICY = Path(__file__).resolve().parent / "policies" / "qwen3-embedding-0.6b.yaml"
@@ -31,6 +32,7 @@ def main(argv: list[str] | None = None) -> int:
         "check-config": _check_config,
         "presets": _presets,
         "health": _health,
+        "probe": probe_command.run,
     }[args.command]
     return handler(args)
 
@@ -103,6 +105,8 @@ def _parser() -> argparse.ArgumentParser:
     check_health.add_argument("--address", default="127.0.0.1:50051")
     check_health.add_argument("--service", default="", help="'' = the whole server")
     check_health.add_argument("--timeout", type=float, default=3.0)
+
+    probe_command.add_parser(sub)
     return parser
 
 

@@ -1,0 +1,90 @@
+"""Pure numbers: cosine similarity, spreads, percentiles, histograms.
+
+No I/O here; everything the verdict depends on is computed by these functions.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+Vector = npt.NDArray[np.float64]
+
+
+def cosine(a: Vector, b: Vector) -> float:
+    """Cosine similarity of two vectors of the same length, in float64.
+
+    Raises ValueError when the lengths differ or a vector has zero norm (no direction
+    to compare)."""
+    if a.shape != b.shape:
+        raise ValueError(f"cannot compare vectors of shapes {a.shape} and {b.shape}")
+    na = float(np.linalg.norm(a))
+    nb = float(np.linalg.norm(b))
+    if na == 0.0 or nb == 0.0 or not (math.isfinite(na) and math.isfinite(nb)):
+        raise ValueError("cosine of a zero or non-finite vector")
+    return float(np.dot(a, b)) / (na * nb)
+
+
+def l2_norm(v: Vector) -> float:
+    return float(np.linalg.norm(v))
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0..100) with linear interpolation between closest ranks
+    (numpy's default, "linear"): p99 of 30 samples lies between the 29th and 30th."""
+    if not values:
+        raise ValueError("percentile of no values")
+    if not 0.0 <= q <= 100.0:
+        raise ValueError(f"percentile {q} outside 0..100")
+    ordered = sorted(values)
+    position = (len(ordered) - 1) * q / 100.0
+    low = math.floor(position)
+    high = min(low + 1, len(ordered) - 1)
+    fraction = position - low
+    return ordered[low] + (ordered[high] - ordered[low]) * fraction
+
+
+def median(values: Sequence[float]) -> float:
+    return percentile(values, 50.0)
+
+
+@dataclass(frozen=True)
+class Spread:
+    """min / median / max of a non-empty sample."""
+
+    n: int
+    min: float
+    median: float
+    max: float
+
+
+def spread(values: Sequence[float]) -> Spread:
+    if not values:
+        raise ValueError("spread of no values")
+    return Spread(n=len(values), min=min(values), median=median(values), max=max(values))
+
+
+def histogram(values: Sequence[float], lo: float, hi: float, bins: int) -> list[int]:
+    """Counts of ``values`` in ``bins`` equal bins over [lo, hi]; the last bin is closed.
+    Values outside [lo, hi] are clamped into the first or last bin."""
+    if bins < 1:
+        raise ValueError("bins must be >= 1")
+    if not hi > lo:
+        raise ValueError("histogram needs hi > lo")
+    counts = [0] * bins
+    width = (hi - lo) / bins
+    for value in values:
+        index = int((value - lo) / width)
+        counts[min(max(index, 0), bins - 1)] += 1
+    return counts
+
+
+def ratio(candidate: float | None, baseline: float | None) -> float | None:
+    """candidate / baseline, or None when either is missing or the baseline is 0."""
+    if candidate is None or baseline is None or baseline == 0.0:
+        return None
+    return candidate / baseline

@@ -1,0 +1,396 @@
+"""A fake of the LEGACY embedding server of the seed (Qwen3-Embedding-0.6B behind FastAPI).
+
+Only for tests. It runs no model: its vectors come from ``tests/fake_upstream.py``'s
+made-up model (a ``FakeUpstream`` that is never started is used as the tokenizer and
+vector function), so for the same token ids it gives exactly the vectors the fake
+Dynamo gives. The gateway in front of the fake Dynamo is therefore at parity with this
+fake exactly when it feeds the upstream the token ids the legacy server fed its model.
+
+Measured legacy behaviour it reproduces (seed, sections 3 and 4):
+
+- POST /v1/embeddings ``{"model", "input": str | [str, ...]}`` answers 200
+  ``{"object":"list","data":[{"object":"embedding","index":i,"embedding":[floats]}],
+  "model":<served>,"usage":{"prompt_tokens":N,"total_tokens":N}}`` with L2 unit vectors.
+- ``input_type: "query"`` or ``instruction: <task>`` applies the Qwen3 prompt
+  ``Instruct: {task}\\nQuery:{text}`` (default task: "Given a web search query, retrieve
+  relevant passages that answer the query"); ``usage.prompt_tokens`` counts the tokens
+  after the prompt (28 for the seed's query instead of 9).
+- Every input is cut to ``max_tokens`` (1,024): transformers' ``truncation=True,
+  max_length=1024`` with Qwen3's post-processor, i.e. the first 1,023 tokens and then
+  ``<|endoftext|>`` (151643). Nothing is ever rejected for length.
+- ``dimensions`` d in 32..1024: the first d components, re-normalised.
+- ``encoding_format`` is ignored: embeddings are always float arrays.
+- One request at a time: inference runs under a global lock (seed, section 5), with an
+  optional ``delay_seconds`` of simulated inference per request.
+
+ASSUMED, never measured (the seed did not probe the legacy server's errors): FastAPI-like
+answers. Validation errors are 422 ``{"detail": [{"type", "loc", "msg", "input"}]}``
+(malformed JSON, a body that is not an object, a missing or mistyped ``input``,
+``input: []``, ``dimensions`` not an integer in 32..1024, an ``input_type`` other than
+query/document/passage, a non-string ``instruction``, ``instruction`` together with a
+document ``input_type``); an unknown ``model`` is 404 ``{"detail": "Model '<name>' not
+found"}``; a missing ``model`` means the served one; token-id input is not accepted
+(422). Other paths: 404 ``{"detail": "Not Found"}``; wrong method: 405.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Final
+
+import numpy as np
+import orjson
+from numpy.typing import NDArray
+
+from tests.fake_upstream import FakeUpstream, default_tokenizer_dir
+
+__all__ = ["DEFAULT_TASK", "FakeLegacy", "qwen3_query"]
+
+EMBEDDINGS_PATH: Final = "/v1/embeddings"
+DEFAULT_TASK: Final = "Given a web search query, retrieve relevant passages that answer the query"
+EOS_ID: Final = 151643
+QUERY_TYPES: Final = frozenset({"query"})
+DOCUMENT_TYPES: Final = frozenset({"document", "passage"})
+
+
+def qwen3_query(text: str, task: str = DEFAULT_TASK) -> str:
+    """The Qwen3-Embedding query prompt, as the legacy server built it."""
+    return f"Instruct: {task}\nQuery:{text}"
+
+
+class _InvalidError(Exception):
+    """A FastAPI/pydantic validation error (422)."""
+
+    def __init__(self, kind: str, loc: Sequence[str | int], msg: str, value: Any) -> None:
+        super().__init__(msg)
+        self.item = {"type": kind, "loc": list(loc), "msg": msg, "input": value}
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    fake: FakeLegacy
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if not isinstance(sys.exc_info()[1], OSError):
+            super().handle_error(request, client_address)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _Server
+
+    def setup(self) -> None:
+        super().setup()
+        self.server.fake._track(self.connection, add=True)
+
+    def finish(self) -> None:
+        try:
+            super().finish()
+        finally:
+            self.server.fake._track(self.connection, add=False)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """No access log."""
+
+    def _handle(self) -> None:
+        length = int(self.headers.get("content-length") or 0)
+        body = self.rfile.read(length) if length > 0 else b""
+        content_type = self.headers.get("content-type", "")
+        try:
+            status, doc = self.server.fake._answer(self.command, self.path, content_type, body)
+            payload = orjson.dumps(doc)
+        except Exception as exc:  # a bug in the fake: never pass for a server answer
+            status, payload = 599, f"fake_legacy bug: {exc!r}".encode()
+        self.send_response_only(status)
+        self.send_header("date", self.date_time_string())
+        self.send_header("server", "uvicorn")
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+        self.wfile.flush()
+
+    def do_GET(self) -> None:
+        self._handle()
+
+    def do_POST(self) -> None:
+        self._handle()
+
+
+class FakeLegacy:
+    """The fake legacy server; a context manager listening on 127.0.0.1 (free port)."""
+
+    def __init__(
+        self,
+        *,
+        served_model: str = "Qwen/Qwen3-Embedding-0.6B",
+        tokenizer_dir: Path | None = None,
+        dim: int = 1024,
+        max_tokens: int = 1024,
+        min_dimensions: int = 32,
+        default_task: str = DEFAULT_TASK,
+        delay_seconds: float = 0.0,
+    ) -> None:
+        self.served_model = served_model
+        self.dim = dim
+        self.max_tokens = max_tokens
+        self.min_dimensions = min_dimensions
+        self.default_task = default_task
+        self.delay_seconds = delay_seconds
+        # the fake Dynamo's tokenizer and vector model; it is never started
+        self._model = FakeUpstream(
+            served_model=served_model,
+            dim=dim,
+            max_model_len=max_tokens,
+            tokenizer_dir=tokenizer_dir if tokenizer_dir is not None else default_tokenizer_dir(),
+            eos_id=EOS_ID,
+        )
+        self.received: list[bytes] = []
+        self._received_lock = threading.Lock()
+        self._inference_lock = threading.Lock()  # the legacy server's global lock
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+        self._connections: set[socket.socket] = set()
+        self._connections_lock = threading.Lock()
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> FakeLegacy:
+        if self._server is not None:
+            raise RuntimeError("already started")
+        server = _Server(("127.0.0.1", 0), _Handler)
+        server.fake = self
+        self._server = server
+        self._thread = threading.Thread(
+            target=server.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name=f"fake-legacy-{self.port}",
+            daemon=True,
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        server, thread = self._server, self._thread
+        if server is None:
+            return
+        server.shutdown()
+        with self._connections_lock:
+            open_connections = list(self._connections)
+        for conn in open_connections:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+        server.server_close()
+        if thread is not None:
+            thread.join(timeout=5)
+        self._server = None
+        self._thread = None
+
+    def __enter__(self) -> FakeLegacy:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    @property
+    def port(self) -> int:
+        if self._server is None:
+            raise RuntimeError("FakeLegacy is not started")
+        return int(self._server.server_address[1])
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def _track(self, conn: socket.socket, *, add: bool) -> None:
+        with self._connections_lock:
+            if add:
+                self._connections.add(conn)
+            else:
+                self._connections.discard(conn)
+
+    # ------------------------------------------------------------------ the model
+
+    def tokenize(self, text: str) -> list[int]:
+        """The ids the legacy model saw for a text: the tokenizer's ids plus EOS, cut to
+        the first ``max_tokens - 1`` ids plus EOS when longer."""
+        ids = self._model.tokenize(text)
+        if len(ids) > self.max_tokens:
+            ids = ids[: self.max_tokens - 1] + [EOS_ID]
+        return ids
+
+    def prompt(self, text: str, input_type: str | None, instruction: str | None) -> str:
+        if instruction is not None or input_type in QUERY_TYPES:
+            return qwen3_query(text, instruction if instruction is not None else self.default_task)
+        return text
+
+    def embed_text(
+        self,
+        text: str,
+        *,
+        input_type: str | None = None,
+        instruction: str | None = None,
+        dimensions: int | None = None,
+    ) -> NDArray[np.float32]:
+        """The vector this server answers for one input."""
+        ids = self.tokenize(self.prompt(text, input_type, instruction))
+        return self._model.embed_ids(ids, dimensions)
+
+    # ------------------------------------------------------------------ answering
+
+    def _answer(
+        self, method: str, raw_path: str, content_type: str, body: bytes
+    ) -> tuple[int, Any]:
+        path = raw_path.split("?", 1)[0]
+        if path == "/health":
+            return (200, {"status": "ok"}) if method == "GET" else _method_not_allowed()
+        if path == "/v1/models":
+            if method != "GET":
+                return _method_not_allowed()
+            model = {"id": self.served_model, "object": "model", "owned_by": "legacy"}
+            return 200, {"object": "list", "data": [model]}
+        if path != EMBEDDINGS_PATH:
+            return 404, {"detail": "Not Found"}
+        if method != "POST":
+            return _method_not_allowed()
+        with self._received_lock:
+            self.received.append(body)
+        try:
+            return self._embeddings(content_type, body)
+        except _InvalidError as err:
+            return 422, {"detail": [err.item]}
+
+    def _embeddings(self, content_type: str, body: bytes) -> tuple[int, Any]:
+        if content_type.split(";", 1)[0].strip().lower() != "application/json":
+            raise _InvalidError(
+                "model_attributes_type",
+                ["body"],
+                "Input should be a valid dictionary or object to extract fields from",
+                body.decode("utf-8", errors="replace")[:100],
+            )
+        try:
+            doc = json.loads(body)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            pos = exc.pos if isinstance(exc, json.JSONDecodeError) else 0
+            detail = exc.msg if isinstance(exc, json.JSONDecodeError) else "invalid UTF-8"
+            item = _InvalidError("json_invalid", ["body", pos], "JSON decode error", {}).item
+            item["ctx"] = {"error": detail}
+            return 422, {"detail": [item]}
+        if not isinstance(doc, dict):
+            raise _InvalidError(
+                "model_attributes_type",
+                ["body"],
+                "Input should be a valid dictionary or object to extract fields from",
+                doc,
+            )
+        texts = _texts(doc)
+        model = _optional_str(doc, "model")
+        input_type = _optional_str(doc, "input_type")
+        instruction = _optional_str(doc, "instruction")
+        if input_type is not None and input_type not in QUERY_TYPES | DOCUMENT_TYPES:
+            raise _InvalidError(
+                "literal_error",
+                ["body", "input_type"],
+                "Input should be 'query', 'document' or 'passage'",
+                input_type,
+            )
+        if instruction is not None and input_type in DOCUMENT_TYPES:
+            raise _InvalidError(
+                "value_error",
+                ["body", "instruction"],
+                "Value error, instruction is only for queries",
+                instruction,
+            )
+        dimensions = self._dimensions(doc)
+        if model is not None and model != self.served_model:
+            return 404, {"detail": f"Model '{model}' not found"}
+
+        with self._inference_lock:
+            if self.delay_seconds > 0:
+                time.sleep(self.delay_seconds)
+            token_lists = [self.tokenize(self.prompt(t, input_type, instruction)) for t in texts]
+            vectors = [self._model.embed_ids(ids, dimensions) for ids in token_lists]
+        tokens = sum(len(ids) for ids in token_lists)
+        data = [
+            {"object": "embedding", "index": i, "embedding": v.tolist()}
+            for i, v in enumerate(vectors)
+        ]
+        return 200, {
+            "object": "list",
+            "data": data,
+            "model": self.served_model,
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+        }
+
+    def _dimensions(self, doc: dict[str, Any]) -> int | None:
+        value = doc.get("dimensions")
+        if value is None:
+            return None
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise _InvalidError(
+                "int_type", ["body", "dimensions"], "Input should be a valid integer", value
+            )
+        if value < self.min_dimensions:
+            raise _InvalidError(
+                "greater_than_equal",
+                ["body", "dimensions"],
+                f"Input should be greater than or equal to {self.min_dimensions}",
+                value,
+            )
+        if value > self.dim:
+            raise _InvalidError(
+                "less_than_equal",
+                ["body", "dimensions"],
+                f"Input should be less than or equal to {self.dim}",
+                value,
+            )
+        return value
+
+
+def _method_not_allowed() -> tuple[int, Any]:
+    return 405, {"detail": "Method Not Allowed"}
+
+
+def _optional_str(doc: dict[str, Any], name: str) -> str | None:
+    value = doc.get(name)
+    if value is not None and not isinstance(value, str):
+        raise _InvalidError("string_type", ["body", name], "Input should be a valid string", value)
+    return value
+
+
+def _texts(doc: dict[str, Any]) -> list[str]:
+    if "input" not in doc:
+        raise _InvalidError("missing", ["body", "input"], "Field required", doc)
+    raw = doc["input"]
+    if isinstance(raw, str):
+        return [raw]
+    if not isinstance(raw, list):
+        raise _InvalidError("list_type", ["body", "input"], "Input should be a valid list", raw)
+    if not raw:
+        raise _InvalidError(
+            "too_short",
+            ["body", "input"],
+            "List should have at least 1 item after validation, not 0",
+            raw,
+        )
+    for i, item in enumerate(raw):
+        if not isinstance(item, str):
+            raise _InvalidError(
+                "string_type", ["body", "input", i], "Input should be a valid string", item
+            )
+    return list(raw)
