@@ -34,6 +34,7 @@ Rules (Envoy 1.40, verified live; see DESIGN.md section 3):
 from __future__ import annotations
 
 import enum
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -242,7 +243,7 @@ def _attribute(request: ep.ProcessingRequest, name: str) -> str | None:
     kind = value.WhichOneof("kind")
     if kind == "string_value":
         return str(value.string_value)
-    if kind == "number_value":
+    if kind == "number_value" and math.isfinite(value.number_value):
         return str(int(value.number_value))
     return None
 

@@ -31,8 +31,9 @@ def parse_upstream_error(body: bytes) -> UpstreamError:
     try:
         doc: Any = orjson.loads(body)
     except orjson.JSONDecodeError:
-        text = body[:MAX_MESSAGE_CHARS].decode("utf-8", "replace").strip()
-        return UpstreamError(text if text.isprintable() else None)
+        # HTML or plain text from a proxy: keep it, on one line.
+        text = " ".join(body[:MAX_MESSAGE_CHARS].decode("utf-8", "replace").split())
+        return UpstreamError(text if text and text.isprintable() else None)
     if isinstance(doc, dict):
         inner = doc.get("error")
         if isinstance(inner, dict):  # vLLM / OpenAI

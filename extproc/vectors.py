@@ -14,6 +14,7 @@ import numpy as np
 import numpy.typing as npt
 
 FloatMatrix = npt.NDArray[np.float32]
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 class BadVectorsError(ValueError):
@@ -38,9 +39,14 @@ def decode_rows(items: list[object], native: int) -> FloatMatrix:
             if len(item) != native:
                 raise BadVectorsError(f"embedding {row} has {len(item)} values, expected {native}")
             try:
-                out[row] = np.asarray(item, dtype=np.float32)
+                values = np.asarray(item, dtype=np.float64)
             except (TypeError, ValueError):
-                raise BadVectorsError(f"embedding {row} holds non-numbers") from None
+                values = np.empty(0)
+            if values.shape != (native,):
+                raise BadVectorsError(f"embedding {row} is not a flat array of numbers")
+            if not np.all(np.abs(values) <= _FLOAT32_MAX):  # also catches NaN
+                raise BadVectorsError(f"embedding {row} holds NaN, infinite or non-float32 values")
+            out[row] = values
         else:
             raise BadVectorsError(f"embedding {row} is neither a float array nor base64")
     if not np.isfinite(out).all():
@@ -50,7 +56,7 @@ def decode_rows(items: list[object], native: int) -> FloatMatrix:
 
 def truncate_renormalise(matrix: FloatMatrix, dimensions: int) -> FloatMatrix:
     """First ``dimensions`` components of each row, scaled to unit L2 norm."""
-    head = np.ascontiguousarray(matrix[:, :dimensions], dtype=np.float32)
+    head = np.array(matrix[:, :dimensions], dtype=np.float32, copy=True)  # never the caller's
     norms = np.linalg.norm(head, axis=1, keepdims=True)
     np.divide(head, norms, out=head, where=norms > 0)  # an all-zero row stays zero
     return head

@@ -1,0 +1,589 @@
+"""The ext_proc state machine driven with real Envoy protobuf messages."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import orjson
+import pytest
+from envoy.config.core.v3 import base_pb2
+from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2
+from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
+from google.protobuf import struct_pb2
+
+from extproc.contract import Contract
+from extproc.stream import ExtProcStream, Phase
+
+MODEL = "Qwen/Qwen3-Embedding-0.6B"
+ATTRIBUTES_KEY = "envoy.filters.http.ext_proc"
+CONTENT_TYPE_ATTR = "request.headers['content-type']"
+CODE_DETAILS_ATTR = "response.code_details"
+BUFFERED = processing_mode_pb2.ProcessingMode.BUFFERED
+QUERY_PROMPT = (
+    "Instruct: Given a web search query, retrieve relevant passages that answer the query\n"
+    "Query:What is the capital city of France?"
+)
+ENVELOPE_KEYS = {"message", "type", "param", "code"}
+
+
+# -- message builders -------------------------------------------------------------------
+
+
+def with_attributes(
+    request: ep.ProcessingRequest, values: Mapping[str, Any]
+) -> ep.ProcessingRequest:
+    struct = struct_pb2.Struct()
+    struct.update(dict(values))
+    request.attributes[ATTRIBUTES_KEY].CopyFrom(struct)
+    return request
+
+
+def header_map(headers: Mapping[str, str]) -> base_pb2.HeaderMap:
+    return base_pb2.HeaderMap(
+        headers=[
+            base_pb2.HeaderValue(key=k, raw_value=v.encode("latin-1")) for k, v in headers.items()
+        ]
+    )
+
+
+def request_headers(headers: Mapping[str, str], *, eos: bool = False) -> ep.ProcessingRequest:
+    return ep.ProcessingRequest(
+        request_headers=ep.HttpHeaders(headers=header_map(headers), end_of_stream=eos)
+    )
+
+
+def request_body(
+    body: bytes | Mapping[str, Any],
+    *,
+    eos: bool = True,
+    content_type: str | None = "application/json",
+) -> ep.ProcessingRequest:
+    raw = body if isinstance(body, bytes) else orjson.dumps(body)
+    message = ep.ProcessingRequest(request_body=ep.HttpBody(body=raw, end_of_stream=eos))
+    attrs: dict[str, Any] = {"request.id": "req-1"}
+    if content_type is not None:
+        attrs[CONTENT_TYPE_ATTR] = content_type
+    return with_attributes(message, attrs)
+
+
+def response_headers(
+    status: int | str, *, eos: bool = False, details: str | None = "via_upstream"
+) -> ep.ProcessingRequest:
+    message = ep.ProcessingRequest(
+        response_headers=ep.HttpHeaders(
+            headers=header_map({":status": str(status), "content-type": "application/json"}),
+            end_of_stream=eos,
+        )
+    )
+    if details is not None:
+        with_attributes(message, {CODE_DETAILS_ATTR: details})
+    return message
+
+
+def response_body(body: bytes, *, eos: bool = True) -> ep.ProcessingRequest:
+    return ep.ProcessingRequest(response_body=ep.HttpBody(body=body, end_of_stream=eos))
+
+
+def set_headers(mutation: ep.HeaderMutation) -> dict[str, bytes]:
+    out: dict[str, bytes] = {}
+    for option in mutation.set_headers:
+        header = option.header
+        assert header.value == "", f"{header.key} set with `value`; Envoy needs raw_value"
+        out[header.key] = header.raw_value
+    return out
+
+
+def envelope(body: bytes) -> dict[str, Any]:
+    doc = orjson.loads(body)
+    assert list(doc) == ["error"]
+    assert set(doc["error"]) == ENVELOPE_KEYS
+    return dict(doc["error"])
+
+
+def assert_immediate(reply: ep.ProcessingResponse, status: int) -> dict[str, Any]:
+    assert reply.WhichOneof("response") == "immediate_response", reply
+    immediate = reply.immediate_response
+    assert immediate.status.code == status
+    assert set_headers(immediate.headers)["content-type"] == b"application/json"
+    return envelope(immediate.body)
+
+
+AWAITING = (Phase.AWAIT_REQUEST, Phase.AWAIT_RESPONSE_HEADERS, Phase.AWAIT_RESPONSE_BODY)
+
+
+def assert_finished(stream: ExtProcStream) -> None:
+    """The exchange is decided: later messages are answered neutrally, never processed."""
+    assert stream.phase not in AWAITING, stream.phase
+    late = stream.handle(response_body(b'{"data": []}'))
+    assert late == ep.ProcessingResponse(response_body=ep.BodyResponse())
+
+
+QUERY = {"model": MODEL, "input": "What is the capital city of France?", "input_type": "query"}
+PLAIN = {"model": MODEL, "input": ["a", "b"]}
+DIMS = {"model": MODEL, "input": ["a", "b"], "dimensions": 256}
+
+
+@pytest.fixture
+def stream(qwen_contract: Contract) -> ExtProcStream:
+    return ExtProcStream(contract=qwen_contract)
+
+
+def unit_rows(n: int, dim: int = 1024) -> np.ndarray[Any, np.dtype[np.float32]]:
+    rng = np.random.default_rng(42)
+    rows = rng.standard_normal((n, dim))
+    out: np.ndarray[Any, np.dtype[np.float32]] = (
+        rows / np.linalg.norm(rows, axis=1, keepdims=True)
+    ).astype(np.float32)
+    return out
+
+
+def b64_body(rows: np.ndarray[Any, np.dtype[np.float32]]) -> bytes:
+    data = [
+        {
+            "object": "embedding",
+            "index": i,
+            "embedding": base64.b64encode(r.astype("<f4").tobytes()).decode(),
+        }
+        for i, r in enumerate(rows)
+    ]
+    return orjson.dumps(
+        {"object": "list", "data": data, "model": MODEL, "usage": {"prompt_tokens": 4}}
+    )
+
+
+# -- request phase -----------------------------------------------------------------------
+
+
+def test_good_body_is_rewritten_with_its_content_length(stream: ExtProcStream) -> None:
+    reply = stream.handle(request_body(QUERY))
+    assert reply.WhichOneof("response") == "request_body"
+    common = reply.request_body.response
+    body = common.body_mutation.body
+    doc = orjson.loads(body)
+    assert doc["input"] in ([QUERY_PROMPT], QUERY_PROMPT)
+    assert "input_type" not in doc
+    headers = set_headers(common.header_mutation)
+    assert headers["content-length"] == str(len(body)).encode()
+    assert headers["content-type"] == b"application/json"
+    assert stream.plan is not None and stream.plan.model == MODEL
+    assert stream.phase is Phase.AWAIT_RESPONSE_HEADERS
+    assert stream.request_id == "req-1"
+
+
+def test_unchanged_body_passes_with_an_empty_reply(stream: ExtProcStream) -> None:
+    reply = stream.handle(request_body(PLAIN))
+    assert reply.WhichOneof("response") == "request_body"
+    common = reply.request_body.response
+    assert not common.HasField("body_mutation")
+    assert len(common.header_mutation.set_headers) == 0
+    assert stream.plan is not None and stream.plan.input_count == 2
+    assert stream.phase is Phase.AWAIT_RESPONSE_HEADERS
+
+
+@pytest.mark.parametrize(
+    ("body", "content_type", "status", "param"),
+    [
+        pytest.param(b"{not json", "application/json", 400, None, id="malformed-json"),
+        pytest.param(b"", "application/json", 400, None, id="empty"),
+        pytest.param(
+            {"model": "nope", "input": "x"}, "application/json", 404, "model", id="unknown-model"
+        ),
+        pytest.param(
+            {"model": MODEL, "input": "x", "dimensions": 31},
+            "application/json",
+            400,
+            "dimensions",
+            id="dims-31",
+        ),
+        pytest.param(
+            {"model": MODEL, "input": []}, "application/json", 400, "input", id="empty-input"
+        ),
+        pytest.param(PLAIN, "text/plain", 415, None, id="attr-text-plain"),
+        pytest.param(PLAIN, "application/x-www-form-urlencoded", 415, None, id="attr-form"),
+    ],
+)
+def test_bad_body_is_answered_immediately(
+    body: bytes | dict[str, Any],
+    content_type: str,
+    status: int,
+    param: str | None,
+    stream: ExtProcStream,
+) -> None:
+    reply = stream.handle(request_body(body, content_type=content_type))
+    error = assert_immediate(reply, status)
+    assert error["param"] == param
+    assert error["type"] == "invalid_request_error"
+    assert stream.phase is Phase.DONE
+    assert stream.plan is None
+
+
+@pytest.mark.parametrize(
+    "content_type",
+    [None, "application/json; charset=utf-8", "APPLICATION/JSON"],
+    ids=["no-attribute", "charset", "upper"],
+)
+def test_json_content_type_attribute_accepted(
+    content_type: str | None, stream: ExtProcStream
+) -> None:
+    reply = stream.handle(request_body(PLAIN, content_type=content_type))
+    assert reply.WhichOneof("response") == "request_body"
+
+
+@pytest.mark.parametrize(
+    ("headers", "eos", "status"),
+    [
+        pytest.param({":method": "POST", "content-type": "application/json"}, False, None, id="ok"),
+        pytest.param({":method": "GET"}, True, 405, id="get"),
+        pytest.param(
+            {":method": "POST", "content-type": "application/json"}, True, 400, id="no-body"
+        ),
+        pytest.param(
+            {":method": "POST", "content-type": "text/plain"}, False, 415, id="text-plain"
+        ),
+        pytest.param(
+            {":method": "POST", "Content-Type": "Text/Plain"}, False, 415, id="text-plain-case"
+        ),
+        pytest.param(
+            {":method": "POST", "content-type": "application/json", "content-length": "100"},
+            False,
+            None,
+            id="small-length",
+        ),
+        pytest.param(
+            {
+                ":method": "POST",
+                "content-type": "application/json",
+                "content-length": str(8 * 1024 * 1024 + 1),
+            },
+            False,
+            413,
+            id="length-over-8MiB",
+        ),
+        pytest.param(
+            {":method": "POST", "content-type": "application/json", "content-length": "-5"},
+            False,
+            None,
+            id="garbage-length-left-to-envoy",
+        ),
+    ],
+)
+def test_request_headers(
+    headers: dict[str, str], eos: bool, status: int | None, stream: ExtProcStream
+) -> None:
+    reply = stream.handle(request_headers(headers, eos=eos))
+    if status is None:
+        assert reply.WhichOneof("response") == "request_headers"
+        assert reply.request_headers == ep.HeadersResponse()
+        assert stream.phase is Phase.AWAIT_REQUEST
+        follow = stream.handle(request_body(PLAIN, content_type=None))
+        assert follow.WhichOneof("response") == "request_body"
+    else:
+        assert_immediate(reply, status)
+        assert stream.phase is Phase.DONE
+
+
+def test_content_type_from_headers_applies_to_the_body(stream: ExtProcStream) -> None:
+    stream.handle(request_headers({":method": "POST", "content-type": "application/json"}))
+    reply = stream.handle(request_body(PLAIN, content_type="text/plain"))  # attribute wins
+    assert_immediate(reply, 415)
+
+
+# -- response phase ----------------------------------------------------------------------
+
+
+def test_200_without_rewrite_streams_untouched(stream: ExtProcStream) -> None:
+    stream.handle(request_body(QUERY))
+    reply = stream.handle(response_headers(200))
+    assert reply.WhichOneof("response") == "response_headers"
+    assert not reply.HasField("mode_override")
+    assert reply.response_headers == ep.HeadersResponse()
+    assert_finished(stream)
+
+
+def test_dimensions_emulation_buffers_the_response(stream: ExtProcStream) -> None:
+    stream.handle(request_body(DIMS))
+    reply = stream.handle(response_headers(200))
+    assert reply.WhichOneof("response") == "response_headers"
+    assert reply.HasField("mode_override")
+    assert reply.mode_override.response_body_mode == BUFFERED
+    assert reply.mode_override.request_body_mode == BUFFERED
+    assert stream.phase is Phase.AWAIT_RESPONSE_BODY
+
+
+@pytest.mark.parametrize("status", [400, 404, 415, 500, 503])
+def test_error_with_body_is_buffered(status: int, stream: ExtProcStream) -> None:
+    stream.handle(request_body(PLAIN))
+    reply = stream.handle(response_headers(status))
+    assert reply.mode_override.response_body_mode == BUFFERED
+    assert reply.mode_override.request_body_mode == BUFFERED
+    assert stream.phase is Phase.AWAIT_RESPONSE_BODY
+
+
+@pytest.mark.parametrize(
+    ("body", "upstream_status", "client_status"),
+    [
+        pytest.param(PLAIN, 404, 503, id="empty-404-is-503"),
+        pytest.param(PLAIN, 500, 500, id="empty-500"),
+        pytest.param(PLAIN, 503, 503, id="empty-503"),
+        pytest.param(DIMS, 200, 502, id="empty-200-needing-rewrite"),
+    ],
+)
+def test_bodyless_response_answered_immediately(
+    body: dict[str, Any], upstream_status: int, client_status: int, stream: ExtProcStream
+) -> None:
+    stream.handle(request_body(body))
+    reply = stream.handle(response_headers(upstream_status, eos=True))
+    error = assert_immediate(reply, client_status)
+    assert error["type"] == "server_error"
+    assert stream.phase is Phase.DONE
+
+
+def test_response_body_vectors_rewritten(stream: ExtProcStream) -> None:
+    stream.handle(request_body(DIMS))
+    stream.handle(response_headers(200))
+    rows = unit_rows(2)
+    reply = stream.handle(response_body(b64_body(rows)))
+    assert reply.WhichOneof("response") == "response_body"
+    common = reply.response_body.response
+    body = common.body_mutation.body
+    headers = set_headers(common.header_mutation)
+    assert headers[":status"] == b"200"
+    assert headers["content-type"] == b"application/json"
+    assert headers["content-length"] == str(len(body)).encode()
+    doc = orjson.loads(body)
+    got = np.asarray([item["embedding"] for item in doc["data"]], dtype=np.float64)
+    head = rows[:, :256].astype(np.float64)
+    np.testing.assert_allclose(got, head / np.linalg.norm(head, axis=1, keepdims=True), atol=1e-6)
+    assert doc["usage"] == {"prompt_tokens": 4}
+    assert stream.phase is Phase.DONE
+
+
+@pytest.mark.parametrize(
+    ("upstream_status", "client_status", "error_type"),
+    [
+        pytest.param(500, 500, "server_error", id="500"),
+        pytest.param(400, 400, "invalid_request_error", id="400"),
+        pytest.param(404, 503, "server_error", id="404"),
+    ],
+)
+def test_response_body_error_enveloped(
+    upstream_status: int, client_status: int, error_type: str, stream: ExtProcStream
+) -> None:
+    stream.handle(request_body(PLAIN))
+    stream.handle(response_headers(upstream_status))
+    upstream = b'{"message":"Internal server error","type":"Internal Server Error","code":500}'
+    reply = stream.handle(response_body(upstream))
+    common = reply.response_body.response
+    headers = set_headers(common.header_mutation)
+    assert headers[":status"] == str(client_status).encode()
+    assert headers["content-length"] == str(len(common.body_mutation.body)).encode()
+    error = envelope(common.body_mutation.body)
+    assert error["type"] == error_type
+    assert "Internal server error" in error["message"]
+
+
+@pytest.mark.parametrize(
+    "details",
+    [
+        "request_payload_too_large",
+        "response_payload_too_large",
+        "upstream_response_timeout",
+        "direct_response",
+    ],
+)
+@pytest.mark.parametrize("status", [413, 500, 503, 504, 200])
+def test_envoy_local_reply_left_alone(details: str, status: int, stream: ExtProcStream) -> None:
+    stream.handle(request_body(DIMS))
+    reply = stream.handle(response_headers(status, eos=True, details=details))
+    assert reply.WhichOneof("response") == "response_headers"
+    assert reply.response_headers == ep.HeadersResponse()
+    assert not reply.HasField("mode_override")
+    assert_finished(stream)
+
+
+def test_unvalidated_response_error_keeps_status(stream: ExtProcStream) -> None:
+    """No request body was seen (no plan): a 404 is the upstream's own answer."""
+    reply = stream.handle(response_headers(404))
+    assert reply.mode_override.response_body_mode == BUFFERED
+    reply = stream.handle(
+        response_body(b'{"message":"Model not found","type":"Not Found","code":404}')
+    )
+    headers = set_headers(reply.response_body.response.header_mutation)
+    assert headers[":status"] == b"404"
+
+
+@pytest.mark.parametrize("status", ["abc", "", "99999"])
+def test_garbage_status_never_raises(status: str, stream: ExtProcStream) -> None:
+    stream.handle(request_body(PLAIN))
+    reply = stream.handle(response_headers(status, eos=True))
+    assert reply.WhichOneof("response") in ("immediate_response", "response_headers")
+    if reply.WhichOneof("response") == "immediate_response":
+        assert reply.immediate_response.status.code >= 500
+
+
+# -- out of order --------------------------------------------------------------------
+
+
+def _trailers_req() -> ep.ProcessingRequest:
+    return ep.ProcessingRequest(request_trailers=ep.HttpTrailers())
+
+
+def _trailers_resp() -> ep.ProcessingRequest:
+    return ep.ProcessingRequest(response_trailers=ep.HttpTrailers())
+
+
+NEUTRAL = {
+    "request_headers": ep.ProcessingResponse(request_headers=ep.HeadersResponse()),
+    "request_body": ep.ProcessingResponse(request_body=ep.BodyResponse()),
+    "response_headers": ep.ProcessingResponse(response_headers=ep.HeadersResponse()),
+    "response_body": ep.ProcessingResponse(response_body=ep.BodyResponse()),
+    "request_trailers": ep.ProcessingResponse(request_trailers=ep.TrailersResponse()),
+    "response_trailers": ep.ProcessingResponse(response_trailers=ep.TrailersResponse()),
+}
+
+
+def _after_reject(stream: ExtProcStream) -> None:
+    assert stream.handle(request_body(b"{")).WhichOneof("response") == "immediate_response"
+
+
+def _after_passthrough(stream: ExtProcStream) -> None:
+    stream.handle(request_body(PLAIN))
+    stream.handle(response_headers(200))
+    assert stream.phase not in AWAITING
+
+
+def _after_response_body(stream: ExtProcStream) -> None:
+    stream.handle(request_body(DIMS))
+    stream.handle(response_headers(200))
+    stream.handle(response_body(b64_body(unit_rows(2))))
+    assert stream.phase is Phase.DONE
+
+
+def _after_request_body(stream: ExtProcStream) -> None:
+    stream.handle(request_body(PLAIN))
+
+
+def _fresh(stream: ExtProcStream) -> None:
+    pass
+
+
+SETUPS = {
+    "fresh": _fresh,
+    "after-request-body": _after_request_body,
+    "after-reject": _after_reject,
+    "after-passthrough-done": _after_passthrough,
+    "after-response-body-done": _after_response_body,
+}
+LATE_MESSAGES = {
+    "request_headers": lambda: request_headers(
+        {":method": "POST", "content-type": "application/json"}
+    ),
+    "request_body": lambda: request_body(PLAIN),
+    "response_headers": lambda: response_headers(200),
+    "response_body": lambda: response_body(b64_body(unit_rows(2))),
+    "request_trailers": _trailers_req,
+    "response_trailers": _trailers_resp,
+}
+
+# (setup, message) pairs that are legitimately processed rather than neutral
+PROCESSED = {
+    ("fresh", "request_headers"),
+    ("fresh", "request_body"),
+    ("fresh", "response_headers"),
+    ("after-request-body", "response_headers"),
+}
+
+
+@pytest.mark.parametrize("kind", list(LATE_MESSAGES))
+@pytest.mark.parametrize("setup", list(SETUPS))
+def test_out_of_order_message_gets_a_neutral_reply(
+    setup: str, kind: str, stream: ExtProcStream
+) -> None:
+    SETUPS[setup](stream)
+    phase_before = stream.phase
+    plan_before = stream.plan
+    reply = stream.handle(LATE_MESSAGES[kind]())
+    if (setup, kind) in PROCESSED:
+        assert reply.WhichOneof("response") == kind
+        return
+    assert reply == NEUTRAL[kind], reply
+    assert stream.phase is phase_before
+    assert stream.plan is plan_before
+
+
+def test_request_body_twice(stream: ExtProcStream) -> None:
+    first = stream.handle(request_body(QUERY))
+    assert first.request_body.response.HasField("body_mutation")
+    plan = stream.plan
+    second = stream.handle(request_body({"model": MODEL, "input": "other", "dimensions": 64}))
+    assert second == NEUTRAL["request_body"]
+    assert stream.plan is plan
+    assert stream.phase is Phase.AWAIT_RESPONSE_HEADERS
+
+
+def test_response_body_first(stream: ExtProcStream) -> None:
+    reply = stream.handle(response_body(b"{}"))
+    assert reply == NEUTRAL["response_body"]
+    assert stream.phase is Phase.AWAIT_REQUEST
+
+
+@pytest.mark.parametrize("kind", ["request_body", "response_body"])
+def test_streamed_chunk_is_neutral(kind: str, stream: ExtProcStream) -> None:
+    if kind == "response_body":
+        stream.handle(request_body(DIMS))
+        stream.handle(response_headers(200))
+        reply = stream.handle(response_body(b'{"data":', eos=False))
+    else:
+        reply = stream.handle(request_body(b'{"model":', eos=False))
+    assert reply == NEUTRAL[kind]
+
+
+@pytest.mark.parametrize(
+    "request_message",
+    [
+        pytest.param(ep.ProcessingRequest(), id="empty"),
+        pytest.param(
+            with_attributes(ep.ProcessingRequest(), {"request.id": "x"}), id="attributes-only"
+        ),
+        pytest.param(ep.ProcessingRequest(observability_mode=True), id="observability-only"),
+    ],
+)
+def test_unknown_message_never_raises(
+    request_message: ep.ProcessingRequest, stream: ExtProcStream
+) -> None:
+    reply = stream.handle(request_message)
+    assert reply.WhichOneof("response") is None
+    assert stream.phase is Phase.AWAIT_REQUEST
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        pytest.param(415.0, id="number"),
+        pytest.param(1e300, id="huge-number"),
+        pytest.param(True, id="bool"),
+        pytest.param(None, id="null"),
+        pytest.param({"a": 1}, id="struct"),
+        pytest.param(["application/json"], id="list"),
+        pytest.param(
+            float("nan"),
+            id="nan",
+        ),
+        pytest.param(
+            float("inf"),
+            id="inf",
+        ),
+    ],
+)
+def test_odd_attribute_values_never_raise(value: Any, stream: ExtProcStream) -> None:
+    message = ep.ProcessingRequest(
+        request_body=ep.HttpBody(body=orjson.dumps(PLAIN), end_of_stream=True)
+    )
+    with_attributes(
+        message, {CONTENT_TYPE_ATTR: value, "request.id": value, CODE_DETAILS_ATTR: value}
+    )
+    reply = stream.handle(message)
+    assert reply.WhichOneof("response") in ("request_body", "immediate_response")
