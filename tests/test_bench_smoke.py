@@ -1,0 +1,76 @@
+"""Smoke test of the benchmark harness: `bench/run.py --quick` end to end (~1 min).
+
+Starts the real pieces (nginx or node upstream, `extproc serve`, three Envoys, wrk)
+on loopback and checks that the JSON it writes covers every configuration with sane
+numbers. It does not judge performance: this machine is shared and CI runs on it.
+Skipped only when wrk is not installed (`bench/setup.sh` installs it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+CASES = {"A", "B", "N-a", "N-b", "S-a", "S-b"}
+QUICK_WORKLOADS = {"seed-c1", "sat-c16"}
+BOUND_S = 150  # the run bounds itself at --max-runtime 110 s
+
+def test_quick_benchmark_writes_sane_json(tmp_path: Path) -> None:
+    # scripts/test installs wrk and nginx (bench/setup.sh); missing tools are a failure.
+    assert shutil.which("wrk") is not None, "wrk is missing: run bench/setup.sh"
+    run = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "bench" / "run.py"),
+            "--quick",
+            "--results-dir",
+            str(tmp_path),
+            "--max-runtime",
+            "110",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=BOUND_S,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+    output = run.stdout + run.stderr
+    assert run.returncode == 0, output
+    (result_file,) = tmp_path.glob("*.json")
+    result = json.loads(result_file.read_text())
+
+    assert result["complete"], output
+    assert result["machine"]["cores"] == os.cpu_count()
+    assert all(p["ok"] for p in result["probes"].values()), result["probes"]
+    assert result["error_captures"] == []
+
+    rows = {(r["case"], r["workload"]): r for r in result["summary"]}
+    assert set(rows) == {(c, w) for c in CASES for w in QUICK_WORKLOADS}
+    for (case, _), row in rows.items():
+        assert row["repetitions"] == 3
+        assert row["requests"] > 0 and row["req_per_s"] > 0 and row["docs_per_s"] > 0
+        assert 0 < row["p50_ms"] <= row["p99_ms"]
+        assert row["non_2xx_3xx"] == 0 and row["socket_errors"] == 0
+        if case != "B":
+            assert row["added_p50_vs_B_ms"] is not None
+        if case == "A":
+            continue
+        assert row["envoy_cpu_ms_per_req"] > 0
+        if case == "B":
+            assert row["ext_proc_msgs_per_req"] == 0
+        else:
+            assert row["extproc_cpu_ms_per_req"] > 0
+            assert 0 < row["extproc_rss_mb"] < 2048
+    for workload in QUICK_WORKLOADS:
+        # Naive is all four phases by construction; shipped never sends more.
+        assert rows[("N-a", workload)]["ext_proc_msgs_per_req"] == 4
+        assert rows[("N-b", workload)]["ext_proc_msgs_per_req"] == 4
+        assert rows[("S-a", workload)]["ext_proc_msgs_per_req"] <= 4
+        assert rows[("S-b", workload)]["ext_proc_msgs_per_req"] <= 4
+    assert "S shipped, full rewrite" in run.stdout
