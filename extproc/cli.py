@@ -1,4 +1,4 @@
-"""Command line: `extproc serve | run | check-config | presets | health | probe`."""
+"""Command line: `extproc serve | run | check-config | presets | health | probe | shadow*`."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from extproc.policy import PolicyError, load_policy_file
 from extproc.policy.loader import parse_tokenizer_overrides
 from extproc.policy.presets import PRESETS
 from extproc.probe import command as probe_command
+from extproc.shadow import command as shadow_command
 from extproc.tokens import TokenizerLoadError
 
 SHIPPED_POLICY = Path(__file__).resolve().parent / "policies" / "qwen3-embedding-0.6b.yaml"
@@ -33,6 +34,9 @@ def main(argv: list[str] | None = None) -> int:
         "presets": _presets,
         "health": _health,
         "probe": probe_command.run,
+        "shadow-compare": shadow_command.run_compare,
+        "shadow-report": shadow_command.run_report,
+        "shadow": shadow_command.run_shadow,
     }[args.command]
     return handler(args)
 
@@ -91,6 +95,14 @@ def _parser() -> argparse.ArgumentParser:
         help="how long Envoy waits for the upstream's answer (then 504)",
     )
     run.add_argument("--envoy-log-level", default="warning")
+    run.add_argument(
+        "--envoy-template",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="Envoy config to render (default envoy/standalone.yaml; "
+        "envoy/single-filter.yaml is the one-filter variant meshes use)",
+    )
     run.add_argument("--envoy-concurrency", type=int, default=None)
     policy_args(run)
 
@@ -107,6 +119,7 @@ def _parser() -> argparse.ArgumentParser:
     check_health.add_argument("--timeout", type=float, default=3.0)
 
     probe_command.add_parser(sub)
+    shadow_command.add_parsers(sub)
     return parser
 
 
@@ -163,6 +176,7 @@ def _run(args: argparse.Namespace) -> int:
         envoy_log_level=args.envoy_log_level,
         envoy_concurrency=args.envoy_concurrency,
         upstream_timeout_s=args.upstream_timeout,
+        **({"envoy_template": args.envoy_template} if args.envoy_template else {}),
     )
     return main_run(contract, options)
 

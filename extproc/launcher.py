@@ -118,7 +118,7 @@ async def run(contract: Contract, options: RunOptions) -> int:
         envoy = await asyncio.create_subprocess_exec(*argv, stdin=asyncio.subprocess.DEVNULL)
         exit_code = 0
         try:
-            if not await _wait_live(settings.admin_port, envoy):
+            if not await wait_live(settings.admin_port, envoy):
                 log.error("Envoy did not become ready within %.0f s", ENVOY_READY_TIMEOUT_S)
                 return 1
             shown_host = "127.0.0.1" if listen_host in ("0.0.0.0", "::") else listen_host
@@ -139,14 +139,14 @@ async def run(contract: Contract, options: RunOptions) -> int:
                 exit_code = 1
             stopped.cancel()
         finally:
-            await _stop_process(envoy)
+            await stop_process(envoy)
             server_stop.set()
             with contextlib.suppress(asyncio.CancelledError):
                 await server
     return exit_code
 
 
-async def _wait_live(admin_port: int, envoy: asyncio.subprocess.Process) -> bool:
+async def wait_live(admin_port: int, envoy: asyncio.subprocess.Process) -> bool:
     deadline = time.monotonic() + ENVOY_READY_TIMEOUT_S
     url = f"http://127.0.0.1:{admin_port}/ready"
     while time.monotonic() < deadline:
@@ -166,7 +166,7 @@ def _is_live(url: str) -> bool:
         return False
 
 
-async def _stop_process(process: asyncio.subprocess.Process, timeout: float = 10.0) -> None:
+async def stop_process(process: asyncio.subprocess.Process, timeout: float = 10.0) -> None:
     if process.returncode is not None:
         return
     process.terminate()

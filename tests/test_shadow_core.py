@@ -1,0 +1,860 @@
+"""Shadow mode's sans-I/O core, and its gRPC/HTTP shells in-process (no Envoy).
+
+Halves from bodies, pair comparison, the bounded pair store, sketches, tallies and
+their merge, the verdict, ownership, the wire format, the tap stream state machine,
+the report, the rendered Envoy configs, and two comparator replicas talking gRPC."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import subprocess
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+import pytest
+from envoy.config.core.v3 import base_pb2
+from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
+from grpc_tools import protoc
+
+from extproc.envoy_config import DEFAULT_TEMPLATE as STANDALONE_TEMPLATE
+from extproc.envoy_config import Upstream, dump, load_template
+from extproc.launcher import envoy_binary
+from extproc.policy import GatewayPolicy
+from extproc.shadow import (
+    Half,
+    InputKind,
+    PairStore,
+    RawHalf,
+    Role,
+    StoreLimits,
+    Tally,
+    Thresholds,
+    Tolerances,
+    compare_pair,
+    extract_half,
+    judge,
+    owner,
+    parse_peers,
+    status_class,
+    summarize,
+)
+from extproc.shadow.comparator import Comparator
+from extproc.shadow.envoy_render import (
+    EMBEDDED_GATEWAY,
+    REVERSE_TEMPLATE,
+    SHADOW_TEMPLATE,
+    ShadowEnvoySettings,
+    adopt_gateway,
+    render_shadow,
+    without_rewrite,
+    without_shadow,
+)
+from extproc.shadow.forwarder import ForwardLimits, HalfRouter
+from extproc.shadow.half import digest
+from extproc.shadow.ownership import PeerSpec
+from extproc.shadow.report import render_report
+from extproc.shadow.server import CompareOptions, serve_compare
+from extproc.shadow.sketch import Sketch
+from extproc.shadow.tap import TapStream
+from extproc.shadow.v1 import shadow_pb2 as pb
+from extproc.shadow.wire import BadHalfError, from_proto, to_proto
+from tests.conftest import REPO
+from tests.harness import free_port
+
+RNG = np.random.default_rng(7)
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def unit_rows(n: int, dims: int = 16, seed: int = 0) -> np.ndarray[Any, np.dtype[np.float32]]:
+    rows = np.random.default_rng(seed).standard_normal((n, dims)).astype(np.float32)
+    return (rows / np.linalg.norm(rows, axis=1, keepdims=True)).astype(np.float32)
+
+
+def body(vectors: np.ndarray[Any, Any], *, tokens: int = 10, as_base64: bool = False) -> bytes:
+    data = []
+    for i, row in enumerate(vectors):
+        embedding: Any = (
+            base64.b64encode(row.astype("<f4").tobytes()).decode()
+            if as_base64
+            else [float(x) for x in row]
+        )
+        data.append({"object": "embedding", "index": i, "embedding": embedding})
+    return orjson.dumps(
+        {"object": "list", "data": data, "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
+    )
+
+
+def request(inputs: Any = ("a", "b"), **extra: Any) -> bytes:
+    value = list(inputs) if isinstance(inputs, tuple) else inputs
+    return orjson.dumps({"model": "m", "input": value, **extra})
+
+
+def half(
+    role: Role,
+    vectors: np.ndarray[Any, Any] | None = None,
+    *,
+    request_id: str = "r1",
+    status: int = 200,
+    request_body: bytes | None = None,
+    tokens: int = 10,
+    latency: float = 0.01,
+    upstream: float | None = None,
+) -> Half:
+    vectors = unit_rows(2) if vectors is None else vectors
+    raw = RawHalf(
+        role=role,
+        request_id=request_id,
+        request_body=request_body if request_body is not None else request(),
+        status=status,
+        response_body=body(vectors, tokens=tokens) if 200 <= status < 300 else b'{"error":{}}',
+        latency_s=latency,
+        upstream_s=upstream,
+    )
+    return extract_half(raw, keep_text=True)
+
+
+def perturbed(vectors: np.ndarray[Any, Any], cosine: float) -> np.ndarray[Any, Any]:
+    """Rows at the given cosine from ``vectors`` (unit rows in, unit rows out)."""
+    noise = unit_rows(vectors.shape[0], vectors.shape[1], seed=99)
+    noise -= (noise * vectors).sum(axis=1, keepdims=True) * vectors  # orthogonal part
+    noise /= np.linalg.norm(noise, axis=1, keepdims=True)
+    sine = np.sqrt(1 - cosine**2)
+    return (cosine * vectors + sine * noise).astype(np.float32)
+
+
+# --------------------------------------------------------------------------- halves
+
+
+def test_a_half_keeps_vectors_tokens_kind_and_count() -> None:
+    vectors = unit_rows(3)
+    raw = RawHalf(Role.BASELINE, "id", request(("x", "y", "z")), 200, body(vectors, tokens=42), 0.5)
+    h = extract_half(raw)
+    assert h.vectors.dtype == np.float32 and h.vectors.shape == (3, 16)
+    assert np.array_equal(h.vectors, vectors)
+    assert (h.prompt_tokens, h.inputs, h.kind, h.problem) == (42, 3, InputKind.DOCUMENT, "")
+    assert h.texts == ()  # no text unless asked for
+    assert h.request_digest == digest(raw.request_body)
+
+
+def test_base64_vectors_and_out_of_order_data_are_read() -> None:
+    vectors = unit_rows(3)
+    doc = orjson.loads(body(vectors, as_base64=True))
+    doc["data"].reverse()
+    raw = RawHalf(Role.CANDIDATE, "id", request(("x", "y", "z")), 200, orjson.dumps(doc), 0.1)
+    assert np.array_equal(extract_half(raw).vectors, vectors)
+
+
+@pytest.mark.parametrize(
+    ("extra", "kind"),
+    [
+        ({}, InputKind.DOCUMENT),
+        ({"input_type": "query"}, InputKind.QUERY),
+        ({"input_type": "search_query"}, InputKind.QUERY),
+        ({"input_type": "retrieval.query"}, InputKind.QUERY),
+        ({"instruction": "Find it"}, InputKind.QUERY),
+        ({"input_type": "document"}, InputKind.DOCUMENT),
+        ({"input_type": "classification"}, InputKind.DOCUMENT),
+    ],
+)
+def test_input_kind_follows_input_type_and_instruction(
+    extra: dict[str, str], kind: InputKind
+) -> None:
+    raw = RawHalf(Role.BASELINE, "id", request(("q",), **extra), 200, body(unit_rows(1)), 0.1)
+    assert extract_half(raw).kind is kind
+
+
+@pytest.mark.parametrize(
+    ("value", "count"),
+    [("one", 1), (["a", "b"], 2), ([1, 2, 3], 1), ([[1, 2], [3]], 2), ([], 0), (5, None)],
+)
+def test_input_count(value: Any, count: int | None) -> None:
+    raw = RawHalf(Role.BASELINE, "id", request(value), 400, b"{}", 0.1)
+    assert extract_half(raw).inputs == count
+
+
+def test_texts_only_with_keep_text_and_cut() -> None:
+    raw = RawHalf(Role.BASELINE, "id", request(("x" * 500, [1, 2])), 200, body(unit_rows(2)), 0)
+    assert extract_half(raw).texts == ()
+    assert extract_half(raw, keep_text=True).texts == ("x" * 200, "<2 token ids>")
+
+
+@pytest.mark.parametrize(
+    ("response", "problem"),
+    [
+        (b"not json", "not_json"),
+        (b'{"data": []}', "no_data"),
+        (b'{"object": "list"}', "no_data"),
+        (
+            b'{"data": [{"index": 0, "embedding": [1, 2]}, {"index": 1, "embedding": [1]}]}',
+            "bad_vectors",
+        ),
+        (b'{"data": [{"index": 0, "embedding": "%%%"}]}', "bad_vectors"),
+        (b'{"data": [{"index": 0, "embedding": [NaN]}]}', "not_json"),
+    ],
+)
+def test_unusable_2xx_bodies_are_named(response: bytes, problem: str) -> None:
+    h = extract_half(RawHalf(Role.CANDIDATE, "id", request(), 200, response, 0.1))
+    assert h.problem == problem and h.vectors.shape == (0, 0)
+
+
+def test_error_responses_have_no_vectors_and_no_problem() -> None:
+    h = extract_half(RawHalf(Role.CANDIDATE, "id", request(), 500, b'{"message":"x"}', 0.1))
+    assert (h.status, h.vectors.size, h.problem, h.prompt_tokens) == (500, 0, "", None)
+
+
+# --------------------------------------------------------------------------- comparison
+
+
+def test_identical_answers_are_at_parity() -> None:
+    vectors = unit_rows(2)
+    result = compare_pair(half(Role.BASELINE, vectors), half(Role.CANDIDATE, vectors))
+    assert result.status_match and not result.status_mismatch
+    assert [r.cosine for r in result.inputs] == pytest.approx([1.0, 1.0])
+    assert all(r.dims_match and r.norm_match and not r.mismatch for r in result.inputs)
+    assert result.token_diff == 0 and not result.request_mismatch and not result.count_mismatch
+
+
+def test_a_dropped_instruction_is_a_cosine_mismatch_with_a_token_difference() -> None:
+    vectors = unit_rows(2)
+    result = compare_pair(
+        half(Role.BASELINE, vectors, tokens=28),
+        half(Role.CANDIDATE, perturbed(vectors, 0.82), tokens=9),
+    )
+    assert [r.cosine for r in result.inputs] == pytest.approx([0.82, 0.82], abs=1e-5)
+    assert all(r.mismatch for r in result.inputs)
+    assert result.token_diff == -19
+
+
+def test_status_class_parity() -> None:
+    ok = half(Role.BASELINE)
+    assert status_class(200) == "2xx" and status_class(0) == "none" and status_class(700) == "other"
+    assert compare_pair(
+        half(Role.BASELINE, status=400), half(Role.CANDIDATE, status=422)
+    ).status_match
+    result = compare_pair(ok, half(Role.CANDIDATE, status=500))
+    assert result.status_mismatch and result.inputs == ()
+
+
+def test_dimension_count_and_norm_mismatches() -> None:
+    vectors = unit_rows(2, 32)
+    dims = compare_pair(half(Role.BASELINE, vectors), half(Role.CANDIDATE, vectors[:, :16]))
+    assert all(not r.dims_match and r.cosine is None and r.mismatch for r in dims.inputs)
+    count = compare_pair(half(Role.BASELINE, vectors), half(Role.CANDIDATE, vectors[:1]))
+    assert count.count_mismatch and count.inputs == ()
+    norms = compare_pair(half(Role.BASELINE, vectors), half(Role.CANDIDATE, vectors * 1.01))
+    assert all(not r.norm_match and r.cosine == pytest.approx(1.0) for r in norms.inputs)
+
+
+def test_latency_ratio_prefers_envoys_upstream_time() -> None:
+    envoy = compare_pair(
+        half(Role.BASELINE, latency=0.5, upstream=0.050),
+        half(Role.CANDIDATE, latency=0.5, upstream=0.025),
+    )
+    assert (envoy.latency_source, envoy.latency_ratio) == ("envoy", pytest.approx(0.5))
+    tap = compare_pair(half(Role.BASELINE, latency=0.2), half(Role.CANDIDATE, latency=0.3))
+    assert (tap.latency_source, tap.latency_ratio) == ("tap", pytest.approx(1.5))
+    zero = compare_pair(half(Role.BASELINE, upstream=0.0), half(Role.CANDIDATE, upstream=0.001))
+    assert zero.latency_ratio is None
+
+
+def test_noise_explains_differences_as_large_as_baseline_vs_baseline() -> None:
+    vectors = unit_rows(2)
+    tolerances = Tolerances(min_cosine=0.999, noise_relative=2.0, noise_absolute=1e-5)
+    baseline = half(Role.BASELINE, vectors)
+    candidate = half(Role.CANDIDATE, perturbed(vectors, 0.998))
+    noisy = half(Role.NOISE, perturbed(vectors, 0.9985))  # noise 0.0015, candidate 0.002
+    calm = half(Role.NOISE, vectors)  # no noise at all
+    explained = compare_pair(baseline, candidate, noisy, tolerances)
+    assert all(r.explained_by_noise and not r.mismatch for r in explained.inputs)
+    assert explained.inputs[0].noise_cosine == pytest.approx(0.9985, abs=1e-6)
+    unexplained = compare_pair(baseline, candidate, calm, tolerances)
+    assert all(r.mismatch and not r.explained_by_noise for r in unexplained.inputs)
+    # A perfect match is never "explained": there is nothing to explain.
+    perfect = compare_pair(baseline, half(Role.CANDIDATE, vectors), noisy, tolerances)
+    assert not any(r.explained_by_noise or r.mismatch for r in perfect.inputs)
+
+
+def test_noise_explains_a_status_difference_only_when_the_baseline_is_flaky() -> None:
+    flaky = compare_pair(
+        half(Role.BASELINE, status=503), half(Role.CANDIDATE), half(Role.NOISE, status=200)
+    )
+    assert not flaky.status_match and flaky.status_explained_by_noise and not flaky.status_mismatch
+    real = compare_pair(
+        half(Role.BASELINE), half(Role.CANDIDATE, status=500), half(Role.NOISE, status=200)
+    )
+    assert real.status_mismatch
+
+
+def test_different_request_bytes_are_flagged() -> None:
+    result = compare_pair(
+        half(Role.BASELINE), half(Role.CANDIDATE, request_body=request(("a", "b"), x=1))
+    )
+    assert result.request_mismatch
+
+
+# --------------------------------------------------------------------------- pair store
+
+
+def test_store_pairs_by_request_id() -> None:
+    store = PairStore(StoreLimits(ttl_s=10))
+    assert store.add(half(Role.CANDIDATE, request_id="a"), 0.0) == (None, [])
+    assert store.add(half(Role.BASELINE, request_id="b"), 0.1) == (None, [])
+    completed, dropped = store.add(half(Role.BASELINE, request_id="a"), 0.2)
+    assert completed is not None and completed.candidate.request_id == "a" and not dropped
+    assert store.pending == 1
+
+
+def test_unpaired_halves_expire_and_memory_returns() -> None:
+    store = PairStore(StoreLimits(ttl_s=1))
+    store.add(half(Role.BASELINE, request_id="a"), 0.0)
+    assert store.pending_bytes > 0
+    assert store.expire(0.5) == ([], [])
+    completed, dropped = store.expire(1.0)
+    assert completed == [] and [(d.request_id, d.role, d.reason) for d in dropped] == [
+        ("a", Role.BASELINE, "expired")
+    ]
+    assert store.pending == 0 and store.pending_bytes == 0
+
+
+def test_the_store_is_bounded_by_count_and_bytes() -> None:
+    store = PairStore(StoreLimits(ttl_s=60, max_pending=3))
+    for i in range(5):
+        _, dropped = store.add(half(Role.BASELINE, request_id=str(i)), float(i))
+    assert store.pending == 3 and dropped[0].request_id == "1" and dropped[0].reason == "evicted"
+    one = half(Role.BASELINE, request_id="x").nbytes
+    small = PairStore(StoreLimits(ttl_s=60, max_bytes=2 * one))
+    evicted = [d for i in range(4) for d in small.add(half(Role.BASELINE, request_id=str(i)), 0)[1]]
+    assert small.pending_bytes <= 2 * one and [d.request_id for d in evicted] == ["0", "1"]
+
+
+def test_duplicates_and_late_halves_are_dropped() -> None:
+    store = PairStore(StoreLimits(ttl_s=60))
+    store.add(half(Role.BASELINE), 0)
+    assert store.add(half(Role.BASELINE), 0)[1][0].reason == "duplicate"
+    assert store.add(half(Role.CANDIDATE), 0)[0] is not None
+    assert store.add(half(Role.NOISE), 0)[1][0].reason == "late"
+
+
+def test_with_noise_expected_a_pair_waits_for_it_then_completes_without() -> None:
+    store = PairStore(StoreLimits(ttl_s=1), expect_noise=True)
+    store.add(half(Role.BASELINE, request_id="a"), 0)
+    assert store.add(half(Role.CANDIDATE, request_id="a"), 0)[0] is None
+    completed, dropped = store.expire(2)
+    assert len(completed) == 1 and completed[0].noise is None and not dropped
+    store.add(half(Role.BASELINE, request_id="b"), 3)
+    store.add(half(Role.NOISE, request_id="b"), 3)
+    completed, _ = store.add(half(Role.CANDIDATE, request_id="b"), 3)
+    assert completed is not None and completed.noise is not None
+
+
+# --------------------------------------------------------------------------- sketches
+
+
+def test_sketch_quantiles_are_within_one_percent() -> None:
+    values = RNG.lognormal(mean=-7, sigma=2, size=5000)
+    sketch = Sketch()
+    for v in values:
+        sketch.add(float(v))
+    for q in (0.01, 0.5, 0.9, 0.99):
+        exact = float(np.quantile(values, q, method="lower"))
+        got = sketch.quantile(q)
+        assert got is not None and abs(got - exact) <= 0.011 * exact + 1e-12, q
+    assert sketch.quantile(0) == values.min() and sketch.quantile(1) == values.max()
+    assert len(sketch.buckets) < 2200
+
+
+def test_sketches_merge_exactly_and_survive_json() -> None:
+    a, b, both = Sketch(), Sketch(), Sketch()
+    for i, v in enumerate(RNG.random(1000)):
+        (a if i % 2 else b).add(float(v))
+        both.add(float(v))
+    a.add(0.0)
+    both.add(0.0)
+    a.merge(Sketch.from_json(orjson.loads(orjson.dumps(b.to_json()))))
+    assert a.to_json() == both.to_json()
+    assert Sketch().quantile(0.5) is None
+
+
+# --------------------------------------------------------------------------- tally and verdict
+
+
+def pair_results(n: int, *, cosine: float = 1.0, candidate_status: int = 200) -> list[Any]:
+    out = []
+    for i in range(n):
+        vectors = unit_rows(2, seed=i)
+        candidate = perturbed(vectors, cosine) if cosine < 1 else vectors
+        out.append(
+            compare_pair(
+                half(Role.BASELINE, vectors, request_id=f"d{i}"),
+                half(Role.CANDIDATE, candidate, request_id=f"d{i}", status=candidate_status),
+            )
+        )
+    return out
+
+
+def test_summary_of_parity_is_ready() -> None:
+    tally = Tally()
+    for result in pair_results(5):
+        tally.add_pair(result)
+    summary = summarize(tally)
+    assert summary["pairs"] == 5 and summary["inputs"]["document"]["compared"] == 10
+    assert summary["inputs"]["document"]["cosine"]["min"] == pytest.approx(1.0)
+    assert summary["status"]["pairs"] == {"2xx/2xx": 5} and summary["status"]["mismatches"] == 0
+    assert summary["tokens"] == {
+        "requests": 5, "equal": 5, "different": 0, "baseline_total": 50,
+        "candidate_total": 50, "max_abs_diff": 0,
+    }  # fmt: skip
+    assert summary["verdict"]["verdict"] == "ready"
+    assert len(summary["worst"]) == 10 and not any(w["mismatch"] for w in summary["worst"])
+    orjson.dumps(summary)  # JSON-able
+
+
+def test_verdict_thresholds() -> None:
+    tally = Tally()
+    for result in pair_results(3, cosine=0.9995):
+        tally.add_pair(result)
+    summary = summarize(tally)
+    assert judge(summary, Thresholds(min_cosine=0.999)).ready
+    verdict = judge(summary, Thresholds(min_cosine=0.9999))
+    assert not verdict.ready and verdict.label == "not ready"
+    assert [c.name for c in verdict.checks if not c.ok] == ["documents"]
+    assert not judge(summarize(Tally())).ready  # nothing compared yet
+
+
+def test_status_mismatches_and_queries_fail_the_verdict() -> None:
+    tally = Tally()
+    for result in pair_results(2, candidate_status=500):
+        tally.add_pair(result)
+    query = compare_pair(
+        half(Role.BASELINE, request_body=request(("q", "r"), input_type="query")),
+        half(
+            Role.CANDIDATE,
+            perturbed(unit_rows(2), 0.4),
+            request_body=request(("q", "r"), input_type="query"),
+        ),
+    )
+    tally.add_pair(query)
+    summary = summarize(tally)
+    assert summary["status"]["mismatch_pairs"] == {"2xx/5xx": 2}
+    assert summary["inputs"]["query"]["cosine"]["max"] < 0.5
+    failed = {c.name for c in judge(summary).checks if not c.ok}
+    assert failed == {"queries", "status classes"}
+    assert judge(summary, Thresholds(min_query_cosine=0.0, max_status_mismatches=2)).ready
+    assert summary["worst"][0]["kind"] == "query" and summary["worst"][0]["mismatch"]
+    assert summary["status"]["examples"][0]["candidate"] == 500
+
+
+def test_tallies_merge_like_one_tally_and_travel_as_json() -> None:
+    results = pair_results(6, cosine=0.9998) + pair_results(2, candidate_status=503)
+    one, left, right = Tally(), Tally(), Tally()
+    for i, result in enumerate(results):
+        one.add_pair(result)
+        (left if i % 2 else right).add_pair(result)
+    one.halves_dropped["expired/baseline"] += 1
+    right.halves_dropped["expired/baseline"] += 1
+    merged = Tally.merged([left, Tally.from_json(orjson.loads(orjson.dumps(right.to_json())))])
+    summary_one, summary_merged = summarize(one), summarize(merged)
+    for key in ("pairs", "inputs", "status", "tokens", "latency", "halves", "expired_halves"):
+        if key == "status":
+            assert summary_one[key]["pairs"] == summary_merged[key]["pairs"]
+        else:
+            assert summary_one[key] == summary_merged[key], key
+    assert summary_one["worst"] == summary_merged["worst"]
+    with pytest.raises(ValueError):
+        Tally.from_json({"format": 99})
+
+
+def test_the_tally_stays_bounded() -> None:
+    tally = Tally()
+    for result in pair_results(40, cosine=0.99):
+        tally.add_pair(result)
+    assert len(tally.worst) == 20
+    assert len(orjson.dumps(tally.to_json())) < 20_000
+
+
+# --------------------------------------------------------------------------- ownership and wire
+
+
+def test_rendezvous_ownership_is_stable_and_spread() -> None:
+    peers = ["10.0.0.1:50061", "10.0.0.2:50061", "10.0.0.3:50061"]
+    ids = [f"req-{i}" for i in range(3000)]
+    owners = {i: owner(i, peers) for i in ids}
+    assert owners == {i: owner(i, list(reversed(peers))) for i in ids}  # order-free
+    shares = [sum(1 for o in owners.values() if o == p) / len(ids) for p in peers]
+    assert all(0.28 < s < 0.39 for s in shares), shares
+    grown = {i: owner(i, [*peers, "10.0.0.4:50061"]) for i in ids}
+    moved = [i for i in ids if grown[i] != owners[i]]
+    assert all(grown[i] == "10.0.0.4:50061" for i in moved)  # only to the newcomer
+    assert 0.18 < len(moved) / len(ids) < 0.32
+
+
+def test_peer_lists() -> None:
+    assert parse_peers("") == PeerSpec()
+    assert parse_peers("a:1, b:2,a:1").static == ("a:1", "b:2")
+    spec = parse_peers("dns:shadow-compare.ns.svc.cluster.local:50061")
+    assert spec.is_dns and spec.dns_port == 50061
+    for bad in ("a", "a:b", "dns:nope"):
+        with pytest.raises(ValueError):
+            parse_peers(bad)
+
+
+def test_halves_round_trip_through_the_peer_message() -> None:
+    full = half(Role.NOISE, unit_rows(3), upstream=0.012)
+    back = from_proto(pb.Half.FromString(to_proto(full).SerializeToString()))
+    assert np.array_equal(back.vectors, full.vectors)
+    assert back == Half(**{**full.__dict__, "vectors": back.vectors})
+    error = half(Role.CANDIDATE, status=500)
+    back = from_proto(to_proto(error))
+    assert back.vectors.shape == (0, 0) and back.prompt_tokens is None and back.upstream_s is None
+    with pytest.raises(BadHalfError):
+        from_proto(pb.Half(request_id="x", role=pb.BASELINE, kind=pb.DOCUMENT, rows=2, dims=2))
+    with pytest.raises(BadHalfError):
+        from_proto(pb.Half(request_id="x"))
+
+
+def test_generated_shadow_code_is_fresh(tmp_path: Path) -> None:
+    proto = "extproc/shadow/v1/shadow.proto"
+    status = protoc.main(
+        [
+            "grpc_tools.protoc",
+            f"-I{REPO / 'protos'}",
+            f"--python_out={tmp_path}",
+            f"--pyi_out={tmp_path}",
+            f"--grpc_python_out={tmp_path}",
+            str(REPO / "protos" / proto),
+        ]
+    )
+    assert status == 0
+    for name in ("shadow_pb2.py", "shadow_pb2.pyi", "shadow_pb2_grpc.py"):
+        fresh = (tmp_path / "extproc" / "shadow" / "v1" / name).read_text()
+        assert fresh == (REPO / "extproc" / "shadow" / "v1" / name).read_text(), name
+
+
+# --------------------------------------------------------------------------- tap stream
+
+
+def headers(**values: str) -> ep.HttpHeaders:
+    return ep.HttpHeaders(
+        headers=base_pb2.HeaderMap(
+            headers=[
+                base_pb2.HeaderValue(key=k.replace("_", "-"), raw_value=v.encode())
+                for k, v in values.items()
+            ]
+        )
+    )
+
+
+def envoy_messages(request_body: bytes, status: int, response_body: bytes) -> list[Any]:
+    """What an observability-mode tap with STREAMED bodies sends for one request."""
+    half_way = len(request_body) // 2
+    return [
+        ep.ProcessingRequest(request_headers=headers(**{"x_request_id": "abc", ":path": "/"})),
+        ep.ProcessingRequest(request_body=ep.HttpBody(body=request_body[:half_way])),
+        ep.ProcessingRequest(request_body=ep.HttpBody(body=request_body[half_way:])),
+        ep.ProcessingRequest(request_body=ep.HttpBody(body=b"", end_of_stream=True)),
+        ep.ProcessingRequest(
+            response_headers=headers(
+                **{":status": str(status), "x_envoy_upstream_service_time": "12"}
+            )
+        ),
+        ep.ProcessingRequest(response_body=ep.HttpBody(body=response_body)),
+        ep.ProcessingRequest(response_body=ep.HttpBody(body=b"", end_of_stream=True)),
+    ]
+
+
+def test_the_tap_stream_collects_one_exchange() -> None:
+    stream = TapStream(Role.BASELINE, max_body_bytes=1 << 20)
+    messages = envoy_messages(request(), 200, body(unit_rows(2)))
+    results = [stream.feed(m, now=float(i)) for i, m in enumerate(messages)]
+    assert results[:-1] == [None] * (len(messages) - 1)
+    raw = results[-1]
+    assert raw is not None and stream.finished
+    assert (raw.request_id, raw.status, raw.request_body) == ("abc", 200, request())
+    assert raw.latency_s == len(messages) - 1 and raw.upstream_s == 0.012
+    assert stream.feed(messages[0], 99.0) is None  # nothing after the end
+
+
+def test_the_tap_stream_ends_at_bodyless_response_headers() -> None:
+    stream = TapStream(Role.CANDIDATE, max_body_bytes=1 << 20)
+    stream.feed(ep.ProcessingRequest(request_headers=headers(x_request_id="r")), 0)
+    end = ep.ProcessingRequest(response_headers=headers(**{":status": "404"}))
+    end.response_headers.end_of_stream = True
+    raw = stream.feed(end, 1)
+    assert raw is not None and raw.status == 404 and raw.response_body == b""
+
+
+def test_the_tap_stream_gives_up_on_oversized_bodies_and_missing_ids() -> None:
+    stream = TapStream(Role.BASELINE, max_body_bytes=10)
+    outcomes = [stream.feed(m, 0) for m in envoy_messages(b"x" * 40, 200, b"{}")]
+    assert outcomes == [None] * 7 and stream.problem == "too_large"
+    anonymous = TapStream(Role.BASELINE, max_body_bytes=100)
+    anonymous.feed(ep.ProcessingRequest(request_headers=headers(**{":path": "/"})), 0)
+    assert anonymous.finished and anonymous.problem == "no_request_id"
+
+
+# --------------------------------------------------------------------------- report
+
+
+def test_the_report_has_the_seed_tables_and_the_verdict() -> None:
+    tally = Tally()
+    for result in pair_results(4, cosine=0.9997) + pair_results(1, candidate_status=500):
+        tally.add_pair(result)
+    text = render_report(summarize(tally))
+    assert "| Dimension (documents) | 16 | 16 |" in text
+    assert "| Sum of prompt tokens, documents (4 requests) | 40 | 40 |" in text
+    assert "| Cosine similarity per document (8 inputs) | Min 0.9997" in text
+    assert "| 2xx | 5xx | 1 (mismatch) |" in text
+    assert "Verdict: not ready" in text and "[FAIL] status classes" in text
+    assert "Verdict: ready" in render_report(summarize(tally), Thresholds(max_status_mismatches=1))
+
+
+# --------------------------------------------------------------------------- Envoy configs
+
+
+def validate(config: dict[str, Any], path: Path) -> None:
+    path.write_text(dump(config))
+    result = subprocess.run(
+        [envoy_binary(), "--mode", "validate", "-c", str(path), "-l", "error"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def shadow_settings(**overrides: Any) -> ShadowEnvoySettings:
+    values: dict[str, Any] = {
+        "listen_host": "0.0.0.0",
+        "listen_port": 18080,
+        "admin_port": 19901,
+        "shadow_port": 18081,
+        "noise_port": 18082,
+        "extproc_port": 15051,
+        "compare": (("10.0.0.7", 50061), ("10.0.0.8", 50061)),
+        "baseline": Upstream.from_url("http://legacy.example:8000"),
+        "candidate": Upstream.from_url("https://dynamo.example:8443"),
+        "percent": 12.5,
+        "candidate_gateway_port": 18083,
+    }
+    values.update(overrides)
+    return ShadowEnvoySettings(**values)
+
+
+@pytest.mark.parametrize("template", [SHADOW_TEMPLATE, REVERSE_TEMPLATE], ids=["A", "B"])
+def test_rendered_shadow_configs_validate(
+    template: Path, qwen_policy: GatewayPolicy, tmp_path: Path
+) -> None:
+    config = render_shadow(load_template(template), shadow_settings(), qwen_policy)
+    validate(config, tmp_path / "rendered.yaml")
+    validate(without_rewrite(config), tmp_path / "no-rewrite.yaml")
+    validate(without_shadow(config), tmp_path / "no-shadow.yaml")
+
+    listeners = {item["name"]: item for item in config["static_resources"]["listeners"]}
+    clusters = {item["name"]: item for item in config["static_resources"]["clusters"]}
+    for name in ("shadow", "noise", *(["candidate"] if "candidate" in listeners else [])):
+        assert listeners[name]["address"]["socket_address"]["address"] == "127.0.0.1"
+    hcm = listeners["primary"]["filter_chains"][0]["filters"][0]["typed_config"]
+    shadowed, plain = hcm["route_config"]["virtual_hosts"][0]["routes"][:2]
+    assert (shadowed["name"], plain["name"]) == ("embeddings-shadowed", "embeddings")
+    share = shadowed["match"]["runtime_fraction"]
+    assert share == {
+        "default_value": {"numerator": 125_000, "denominator": "MILLION"},
+        "runtime_key": "shadow.percent",
+    }
+    mirrors = {m["cluster"]: m for m in shadowed["route"]["request_mirror_policies"]}
+    assert "runtime_fraction" not in mirrors["shadow_listener"]  # decided by the route
+    assert mirrors["noise_listener"]["runtime_fraction"]["default_value"]["numerator"] == 0
+    assert "request_mirror_policies" not in plain["route"]
+    assert plain["typed_per_filter_config"]["shadow.tap"]["disabled"] is True
+    taps = [f for f in hcm["http_filters"] if f["name"] == "shadow.tap"]
+    assert taps[0]["typed_config"]["observability_mode"] is True
+    assert taps[0]["typed_config"]["failure_mode_allow"] is True
+    endpoints = clusters["shadow_compare"]["load_assignment"]["endpoints"][0]["lb_endpoints"]
+    assert len(endpoints) == 2
+    assert "transport_socket" in clusters["candidate"]  # https
+    assert "transport_socket" not in clusters["baseline"]
+    role = taps[0]["typed_config"]["grpc_service"]["initial_metadata"][0]["value"]
+    assert role == ("candidate" if template == REVERSE_TEMPLATE else "baseline")
+
+
+@pytest.mark.parametrize("template", [SHADOW_TEMPLATE, REVERSE_TEMPLATE], ids=["A", "B"])
+def test_the_shadow_files_embed_the_shipped_single_filter_gateway(template: Path) -> None:
+    config = load_template(template)
+    assert adopt_gateway(config, load_template(EMBEDDED_GATEWAY)) == config, (
+        f"the gateway parts of envoy/{template.name} (candidate listener routes, local "
+        f"replies, filters after the tap; the extproc cluster) differ from "
+        f"envoy/{EMBEDDED_GATEWAY.name}'s: copy them over (cluster upstream -> candidate)"
+    )
+
+
+@pytest.mark.parametrize("template", [SHADOW_TEMPLATE, REVERSE_TEMPLATE], ids=["A", "B"])
+def test_another_gateway_config_can_run_on_the_candidate_side(
+    template: Path, qwen_policy: GatewayPolicy, tmp_path: Path
+) -> None:
+    standalone = load_template(STANDALONE_TEMPLATE)
+    config = render_shadow(
+        load_template(template), shadow_settings(), qwen_policy, gateway=standalone
+    )
+    validate(config, tmp_path / "standalone-gateway.yaml")
+    validate(without_rewrite(config), tmp_path / "standalone-gateway-raw.yaml")
+    gateway_filters = [
+        f["name"] for f in standalone["static_resources"]["listeners"][0]["filter_chains"][0][
+            "filters"
+        ][0]["typed_config"]["http_filters"]
+    ]  # fmt: skip
+    listener = "shadow" if template == SHADOW_TEMPLATE else "candidate"
+    (chosen,) = [x for x in config["static_resources"]["listeners"] if x["name"] == listener]
+    names = [
+        f["name"] for f in chosen["filter_chains"][0]["filters"][0]["typed_config"]["http_filters"]
+    ]
+    assert names == (["shadow.tap"] if template == SHADOW_TEMPLATE else []) + gateway_filters
+
+
+def test_the_rewrite_sits_after_the_tap_on_the_candidate_side(qwen_policy: GatewayPolicy) -> None:
+    for template, listener in ((SHADOW_TEMPLATE, "shadow"), (REVERSE_TEMPLATE, "candidate")):
+        config = render_shadow(load_template(template), shadow_settings(), qwen_policy)
+        (chosen,) = [x for x in config["static_resources"]["listeners"] if x["name"] == listener]
+        names = [
+            f["name"]
+            for f in chosen["filter_chains"][0]["filters"][0]["typed_config"]["http_filters"]
+        ]
+        expected = ["shadow.tap", "envoy.filters.http.ext_proc", "envoy.filters.http.router"]
+        assert names == (expected if template == SHADOW_TEMPLATE else expected[1:])
+
+
+def test_the_noise_replica_gets_every_shadowed_request_when_given(
+    qwen_policy: GatewayPolicy,
+) -> None:
+    settings = shadow_settings(percent=30, noise=Upstream.from_url("http://legacy-2:8000"))
+    config = render_shadow(load_template(SHADOW_TEMPLATE), settings, qwen_policy)
+    route = config["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0][
+        "typed_config"
+    ]["route_config"]["virtual_hosts"][0]["routes"][0]
+    assert route["match"]["runtime_fraction"]["default_value"]["numerator"] == 30
+    noise = route["route"]["request_mirror_policies"][1]
+    assert noise["runtime_fraction"]["default_value"]["numerator"] == 100  # all shadowed ones
+    with pytest.raises(ValueError):
+        render_shadow(load_template(SHADOW_TEMPLATE), shadow_settings(percent=101), qwen_policy)
+
+
+# --------------------------------------------------------------------------- services, in-process
+
+
+async def _tap(port: int, role: str, messages: list[Any]) -> None:
+    import grpc
+
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        call = channel.stream_stream(
+            "/envoy.service.ext_proc.v3.ExternalProcessor/Process",
+            request_serializer=ep.ProcessingRequest.SerializeToString,
+            response_deserializer=ep.ProcessingResponse.FromString,
+        )(metadata=(("x-shadow-role", role),))
+        try:
+            for message in messages:
+                await call.write(message)
+            await call.done_writing()
+            async for _ in call:  # observability mode: the comparator never answers
+                raise AssertionError("the tap answered")
+        except grpc.aio.AioRpcError:
+            pass  # the comparator may end a stream early (as Envoy allows it to)
+
+
+def _get(url: str) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read()
+
+
+async def test_two_replicas_pair_halves_that_arrive_apart() -> None:
+    """Baseline halves go to replica A, candidate halves to replica B, whoever owns
+    them: every pair still completes, on its owner, after one forward."""
+    ports = [free_port(), free_port()]
+    peers = tuple(f"127.0.0.1:{p}" for p in ports)
+    stop = asyncio.Event()
+    ready: list[asyncio.Future[tuple[int, int | None]]] = []
+    servers = []
+    for port in ports:
+        done: asyncio.Future[tuple[int, int | None]] = asyncio.get_running_loop().create_future()
+        options = CompareOptions(
+            listen=f"127.0.0.1:{port}",
+            http="127.0.0.1:0",
+            peers=PeerSpec(static=peers),
+            self_address=f"127.0.0.1:{port}",
+            grace_s=0.1,
+        )
+        servers.append(
+            asyncio.create_task(
+                serve_compare(
+                    options, stop=stop, on_ready=lambda g, h, d=done: d.set_result((g, h))
+                )
+            )
+        )
+        ready.append(done)
+    try:
+        (_, http_a), (_, http_b) = await asyncio.wait_for(asyncio.gather(*ready), 10)
+        vectors = unit_rows(2)
+        n = 12
+        for i in range(n):
+            messages = envoy_messages(request(), 200, body(vectors))
+            messages[0] = ep.ProcessingRequest(request_headers=headers(x_request_id=f"id-{i}"))
+            await _tap(ports[0], "baseline", messages)
+            await _tap(ports[1], "candidate", messages)
+        await _tap(ports[0], "nobody", envoy_messages(request(), 200, b"{}"))
+
+        async def summary(http_port: int | None, scope: str = "") -> dict[str, Any]:
+            status, raw = await asyncio.to_thread(
+                _get, f"http://127.0.0.1:{http_port}/summary{scope}"
+            )
+            assert status == 200
+            doc: dict[str, Any] = orjson.loads(raw)
+            return doc
+
+        for _ in range(100):
+            merged = await summary(http_a)
+            if merged["pairs"] == n:
+                break
+            await asyncio.sleep(0.05)
+        assert merged["pairs"] == n and merged["replicas"]["merged"] == 2
+        assert merged["forwarding"]["sent"] == merged["forwarding"]["received"] == n
+        assert merged["tap_problems"] == {"no_role": 1}
+        local = [(await summary(p, "?scope=local"))["pairs"] for p in (http_a, http_b)]
+        assert sum(local) == n and all(local)
+        status, metrics = await asyncio.to_thread(_get, f"http://127.0.0.1:{http_b}/metrics")
+        assert status == 200 and b"extproc_shadow_pairs_total" in metrics
+        assert (await asyncio.to_thread(_get, f"http://127.0.0.1:{http_b}/nope"))[0] == 404
+    finally:
+        stop.set()
+        await asyncio.wait_for(asyncio.gather(*servers), 20)
+
+
+async def test_an_unreachable_owner_costs_a_counted_drop_never_a_wait() -> None:
+    comparator = Comparator()
+    dead = f"127.0.0.1:{free_port()}"
+    router = HalfRouter(
+        comparator,
+        self_address="127.0.0.1:1",
+        limits=ForwardLimits(queue_size=5, timeout_s=0.5),
+    )
+    await router.set_peers(["127.0.0.1:1", dead])
+    owned_by_dead = [f"id-{i}" for i in range(200) if not router.owns(f"id-{i}")][:20]
+    started = asyncio.get_running_loop().time()
+    for request_id in owned_by_dead:
+        router.submit(half(Role.BASELINE, request_id=request_id))
+    assert asyncio.get_running_loop().time() - started < 0.05  # submit never waits
+    for _ in range(100):
+        if sum(comparator.tally.forwarding.values()) == len(owned_by_dead):
+            break
+        await asyncio.sleep(0.05)
+    forwarding = comparator.tally.forwarding
+    assert forwarding["queue_full"] > 0 and forwarding["unreachable"] > 0
+    assert forwarding["queue_full"] + forwarding["unreachable"] == len(owned_by_dead)
+    await router.close()

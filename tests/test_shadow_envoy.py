@@ -1,0 +1,744 @@
+"""Shadow mode through a real Envoy with mirroring (issue 4, shadow part).
+
+The set-up, all on loopback:
+
+- baseline: ``FakeLegacy`` (``tests/fake_legacy.py``), the seed's legacy server: the same
+  made-up vector model as the fake Dynamo, with the Qwen3 instruction, truncation and
+  Matryoshka ``dimensions`` applied natively;
+- candidate: ``FakeUpstream`` (fake Dynamo 1.6.1) behind the shipped rewrite filter,
+  served by ``extproc serve`` with the shipped Qwen3 policy and the real tokenizer;
+- comparators: ``extproc shadow-compare`` replicas (``python -m extproc.shadow``);
+- Envoy with the shipped ``envoy/shadow.yaml`` (or ``shadow-reverse.yaml``) rendered
+  by :func:`extproc.shadow.envoy_render.render_shadow`.
+
+Every process is started and stopped here by its own PID; every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import yaml
+
+from extproc.envoy_config import DEFAULT_TEMPLATE as STANDALONE_TEMPLATE
+from extproc.envoy_config import Upstream, load_template
+from extproc.launcher import envoy_binary
+from extproc.policy import GatewayPolicy
+from extproc.shadow.envoy_render import (
+    REVERSE_TEMPLATE,
+    SHADOW_TEMPLATE,
+    ShadowEnvoySettings,
+    render_shadow,
+    without_rewrite,
+    without_shadow,
+)
+from tests.conftest import QWEN_MODEL, REPO, SHIPPED_QWEN_POLICY
+from tests.fake_upstream import FakeUpstream
+from tests.harness import Reply, free_port, http
+
+READY_TIMEOUT_S = 60.0
+PAIRS_TIMEOUT_S = 30.0
+CORPUS = REPO / "extproc" / "data" / "corpus.jsonl"
+LATENCY_REQUESTS = 200
+
+
+# --------------------------------------------------------------------------- processes
+
+
+class Proc:
+    """A subprocess with its output in a log file, stopped by its own PID."""
+
+    def __init__(self, argv: list[str], log_path: Path, env: dict[str, str] | None = None) -> None:
+        self.log_path = log_path
+        with log_path.open("wb") as log_file:
+            self.process = subprocess.Popen(
+                argv, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env
+            )
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def wait_line(self, prefix: str, timeout: float = READY_TIMEOUT_S) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for line in self.log().splitlines():
+                if line.startswith(prefix):
+                    return line
+            if self.process.poll() is not None:
+                raise RuntimeError(f"exited with {self.process.returncode}:\n{self.log()}")
+            time.sleep(0.05)
+        raise TimeoutError(f"no {prefix!r} line in {timeout} s:\n{self.log()}")
+
+    def signal(self, sig: signal.Signals) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+
+    def stop(self, timeout: float = 15.0) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGCONT)  # in case it was paused
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(5)
+        return int(self.process.returncode)
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.1)
+    raise TimeoutError(f"timed out after {timeout} s waiting for {what}")
+
+
+def get_json(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return json.loads(response.read())
+
+
+FAKE_SERVER = """
+import signal, sys, threading
+from pathlib import Path
+kind, tokenizer_dir = sys.argv[1], Path(sys.argv[2])
+if kind == "legacy":
+    from tests.fake_legacy import FakeLegacy
+    server = FakeLegacy(tokenizer_dir=tokenizer_dir)
+else:
+    from tests.fake_upstream import FakeUpstream
+    server = FakeUpstream(flavour="dynamo", tokenizer_dir=tokenizer_dir)
+stop = threading.Event()
+signal.signal(signal.SIGTERM, lambda *_: stop.set())
+server.start()
+print("fake ready:", server.url, flush=True)
+stop.wait()
+server.stop()
+"""
+
+
+def launch_fake(kind: str, qwen_dir: Path, log_dir: Path) -> Proc:
+    """A fake server in its own process (its CPU work must not hold this process's GIL
+    while the test times the primary path); its URL is on its "fake ready:" line."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return Proc(
+        [sys.executable, "-c", FAKE_SERVER, kind, str(qwen_dir)],
+        log_dir / f"fake-{kind}-{time.monotonic_ns()}.log",
+        env=env,
+    )
+
+
+def fake_url(proc: Proc) -> str:
+    return proc.wait_line("fake ready:").split()[-1]
+
+
+def launch_rewrite_server(qwen_dir: Path, log_dir: Path) -> tuple[Proc, int]:
+    """`extproc serve` with the shipped policy: the candidate's contract gateway."""
+    port = free_port()
+    proc = Proc(
+        [
+            sys.executable,
+            "-m",
+            "extproc",
+            "serve",
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--config",
+            str(SHIPPED_QWEN_POLICY),
+            "--tokenizer",
+            f"{QWEN_MODEL}={qwen_dir}",
+            "--grace",
+            "1",
+        ],
+        log_dir / f"extproc-serve-{port}.log",
+    )
+    return proc, port
+
+
+def wait_rewrite_server(proc: Proc) -> None:
+    wait_for(lambda: "ext_proc serving on port" in proc.log(), READY_TIMEOUT_S, "extproc serve")
+
+
+class Comparator:
+    def __init__(self, proc: Proc, grpc_port: int, http_port: int) -> None:
+        self.proc = proc
+        self.grpc_port = grpc_port
+        self.http_port = http_port
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.http_port}"
+
+    def summary(self, *, local: bool = False) -> dict[str, Any]:
+        doc: dict[str, Any] = get_json(f"{self.url}/summary{'?scope=local' if local else ''}")
+        return doc
+
+    def metrics(self) -> str:
+        with urllib.request.urlopen(f"{self.url}/metrics", timeout=10) as response:
+            return str(response.read().decode())
+
+
+def start_comparators(n: int, log_dir: Path, *, extra: list[str] | None = None) -> list[Comparator]:
+    ports = [(free_port(), free_port()) for _ in range(n)]
+    peers = ",".join(f"127.0.0.1:{grpc}" for grpc, _ in ports)
+    started = []
+    for grpc_port, http_port in ports:
+        argv = [
+            sys.executable,
+            "-m",
+            "extproc.shadow",
+            "shadow-compare",
+            "--listen",
+            f"127.0.0.1:{grpc_port}",
+            "--http",
+            f"127.0.0.1:{http_port}",
+            "--ttl",
+            "20",
+            "--grace",
+            "1",
+            *(extra or []),
+        ]
+        if n > 1:
+            argv += ["--peers", peers, "--self", f"127.0.0.1:{grpc_port}"]
+        proc = Proc(argv, log_dir / f"compare-{grpc_port}.log")
+        started.append(Comparator(proc, grpc_port, http_port))
+    for comparator in started:
+        comparator.proc.wait_line("shadow-compare ready")
+    return started
+
+
+def start_envoy(config: dict[str, Any], log_dir: Path, name: str) -> Proc:
+    path = log_dir / f"envoy-{name}.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    admin_port = config["admin"]["address"]["socket_address"]["port_value"]
+    proc = Proc(
+        [envoy_binary(), "-c", str(path), "--use-dynamic-base-id", "-l", "warning"],
+        log_dir / f"envoy-{name}.log",
+    )
+
+    def live() -> bool:
+        if proc.process.poll() is not None:
+            raise RuntimeError(f"envoy exited:\n{proc.log()}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{admin_port}/ready", timeout=1) as r:
+                return bool(r.status == 200)
+        except OSError:
+            return False
+
+    wait_for(live, READY_TIMEOUT_S, f"envoy {name}")
+    return proc
+
+
+def settings_for(
+    *,
+    baseline: str,
+    candidate: str,
+    rewrite_port: int,
+    compare: list[int],
+    noise: str | None = None,
+    reverse: bool = False,
+    percent: float = 100.0,
+) -> ShadowEnvoySettings:
+    return ShadowEnvoySettings(
+        listen_host="127.0.0.1",
+        listen_port=free_port(),
+        admin_port=free_port(),
+        shadow_port=free_port(),
+        noise_port=free_port(),
+        extproc_port=rewrite_port,
+        compare=tuple(("127.0.0.1", port) for port in compare),
+        baseline=Upstream.from_url(baseline),
+        candidate=Upstream.from_url(candidate),
+        noise=Upstream.from_url(noise) if noise else None,
+        candidate_gateway_port=free_port() if reverse else 0,
+        upstream_timeout_s=30,
+        percent=percent,
+    )
+
+
+def primary_url(settings: ShadowEnvoySettings) -> str:
+    return f"http://127.0.0.1:{settings.listen_port}/v1/embeddings"
+
+
+# --------------------------------------------------------------------------- traffic
+
+
+def corpus() -> list[dict[str, Any]]:
+    return [json.loads(line) for line in CORPUS.read_text(encoding="utf-8").splitlines() if line]
+
+
+def workload() -> list[dict[str, Any]]:
+    """Requests a legacy client sends: batches of 8 documents, single documents,
+    queries (input_type and instruction), dimensions, base64, a long input, and a
+    client mistake."""
+    items = corpus()
+    docs = [d["text"] for d in items if d.get("kind") == "document"]
+    queries = [d["text"] for d in items if d.get("kind") != "document"] or docs[:4]
+    requests: list[dict[str, Any]] = [
+        {"model": QWEN_MODEL, "input": docs[i : i + 8]} for i in range(0, 24, 8)
+    ]
+    requests += [{"model": QWEN_MODEL, "input": doc} for doc in docs[24:28]]
+    requests += [
+        {"model": QWEN_MODEL, "input": queries[:3], "input_type": "query"},
+        {"model": QWEN_MODEL, "input": queries[3 % len(queries)], "input_type": "query"},
+        {
+            "model": QWEN_MODEL,
+            "input": queries[:2],
+            "instruction": "Given a question, retrieve passages that answer it",
+        },
+        {"model": QWEN_MODEL, "input": docs[:2], "dimensions": 256},
+        {"model": QWEN_MODEL, "input": docs[2:4], "encoding_format": "base64"},
+        {"model": QWEN_MODEL, "input": "shadow traffic " * 900},  # over 1,024 tokens
+        {"model": QWEN_MODEL, "input": docs[0], "dimensions": 0},  # a client mistake: 400
+    ]
+    return requests
+
+
+def answers(url: str, requests: list[dict[str, Any]]) -> list[Reply]:
+    return [http("POST", url, body, timeout=30) for body in requests]
+
+
+def same_answer(a: Reply, b: Reply) -> bool:
+    """The same status and the same JSON (the primary path passes bytes through)."""
+    return a.status == b.status and a.json() == b.json()
+
+
+def same_contract(a: Reply, b: Reply) -> bool:
+    """The same status class; for 2xx, the same vectors (to float32 rounding: the
+    gateway re-normalises Matryoshka cuts in float32, the legacy server in float64)
+    and the same token usage."""
+    if a.status // 100 != b.status // 100:
+        return False
+    if a.status // 100 != 2:
+        return True
+    doc_a, doc_b = a.json(), b.json()
+    vectors_a = [np.asarray(d["embedding"], dtype=np.float32) for d in doc_a["data"]]
+    vectors_b = [np.asarray(d["embedding"], dtype=np.float32) for d in doc_b["data"]]
+    return (
+        len(vectors_a) == len(vectors_b)
+        and all(
+            x.shape == y.shape and np.allclose(x, y, rtol=0, atol=1e-6)
+            for x, y in zip(vectors_a, vectors_b, strict=True)
+        )
+        and doc_a["usage"]["prompt_tokens"] == doc_b["usage"]["prompt_tokens"]
+    )
+
+
+# --------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="module")
+def logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("shadow")
+
+
+@dataclass(frozen=True)
+class World:
+    """What every shadow set-up here shares."""
+
+    baseline: str  # FakeLegacy's URL
+    candidate: str  # FakeUpstream's URL
+    rewrite_port: int  # `extproc serve`, the candidate's contract gateway
+    policy: GatewayPolicy
+    logs: Path
+
+    def settings(
+        self,
+        compare: list[int],
+        *,
+        candidate: str | None = None,
+        noise: str | None = None,
+        reverse: bool = False,
+        percent: float = 100.0,
+    ) -> ShadowEnvoySettings:
+        return settings_for(
+            baseline=self.baseline,
+            candidate=candidate or self.candidate,
+            rewrite_port=self.rewrite_port,
+            compare=compare,
+            noise=noise,
+            reverse=reverse,
+            percent=percent,
+        )
+
+    def config(
+        self,
+        settings: ShadowEnvoySettings,
+        *,
+        reverse: bool = False,
+        gateway: Path | None = None,
+    ) -> dict[str, Any]:
+        template = load_template(REVERSE_TEMPLATE if reverse else SHADOW_TEMPLATE)
+        other = load_template(gateway) if gateway else None
+        return render_shadow(template, settings, self.policy, gateway=other)
+
+
+@pytest.fixture(scope="module")
+def world(qwen_dir: Path, qwen_policy: GatewayPolicy, logs: Path) -> Iterator[World]:
+    """FakeLegacy and fake Dynamo in their own processes, and `extproc serve`: started
+    together, then waited for."""
+    legacy = launch_fake("legacy", qwen_dir, logs)
+    dynamo = launch_fake("dynamo", qwen_dir, logs)
+    rewrite, rewrite_port = launch_rewrite_server(qwen_dir, logs)
+    try:
+        baseline, candidate = fake_url(legacy), fake_url(dynamo)
+        wait_rewrite_server(rewrite)
+        yield World(baseline, candidate, rewrite_port, qwen_policy, logs)
+    finally:
+        for proc in (rewrite, dynamo, legacy):
+            proc.stop()
+
+
+@pytest.fixture(scope="module")
+def reference(world: World) -> list[Reply]:
+    """The no-shadow answers: the baseline asked directly."""
+    return answers(f"{world.baseline}/v1/embeddings", workload())
+
+
+class Stack:
+    def __init__(
+        self, settings: ShadowEnvoySettings, envoy: Proc, comparators: list[Comparator]
+    ) -> None:
+        self.settings = settings
+        self.envoy = envoy
+        self.comparators = comparators
+
+    @property
+    def url(self) -> str:
+        return primary_url(self.settings)
+
+    def wait_pairs(self, n: int) -> dict[str, Any]:
+        summary: dict[str, Any] = {}
+
+        def done() -> bool:
+            nonlocal summary
+            summary = self.comparators[0].summary()
+            pending = sum(
+                c.summary(local=True)["replicas"]["pending_here"] for c in self.comparators
+            )
+            return int(summary["pairs"]) >= n and pending == 0
+
+        try:
+            wait_for(done, PAIRS_TIMEOUT_S, f"{n} pairs")
+        except TimeoutError:
+            raise AssertionError(json.dumps(summary, indent=1)[:4000]) from None
+        return summary
+
+
+@pytest.fixture(scope="module")
+def stack(world: World) -> Iterator[Stack]:
+    """Config A with the rewrite on, two comparator replicas behind the tap cluster."""
+    with ExitStack() as cleanup:
+        comparators = start_comparators(2, world.logs)
+        for c in comparators:
+            cleanup.callback(c.proc.stop)
+        settings = world.settings([c.grpc_port for c in comparators])
+        envoy = start_envoy(world.config(settings), world.logs, "shadow")
+        cleanup.callback(envoy.stop)
+        yield Stack(settings, envoy, comparators)
+
+
+def report(url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "extproc.shadow", "shadow-report", "--url", url, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+# --------------------------------------------------------------------------- tests
+
+
+def test_parity_with_the_rewrite_on_two_replicas(stack: Stack, reference: list[Reply]) -> None:
+    requests = workload()
+    replies = answers(stack.url, requests)
+    for request, got, expected in zip(requests, replies, reference, strict=True):
+        assert same_answer(got, expected), (request.keys(), got.status, expected.status)
+
+    summary = stack.wait_pairs(len(requests))
+    assert summary["pairs"] == len(requests)
+    assert summary["expired_halves"] == 0, summary["halves"]
+    assert summary["replicas"]["merged"] == 2 and not summary["replicas"]["unreachable"]
+    documents, queries = summary["inputs"]["document"], summary["inputs"]["query"]
+    assert documents["compared"] >= 30 and queries["compared"] >= 5
+    assert documents["cosine"]["min"] > 0.9999
+    assert queries["cosine"]["min"] > 0.9999
+    assert summary["status"]["mismatches"] == 0, summary["status"]
+    assert summary["status"]["pairs"].get("4xx/4xx") == 1  # the client mistake, on both sides
+    assert summary["shape"]["dimension_mismatches"] == 0
+    assert summary["request_mismatches"] == 0
+    assert summary["tokens"]["different"] == 0
+    assert summary["verdict"]["verdict"] == "ready", summary["verdict"]
+    # Both halves of every pair met on one replica: Envoy spread the tap streams
+    # round robin, the replicas forwarded what they did not own.
+    forwarding = summary["forwarding"]
+    assert forwarding.get("sent", 0) > 0, forwarding
+    assert forwarding.get("received") == forwarding["sent"]
+    assert not {"queue_full", "unreachable", "peer_gone", "error"} & forwarding.keys()
+    for comparator in stack.comparators:
+        local = comparator.summary(local=True)
+        assert 0 < local["pairs"] < len(requests)  # each replica owns a share
+    metrics = "".join(c.metrics() for c in stack.comparators)
+    assert 'extproc_shadow_forwarded_halves_total{outcome="sent"}' in metrics
+    assert 'extproc_shadow_halves_total{role="candidate",source="peer"}' in metrics or (
+        'extproc_shadow_halves_total{role="baseline",source="peer"}' in metrics
+    )
+
+    result = report(stack.comparators[1].url)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Verdict: ready" in result.stdout
+    assert "| Cosine similarity per document" in result.stdout
+    print("\n" + result.stdout)
+
+
+def test_the_silent_failure_is_caught_with_the_rewrite_off(world: World) -> None:
+    """Candidate = raw fake Dynamo on the shadow listener (no rewrite filter): what a
+    plain address swap gives. A second baseline replica (here: the same baseline,
+    mirrored to the noise listener) gives the noise; it explains none of this."""
+    with ExitStack() as cleanup:
+        (comparator,) = start_comparators(1, world.logs, extra=["--noise"])
+        cleanup.callback(comparator.proc.stop)
+        settings = world.settings([comparator.grpc_port], noise=world.baseline)
+        config = without_rewrite(world.config(settings))
+        envoy = start_envoy(config, world.logs, "no-rewrite")
+        cleanup.callback(envoy.stop)
+        stack = Stack(settings, envoy, [comparator])
+
+        requests = workload()
+        answers(stack.url, requests)
+        summary = stack.wait_pairs(len(requests))
+
+    assert summary["pairs_with_noise"] == len(requests)
+    documents, queries = summary["inputs"]["document"], summary["inputs"]["query"]
+    # Documents without any extra field: Dynamo embeds them as the legacy server did.
+    assert documents["cosine"]["min"] > 0.9999
+    assert documents["min_unexplained_cosine"] > 0.9999
+    # Queries: the instruction is silently dropped - 200 on both sides, far-off vectors.
+    assert queries["compared"] >= 5
+    assert queries["cosine"]["max"] < 0.9
+    assert queries["mismatches"] == queries["compared"]
+    assert queries["explained_by_noise"] == 0
+    # dimensions and the long input: 200 from the legacy contract, 500 from Dynamo.
+    assert summary["status"]["mismatch_pairs"].get("2xx/5xx", 0) >= 2, summary["status"]
+    assert summary["verdict"]["verdict"] == "not ready"
+    failed = {c["name"] for c in summary["verdict"]["checks"] if not c["ok"]}
+    assert {"queries", "status classes"} <= failed
+    worst = summary["worst"]
+    assert worst and worst[0]["kind"] == "query" and worst[0]["cosine"] < 0.9
+
+    rendered = report_from(summary)
+    assert "Verdict: not ready" in rendered
+    print("\n" + rendered)
+
+
+def report_from(summary: dict[str, Any]) -> str:
+    from extproc.shadow.report import render_report
+
+    return render_report(summary)
+
+
+def test_reverse_config_after_the_cut_over_half_shadowed(
+    world: World, reference: list[Reply]
+) -> None:
+    """Config B: clients get the candidate through the gateway (here the optimised
+    envoy/standalone.yaml gateway, adopted with --gateway-template); the legacy server
+    is the shadow. The mirror carries the client's own bytes (not the rewritten ones).
+    At 50 %, only the shadowed half is tapped: every tapped request has its pair."""
+    with ExitStack() as cleanup:
+        (comparator,) = start_comparators(1, world.logs)
+        cleanup.callback(comparator.proc.stop)
+        settings = world.settings([comparator.grpc_port], reverse=True, percent=50)
+        config = world.config(settings, reverse=True, gateway=STANDALONE_TEMPLATE)
+        envoy = start_envoy(config, world.logs, "reverse")
+        cleanup.callback(envoy.stop)
+
+        requests = workload() * 3
+        replies = answers(primary_url(settings), requests)
+        last: list[Any] = []
+
+        def settled() -> bool:
+            summary = comparator.summary()
+            received = summary["halves"]["received"]
+            now = [summary["pairs"], received.get("baseline"), received.get("candidate")]
+            done = now == last and summary["replicas"]["pending_here"] == 0
+            last[:] = now
+            return done and now[0] == now[1] == now[2]
+
+        wait_for(settled, PAIRS_TIMEOUT_S, "the shadowed half to pair")
+        time.sleep(0.5)
+        summary = comparator.summary()
+
+    # Clients get the legacy contract from the candidate (the gateway's whole point).
+    for request, got, expected in zip(requests, replies, reference * 3, strict=True):
+        assert same_contract(got, expected), (request.keys(), got.status, expected.status)
+    assert 0 < summary["pairs"] < len(requests)
+    assert summary["expired_halves"] == 0, summary["halves"]
+    assert summary["request_mismatches"] == 0
+    assert summary["status"]["mismatches"] == 0
+    assert summary["verdict"]["verdict"] == "ready", summary["verdict"]
+
+
+def test_a_dead_or_hung_comparator_and_a_slow_or_dead_candidate_change_nothing(
+    world: World, qwen_dir: Path, reference: list[Reply]
+) -> None:
+    requests = workload()
+    with ExitStack() as cleanup:
+        slow = cleanup.enter_context(FakeUpstream(flavour="dynamo", tokenizer_dir=qwen_dir))
+        slow.fault = "slow"
+        slow.slow_seconds = 3.0
+        (comparator,) = start_comparators(1, world.logs)
+        cleanup.callback(comparator.proc.stop)
+        settings = world.settings([comparator.grpc_port], candidate=slow.url)
+        envoy = start_envoy(world.config(settings), world.logs, "faults")
+        cleanup.callback(envoy.stop)
+        url = primary_url(settings)
+
+        def check(situation: str) -> None:
+            for request, expected in zip(requests, reference, strict=True):
+                started = time.monotonic()
+                got = http("POST", url, request, timeout=30)
+                took = time.monotonic() - started
+                assert same_answer(got, expected), (situation, request.keys(), got.status)
+                assert took < 1.5, (situation, took)  # the candidate sleeps 3 s
+
+        # 1. The comparator is hung (SIGSTOP: it accepts connections, reads nothing)
+        #    and the candidate answers after 3 s.
+        comparator.proc.signal(signal.SIGSTOP)
+        check("hung comparator, slow candidate")
+        # 2. The comparator is gone and the candidate too.
+        comparator.proc.stop()
+        slow.stop()
+        check("dead comparator, dead candidate")
+        assert envoy.process.poll() is None
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def _timed(
+    urls: dict[str, str], body: dict[str, Any], n: int, *, pause_s: float = 0.0, block: int = 1
+) -> dict[str, list[float]]:
+    """n requests to each URL, one at a time, alternating between them every ``block``
+    requests (fine alternation cancels the drift of other load on the machine)."""
+    timings: dict[str, list[float]] = {name: [] for name in urls}
+    names = list(urls)
+    for round_ in range(n // block):
+        for name in names if round_ % 2 == 0 else names[::-1]:
+            for _ in range(block):
+                started = time.perf_counter()
+                reply = http("POST", urls[name], body)
+                timings[name].append(time.perf_counter() - started)
+                assert reply.status == 200
+                if pause_s:
+                    time.sleep(pause_s)
+    return timings
+
+
+def describe_latency(label: str, timings: dict[str, list[float]]) -> str:
+    stats = {
+        name: (statistics.median(values) * 1000, _percentile(values, 0.99) * 1000)
+        for name, values in timings.items()
+    }
+    return (
+        f"{label}, {len(timings['shadow'])} requests each: "
+        f"no shadow p50 {stats['plain'][0]:.2f} ms / p99 {stats['plain'][1]:.2f} ms; "
+        f"shadow p50 {stats['shadow'][0]:.2f} ms / p99 {stats['shadow'][1]:.2f} ms; "
+        f"added p50 {stats['shadow'][0] - stats['plain'][0]:+.2f} ms, "
+        f"p99 {stats['shadow'][1] - stats['plain'][1]:+.2f} ms"
+    )
+
+
+def test_latency_added_to_the_primary_path(stack: Stack, world: World) -> None:
+    """Batch-8 document requests, one at a time, through the shadow config (tap +
+    100 % mirror to the rewrite and fake Dynamo, two comparators) and through the same
+    config without tap and mirror (same baseline). Paced (50 ms apart, alternating
+    request by request) the shadow work of one request is over before the next; back
+    to back (blocks of 20) it overlaps the next one on this machine's cores. The
+    figures are printed (docs/shadow.md); this machine's other load makes them noisy,
+    so only the shadow path's own health is asserted."""
+    plain_settings = world.settings([c.grpc_port for c in stack.comparators])
+    plain_config = without_shadow(world.config(plain_settings))
+    docs = [d["text"] for d in corpus() if d.get("kind") == "document"]
+    body = {"model": QWEN_MODEL, "input": docs[:8]}
+    plain = start_envoy(plain_config, world.logs, "plain")
+    try:
+        urls = {"shadow": stack.url, "plain": primary_url(plain_settings)}
+        before = stack.wait_pairs(0)["pairs"]
+        for url in urls.values():  # warm up connections and caches
+            for _ in range(5):
+                assert http("POST", url, body).status == 200
+        paced = _timed(urls, body, LATENCY_REQUESTS // 2, pause_s=0.05)
+        back_to_back = _timed(urls, body, LATENCY_REQUESTS, block=20)
+    finally:
+        plain.stop()
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    lines = [
+        f"primary-path latency ({os.cpu_count()} CPUs, load average {load}; "
+        "baseline, candidate, gateway, comparators and Envoy all on this machine)",
+        describe_latency("paced, 50 ms apart", paced),
+        describe_latency("back to back", back_to_back),
+    ]
+    print("\n" + "\n".join(lines))
+    (world.logs / "latency.txt").write_text("\n".join(lines) + "\n")
+    # Every mirrored request was still compared: the shadow path kept up.
+    summary = stack.wait_pairs(before + 5 + LATENCY_REQUESTS + LATENCY_REQUESTS // 2)
+    assert summary["expired_halves"] == 0
+    assert summary["status"]["mismatches"] == 0
+
+
+def test_extproc_shadow_launcher(world: World, qwen_dir: Path) -> None:
+    """`extproc shadow` (here `python -m extproc.shadow shadow`): one command, one line."""
+    listen, http_port = free_port(), free_port()
+    proc = Proc(
+        [
+            sys.executable,
+            "-m",
+            "extproc.shadow",
+            "shadow",
+            "--baseline",
+            world.baseline,
+            "--candidate",
+            world.candidate,
+            "--listen",
+            f"127.0.0.1:{listen}",
+            "--http",
+            f"127.0.0.1:{http_port}",
+            "--tokenizer",
+            f"{QWEN_MODEL}={qwen_dir}",
+            "--grace",
+            "1",
+        ],
+        world.logs / "launcher.log",
+    )
+    try:
+        line = proc.wait_line("extproc shadow ready:")
+        assert f"http://127.0.0.1:{listen}/v1/embeddings -> baseline {world.baseline}" in line
+        assert "/summary" in line
+        requests = workload()[:6]
+        for body in requests:
+            assert http("POST", f"http://127.0.0.1:{listen}/v1/embeddings", body).status == 200
+        comparator = Comparator(proc, 0, http_port)
+        wait_for(lambda: comparator.summary()["pairs"] >= len(requests), PAIRS_TIMEOUT_S, "pairs")
+        result = report(comparator.url)
+        assert result.returncode == 0, result.stdout + result.stderr
+    finally:
+        assert proc.stop() == 0, proc.log()
