@@ -271,9 +271,14 @@ class Envoy:
 def envoy_configs(
     upstream_port: int, extproc_port: int, policy_path: Path
 ) -> dict[str, tuple[dict[str, Any], int, int]]:
-    """B, N, S: (config, listen port, admin port) each, all from the shipped template."""
+    """B, N, S: (config, listen port, admin port) each, from the shipped templates.
+
+    S is envoy/standalone.yaml as shipped; B (Envoy alone) and N (naive: every phase
+    sent and buffered) are made from envoy/single-filter.yaml, the one-filter shape.
+    """
     policy = load_policy_file(policy_path)
-    template = load_template()
+    shipped = load_template()
+    single = load_template(HERE.parent / "envoy" / "single-filter.yaml")
     configs = {}
     for name in ("B", "N", "S"):
         settings = EnvoySettings(
@@ -283,7 +288,7 @@ def envoy_configs(
             extproc_port=extproc_port,
             upstream=Upstream("127.0.0.1", upstream_port, tls=False),
         )
-        config = render(template, settings, policy)
+        config = render(shipped if name == "S" else single, settings, policy)
         if name == "B":
             strip_ext_proc(config)
         elif name == "N":

@@ -76,9 +76,11 @@ def render(
             if "route" in route:
                 route["route"]["timeout"] = f"{settings.upstream_timeout_s:g}s"
     for http_filter in hcm["http_filters"]:
-        if http_filter["name"] == "envoy.filters.http.ext_proc":
-            grpc = http_filter["typed_config"]["grpc_service"]["envoy_grpc"]
-            grpc["max_receive_message_length"] = message_limit
+        typed = http_filter.get("typed_config", {})
+        if typed.get("@type", "").endswith(".ext_proc.v3.ExternalProcessor"):
+            typed["grpc_service"]["envoy_grpc"]["max_receive_message_length"] = message_limit
+        elif typed.get("@type", "").endswith(".buffer.v3.Buffer"):
+            typed["max_request_bytes"] = policy.limits.max_request_bytes
 
     clusters = {c["name"]: c for c in resources["clusters"]}
     upstream = clusters["upstream"]

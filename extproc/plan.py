@@ -5,6 +5,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+import orjson
+
 from extproc.policy.model import UpstreamFlavour
 
 
@@ -32,6 +34,41 @@ class ResponsePlan:
     @property
     def rewrites_vectors(self) -> bool:
         return self.dimensions is not None or self.client_encoding is not self.upstream_encoding
+
+    def to_json(self) -> str:
+        """Compact form carried from the request's ext_proc stream to the response's
+        (as Envoy dynamic metadata) when the two are separate filters."""
+        return orjson.dumps(
+            [
+                self.model,
+                self.input_count,
+                self.native_dimensions,
+                self.flavour.value,
+                self.client_encoding.value,
+                self.upstream_encoding.value,
+                self.dimensions,
+            ]
+        ).decode()
+
+    @classmethod
+    def from_json(cls, text: str) -> ResponsePlan | None:
+        """The plan, or None when ``text`` is not one (never raises)."""
+        try:
+            model, count, native, flavour, client, upstream, dims = orjson.loads(text)
+            plan = cls(
+                model=str(model),
+                input_count=int(count),
+                native_dimensions=int(native),
+                flavour=UpstreamFlavour(flavour),
+                client_encoding=Encoding(client),
+                upstream_encoding=Encoding(upstream),
+                dimensions=None if dims is None else int(dims),
+            )
+        except (orjson.JSONDecodeError, TypeError, ValueError):
+            return None
+        if plan.input_count < 1 or plan.native_dimensions < 1:
+            return None
+        return plan
 
 
 @dataclass(frozen=True)

@@ -2,18 +2,23 @@
 
 Rules (Envoy 1.40, verified live; see DESIGN.md section 3):
 
-1. Envoy sends, in order, whichever of these the route's processing mode asks for:
-   request_headers, request_body, response_headers, response_body (trailers never,
-   with our configs). Each message gets exactly one reply, of the same kind.
-2. Request headers are checked first: a bodyless POST, a non-JSON content type
-   or a declared content-length over the limit is answered at once, before any
-   body is buffered. (The shipped config sends them because Envoy holds the
-   headers back from the upstream only then; a config that skips them can pass
-   content type and request id as attributes, read from any message.)
+1. Envoy sends, in order, whichever of these the filter's processing mode asks
+   for: request_headers, request_body, response_headers, response_body (trailers
+   never, with our configs). Each message gets exactly one reply, of the same kind.
+   One state machine serves both shipped shapes: envoy/single-filter.yaml (one
+   stream sees the whole exchange) and envoy/standalone.yaml (the request body on
+   one stream; the response, when it must change, on a second stream whose first
+   message carries the plan as dynamic metadata, namespace ``embgw``).
+2. Request headers, when sent, are checked first: a bodyless POST, a non-JSON
+   content type or a declared content-length over the limit is answered at once,
+   before any body is buffered. When they are skipped, content type and request
+   id arrive as attributes of the body message.
 3. On the request body the whole request is validated and rewritten. A client
    mistake is an ``immediate_response`` (4xx envelope) and the stream is DONE:
    nothing reaches the upstream. Otherwise the reply carries the new body (with
-   its content-length) and the stream remembers the :class:`ResponsePlan`.
+   its content-length) and the stream remembers the :class:`ResponsePlan`; if the
+   response must change, the reply also writes the plan as dynamic metadata and
+   clears the route cache (so standalone.yaml re-routes to its rewrite route).
 4. On the response headers the gateway decides whether it needs the body: for any
    non-2xx, or a 2xx whose vectors must change. If so, it sets ``mode_override``
    to BUFFERED (both body modes restated: Envoy takes them literally); if not, the
@@ -52,6 +57,8 @@ from extproc.request_rewrite import check_content_type, check_declared_length, r
 from extproc.response_rewrite import ClientAnswer, needs_response_body, rewrite_response
 
 ATTRIBUTES_KEY = "envoy.filters.http.ext_proc"
+PLAN_NAMESPACE = "embgw"  # dynamic metadata namespace shared by the two filters
+UPSTREAM_TIME_HEADER = "x-envoy-upstream-service-time"
 CONTENT_TYPE_ATTR = "request.headers['content-type']"
 REQUEST_ID_ATTR = "request.id"
 CODE_DETAILS_ATTR = "response.code_details"
@@ -143,13 +150,21 @@ class ExtProcStream:
         metrics.record_forward(forward.stats, rewritten=forward.upstream_body is not None)
         self.plan = forward.plan
         self.phase = Phase.AWAIT_RESPONSE_HEADERS
-        common = ep.CommonResponse()
+        reply = ep.ProcessingResponse(request_body=ep.BodyResponse())
+        common = reply.request_body.response  # a reference: protobuf copies on construction
+        if forward.plan.rewrites_vectors:
+            # Route the request to where the response filter runs, and hand it the
+            # plan (envoy/standalone.yaml, step 3).
+            reply.dynamic_metadata.update(
+                {PLAN_NAMESPACE: {"respond": "rewrite", "plan": forward.plan.to_json()}}
+            )
+            common.clear_route_cache = True
         if forward.upstream_body is not None:
             common.body_mutation.body = forward.upstream_body
             _set(common.header_mutation, "content-length", str(len(forward.upstream_body)))
             _set(common.header_mutation, "content-type", "application/json")
         metrics.observe_phase("request", started)
-        return ep.ProcessingResponse(request_body=ep.BodyResponse(response=common))
+        return reply
 
     def _reject(self, error: ApiError) -> ep.ProcessingResponse:
         metrics.REQUESTS.labels("rejected").inc()
@@ -197,6 +212,11 @@ class ExtProcStream:
         self.phase = Phase.AWAIT_RESPONSE_BODY
         neutral.mode_override.request_body_mode = _BUFFERED
         neutral.mode_override.response_body_mode = _BUFFERED
+        if not 200 <= status < 300:
+            # This error gets the envelope here; standalone.yaml's custom_response
+            # must not envelope it again (it acts only on answers with this header).
+            mutation = neutral.response_headers.response.header_mutation
+            mutation.remove_headers.append(UPSTREAM_TIME_HEADER)
         return neutral
 
     def _on_response_body(self, body: ep.HttpBody) -> ep.ProcessingResponse:
@@ -225,6 +245,8 @@ class ExtProcStream:
         return reply
 
     def _read_attributes(self, request: ep.ProcessingRequest) -> None:
+        if self.plan is None and request.HasField("metadata_context"):
+            self.plan = _plan_from_metadata(request)
         if not request.attributes:
             return
         content_type = _attribute(request, CONTENT_TYPE_ATTR)
@@ -246,6 +268,16 @@ def _attribute(request: ep.ProcessingRequest, name: str) -> str | None:
     if kind == "number_value" and math.isfinite(value.number_value):
         return str(int(value.number_value))
     return None
+
+
+def _plan_from_metadata(request: ep.ProcessingRequest) -> ResponsePlan | None:
+    struct = request.metadata_context.filter_metadata.get(PLAN_NAMESPACE)
+    if struct is None or "plan" not in struct.fields:
+        return None
+    value = struct.fields["plan"]
+    if value.WhichOneof("kind") != "string_value":
+        return None
+    return ResponsePlan.from_json(value.string_value)
 
 
 def _header_map(headers: base_pb2.HeaderMap) -> dict[str, str]:
@@ -279,6 +311,10 @@ def _replace_body(answer: ClientAnswer) -> ep.CommonResponse:
     _set(common.header_mutation, ":status", str(answer.status))
     _set(common.header_mutation, "content-type", "application/json")
     _set(common.header_mutation, "content-length", str(len(answer.body)))
+    if answer.status >= 400:
+        # Already enveloped: keep standalone.yaml's custom_response from enveloping
+        # it again (it only acts on answers that carry this router header).
+        common.header_mutation.remove_headers.append(UPSTREAM_TIME_HEADER)
     return common
 
 

@@ -76,6 +76,19 @@ def standalone() -> dict[str, Any]:
     return doc
 
 
+def single_filter() -> dict[str, Any]:
+    """The one-filter shape the mesh configurations (Istio, Envoy Gateway) follow."""
+    doc: dict[str, Any] = yaml.safe_load((ENVOY_DIR / "single-filter.yaml").read_text())
+    return doc
+
+
+def ext_proc_filters(bootstrap: dict[str, Any]) -> list[dict[str, Any]]:
+    return [
+        f["typed_config"] for f in hcm_of(bootstrap)["http_filters"]
+        if f["typed_config"]["@type"].endswith(".ext_proc.v3.ExternalProcessor")
+    ]
+
+
 def hcm_of(bootstrap: dict[str, Any]) -> dict[str, Any]:
     listener = bootstrap["static_resources"]["listeners"][0]
     config: dict[str, Any] = listener["filter_chains"][0]["filters"][0]["typed_config"]
@@ -149,7 +162,7 @@ def test_compose_envoy_keeps_the_standalone_filter_setup() -> None:
 
 def test_a_broken_compose_envoy_config_fails_validation(tmp_path: Path) -> None:
     config = yaml.safe_load((ENVOY_DIR / "compose.yaml").read_text())
-    ext_proc = hcm_of(config)["http_filters"][0]["typed_config"]
+    ext_proc = ext_proc_filters(config)[0]
     ext_proc["processing_mode"]["request_body_mode"] = "BUFFERD"
     assert envoy_validate(config, tmp_path).returncode != 0
 
@@ -283,14 +296,14 @@ def wrapped_ext_proc(doc: dict[str, Any]) -> dict[str, Any]:
 @pytest.mark.parametrize("name,doc", envoy_filters(), ids=[n for n, _ in envoy_filters()])
 def test_istio_ext_proc_settings_equal_standalone(name: str, doc: dict[str, Any]) -> None:
     mine = copy.deepcopy(wrapped_ext_proc(doc))
-    ref = copy.deepcopy(hcm_of(standalone())["http_filters"][0]["typed_config"])
+    ref = copy.deepcopy(hcm_of(single_filter())["http_filters"][0]["typed_config"])
     assert mine["grpc_service"]["envoy_grpc"].pop("cluster_name") == "outbound|50051||extproc.embeddings.svc.cluster.local"
     ref["grpc_service"]["envoy_grpc"].pop("cluster_name")
     assert mine == ref
     # The local replies get the same envelopes, restricted to /v1/embeddings.
     patch = next(p["patch"]["value"] for p in doc["spec"]["configPatches"] if p["applyTo"] == "NETWORK_FILTER")
     mappers = patch["typed_config"]["local_reply_config"]["mappers"]
-    ref_mappers = hcm_of(standalone())["local_reply_config"]["mappers"]
+    ref_mappers = hcm_of(single_filter())["local_reply_config"]["mappers"]
     assert [m["body_format_override"] for m in mappers] == [m["body_format_override"] for m in ref_mappers]
     for m in mappers:
         cel, _status = m["filter"]["and_filter"]["filters"]
@@ -775,7 +788,7 @@ def quantity_bytes(value: int | str) -> int:
 
 def test_envoy_gateway_policies_match_standalone() -> None:
     docs = {d["kind"]: d for _, d in CRD_DOCS if d["apiVersion"].startswith("gateway.envoyproxy.io/")}
-    ref = hcm_of(standalone())["http_filters"][0]["typed_config"]
+    ref = hcm_of(single_filter())["http_filters"][0]["typed_config"]
     modes = ref["processing_mode"]
     [ext] = docs["EnvoyExtensionPolicy"]["spec"]["extProc"]
     pm = ext["processingMode"]

@@ -34,15 +34,21 @@ def upstream(qwen_dir: Path) -> Iterator[FakeUpstream]:
         yield fake
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="module", params=["standalone", "single-filter"])
 def gateway(
-    upstream: FakeUpstream, qwen_dir: Path, tmp_path_factory: pytest.TempPathFactory
+    request: pytest.FixtureRequest,
+    upstream: FakeUpstream,
+    qwen_dir: Path,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Gateway]:
+    """Both shipped Envoy shapes: the two-filter standalone.yaml (what `extproc run`
+    uses) and single-filter.yaml (what the mesh configurations use)."""
     gw = start_gateway(
         upstream.url,
         tmp_path_factory.mktemp("gateway"),
         config=SHIPPED_QWEN_POLICY,
         tokenizer_overrides=f"{QWEN_MODEL}={qwen_dir}",
+        extra_args=["--envoy-template", str(REPO / "envoy" / f"{request.param}.yaml")],
     )
     yield gw
     assert gw.stop() == 0, gw.log()
@@ -283,12 +289,21 @@ def test_upstream_500_stays_a_5xx_server_error(gateway: Gateway, upstream: FakeU
     upstream.fault = "http500"
     error = assert_envelope(gateway.embeddings({"model": QWEN_MODEL, "input": "x"}), 500)
     assert error["type"] == "server_error"
+    assert "500" in error["message"]
+    # On the rewrite route the gateway's own response filter keeps the upstream's text.
+    with_dims = {"model": QWEN_MODEL, "input": "x", "dimensions": 64}
+    error = assert_envelope(gateway.embeddings(with_dims), 500)
+    assert error["type"] == "server_error"
     assert "Internal server error" in error["message"]
 
 
-def test_worker_gone_is_503_not_404(gateway: Gateway, upstream: FakeUpstream) -> None:
+@pytest.mark.parametrize("dimensions", [None, 64], ids=["plain-route", "rewrite-route"])
+def test_worker_gone_is_503_not_404(
+    gateway: Gateway, upstream: FakeUpstream, dimensions: int | None
+) -> None:
     upstream.fault = "worker_gone"  # Dynamo: 404 with an empty body
-    error = assert_envelope(gateway.embeddings({"model": QWEN_MODEL, "input": "x"}), 503)
+    body = {"model": QWEN_MODEL, "input": "x", "dimensions": dimensions}
+    error = assert_envelope(gateway.embeddings(body), 503)
     assert error["type"] == "server_error"
 
 
