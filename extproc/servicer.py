@@ -20,6 +20,7 @@ from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ep_grpc
 from extproc import metrics
 from extproc.contract import Contract
 from extproc.errors import ApiError
+from extproc.memory import TRIM_AFTER_BYTES, release_after
 from extproc.stream import ExtProcStream, immediate_response
 
 log = logging.getLogger("extproc.servicer")
@@ -42,15 +43,20 @@ class ExternalProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc
         metrics.ACTIVE_STREAMS.inc()
         try:
             async for request in request_iterator:
-                yield await self._handle(stream, request)
+                size = _body_size(request)
+                reply = await self._handle(stream, request, size)
+                yield reply
+                del reply, request  # sent: let a huge body and its answer go before trimming
+                if size >= TRIM_AFTER_BYTES:
+                    await asyncio.to_thread(release_after, size)
         finally:
             metrics.ACTIVE_STREAMS.dec()
 
     async def _handle(
-        self, stream: ExtProcStream, request: ep.ProcessingRequest
+        self, stream: ExtProcStream, request: ep.ProcessingRequest, size: int
     ) -> ep.ProcessingResponse:
         try:
-            if _body_size(request) > OFFLOAD_BODY_BYTES:
+            if size > OFFLOAD_BODY_BYTES:
                 return await asyncio.to_thread(stream.handle, request)
             return stream.handle(request)
         except Exception as exc:
