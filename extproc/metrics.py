@@ -24,7 +24,11 @@ REWRITES = Counter(
     "Request rewrites by kind: instruction, truncation, dimensions, fields_stripped, model.",
     ["kind"],
 )
-TOKENS_CUT = Counter("extproc_tokens_cut_total", "Tokens removed by truncation.")
+TOKENS_CUT = Counter(
+    "extproc_tokens_cut_total",
+    "Tokens removed by truncation; a lower bound for very long inputs, whose tail "
+    "beyond a few thousand tokens is never tokenized.",
+)
 UPSTREAM_RESPONSES = Counter(
     "extproc_upstream_responses_total",
     "Responses seen, by status class (2xx..5xx) or 'local' for Envoy's own replies.",

@@ -78,6 +78,6 @@ class RequestStats:
     inputs: int
     prompted: bool = False
     truncated_inputs: int = 0
-    tokens_cut: int = 0
+    tokens_cut: int = 0  # at least; see ModelTokenizer.encode_heads
     dimensions_emulated: bool = False
     fields_stripped: int = 0

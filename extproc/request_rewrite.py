@@ -334,7 +334,9 @@ def _fit_inputs(
     ]
     if not suspects:
         return (prompts if prefix else None), 0, 0
-    counted = tokenizer.encode([prompts[i] for i in suspects])
+    # One token past the budget is enough to know an input is over the limit; long
+    # inputs are tokenized only that far (ModelTokenizer.encode_heads).
+    counted = tokenizer.encode_heads([prompts[i] for i in suspects], limit - specials + 1)
     over = {i: ids for i, ids in zip(suspects, counted, strict=True) if len(ids) + specials > limit}
     if not over:
         return (prompts if prefix else None), 0, 0
@@ -343,6 +345,7 @@ def _fit_inputs(
     all_ids = dict(zip(suspects, counted, strict=True))
     rest = [i for i in range(len(prompts)) if i not in all_ids]
     all_ids.update(zip(rest, tokenizer.encode([prompts[i] for i in rest]), strict=True))
+    # At least this many: a long input's tail is never tokenized.
     cut = sum(len(ids) + specials - limit for ids in over.values())
     return [tokenizer.frame(all_ids[i], limit) for i in range(len(prompts))], len(over), cut
 

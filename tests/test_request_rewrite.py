@@ -656,7 +656,8 @@ def test_long_text_is_sent_as_1024_token_ids(
     assert sent[-1] == EOS
     assert sent == full[: LIMIT - 1] + [EOS]
     assert forward.stats.truncated_inputs == 1
-    assert forward.stats.tokens_cut == len(full) + 1 - LIMIT
+    # A lower bound: a long input's tail past a few thousand tokens is never tokenized.
+    assert 0 < forward.stats.tokens_cut <= len(full) + 1 - LIMIT
     assert forward.plan.input_count == 1
 
 
@@ -676,7 +677,7 @@ def test_mixed_batch_sends_every_input_as_ids(
         else:
             assert ids == full[: LIMIT - 1] + [EOS]
     assert forward.stats.truncated_inputs == 2
-    assert forward.stats.tokens_cut == sum(len(f) + 1 - LIMIT for f in fulls if len(f) + 1 > LIMIT)
+    assert 0 < forward.stats.tokens_cut <= sum(len(f) + 1 - LIMIT for f in fulls if len(f) + 1 > LIMIT)
     assert forward.plan.input_count == 5
 
 
@@ -689,7 +690,8 @@ def test_long_query_keeps_the_instruction_at_the_head(
     assert long_ids == full[: LIMIT - 1] + [EOS]
     assert short_ids == token_ids(raw_tok, EXPECTED_FRANCE_PROMPT) + [EOS]
     assert len(short_ids) == 28
-    assert forward.stats.tokens_cut == len(full) + 1 - LIMIT
+    # A lower bound: a long input's tail past a few thousand tokens is never tokenized.
+    assert 0 < forward.stats.tokens_cut <= len(full) + 1 - LIMIT
 
 
 @pytest.mark.parametrize(

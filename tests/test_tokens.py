@@ -1,0 +1,67 @@
+"""Head-only tokenization of long inputs must give exactly the first tokens of the
+whole text (the cut of a prefix may only change the words it falls in)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from tokenizers import Tokenizer
+
+from extproc.policy.model import SpecialTokens
+from extproc.tokens import ModelTokenizer
+
+NEED = 1024
+
+LONG_TEXTS = {
+    "korean": "대한민국의 수도는 서울이며 한강이 도시를 가로질러 흐른다. " * 900,
+    "chinese-emoji": "北京是中国的首都，也是政治和文化中心。😀🚀👩‍👩‍👧 " * 700,
+    "combining-marks": "e\u0301te\u0301 cafe\u0301 na\u0131\u0308ve " * 3000,
+    "no-spaces": "x" * 30000 + " tail",
+    "whitespace-runs": ("word" + " " * 37 + "\n\n\t") * 2000,
+    "special-token-text": "hello <|endoftext|> world " * 2500,
+    "digits": "1234567890" * 4000,
+    "mixed": "Seoul 서울 東京 😀 naïve — " * 2500,
+}
+
+
+@pytest.fixture(scope="module")
+def tokenizer(qwen_dir: Path) -> ModelTokenizer:
+    return ModelTokenizer(
+        Tokenizer.from_file(str(qwen_dir / "tokenizer.json")), SpecialTokens(append_ids=(151643,))
+    )
+
+
+@pytest.fixture(scope="module")
+def raw(qwen_dir: Path) -> Tokenizer:
+    return Tokenizer.from_file(str(qwen_dir / "tokenizer.json"))
+
+
+@pytest.mark.parametrize("name", sorted(LONG_TEXTS))
+def test_head_equals_the_start_of_the_whole_encoding(
+    name: str, tokenizer: ModelTokenizer, raw: Tokenizer
+) -> None:
+    text = LONG_TEXTS[name]
+    assert len(text) > NEED * 8  # long enough that only a prefix is tokenized
+    whole = raw.encode(text, add_special_tokens=False).ids
+    (head,) = tokenizer.encode_heads([text], NEED)
+    assert len(head) >= NEED
+    assert head == whole[: len(head)]
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    unit=st.text(min_size=1, max_size=40),
+    repeat=st.integers(min_value=300, max_value=900),
+    tail=st.text(max_size=20),
+)
+def test_head_property(
+    unit: str, repeat: int, tail: str, tokenizer: ModelTokenizer, raw: Tokenizer
+) -> None:
+    text = unit * repeat + tail
+    whole = raw.encode(text, add_special_tokens=False).ids
+    (head,) = tokenizer.encode_heads([text], 256)
+    assert head == whole[: len(head)]
+    assert len(head) >= min(256, len(whole))
