@@ -1126,3 +1126,24 @@ def test_a_broken_dockerfile_fails_both_checks(tmp_path: Path) -> None:
     assert "DL3007" in result.stdout  # `latest`
     errors = dockerfile_rule_errors(broken)
     assert len(errors) >= 4, errors
+
+
+def test_compose_shadow_envoy_is_shadow_yaml_with_compose_names() -> None:
+    """envoy/compose-shadow.yaml = envoy/shadow.yaml but for the cluster addresses."""
+    compose = yaml.safe_load((ENVOY_DIR / "compose-shadow.yaml").read_text())
+    reference = yaml.safe_load((ENVOY_DIR / "shadow.yaml").read_text())
+    names = {
+        "baseline": ("legacy", 8000),
+        "candidate": ("dynamo-frontend", 8000),
+        "noise": ("legacy", 8000),
+        "extproc": ("extproc", 50051),
+        "shadow_compare": ("shadow-compare", 50061),
+    }
+    for cluster in reference["static_resources"]["clusters"]:
+        if cluster["name"] in names:
+            host, port = names[cluster["name"]]
+            lb = cluster["load_assignment"]["endpoints"][0]["lb_endpoints"][0]
+            lb["endpoint"]["address"]["socket_address"] = {"address": host, "port_value": port}
+            cluster["type"] = "STRICT_DNS"
+            cluster["dns_lookup_family"] = "V4_PREFERRED"
+    assert compose == reference
