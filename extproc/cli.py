@@ -123,7 +123,10 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _load(config: Path, tokenizer_flags: list[str], *, tokenizers: bool = True) -> Contract | None:
+def load_contract_or_report(
+    config: Path, tokenizer_flags: list[str], *, tokenizers: bool = True
+) -> Contract | None:
+    """The policy and its tokenizers, or None after printing file, field and reason."""
     try:
         overrides = parse_tokenizer_overrides(",".join(tokenizer_flags))
         policy = load_policy_file(config, tokenizer_overrides=overrides)
@@ -140,7 +143,7 @@ def _load(config: Path, tokenizer_flags: list[str], *, tokenizers: bool = True) 
 def _serve(args: argparse.Namespace) -> int:
     from extproc.server import serve, stop_on_signals
 
-    contract = _load(args.config, args.tokenizer)
+    contract = load_contract_or_report(args.config, args.tokenizer)
     if contract is None:
         return 2
 
@@ -165,7 +168,7 @@ def _run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"error: --upstream: {exc}", file=sys.stderr)
         return 2
-    contract = _load(args.config, args.tokenizer)
+    contract = load_contract_or_report(args.config, args.tokenizer)
     if contract is None:
         return 2
     options = RunOptions(
@@ -182,7 +185,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _check_config(args: argparse.Namespace) -> int:
-    contract = _load(args.file, args.tokenizer, tokenizers=not args.no_tokenizers)
+    contract = load_contract_or_report(args.file, args.tokenizer, tokenizers=not args.no_tokenizers)
     if contract is None:
         return 1
     policy = contract.policy

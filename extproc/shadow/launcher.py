@@ -20,7 +20,7 @@ from typing import Any
 
 from extproc.contract import Contract
 from extproc.envoy_config import Upstream, dump, load_template
-from extproc.launcher import envoy_binary, free_port, stop_process, wait_live
+from extproc.launcher import envoy_argv, free_port, stop_process, wait_live
 from extproc.server import serve, split_host_port, stop_on_signals
 from extproc.shadow.envoy_render import ShadowEnvoySettings, render_shadow, template_path
 from extproc.shadow.server import CompareOptions, serve_compare
@@ -128,18 +128,7 @@ async def _run_envoy(
     with tempfile.TemporaryDirectory(prefix="extproc-shadow-") as workdir:
         config_path = Path(workdir) / "envoy.yaml"
         config_path.write_text(dump(config), encoding="utf-8")
-        argv = [
-            envoy_binary(),
-            "-c",
-            str(config_path),
-            "--use-dynamic-base-id",
-            "-l",
-            options.envoy_log_level,
-            "--log-format",
-            "[envoy][%l] %v",
-        ]
-        if options.envoy_concurrency:
-            argv += ["--concurrency", str(options.envoy_concurrency)]
+        argv = envoy_argv(config_path, options.envoy_log_level, options.envoy_concurrency)
         envoy = await asyncio.create_subprocess_exec(*argv, stdin=asyncio.subprocess.DEVNULL)
         try:
             if not await wait_live(settings.admin_port, envoy):
