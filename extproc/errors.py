@@ -19,7 +19,6 @@ RATE_LIMIT: Final = "rate_limit_error"
 AUTHENTICATION: Final = "authentication_error"
 PERMISSION: Final = "permission_error"
 
-JSON_CONTENT_TYPE: Final = b"application/json"
 
 
 class ApiError(Exception):

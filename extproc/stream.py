@@ -54,7 +54,12 @@ from extproc.contract import Contract
 from extproc.errors import ApiError, invalid_request
 from extproc.plan import ResponsePlan
 from extproc.request_rewrite import check_content_type, check_declared_length, rewrite_request
-from extproc.response_rewrite import ClientAnswer, needs_response_body, rewrite_response
+from extproc.response_rewrite import (
+    ClientAnswer,
+    is_success,
+    needs_response_body,
+    rewrite_response,
+)
 
 ATTRIBUTES_KEY = "envoy.filters.http.ext_proc"
 PLAN_NAMESPACE = "embgw"  # dynamic metadata namespace shared by the two filters
@@ -65,7 +70,6 @@ CODE_DETAILS_ATTR = "response.code_details"
 LOCAL_REPLY_DETAILS = "extproc_gateway_answer"  # marks our immediate responses
 
 _BUFFERED = processing_mode_pb2.ProcessingMode.BUFFERED
-_JSON = b"application/json"
 
 
 class Phase(enum.Enum):
@@ -212,7 +216,7 @@ class ExtProcStream:
         self.phase = Phase.AWAIT_RESPONSE_BODY
         neutral.mode_override.request_body_mode = _BUFFERED
         neutral.mode_override.response_body_mode = _BUFFERED
-        if not 200 <= status < 300:
+        if not is_success(status):
             # This error gets the envelope here; standalone.yaml's custom_response
             # must not envelope it again (it acts only on answers with this header).
             mutation = neutral.response_headers.response.header_mutation
@@ -234,7 +238,7 @@ class ExtProcStream:
         metrics.observe_total(self.started)
         if answer is None:
             return neutral
-        kind = "vectors" if 200 <= answer.status < 300 else "error_envelope"
+        kind = "vectors" if is_success(answer.status) else "error_envelope"
         metrics.RESPONSES_REWRITTEN.labels(kind).inc()
         return ep.ProcessingResponse(response_body=ep.BodyResponse(response=_replace_body(answer)))
 
