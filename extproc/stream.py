@@ -29,6 +29,12 @@ Rules (Envoy 1.40, verified live; see DESIGN.md section 3):
    enveloped by the Envoy config's local_reply_config and pass untouched.
 5. On the response body the answer is rewritten, with ``:status``,
    content-type and content-length set in the same reply.
+   5b. When the response headers were skipped (standalone.yaml's
+   extproc.response: one message instead of two), the body message carries the
+   status as the ``response.code`` attribute and rule 4's decision is taken
+   here. Envoy ignores header mutations in this reply, so the client's status
+   also goes out as dynamic metadata (``embgw.status``) for the Lua filter that
+   holds the headers. A body without that attribute is an anomaly (rule 6).
 6. Anything out of order (a message after DONE, a body before its headers where
    that cannot happen) is answered with a neutral reply of the same kind and
    counted, never raised: a confused Envoy must not get a crashed stream, and a
@@ -67,6 +73,7 @@ UPSTREAM_TIME_HEADER = "x-envoy-upstream-service-time"
 CONTENT_TYPE_ATTR = "request.headers['content-type']"
 REQUEST_ID_ATTR = "request.id"
 CODE_DETAILS_ATTR = "response.code_details"
+RESPONSE_CODE_ATTR = "response.code"
 LOCAL_REPLY_DETAILS = "extproc_gateway_answer"  # marks our immediate responses
 
 _BUFFERED = processing_mode_pb2.ProcessingMode.BUFFERED
@@ -102,7 +109,7 @@ class ExtProcStream:
         if kind == "response_headers":
             return self._on_response_headers(request.response_headers, request)
         if kind == "response_body":
-            return self._on_response_body(request.response_body)
+            return self._on_response_body(request.response_body, request)
         if kind == "request_trailers":
             return ep.ProcessingResponse(request_trailers=ep.TrailersResponse())
         if kind == "response_trailers":
@@ -223,12 +230,23 @@ class ExtProcStream:
             mutation.remove_headers.append(UPSTREAM_TIME_HEADER)
         return neutral
 
-    def _on_response_body(self, body: ep.HttpBody) -> ep.ProcessingResponse:
+    def _on_response_body(
+        self, body: ep.HttpBody, request: ep.ProcessingRequest
+    ) -> ep.ProcessingResponse:
         neutral = ep.ProcessingResponse(response_body=ep.BodyResponse())
         if self.phase is Phase.PASS_THROUGH:
             # Configs that always buffer the response (the benchmark's naive one)
             # send it even though the headers decided nothing changes.
             return neutral
+        headers_skipped = self.phase in (Phase.AWAIT_REQUEST, Phase.AWAIT_RESPONSE_HEADERS)
+        if headers_skipped and body.end_of_stream:
+            # Rule 5b: the response headers were skipped (standalone.yaml's
+            # extproc.response); the status came as an attribute of this message.
+            decided = self._take_status_attribute(request)
+            if decided is None:
+                return self._anomaly("response_body", neutral)
+            if decided is Phase.PASS_THROUGH:
+                return neutral
         if self.phase is not Phase.AWAIT_RESPONSE_BODY or not body.end_of_stream:
             return self._anomaly("response_body", neutral)
         started = time.perf_counter()
@@ -240,7 +258,35 @@ class ExtProcStream:
             return neutral
         kind = "vectors" if is_success(answer.status) else "error_envelope"
         metrics.RESPONSES_REWRITTEN.labels(kind).inc()
-        return ep.ProcessingResponse(response_body=ep.BodyResponse(response=_replace_body(answer)))
+        reply = ep.ProcessingResponse()
+        _replace_body(reply.response_body.response, answer)  # in place: no body copies
+        if headers_skipped:
+            # Envoy ignores header mutations here (it never had the headers): the
+            # status travels as metadata to standalone.yaml's Lua filter, which holds
+            # the headers until this body is rewritten and then applies it.
+            reply.dynamic_metadata.update({PLAN_NAMESPACE: {"status": str(answer.status)}})
+        return reply
+
+    def _take_status_attribute(self, request: ep.ProcessingRequest) -> Phase | None:
+        """Rule 4's decision from the ``response.code`` attribute (headers skipped):
+        the new phase (AWAIT_RESPONSE_BODY: rewrite it; PASS_THROUGH: leave it), or
+        None when the attribute is missing or unusable."""
+        code = _attribute(request, RESPONSE_CODE_ATTR)
+        if code is None or not code.isdigit():
+            return None
+        details = _attribute(request, CODE_DETAILS_ATTR)
+        if details is not None and details != "via_upstream":
+            metrics.UPSTREAM_RESPONSES.labels("local").inc()
+            self.phase = Phase.PASS_THROUGH
+            return self.phase
+        self.upstream_status = int(code)
+        metrics.UPSTREAM_RESPONSES.labels(_status_class(self.upstream_status)).inc()
+        if not needs_response_body(self.plan, self.upstream_status):
+            self.phase = Phase.PASS_THROUGH
+            metrics.observe_total(self.started)
+            return self.phase
+        self.phase = Phase.AWAIT_RESPONSE_BODY
+        return self.phase
 
     # -- helpers ---------------------------------------------------------------
 
@@ -309,8 +355,7 @@ def immediate_response(status: int, body: bytes) -> ep.ImmediateResponse:
     return response
 
 
-def _replace_body(answer: ClientAnswer) -> ep.CommonResponse:
-    common = ep.CommonResponse()
+def _replace_body(common: ep.CommonResponse, answer: ClientAnswer) -> None:
     common.body_mutation.body = answer.body
     _set(common.header_mutation, ":status", str(answer.status))
     _set(common.header_mutation, "content-type", "application/json")
@@ -319,7 +364,6 @@ def _replace_body(answer: ClientAnswer) -> ep.CommonResponse:
         # Already enveloped: keep standalone.yaml's custom_response from enveloping
         # it again (it only acts on answers that carry this router header).
         common.header_mutation.remove_headers.append(UPSTREAM_TIME_HEADER)
-    return common
 
 
 def _status_class(status: int) -> str:

@@ -7,11 +7,11 @@ L2-normalise", in float32, as vLLM does for models trained that way.
 
 from __future__ import annotations
 
-import base64
 import binascii
 
 import numpy as np
 import numpy.typing as npt
+import pybase64
 
 FloatMatrix = npt.NDArray[np.float32]
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
@@ -27,8 +27,8 @@ def decode_rows(items: list[object], native: int) -> FloatMatrix:
     for row, item in enumerate(items):
         if isinstance(item, str):
             try:
-                raw = base64.b64decode(item, validate=True)
-            except (binascii.Error, ValueError):
+                raw = pybase64.b64decode(item, validate=True)
+            except (binascii.Error, ValueError, TypeError):
                 raise BadVectorsError(f"embedding {row} is not valid base64") from None
             if len(raw) != native * 4:
                 raise BadVectorsError(
@@ -63,4 +63,4 @@ def truncate_renormalise(matrix: FloatMatrix, dimensions: int) -> FloatMatrix:
 
 
 def encode_base64(row: FloatMatrix) -> str:
-    return base64.b64encode(row.astype("<f4", copy=False).tobytes()).decode("ascii")
+    return pybase64.b64encode(row.astype("<f4", copy=False).tobytes()).decode("ascii")

@@ -587,3 +587,74 @@ def test_odd_attribute_values_never_raise(value: Any, stream: ExtProcStream) -> 
     )
     reply = stream.handle(message)
     assert reply.WhichOneof("response") in ("request_body", "immediate_response")
+
+
+# -- response headers skipped (standalone.yaml's extproc.response) ---------------------------
+
+
+def skipped_headers_body(
+    body: bytes, status: int | str | None, details: str | None = "via_upstream"
+) -> ep.ProcessingRequest:
+    """The response body as standalone.yaml's extproc.response sends it: no headers
+    message before it; the status and code details come as attributes."""
+    attrs: dict[str, Any] = {}
+    if status is not None:
+        attrs["response.code"] = status
+    if details is not None:
+        attrs[CODE_DETAILS_ATTR] = details
+    return with_attributes(response_body(body), attrs)
+
+
+def status_metadata(reply: ep.ProcessingResponse) -> str | None:
+    fields = reply.dynamic_metadata.fields
+    if "embgw" not in fields:
+        return None
+    value = fields["embgw"].struct_value.fields.get("status")
+    return None if value is None else str(value.string_value)
+
+
+def test_skipped_headers_vectors_rewritten_status_as_metadata(stream: ExtProcStream) -> None:
+    stream.handle(request_body(DIMS))
+    rows = unit_rows(2)
+    reply = stream.handle(skipped_headers_body(b64_body(rows), 200))
+    assert reply.WhichOneof("response") == "response_body"
+    doc = orjson.loads(reply.response_body.response.body_mutation.body)
+    assert [len(item["embedding"]) for item in doc["data"]] == [256, 256]
+    assert status_metadata(reply) == "200"
+    assert stream.phase is Phase.DONE
+
+
+@pytest.mark.parametrize(("upstream", "client"), [(500, "500"), (404, "503"), (400, "400")])
+def test_skipped_headers_error_enveloped_status_as_metadata(
+    upstream: int, client: str, stream: ExtProcStream
+) -> None:
+    stream.handle(request_body(DIMS))
+    body = b'{"message":"Internal server error","type":"Internal Server Error","code":500}'
+    reply = stream.handle(skipped_headers_body(body, upstream))
+    assert status_metadata(reply) == client
+    envelope(reply.response_body.response.body_mutation.body)
+
+
+def test_skipped_headers_bad_vectors_become_502(stream: ExtProcStream) -> None:
+    stream.handle(request_body(DIMS))
+    rows = unit_rows(3)  # the request had 2 inputs
+    reply = stream.handle(skipped_headers_body(b64_body(rows), 200))
+    assert status_metadata(reply) == "502"
+    assert envelope(reply.response_body.response.body_mutation.body)["type"] == "server_error"
+
+
+def test_skipped_headers_local_reply_left_alone(stream: ExtProcStream) -> None:
+    stream.handle(request_body(DIMS))
+    reply = stream.handle(skipped_headers_body(b"{}", 504, details="upstream_response_timeout"))
+    assert reply == ep.ProcessingResponse(response_body=ep.BodyResponse())
+    assert stream.phase is Phase.PASS_THROUGH
+
+
+@pytest.mark.parametrize("status", [None, "abc", -1])
+def test_skipped_headers_without_a_usable_status_is_neutral(
+    status: str | int | None, stream: ExtProcStream
+) -> None:
+    stream.handle(request_body(DIMS))
+    reply = stream.handle(skipped_headers_body(b"{}", status))
+    assert reply == ep.ProcessingResponse(response_body=ep.BodyResponse())
+    assert status_metadata(reply) is None

@@ -1,0 +1,95 @@
+"""A do-nothing ext_proc processor: the floor under any Python ext_proc server here.
+
+It speaks the same grpc.aio service as ``extproc serve`` (same server options) but
+does no work: every message gets an empty reply of its kind. Two things mimic the
+shipped server's *message pattern* without its work, so that the shipped Envoy
+config sends exactly the messages it sends for the real gateway:
+
+- a request body containing ``"dimensions"`` (a byte search, no parsing) is answered
+  with the ``embgw`` metadata and a route-cache clear, as for a request whose vectors
+  change: Envoy then re-routes it to the rewrite route and opens the response stream;
+- a response body is answered with ``embgw.status = "200"`` for the Lua filter.
+
+The benchmark runs the shipped and the naive Envoy configs against this processor too
+(cases F and Z): what remains is the cost of the gRPC streams and messages alone, the
+bound that no amount of work saved inside the gateway can go below.
+
+    python bench/floor_processor.py --listen 127.0.0.1:50061
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
+from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ep_grpc
+
+_MAX_MESSAGE = 64 * 1024 * 1024
+_REWRITE_MARK = b'"dimensions"'
+
+
+def floor_reply(request: ep.ProcessingRequest) -> ep.ProcessingResponse:
+    kind = request.WhichOneof("request")
+    reply = ep.ProcessingResponse()
+    if kind == "request_body":
+        reply.request_body.SetInParent()  # an empty reply must still name its kind
+        common = reply.request_body.response
+        if _REWRITE_MARK in request.request_body.body:
+            reply.dynamic_metadata.update({"embgw": {"respond": "rewrite", "plan": "{}"}})
+            common.clear_route_cache = True
+    elif kind == "response_body":
+        reply.response_body.SetInParent()
+        reply.dynamic_metadata.update({"embgw": {"status": "200"}})
+    elif kind == "request_headers":
+        reply.request_headers.SetInParent()
+    elif kind == "response_headers":
+        reply.response_headers.SetInParent()
+    elif kind == "request_trailers":
+        reply.request_trailers.SetInParent()
+    elif kind == "response_trailers":
+        reply.response_trailers.SetInParent()
+    return reply
+
+
+class FloorProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc]
+    async def Process(  # noqa: N802 - the proto's method name
+        self, request_iterator: AsyncIterator[ep.ProcessingRequest], context: Any
+    ) -> AsyncIterator[ep.ProcessingResponse]:
+        async for request in request_iterator:
+            yield floor_reply(request)
+
+
+async def serve(address: str) -> None:
+    server = grpc.aio.server(
+        options=[
+            ("grpc.max_receive_message_length", _MAX_MESSAGE),
+            ("grpc.max_send_message_length", _MAX_MESSAGE),
+            ("grpc.max_concurrent_streams", 10_000),
+            ("grpc.so_reuseport", 0),
+        ]
+    )
+    ep_grpc.add_ExternalProcessorServicer_to_server(FloorProcessor(), server)
+    if server.add_insecure_port(address) == 0:
+        raise OSError(f"cannot listen on {address}")
+    await server.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await server.stop(1)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--listen", required=True, help="HOST:PORT")
+    asyncio.run(serve(parser.parse_args().listen))
+
+
+if __name__ == "__main__":
+    main()
