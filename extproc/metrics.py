@@ -56,6 +56,12 @@ STREAM_SECONDS = Histogram(
     "Wall time from the first message to the last reply of a stream (includes upstream).",
     buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
 )
+TLS_RELOADS = Counter(
+    "extproc_tls_reloads_total",
+    "Changes of the TLS files seen while serving: reloaded (new connections use them), "
+    "rejected (unusable, e.g. key and certificate do not match; the current ones stay).",
+    ["outcome"],
+)
 
 
 def record_forward(stats: RequestStats, *, rewritten: bool) -> None:
