@@ -11,7 +11,8 @@ validated (a ``plan`` exists):
 - upstream 5xx stay 5xx with ``type: server_error``: never relabelled 400, since
   the gateway answers every client mistake itself before the upstream sees it;
 - a 2xx body that is not a valid embeddings answer for this request (wrong count,
-  wrong size, NaN) is a 502: never a 200 with bad vectors.
+  wrong size, NaN, ``index`` values that are not each input once) is a 502:
+  never a 200 with bad vectors.
 """
 
 from __future__ import annotations
@@ -75,10 +76,14 @@ def _rewrite_vectors(plan: ResponsePlan, body: bytes) -> bytes:
         raise BadVectorsError(f"{len(data)} embeddings for {plan.input_count} inputs")
     if not all(isinstance(item, dict) for item in data):
         raise BadVectorsError("an item of 'data' is not an object")
-    # The upstream may answer out of order; 'index' says which input each row is.
-    items = sorted(
-        data, key=lambda item: item.get("index", 0) if isinstance(item.get("index"), int) else 0
-    )
+    # The upstream may answer out of order; 'index' says which input each row is. It
+    # must name every input exactly once: a duplicate, a gap or a missing index would
+    # pair vectors with the wrong inputs and still give a 200 (tests/test_faults_upstream.py
+    # found [0, 0] and [1, 2] passing as 200s).
+    indices = [item.get("index") for item in data]
+    if not all(type(i) is int for i in indices) or sorted(indices) != list(range(len(data))):
+        raise BadVectorsError(f"its 'index' values are not 0 to {len(data) - 1}, each once")
+    items = sorted(data, key=lambda item: int(item["index"]))
     matrix = decode_rows([item.get("embedding") for item in items], plan.native_dimensions)
     if plan.dimensions is not None:
         matrix = truncate_renormalise(matrix, plan.dimensions)
@@ -89,7 +94,12 @@ def _rewrite_vectors(plan: ResponsePlan, body: bytes) -> bytes:
             item["embedding"] = row  # orjson writes float32 in shortest round-trip form
     doc["data"] = items
     doc["model"] = plan.model
-    return orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY)
+    try:
+        return orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY)
+    except orjson.JSONEncodeError:
+        # orjson reads 1,024 nested levels but writes only 254: an extra field nested
+        # deeper raised TypeError out of here (tests/test_fuzz_core.py).
+        raise BadVectorsError("it nests arrays or objects too deeply to re-encode") from None
 
 
 def _error_answer(plan: ResponsePlan | None, status: int, body: bytes) -> ClientAnswer:
@@ -103,14 +113,14 @@ def _error_answer(plan: ResponsePlan | None, status: int, body: bytes) -> Client
             type="server_error",
             code="model_unavailable",
         )
-    elif status >= 500:
+    elif 500 <= status < 600:
         error = ApiError(
             status,
             f"The upstream failed to process the request (HTTP {status}: {detail}).",
             type="server_error",
             code="upstream_error",
         )
-    elif status >= 400:
+    elif 400 <= status < 500:
         error = ApiError(
             status,
             upstream.message or f"The upstream rejected the request with HTTP {status}.",
@@ -118,7 +128,11 @@ def _error_answer(plan: ResponsePlan | None, status: int, body: bytes) -> Client
             param=upstream.param,
             code="upstream_error",
         )
-    else:  # 1xx/3xx on an embeddings call: nothing a client can use
+    else:
+        # 1xx/3xx on an embeddings call: nothing a client can use. So is a status HTTP
+        # does not have (>= 600, or garbage read as 0): it was passed on as the client's
+        # status (600, 999, even 10**300, which Envoy's int32 status cannot hold;
+        # tests/test_fuzz_core.py).
         error = ApiError(
             502,
             f"The upstream answered HTTP {status}, not an embeddings response.",

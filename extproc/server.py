@@ -19,6 +19,7 @@ from prometheus_client import start_http_server
 
 from extproc.contract import Contract
 from extproc.servicer import ExternalProcessor
+from extproc.tls import TlsSettings, server_credentials
 
 log = logging.getLogger("extproc.server")
 
@@ -40,8 +41,14 @@ async def serve(
     grace_seconds: float,
     stop: asyncio.Event,
     on_ready: Callable[[int], None] | None = None,
+    tls: TlsSettings | None = None,
 ) -> None:
-    """Serve until ``stop`` is set. ``on_ready`` gets the bound gRPC port."""
+    """Serve until ``stop`` is set. ``on_ready`` gets the bound gRPC port.
+
+    With ``tls``, the port speaks TLS (mTLS when it names a client CA) and picks up
+    new certificate files on new connections (extproc/tls.py); raises TlsError if
+    the files are unusable.
+    """
     limit = contract.policy.max_message_bytes()
     server = grpc.aio.server(
         options=[
@@ -52,10 +59,14 @@ async def serve(
             ("grpc.so_reuseport", 0),
         ]
     )
-    ep_grpc.add_ExternalProcessorServicer_to_server(ExternalProcessor(contract), server)
+    processor = ExternalProcessor(contract)
+    ep_grpc.add_ExternalProcessorServicer_to_server(processor, server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    port = server.add_insecure_port(address)
+    if tls is None:
+        port = server.add_insecure_port(address)
+    else:
+        port = server.add_secure_port(address, server_credentials(tls))
     if port == 0:
         raise OSError(f"cannot listen on {address}")
     if metrics_address:
@@ -65,7 +76,12 @@ async def serve(
     await server.start()
     for service in ("", PROCESSOR_SERVICE):
         await health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
-    log.info("ext_proc serving on port %d (models: %s)", port, ", ".join(contract.policy.models))
+    log.info(
+        "ext_proc serving on port %d%s (models: %s)",
+        port,
+        "" if tls is None else " with mTLS" if tls.mutual else " with TLS",
+        ", ".join(contract.policy.models),
+    )
     if on_ready is not None:
         on_ready(port)
 
@@ -74,7 +90,15 @@ async def serve(
     finally:
         log.info("stopping: health NOT_SERVING, draining streams for up to %.0f s", grace_seconds)
         await health_servicer.enter_graceful_shutdown()
-        await server.stop(grace_seconds)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace_seconds
+        # Keep accepting streams while any is open: with envoy/standalone.yaml a
+        # request whose vectors change opens a second stream when the upstream
+        # answers, and refusing it would fail that in-flight request with a 503.
+        # Its first stream stays open until then, so "none open" means drained.
+        while processor.active_streams and loop.time() < deadline:
+            await asyncio.sleep(0.05)
+        await server.stop(max(deadline - loop.time(), 0.0))
         log.info("stopped")
 
 

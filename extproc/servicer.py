@@ -33,6 +33,7 @@ OFFLOAD_BODY_BYTES = 256 * 1024
 class ExternalProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc]
     def __init__(self, contract: Contract) -> None:
         self._contract = contract
+        self.active_streams = 0  # read by the server's drain (extproc/server.py)
 
     async def Process(  # noqa: N802 - the proto's method name
         self,
@@ -41,6 +42,7 @@ class ExternalProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc
     ) -> AsyncIterator[ep.ProcessingResponse]:
         stream = ExtProcStream(self._contract)
         metrics.ACTIVE_STREAMS.inc()
+        self.active_streams += 1
         try:
             async for request in request_iterator:
                 size = _body_size(request)
@@ -51,6 +53,7 @@ class ExternalProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc
                     await asyncio.to_thread(release_after, size)
         finally:
             metrics.ACTIVE_STREAMS.dec()
+            self.active_streams -= 1
 
     async def _handle(
         self, stream: ExtProcStream, request: ep.ProcessingRequest, size: int

@@ -348,6 +348,24 @@ BAD_SUCCESS_BODIES: list[Any] = [
         ("nan",),
         id="nulls-in-float-array",
     ),
+    # 'index' must name each input exactly once (found by tests/test_faults_upstream.py:
+    # these were 200s with vectors paired to the wrong inputs).
+    *[
+        pytest.param(
+            _doc([{"index": i, "embedding": b64(r)} for i, r in zip(order, _GOOD, strict=True)]),
+            ("index",),
+            id=name,
+        )
+        for name, order in [
+            ("index-duplicate", [0, 0, 1]),
+            ("index-out-of-range", [1, 2, 3]),
+            ("index-negative", [-1, 0, 1]),
+            ("index-missing", [0, 1, None]),
+            ("index-string", [0, 1, "2"]),
+            ("index-boolean", [True, 0, 2]),
+            ("index-float", [0, 1, 2.0]),
+        ]
+    ],
 ]
 
 

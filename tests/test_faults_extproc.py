@@ -1,0 +1,596 @@
+"""Faults of the processes around the gateway (issue #6): the ext_proc server
+SIGKILLed or SIGTERMed under load, Envoy killed and restarted under load.
+
+A real stack on 127.0.0.1, shared by the tests of this module and repaired between
+them: `extproc serve` as its own process on a fixed port, a real Envoy rendered from
+envoy/standalone.yaml by extproc/envoy_config.py (as `extproc run` does) pointing at
+it, and tests/fake_upstream.FakeUpstream (Dynamo flavour) behind Envoy. The load is
+requests that MUST be rewritten: ``input_type: query`` (the Qwen3 instruction must
+reach the model) and, for half the clients, also ``dimensions: 256`` (the response
+is rewritten too, on standalone.yaml's rewrite route). Every wait is bounded; each
+process is stopped by its own PID. Measured times are printed (run with ``-s``).
+
+Order: SIGKILL (the server is restarted inside the test), Envoy restart (the same
+server keeps serving), SIGTERM last (it leaves the server stopped). On SIGTERM, the
+in-flight requests whose response needs ext_proc (``dimensions``: a second stream on
+standalone.yaml's rewrite route, opened when the upstream answers) must finish too:
+the server keeps accepting streams while any of its streams is open.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from http import client as http_client
+from pathlib import Path
+from typing import Any
+
+import grpc
+import numpy as np
+import orjson
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from extproc.envoy_config import EnvoySettings, Upstream, dump, load_template, render
+from extproc.launcher import envoy_argv
+from extproc.policy import GatewayPolicy
+from tests.conftest import QWEN_MODEL, SHIPPED_QWEN_POLICY
+from tests.fake_upstream import FakeUpstream
+from tests.harness import free_port, http, metric_value
+
+INSTRUCTION = (
+    "Instruct: Given a web search query, retrieve relevant passages that answer the query\nQuery:"
+)
+GRACE_S = 5.0  # `extproc serve --grace`
+CLIENTS = 8
+START_TIMEOUT_S = 60.0
+# From the restarted server's SERVING to the first 200: Envoy reconnecting. (The
+# restart itself, Python and the tokenizer loading, takes 3-20 s on a loaded 2-core box.)
+RECONNECT_BOUND_S = 5.0
+ENVELOPE_KEYS = {"message", "type", "param", "code"}
+
+
+# -- the stack -------------------------------------------------------------------------
+
+
+def health(port: int, timeout: float = 1.0) -> str:
+    """The server's gRPC health ("SERVING", "NOT_SERVING") or the RPC's error code."""
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        try:
+            reply = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=timeout)
+        except grpc.RpcError as error:
+            return str(error.code().name)
+    return str(health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status))
+
+
+def _admin_ready(port: int) -> bool:
+    try:
+        return http("GET", f"http://127.0.0.1:{port}/ready", timeout=1).status == 200
+    except OSError:
+        return False
+
+
+@dataclass
+class Stack:
+    upstream: FakeUpstream
+    folder: Path
+    config_path: Path
+    grpc_port: int
+    metrics_port: int
+    listen_port: int
+    admin_port: int
+    serve: subprocess.Popen[bytes] | None = None
+    envoy: subprocess.Popen[bytes] | None = None
+    serve_logs: list[Path] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.listen_port}/v1/embeddings"
+
+    def start_serve(self) -> float:
+        """Start `extproc serve` on the stack's fixed port; seconds until SERVING."""
+        started = time.monotonic()
+        log_path = self.folder / f"extproc-{len(self.serve_logs)}.log"
+        self.serve_logs.append(log_path)
+        with log_path.open("wb") as log:
+            self.serve = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "extproc",
+                    "serve",
+                    "--listen",
+                    f"127.0.0.1:{self.grpc_port}",
+                    "--metrics",
+                    f"127.0.0.1:{self.metrics_port}",
+                    "--config",
+                    str(SHIPPED_QWEN_POLICY),
+                    "--tokenizer",
+                    f"{QWEN_MODEL}={self.upstream.tokenizer_dir}",
+                    "--grace",
+                    str(GRACE_S),
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
+        while health(self.grpc_port) != "SERVING":
+            assert self.serve.poll() is None, log_path.read_text()
+            assert time.monotonic() - started < START_TIMEOUT_S, "extproc serve did not start"
+            time.sleep(0.05)
+        return time.monotonic() - started
+
+    def start_envoy(self) -> float:
+        """Start Envoy on the stack's fixed ports; seconds until /ready."""
+        started = time.monotonic()
+        log_path = self.folder / f"envoy-{started:.0f}.log"
+        with log_path.open("wb") as log:
+            self.envoy = subprocess.Popen(
+                envoy_argv(self.config_path, "warning", 1),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
+        while not _admin_ready(self.admin_port):
+            assert self.envoy.poll() is None, log_path.read_text()
+            assert time.monotonic() - started < START_TIMEOUT_S, "Envoy did not start"
+            time.sleep(0.05)
+        return time.monotonic() - started
+
+    def ensure_up(self) -> None:
+        if self.serve is None or self.serve.poll() is not None:
+            self.start_serve()
+        if self.envoy is None or self.envoy.poll() is not None:
+            self.start_envoy()
+        # Envoy connects to ext_proc on demand: one real request proves the path.
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while call(self.url, query_body("warm-up"))[0] != 200:
+            assert time.monotonic() < deadline, "the stack did not answer 200"
+            time.sleep(0.1)
+        self.upstream.reset()
+
+    def serve_log(self) -> str:
+        return self.serve_logs[-1].read_text(errors="replace")
+
+    def stop(self) -> None:
+        for process in (self.envoy, self.serve):
+            if process is not None and process.poll() is None:
+                process.terminate()
+                try:
+                    process.wait(GRACE_S + 5)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait(5)
+
+
+@pytest.fixture(scope="module")
+def stack_once(
+    qwen_dir: Path, qwen_policy: GatewayPolicy, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Stack]:
+    folder = tmp_path_factory.mktemp("faults-extproc")
+    with FakeUpstream(flavour="dynamo", tokenizer_dir=qwen_dir) as upstream:
+        grpc_port, listen_port, admin_port = free_port(), free_port(), free_port()
+        settings = EnvoySettings(
+            "127.0.0.1", listen_port, admin_port, grpc_port, Upstream.from_url(upstream.url)
+        )
+        config_path = folder / "envoy.yaml"
+        config_path.write_text(dump(render(load_template(), settings, qwen_policy)))
+        stack = Stack(
+            upstream, folder, config_path, grpc_port, free_port(), listen_port, admin_port
+        )
+        try:
+            yield stack
+        finally:
+            stack.stop()
+
+
+@pytest.fixture
+def stack(stack_once: Stack) -> Stack:
+    """The shared stack, with both processes running and answering (restarted if a
+    previous test left one down)."""
+    stack_once.ensure_up()
+    return stack_once
+
+
+# -- clients -----------------------------------------------------------------------------
+
+
+def query_body(text: str, dimensions: int | None = None) -> dict[str, Any]:
+    body: dict[str, Any] = {"model": QWEN_MODEL, "input": [text], "input_type": "query"}
+    if dimensions is not None:
+        body["dimensions"] = dimensions
+    return body
+
+
+def call(url: str, body: dict[str, Any], timeout: float = 30.0) -> tuple[int | None, bytes, str]:
+    """(status or None, body, error): one request on its own connection; a connection
+    error or a cut body is reported, never raised."""
+    host_port = url.split("/")[2]
+    host, port = host_port.rsplit(":", 1)
+    conn = http_client.HTTPConnection(host, int(port), timeout=timeout)
+    status: int | None = None
+    try:
+        conn.request(
+            "POST", "/v1/embeddings", orjson.dumps(body), {"content-type": "application/json"}
+        )
+        response = conn.getresponse()
+        status = response.status
+        return status, response.read(), ""
+    except (OSError, http_client.HTTPException) as error:
+        return status, b"", f"{type(error).__name__}: {error}"
+    finally:
+        conn.close()
+
+
+@dataclass(frozen=True)
+class Outcome:
+    kind: str  # "query" (request rewrite only) or "dims" (request and response rewrite)
+    started: float
+    ended: float
+    status: int | None
+    body: bytes
+    error: str
+
+
+class Load:
+    """``CLIENTS`` threads, each sending requests back to back until stopped; even
+    clients send query-only requests, odd ones query + ``dimensions: 256``."""
+
+    def __init__(self, url: str, clients: int = CLIENTS) -> None:
+        self.url = url
+        self.outcomes: list[Outcome] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._threads = [
+            threading.Thread(target=self._client, args=(i,), daemon=True) for i in range(clients)
+        ]
+
+    def __enter__(self) -> Load:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=35)
+        assert not any(t.is_alive() for t in self._threads), "a client is stuck"
+
+    def _client(self, index: int) -> None:
+        kind = "dims" if index % 2 else "query"
+        n = 0
+        while not self._stop.is_set():
+            n += 1
+            started = time.monotonic()
+            body = query_body(f"client {index} question {n}?", 256 if kind == "dims" else None)
+            status, reply, error = call(self.url, body)
+            with self._lock:
+                self.outcomes.append(Outcome(kind, started, time.monotonic(), status, reply, error))
+            if status != 200:
+                time.sleep(0.05)  # back off like a real client (and leave CPU to the restart)
+
+    def snapshot(self) -> list[Outcome]:
+        with self._lock:
+            return list(self.outcomes)
+
+    def wait_for(self, predicate: Callable[[Outcome], bool], count: int, timeout: float) -> float:
+        """Wait until ``count`` outcomes satisfy ``predicate``; the time it happened."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            matching = [o for o in self.snapshot() if predicate(o)]
+            if len(matching) >= count:
+                return sorted(o.ended for o in matching)[count - 1]
+            time.sleep(0.02)
+        raise AssertionError(
+            f"not {count} such outcomes in {timeout} s: {summary(self.snapshot())}"
+        )
+
+
+def summary(outcomes: list[Outcome]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for o in outcomes:
+        key = f"{o.kind}:{o.status}:{o.error.split(':')[0]}" if o.error else f"{o.kind}:{o.status}"
+        counts[key] = counts.get(key, 0) + 1
+    return dict(sorted(counts.items()))
+
+
+def assert_good_200(outcome: Outcome) -> None:
+    """A 200 carries the right vectors: one 1,024-d (query) or 256-d unit vector."""
+    doc = orjson.loads(outcome.body)
+    (item,) = doc["data"]
+    vector = np.asarray(item["embedding"], dtype=np.float64)
+    assert vector.shape == ((256,) if outcome.kind == "dims" else (1024,)), outcome
+    assert abs(float(np.linalg.norm(vector)) - 1.0) < 1e-5
+    # Qwen3 instruction + query + EOS: never the bare query's handful of tokens.
+    assert doc["usage"]["prompt_tokens"] > 20, doc["usage"]
+
+
+def assert_fail_closed(outcome: Outcome) -> None:
+    """A retryable 503 in the OpenAI envelope (what failure_mode_allow: false gives)."""
+    assert outcome.status == 503 and not outcome.error, outcome
+    doc = orjson.loads(outcome.body)
+    assert set(doc) == {"error"} and set(doc["error"]) == ENVELOPE_KEYS, doc
+    assert doc["error"]["type"] == "server_error", doc
+
+
+def assert_upstream_saw_only_rewritten(upstream: FakeUpstream) -> int:
+    """Every embeddings request the upstream got carries the instruction and no
+    legacy-only field: nothing un-rewritten slipped through. Returns how many."""
+    seen = [r for r in upstream.received if r.path == "/v1/embeddings"]
+    for received in seen:
+        assert received.json is not None
+        assert all(str(text).startswith(INSTRUCTION) for text in received.json["input"]), received
+        assert not {"input_type", "instruction", "dimensions"} & set(received.json), received
+    return len(seen)
+
+
+# -- 1. ext_proc SIGKILLed under load -------------------------------------------------------
+
+
+def test_extproc_sigkill_under_load_fails_closed_and_recovers(stack: Stack) -> None:
+    assert stack.serve is not None
+    with Load(stack.url) as load:
+        load.wait_for(lambda o: o.status == 200, 2 * CLIENTS, timeout=30)
+        killed = time.monotonic()
+        os.kill(stack.serve.pid, signal.SIGKILL)
+        stack.serve.wait(5)
+        # Let the clients meet the dead processor for a while.
+        load.wait_for(lambda o: o.started > killed + 0.05, 2 * CLIENTS, timeout=10)
+        time.sleep(0.5)
+        restarted = time.monotonic()
+        stack.start_serve()  # the SAME port
+        serving = time.monotonic()
+        first_ok = load.wait_for(
+            lambda o: o.status == 200 and o.started > restarted, 1, timeout=RECONNECT_BOUND_S
+        )
+        load.wait_for(lambda o: o.status == 200 and o.started > first_ok, 2 * CLIENTS, timeout=10)
+    outcomes = load.snapshot()
+    print(
+        f"\n[sigkill] outcomes {summary(outcomes)}; restart -> SERVING {serving - restarted:.2f} s, "
+        f"SERVING seen -> first 200 {first_ok - serving:+.3f} s (health is polled every "
+        f"50 ms: <= 0 means at once), restart -> first 200 "
+        f"{first_ok - restarted:.2f} s, kill -> first 200 {first_ok - killed:.2f} s"
+    )
+    failed = [o for o in outcomes if o.status != 200]
+    assert failed, "the kill did not reach any client: nothing was tested"
+    for outcome in failed:
+        assert_fail_closed(outcome)  # 503 envelope, never a cut connection or another 5xx
+    for outcome in outcomes:
+        if outcome.status == 200:
+            assert_good_200(outcome)
+    assert assert_upstream_saw_only_rewritten(stack.upstream) >= 4 * CLIENTS
+    assert first_ok - serving < RECONNECT_BOUND_S
+    # Recovered for good: everything after the first 200 is a 200 again.
+    assert all(o.status == 200 for o in outcomes if o.started > first_ok), summary(outcomes)
+
+
+# -- 2. Envoy killed and restarted under load ------------------------------------------------
+# (before the SIGTERM case, which leaves the server stopped: one restart fewer)
+
+
+def test_envoy_restart_under_load_keeps_the_extproc_server(stack: Stack) -> None:
+    assert stack.serve is not None and stack.envoy is not None
+    serve_pid = stack.serve.pid
+    with Load(stack.url) as load:
+        load.wait_for(lambda o: o.status == 200, 2 * CLIENTS, timeout=30)
+        killed = time.monotonic()
+        os.kill(stack.envoy.pid, signal.SIGKILL)
+        stack.envoy.wait(5)
+        load.wait_for(lambda o: o.started > killed + 0.05, CLIENTS, timeout=10)
+        restarted = time.monotonic()
+        envoy_ready_s = stack.start_envoy()  # the SAME listener and admin ports
+        first_ok = load.wait_for(
+            lambda o: o.status == 200 and o.started > restarted, 1, timeout=RECONNECT_BOUND_S
+        )
+        load.wait_for(lambda o: o.status == 200 and o.started > first_ok, 2 * CLIENTS, timeout=10)
+    outcomes = load.snapshot()
+    print(
+        f"\n[envoy restart] outcomes {summary(outcomes)}; new Envoy ready in "
+        f"{envoy_ready_s:.2f} s, kill -> first 200 {first_ok - killed:.2f} s"
+    )
+    # The ext_proc server was never restarted and serves the new Envoy's streams.
+    assert stack.serve.pid == serve_pid and stack.serve.poll() is None
+    assert health(stack.grpc_port) == "SERVING"
+    assert all(o.status == 200 for o in outcomes if o.started > first_ok), summary(outcomes)
+    for outcome in outcomes:
+        if outcome.error:
+            # No Envoy listening (refused), or the dying Envoy cut the connection, also
+            # after a 200 status line (IncompleteRead): a client-visible failure to
+            # retry, never a complete answer.
+            continue
+        if outcome.status == 200:
+            assert_good_200(outcome)
+        else:
+            assert_fail_closed(outcome)
+    assert assert_upstream_saw_only_rewritten(stack.upstream) >= 4 * CLIENTS
+    log = stack.serve_log()
+    assert "Traceback" not in log and "internal error" not in log, log[-3000:]
+    # Streams the dead Envoy left open were all closed on the server's side.
+    metrics_url = f"http://127.0.0.1:{stack.metrics_port}/metrics"
+    deadline = time.monotonic() + 10
+    while metric_value(http("GET", metrics_url).body.decode(), "extproc_active_streams") != 0:
+        assert time.monotonic() < deadline, "ext_proc streams leaked after Envoy died"
+        time.sleep(0.1)
+
+
+# -- 3. ext_proc SIGTERMed under load -------------------------------------------------------
+
+
+class HealthWatch:
+    """A gRPC health Watch opened before the signal: it sees NOT_SERVING even though
+    the draining server refuses new RPCs (a Check after SIGTERM cannot get through)."""
+
+    def __init__(self, port: int) -> None:
+        self.seen: list[tuple[float, str]] = []
+        self._channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+        stub = health_pb2_grpc.HealthStub(self._channel)
+        self._call = stub.Watch(health_pb2.HealthCheckRequest(service=""), timeout=60)
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        try:
+            for reply in self._call:
+                name = health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
+                self.seen.append((time.monotonic(), str(name)))
+        except grpc.RpcError as error:
+            self.seen.append((time.monotonic(), f"rpc:{error.code().name}"))
+
+    def wait_for(self, status: str, timeout: float) -> float:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for at, seen in list(self.seen):
+                if seen == status:
+                    return at
+            time.sleep(0.01)
+        raise AssertionError(f"health never said {status}: {self.seen}")
+
+    def close(self) -> None:
+        self._call.cancel()
+        self._thread.join(timeout=5)
+        self._channel.close()
+
+
+@dataclass(frozen=True)
+class SigtermRun:
+    in_flight: list[Outcome]  # sent before SIGTERM, reached the upstream before it
+    late: Outcome  # sent after SIGTERM, during the drain
+    watch: list[tuple[float, str]]
+    check_during_drain: str
+    termed: float
+    not_serving: float
+    exited: float
+    exit_code: int
+    drain_s: float  # "stopping" to "stopped" in the server's log
+
+
+def _log_time(log: str, marker: str) -> float:
+    (line,) = [line for line in log.splitlines() if marker in line]
+    clock = line.split()[1]  # 2026-01-01 12:00:00,123 INFO ...
+    hours, minutes, seconds = clock.split(":")
+    return int(hours) * 3600 + int(minutes) * 60 + float(seconds.replace(",", "."))
+
+
+def _log_seconds(log: str, start: str, end: str) -> float:
+    return (_log_time(log, end) - _log_time(log, start)) % 86400  # across midnight too
+
+
+SLOW_S = 1.0  # how long the in-flight requests wait for the upstream
+
+
+@pytest.fixture(scope="module")
+def sigterm_run(stack_once: Stack) -> SigtermRun:
+    """One SIGTERM under load, shared by the tests that read it: ``CLIENTS`` requests
+    are held by a slow upstream (so they are in flight: past the ext_proc request
+    phase, waiting for their answer) when `extproc serve` gets SIGTERM."""
+    stack = stack_once
+    stack.ensure_up()
+    assert stack.serve is not None
+    stack.upstream.fault = "slow"
+    stack.upstream.slow_seconds = SLOW_S
+    watch = HealthWatch(stack.grpc_port)
+    try:
+        watch.wait_for("SERVING", timeout=5)
+        in_flight: dict[int, Outcome] = {}
+
+        def send(i: int) -> None:
+            kind = "dims" if i % 2 else "query"
+            started = time.monotonic()
+            status, body, error = call(
+                stack.url, query_body(f"in flight {i}?", 256 if kind == "dims" else None)
+            )
+            in_flight[i] = Outcome(kind, started, time.monotonic(), status, body, error)
+
+        threads = [threading.Thread(target=send, args=(i,)) for i in range(CLIENTS)]
+        for thread in threads:
+            thread.start()
+        deadline = time.monotonic() + 10
+        while len(stack.upstream.received) < CLIENTS:
+            assert time.monotonic() < deadline, "the requests did not reach the upstream"
+            time.sleep(0.005)
+        termed = time.monotonic()
+        stack.serve.send_signal(signal.SIGTERM)
+        not_serving = watch.wait_for("NOT_SERVING", timeout=2)
+        check_during_drain = health(stack.grpc_port)
+        watch.close()  # an open Watch is an RPC in flight too: it would hold the drain
+        late_started = time.monotonic()
+        late = Outcome("query", late_started, 0.0, *call(stack.url, query_body("late?"), 10))
+        for thread in threads:
+            thread.join(timeout=SLOW_S + 10)
+        exit_code = stack.serve.wait(GRACE_S + 5)
+        exited = time.monotonic()
+    finally:
+        watch.close()
+    log = stack.serve_log()
+    run = SigtermRun(
+        in_flight=[in_flight[i] for i in sorted(in_flight)],
+        late=late,
+        watch=watch.seen,
+        check_during_drain=check_during_drain,
+        termed=termed,
+        not_serving=not_serving,
+        exited=exited,
+        exit_code=exit_code,
+        drain_s=_log_seconds(log, "stopping:", "stopped"),
+    )
+    print(
+        f"\n[sigterm] in flight {summary(run.in_flight)}, late {run.late.status}; health watch "
+        f"NOT_SERVING after {not_serving - termed:.3f} s (Check during the drain: "
+        f"{check_during_drain}); drain {run.drain_s:.2f} s; exit {exit_code} after "
+        f"{exited - termed:.2f} s (grace {GRACE_S:g} s, upstream holds requests {SLOW_S:g} s)"
+    )
+    assert_upstream_saw_only_rewritten(stack.upstream)
+    stack.upstream.reset()
+    return run
+
+
+def test_extproc_sigterm_drains_in_flight_requests(sigterm_run: SigtermRun) -> None:
+    run = sigterm_run
+    # Health turns NOT_SERVING at once (seen on a Watch opened before the signal; a
+    # new Check is refused while the server drains, which a prober reads as not ready).
+    assert run.not_serving - run.termed < 1.0, run.watch
+    assert run.check_during_drain in ("NOT_SERVING", "UNAVAILABLE")
+    # No client error at all for the requests already in flight whose response needs
+    # no ext_proc (query-only: the request phase was done before SIGTERM). Their
+    # ext_proc stream stays open until the exchange ends, so the drain waits for them.
+    queries = [o for o in run.in_flight if o.kind == "query"]
+    assert len(queries) == CLIENTS // 2
+    for outcome in queries:
+        assert outcome.status == 200 and not outcome.error, outcome
+        assert_good_200(outcome)
+    assert run.drain_s >= SLOW_S / 2, "the server did not wait for its in-flight streams"
+    # Exits by itself, within the grace period.
+    assert run.exit_code == 0
+    assert run.drain_s < GRACE_S
+    assert run.exited - run.termed < GRACE_S
+    # A NEW request after SIGTERM, while in-flight streams keep the server draining,
+    # is still processed (the server keeps accepting streams until none is open) or,
+    # once it has stopped, fails closed (503 envelope). Either way never forwarded
+    # without its instruction. With several `extproc serve` endpoints
+    # (tests/test_scale_out.py) Envoy sends new streams to the others.
+    if run.late.status == 200:
+        assert_good_200(run.late)
+    else:
+        assert_fail_closed(run.late)
+
+
+def test_extproc_sigterm_in_flight_response_rewrites_finish(sigterm_run: SigtermRun) -> None:
+    dims = [o for o in sigterm_run.in_flight if o.kind == "dims"]
+    assert len(dims) == CLIENTS // 2
+    for outcome in dims:
+        # Whatever happens, never a 200 with bad vectors: a failure is a 503 envelope.
+        if outcome.status != 200:
+            assert_fail_closed(outcome)
+    for outcome in dims:
+        assert outcome.status == 200 and not outcome.error, outcome
+        assert_good_200(outcome)
