@@ -83,7 +83,11 @@ def render(
         if typed.get("@type", "").endswith(".ext_proc.v3.ExternalProcessor"):
             typed["grpc_service"]["envoy_grpc"]["max_receive_message_length"] = message_limit
         elif typed.get("@type", "").endswith(".buffer.v3.Buffer"):
-            typed["max_request_bytes"] = policy.limits.max_request_bytes
+            # The buffer filter sets the stream's one buffer limit, which also bounds
+            # the rewrite route's buffered response: size it for the response. The
+            # request cap stays the routes' request_body_buffer_limit (and the gateway's
+            # own 413 before parsing).
+            typed["max_request_bytes"] = response_limit
 
     clusters = {c["name"]: c for c in resources["clusters"]}
     upstream = clusters["upstream"]

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import base64
 import json
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -260,6 +262,48 @@ def test_bad_requests_get_an_envelope_and_never_reach_the_upstream(
 def test_too_many_inputs(gateway: Gateway, upstream: FakeUpstream) -> None:
     error = assert_envelope(gateway.embeddings({"model": QWEN_MODEL, "input": ["a"] * 2049}), 400)
     assert "2049" in error["message"] and error["param"] == "input"
+    assert upstream.received == []
+
+
+def test_largest_batch_with_dimensions_is_rewritten(
+    gateway: Gateway, upstream: FakeUpstream
+) -> None:
+    """2,048 inputs with `dimensions`: the response the rewrite route buffers (~11 MB of
+    base64 from the upstream) must fit Envoy's stream buffer. The buffer filter's
+    limit is that stream's limit; at 8 MiB every such request was a 500
+    response_payload_too_large."""
+    inputs = [f"document number {i} about topic {i % 17}" for i in range(2048)]
+    reply = gateway.embeddings(
+        {"model": QWEN_MODEL, "input": inputs, "dimensions": 256}, timeout=120
+    )
+    assert reply.status == 200, reply.body[:300]
+    data = reply.json()["data"]
+    assert len(data) == 2048 and {len(item["embedding"]) for item in data} == {256}
+
+
+def test_chunked_body_over_the_limit_is_413(gateway: Gateway, upstream: FakeUpstream) -> None:
+    """No content-length to refuse early: the gateway's own size check answers."""
+
+    def chunks() -> Iterator[bytes]:
+        yield b'{"model": "' + QWEN_MODEL.encode() + b'", "input": "'
+        for _ in range(9):
+            yield b"x" * (1024 * 1024)
+        yield b'"}'
+
+    body = b"".join(chunks())
+    request = urllib.request.Request(
+        f"{gateway.url}/v1/embeddings",
+        data=iter([body[i : i + 65536] for i in range(0, len(body), 65536)]),
+        method="POST",
+        headers={"content-type": "application/json", "transfer-encoding": "chunked"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            status, raw = response.status, response.read()
+    except urllib.error.HTTPError as error:
+        status, raw = error.code, error.read()
+    assert status == 413, raw[:300]
+    assert json.loads(raw)["error"]["code"] == "request_too_large"
     assert upstream.received == []
 
 
