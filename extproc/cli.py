@@ -321,9 +321,14 @@ def _check_config(args: argparse.Namespace) -> int:
     if contract is None:
         return 1
     policy = contract.policy
+    limits = policy.limits
     print(
         f"{args.file}: OK, {len(policy.models)} model(s); limits: "
-        f"{policy.limits.max_request_bytes} bytes, {policy.limits.max_inputs} inputs"
+        f"{limits.max_request_bytes} bytes, {limits.max_inputs} inputs, "
+        f"{limits.max_input_chars} characters per input, "
+        f"{limits.max_total_chars} characters in all (prompts included); "
+        f"tokenizes at most {limits.max_tokenize_bytes} bytes in {limits.max_tokenize_ms} ms "
+        "per request"
     )
     for model in policy.models.values():
         dims = model.dimensions_rule()

@@ -19,6 +19,23 @@ RATE_LIMIT: Final = "rate_limit_error"
 AUTHENTICATION: Final = "authentication_error"
 PERMISSION: Final = "permission_error"
 
+# Messages quote what the client sent (a model name, an input_type...). Bounded here,
+# for every message at once, so an 8 MB field is never echoed back whole; room is left
+# for the longest message of our own (the 404 lists every served model).
+MAX_MESSAGE_CHARS: Final = 2048
+# One value of the client's quoted back in its own field's message (an unknown model
+# name, an input_type, a content type): OpenAI echoes the model name too. Bounded much
+# tighter than a whole message, and escaped (see quoted).
+MAX_QUOTED_CHARS: Final = 100
+
+
+def quoted(value: str, limit: int = MAX_QUOTED_CHARS) -> str:
+    """``value`` as a quoted literal for a message: at most ``limit`` characters, then
+    "..."; control, format and separator characters escaped (repr), so a quoted value
+    can neither break a log line nor hide text behind bidi controls."""
+    if len(value) <= limit:
+        return repr(value)
+    return repr(value[:limit]) + "..."
 
 
 class ApiError(Exception):
@@ -33,6 +50,8 @@ class ApiError(Exception):
         param: str | None = None,
         code: str | None = None,
     ) -> None:
+        if len(message) > MAX_MESSAGE_CHARS:
+            message = message[: MAX_MESSAGE_CHARS - 3] + "..."
         super().__init__(message)
         self.status = status
         self.message = message

@@ -9,6 +9,9 @@ import orjson
 
 from extproc.policy.model import UpstreamFlavour
 
+# Wider than any embedding model; bounds what a plan read from metadata may allocate.
+MAX_NATIVE_DIMENSIONS = 1 << 20
+
 
 class Encoding(enum.Enum):
     FLOAT = "float"
@@ -66,7 +69,15 @@ class ResponsePlan:
             )
         except (orjson.JSONDecodeError, TypeError, ValueError):
             return None
-        if plan.input_count < 1 or plan.native_dimensions < 1:
+        # Only what to_json writes (tests/test_fuzz_core.py): int() took true, 4.7 and
+        # "2"; a cut of 0, -3 or past the native size gave 200s with vectors of the wrong
+        # size; a native size of 10**12 made numpy raise MemoryError.
+        numbers = (count, native) if dims is None else (count, native, dims)
+        if not isinstance(model, str) or not all(type(n) is int for n in numbers):
+            return None
+        if plan.input_count < 1 or not 1 <= plan.native_dimensions <= MAX_NATIVE_DIMENSIONS:
+            return None
+        if plan.dimensions is not None and not 1 <= plan.dimensions <= plan.native_dimensions:
             return None
         return plan
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from extproc.errors import ApiError, invalid_request
+from extproc.errors import ApiError, invalid_request, quoted
 from extproc.policy.model import PromptTemplates
 
 QUERY_TYPES: Final = frozenset({"query", "search_query", "retrieval.query", "question"})
@@ -53,6 +53,6 @@ def prompt_prefix(
 def _unknown_input_type(templates: PromptTemplates, input_type: str) -> ApiError:
     accepted = sorted(QUERY_TYPES | DOCUMENT_TYPES | set(templates.extra))
     return invalid_request(
-        f"Unsupported input_type {input_type!r}; accepted values: {', '.join(accepted)}.",
+        f"Unsupported input_type {quoted(input_type)}; accepted values: {', '.join(accepted)}.",
         param="input_type",
     )

@@ -13,25 +13,40 @@ vLLM understand:
 - ``encoding_format`` is set to what makes the response work cheapest.
 
 When nothing changes, ``upstream_body`` is ``None``: the body is forwarded as sent.
+Because of that, what the gateway validated must be exactly what the upstream will
+read: a key repeated in any JSON object of the body is a 400 (parsers disagree on
+which copy wins), and a field the gateway does not interpret is forwarded only if it
+could also be re-serialized (nested at most 253 levels below the body).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
 import orjson
 
-from extproc.errors import ApiError, invalid_request
+from extproc.errors import ApiError, invalid_request, quoted
 from extproc.plan import Encoding, RequestStats, ResponsePlan
 from extproc.policy.model import EncodingProfile, GatewayPolicy, Limits, ModelPolicy
 from extproc.prompts import prompt_prefix
-from extproc.tokens import ModelTokenizer
+from extproc.tokens import (
+    MAX_PREFIX_BYTES,
+    BudgetReason,
+    ModelTokenizer,
+    TokenizeBudget,
+    TokenizeBudgetError,
+)
 
 # Fields the legacy contract adds and no upstream understands.
 LEGACY_ONLY_FIELDS: Final = ("dimensions", "input_type", "instruction")
 _JSON_TYPES: Final = ("application/json", "text/json")
+# Every top-level field rewrite_request reads and type-checks; others go upstream as sent.
+_INTERPRETED_FIELDS: Final = frozenset(
+    {*LEGACY_ONLY_FIELDS, "model", "input", "encoding_format", "truncate_prompt_tokens", "user"}
+)
 
 
 @dataclass(frozen=True)
@@ -52,7 +67,7 @@ def check_content_type(content_type: str | None) -> None:
         return
     raise ApiError(
         415,
-        f"Unsupported Content-Type {media!r}; send the request as application/json.",
+        f"Unsupported Content-Type {quoted(media)}; send the request as application/json.",
         type="invalid_request_error",
         code="unsupported_media_type",
     )
@@ -60,8 +75,12 @@ def check_content_type(content_type: str | None) -> None:
 
 def check_declared_length(content_length: str | None, limits: Limits) -> None:
     """Refuse a body whose declared size is over the limit before it is buffered."""
-    if content_length is not None and content_length.isdigit():
-        _check_size(int(content_length), limits)
+    # ASCII digits only: str.isdigit() also takes '²' (a latin-1 header byte), which
+    # int() refuses, and int() refuses more than 4,300 digits; both raised ValueError
+    # (tests/test_fuzz_core.py). A value with more digits than any limit is over it.
+    if content_length is not None and content_length.isascii() and content_length.isdigit():
+        digits = content_length.lstrip("0") or "0"
+        _check_size(int(digits) if len(digits) <= 20 else 10**20, limits)
 
 
 def _check_size(size: int, limits: Limits) -> None:
@@ -99,9 +118,21 @@ def rewrite_request(
     if instruction is not None and not instruction.strip():
         raise invalid_request("`instruction` must not be empty.", param="instruction")
     _check_truncate_prompt_tokens(request.get("truncate_prompt_tokens"), model)
+    # OpenAI's end-user id is forwarded as sent; Dynamo and vLLM both refuse a
+    # non-string with their own 400 - after it reached them. Answered here instead.
+    _optional_str(request, "user")
+    _check_uninterpreted_fields(request)
     prefix = prompt_prefix(model.prompts, input_type, instruction)
+    _check_text_sizes(texts, count, prefix, limits, single=isinstance(raw_input, str))
 
-    new_input, truncated, cut = _fit_inputs(texts, id_lists, prefix, model, tokenizer)
+    # Started here, after parsing: the deadline is for tokenizing alone.
+    budget = TokenizeBudget(limits.max_tokenize_bytes, limits.max_tokenize_ms / 1000)
+    try:
+        new_input, truncated, cut = _fit_inputs(
+            texts, id_lists, prefix, model, tokenizer, budget=budget
+        )
+    except TokenizeBudgetError as exc:
+        raise _over_budget(exc, limits, model) from None
 
     emulate = dimensions is not None and dimensions != model.native_dimensions
     if emulate:
@@ -170,7 +201,74 @@ def _parse_object(body: bytes) -> dict[str, Any]:
             f"The request body must be a JSON object, not {_json_type(request)}.",
             code="invalid_json",
         )
+    _check_repeated_keys(body, request)
     return request
+
+
+def _check_repeated_keys(body: bytes, request: dict[str, Any]) -> None:
+    """A key repeated in any object of the body is a 400, never "the last one wins".
+
+    orjson (like Python's json and pydantic, so vLLM) keeps the last copy, but Dynamo's
+    serde structs reject a duplicate field, and an unchanged body is forwarded byte for
+    byte: the upstream must read what the gateway validated. Cheap in the usual case:
+    every object member needs a ':' byte, so a body with no more of them than it has
+    top-level keys repeats none and is not parsed again. Otherwise the stdlib parser
+    lists each object's members (one more C-speed parse: ~0.1 s for 8 MB of text).
+    """
+    if body.count(b":") <= len(request):
+        return
+    repeats: list[str | None] = []  # each object's first repeated key, inner objects first
+
+    def first_repeat(pairs: list[tuple[str, Any]]) -> None:
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                repeats.append(key)
+                return
+            seen.add(key)
+        repeats.append(None)
+
+    try:
+        json.loads(body, object_pairs_hook=first_repeat)
+    except RecursionError:
+        # orjson takes up to 1,024 levels, the stdlib parser ~1,000: such a body is
+        # refused anyway (no field may nest that deep, see _check_uninterpreted_fields).
+        raise _too_deep("The request body") from None
+    top = repeats[-1] if repeats else None  # the outermost object closes last
+    if top is not None and top in _INTERPRETED_FIELDS:
+        raise invalid_request(
+            f"'{top}' appears more than once in the request body; send each field once.",
+            param=top,
+        )
+    repeated = next((key for key in reversed(repeats) if key is not None), None)
+    if repeated is not None:
+        # Not a param: metrics labels come from fixed sets, and this key is the client's.
+        raise invalid_request(
+            f"The key {repeated[:40]!r} appears more than once in a JSON object of the "
+            "request body; send each key once.",
+            code="invalid_json",
+        )
+
+
+def _check_uninterpreted_fields(request: dict[str, Any]) -> None:
+    """A field the gateway does not interpret is forwarded as sent, but only if the
+    gateway could also re-serialize it (orjson writes at most 254 nested arrays and
+    objects, the body included; Dynamo's parser stops at 128): the same rule whether
+    or not this body gets rewritten, instead of a 500 only when it does."""
+    for key, value in request.items():
+        if key in _INTERPRETED_FIELDS or not isinstance(value, list | dict):
+            continue
+        try:
+            orjson.dumps({key: value})  # the depth the field has in the upstream body
+        except orjson.JSONEncodeError:
+            raise _too_deep(f"The field {key[:40]!r}") from None
+
+
+def _too_deep(what: str) -> ApiError:
+    return invalid_request(
+        f"{what} nests arrays or objects too deeply (at most 253 levels below the body).",
+        code="invalid_json",
+    )
 
 
 def _model(request: dict[str, Any], policy: GatewayPolicy) -> ModelPolicy:
@@ -181,10 +279,9 @@ def _model(request: dict[str, Any], policy: GatewayPolicy) -> ModelPolicy:
         raise invalid_request(f"'model' must be a string, not {_json_type(name)}.", param="model")
     model = policy.model(name)
     if model is None:
-        shown = name if len(name) <= 200 else name[:200] + "..."
         raise ApiError(
             404,
-            f"The model {shown!r} does not exist; this gateway serves: "
+            f"The model {quoted(name)} does not exist; this gateway serves: "
             + ", ".join(sorted(policy.models))
             + ".",
             type="invalid_request_error",
@@ -207,7 +304,10 @@ def _inputs(
         )
     if not raw:
         raise invalid_request("'input' must not be an empty array.", param="input")
-    if len(raw) > max_inputs:
+    # One token-id sequence is one input, however long (it is cut to max_tokens):
+    # counting its ids as inputs refused e.g. 3,000 ids with "at most 2048"
+    # (tests/test_fuzz_core.py).
+    if len(raw) > max_inputs and not _is_int(raw[0]):
         raise invalid_request(
             f"'input' has {len(raw)} items; at most {max_inputs} are allowed per request.",
             param="input",
@@ -299,17 +399,78 @@ def _check_truncate_prompt_tokens(raw: Any, model: ModelPolicy) -> None:
         )
 
 
+def _check_text_sizes(
+    texts: list[str] | None, count: int, prefix: str, limits: Limits, *, single: bool
+) -> None:
+    """The character caps, before any prompt is built or anything is tokenized.
+
+    The total counts each input with the prompt prefix it will get: the prefix is
+    copied in front of every input, so a long ``instruction`` times 2,048 inputs
+    would otherwise be gigabytes from an 8 MB body. Messages give counts, never text.
+    """
+    for index, text in enumerate(texts or ()):
+        if len(text) > limits.max_input_chars:
+            where = "'input'" if single else f"input[{index}]"
+            raise invalid_request(
+                f"{where} has {len(text)} characters; at most {limits.max_input_chars} "
+                "are allowed per input.",
+                param="input",
+                code="input_too_long",
+            )
+    total = sum(len(t) for t in texts or ()) + count * len(prefix)
+    if total > limits.max_total_chars:
+        prompts = f", {count} x {len(prefix)} of them the prompt" if prefix else ""
+        raise ApiError(
+            413,
+            f"The inputs have {total} characters{prompts}; at most "
+            f"{limits.max_total_chars} are allowed per request.",
+            type="invalid_request_error",
+            param="input",
+            code="request_too_large",
+        )
+
+
+def _over_budget(exc: TokenizeBudgetError, limits: Limits, model: ModelPolicy) -> ApiError:
+    """The 413 for a request whose tokenization would cross its budget."""
+    if exc.reason is BudgetReason.TIME:
+        message = (
+            f"Tokenizing the inputs took longer than {limits.max_tokenize_ms} ms (stopped "
+            f"after {exc.spent} bytes); send fewer or shorter inputs per request."
+        )
+    elif exc.reason is BudgetReason.WORD:
+        message = (
+            f"input[{exc.index}] cannot be cut to {model.max_tokens} tokens without "
+            f"tokenizing more than {MAX_PREFIX_BYTES} bytes of it (its words are too long); "
+            "send it shorter."
+        )
+    else:
+        message = (
+            f"The inputs need at least {exc.needed} bytes of tokenization; the gateway "
+            f"tokenizes at most {limits.max_tokenize_bytes} per request (inputs that may be "
+            f"over {model.max_tokens} tokens, and then the whole batch). Send fewer or "
+            "shorter inputs per request."
+        )
+    return ApiError(
+        413, message, type="invalid_request_error", param="input", code="request_too_large"
+    )
+
+
 def _fit_inputs(
     texts: list[str] | None,
     id_lists: list[list[int]] | None,
     prefix: str,
     model: ModelPolicy,
     tokenizer: ModelTokenizer,
+    *,
+    budget: TokenizeBudget,
 ) -> tuple[list[str] | list[list[int]] | None, int, int]:
-    """(new input or None if unchanged, inputs truncated, tokens cut)."""
+    """(new input or None if unchanged, inputs truncated, tokens cut).
+
+    Every tokenizer call is charged to ``budget`` (raises TokenizeBudgetError).
+    """
     limit = model.max_tokens
     if id_lists is not None:
-        prefix_ids = tokenizer.encode([prefix])[0] if prefix else []
+        prefix_ids = tokenizer.encode([prefix], budget)[0] if prefix else []
         fitted: list[list[int]] = []
         truncated = cut = 0
         for ids in id_lists:
@@ -336,7 +497,17 @@ def _fit_inputs(
         return (prompts if prefix else None), 0, 0
     # One token past the budget is enough to know an input is over the limit; long
     # inputs are tokenized only that far (ModelTokenizer.encode_heads).
-    counted = tokenizer.encode_heads([prompts[i] for i in suspects], limit - specials + 1)
+    try:
+        counted = tokenizer.encode_heads(
+            [prompts[i] for i in suspects], limit - specials + 1, budget
+        )
+    except TokenizeBudgetError as exc:
+        if exc.index is None:
+            raise
+        # Its position among the suspects -> its position in the request.
+        raise TokenizeBudgetError(
+            exc.reason, needed=exc.needed, spent=exc.spent, index=suspects[exc.index]
+        ) from None
     over = {i: ids for i, ids in zip(suspects, counted, strict=True) if len(ids) + specials > limit}
     if not over:
         return (prompts if prefix else None), 0, 0
@@ -344,7 +515,7 @@ def _fit_inputs(
     # all strings or all ids), each framed exactly as the upstream would frame text.
     all_ids = dict(zip(suspects, counted, strict=True))
     rest = [i for i in range(len(prompts)) if i not in all_ids]
-    all_ids.update(zip(rest, tokenizer.encode([prompts[i] for i in rest]), strict=True))
+    all_ids.update(zip(rest, tokenizer.encode([prompts[i] for i in rest], budget), strict=True))
     # At least this many: a long input's tail is never tokenized.
     cut = sum(len(ids) + specials - limit for ids in over.values())
     return [tokenizer.frame(all_ids[i], limit) for i in range(len(prompts))], len(over), cut

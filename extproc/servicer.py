@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import traceback
 from collections.abc import AsyncIterator
 
 import grpc
@@ -63,13 +64,14 @@ class ExternalProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc
                 return await asyncio.to_thread(stream.handle, request)
             return stream.handle(request)
         except Exception as exc:
-            # Type and place only: exception text may quote request content.
+            # Type and place only: exception text may quote request content. So no
+            # exc_info even at debug (it prints the message): the frames alone.
             log.error(
-                "internal error on %s for request %s: %s",
+                "internal error on %s for request %s: %s%s",
                 request.WhichOneof("request"),
-                stream.request_id,
+                loggable_id(stream.request_id),
                 type(exc).__name__,
-                exc_info=log.isEnabledFor(logging.DEBUG),
+                _frames(exc) if log.isEnabledFor(logging.DEBUG) else "",
             )
             metrics.STREAM_ANOMALIES.labels("internal_error").inc()
             error = ApiError(
@@ -81,6 +83,20 @@ class ExternalProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc
             return ep.ProcessingResponse(
                 immediate_response=immediate_response(error.status, error.envelope())
             )
+
+
+def loggable_id(request_id: str) -> str:
+    """A request id fit for a log line. Envoy's own are UUIDs, but a config that keeps
+    the client's x-request-id (preserve_external_request_id, internal clients) passes
+    whatever the client sent: at most 64 characters, nothing outside [A-Za-z0-9._:-]."""
+    return "".join(
+        c if c.isascii() and (c.isalnum() or c in "._:-") else "?" for c in request_id[:64]
+    )
+
+
+def _frames(exc: BaseException) -> str:
+    """Where it happened (file, line, code), without the exception's message."""
+    return "\n" + "".join(traceback.format_tb(exc.__traceback__)).rstrip()
 
 
 def _body_size(request: ep.ProcessingRequest) -> int:

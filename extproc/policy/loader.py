@@ -22,6 +22,8 @@ from google.protobuf.message import Message
 from extproc.policy.model import (
     DEFAULT_MAX_INPUTS,
     DEFAULT_MAX_REQUEST_BYTES,
+    DEFAULT_MAX_TOKENIZE_BYTES,
+    DEFAULT_MAX_TOKENIZE_MS,
     EncodingProfile,
     GatewayPolicy,
     Limits,
@@ -38,6 +40,11 @@ from extproc.policy.v1 import policy_pb2 as pb
 # Largest allowed request: 2048 inputs is OpenAI's cap; 64 MiB bounds Envoy's buffer.
 MAX_INPUTS_CEILING = 2048
 MAX_REQUEST_BYTES_CEILING = 64 * 1024 * 1024
+# One input's first slice must fit: ~8 bytes a token of a 1,024-token model.
+MIN_TOKENIZE_BYTES = 8 * 1024
+# Tokenizing must end well before Envoy's ext_proc message_timeout (15 s in envoy/*.yaml):
+# past it Envoy answers 504 while the tokenizer still runs.
+MAX_TOKENIZE_MS_CEILING = 10_000
 TOKENIZER_OVERRIDES_ENV = "EXTPROC_TOKENIZER_OVERRIDES"
 _FIELD_RE = re.compile(r"\{(\w*)\}")
 
@@ -123,23 +130,39 @@ def _parse(source: str, where: str, raw: Any, message: Message) -> None:
 def _limits(source: str, raw: Any) -> Limits:
     msg = pb.Limits()
     _parse(source, "limits", raw or {}, msg)
-    max_bytes = msg.max_request_bytes if msg.HasField("max_request_bytes") else None
-    max_inputs = msg.max_inputs if msg.HasField("max_inputs") else None
-    if max_bytes is not None and not 1024 <= max_bytes <= MAX_REQUEST_BYTES_CEILING:
+
+    def value(field: str, low: int, high: int) -> int | None:
+        if not msg.HasField(field):
+            return None
+        got = int(getattr(msg, field))
+        if not low <= got <= high:
+            raise PolicyError(
+                source, f"limits.{field}", f"must be between {low} and {high}, got {got}"
+            )
+        return got
+
+    max_bytes = value("max_request_bytes", 1024, MAX_REQUEST_BYTES_CEILING)
+    max_inputs = value("max_inputs", 1, MAX_INPUTS_CEILING)
+    total_chars = value("max_total_chars", 1, MAX_REQUEST_BYTES_CEILING)
+    input_chars = value("max_input_chars", 1, MAX_REQUEST_BYTES_CEILING)
+    tokenize_bytes = value("max_tokenize_bytes", MIN_TOKENIZE_BYTES, MAX_REQUEST_BYTES_CEILING)
+    tokenize_ms = value("max_tokenize_ms", 1, MAX_TOKENIZE_MS_CEILING)
+    request_bytes = max_bytes or DEFAULT_MAX_REQUEST_BYTES
+    # The character caps follow the body size unless set: see Limits.
+    total = total_chars or request_bytes
+    if input_chars is not None and input_chars > total:
         raise PolicyError(
             source,
-            "limits.max_request_bytes",
-            f"must be between 1024 and {MAX_REQUEST_BYTES_CEILING}, got {max_bytes}",
-        )
-    if max_inputs is not None and not 1 <= max_inputs <= MAX_INPUTS_CEILING:
-        raise PolicyError(
-            source,
-            "limits.max_inputs",
-            f"must be between 1 and {MAX_INPUTS_CEILING}, got {max_inputs}",
+            "limits.max_input_chars",
+            f"{input_chars} can never apply: it is over limits.max_total_chars ({total})",
         )
     return Limits(
-        max_request_bytes=max_bytes or DEFAULT_MAX_REQUEST_BYTES,
+        max_request_bytes=request_bytes,
         max_inputs=max_inputs or DEFAULT_MAX_INPUTS,
+        max_input_chars=input_chars or total,
+        max_total_chars=total,
+        max_tokenize_bytes=tokenize_bytes or DEFAULT_MAX_TOKENIZE_BYTES,
+        max_tokenize_ms=tokenize_ms or DEFAULT_MAX_TOKENIZE_MS,
     )
 
 

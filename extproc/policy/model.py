@@ -13,6 +13,13 @@ from pathlib import Path
 
 DEFAULT_MAX_REQUEST_BYTES = 8 * 1024 * 1024
 DEFAULT_MAX_INPUTS = 2048
+# Tokenization budget per request. 1 MiB of English is ~1 s of tokenizing on this
+# 2-core CPU (~1 us a byte of one core's time), and it admits a batch of 2,048
+# documents of ~500 bytes that has to be sent as token ids because one input is over
+# max_tokens. Text that costs more per byte (measured up to ~16 us: random scripts,
+# endless words) meets the wall-clock bound first.
+DEFAULT_MAX_TOKENIZE_BYTES = 1024 * 1024
+DEFAULT_MAX_TOKENIZE_MS = 2000
 
 
 class EncodingProfile(enum.Enum):
@@ -102,8 +109,16 @@ class ModelPolicy:
 
 @dataclass(frozen=True)
 class Limits:
+    """Request-wide caps (policy.proto's ``Limits``). The character caps default to
+    the body size, where they never bind on their own (a body holds at most as many
+    characters as bytes) except through prompt prefixes."""
+
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
     max_inputs: int = DEFAULT_MAX_INPUTS
+    max_input_chars: int = DEFAULT_MAX_REQUEST_BYTES  # one text input, as sent
+    max_total_chars: int = DEFAULT_MAX_REQUEST_BYTES  # all text inputs, prompts included
+    max_tokenize_bytes: int = DEFAULT_MAX_TOKENIZE_BYTES
+    max_tokenize_ms: int = DEFAULT_MAX_TOKENIZE_MS
 
 
 @dataclass(frozen=True)

@@ -34,12 +34,20 @@ class GatewayPolicy(_message.Message):
     def __init__(self, models: _Optional[_Iterable[_Union[ModelPolicy, _Mapping]]] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ...) -> None: ...
 
 class Limits(_message.Message):
-    __slots__ = ("max_request_bytes", "max_inputs")
+    __slots__ = ("max_request_bytes", "max_inputs", "max_input_chars", "max_total_chars", "max_tokenize_bytes", "max_tokenize_ms")
     MAX_REQUEST_BYTES_FIELD_NUMBER: _ClassVar[int]
     MAX_INPUTS_FIELD_NUMBER: _ClassVar[int]
+    MAX_INPUT_CHARS_FIELD_NUMBER: _ClassVar[int]
+    MAX_TOTAL_CHARS_FIELD_NUMBER: _ClassVar[int]
+    MAX_TOKENIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MAX_TOKENIZE_MS_FIELD_NUMBER: _ClassVar[int]
     max_request_bytes: int
     max_inputs: int
-    def __init__(self, max_request_bytes: _Optional[int] = ..., max_inputs: _Optional[int] = ...) -> None: ...
+    max_input_chars: int
+    max_total_chars: int
+    max_tokenize_bytes: int
+    max_tokenize_ms: int
+    def __init__(self, max_request_bytes: _Optional[int] = ..., max_inputs: _Optional[int] = ..., max_input_chars: _Optional[int] = ..., max_total_chars: _Optional[int] = ..., max_tokenize_bytes: _Optional[int] = ..., max_tokenize_ms: _Optional[int] = ...) -> None: ...
 
 class ModelPolicy(_message.Message):
     __slots__ = ("name", "preset", "upstream_model", "tokenizer", "max_tokens", "prompts", "native_dimensions", "matryoshka", "encoding_profile", "upstream_flavour")
