@@ -33,10 +33,16 @@ class ResponsePlan:
     client_encoding: Encoding
     upstream_encoding: Encoding
     dimensions: int | None = None
+    check_only: bool = False  # the policy asks for every 2xx to be checked
 
     @property
     def rewrites_vectors(self) -> bool:
         return self.dimensions is not None or self.client_encoding is not self.upstream_encoding
+
+    @property
+    def needs_response(self) -> bool:
+        """The gateway must see a 2xx body: to rewrite its vectors, or to check them."""
+        return self.rewrites_vectors or self.check_only
 
     def to_json(self) -> str:
         """Compact form carried from the request's ext_proc stream to the response's
@@ -50,6 +56,7 @@ class ResponsePlan:
                 self.client_encoding.value,
                 self.upstream_encoding.value,
                 self.dimensions,
+                self.check_only,
             ]
         ).decode()
 
@@ -57,7 +64,7 @@ class ResponsePlan:
     def from_json(cls, text: str) -> ResponsePlan | None:
         """The plan, or None when ``text`` is not one (never raises)."""
         try:
-            model, count, native, flavour, client, upstream, dims = orjson.loads(text)
+            model, count, native, flavour, client, upstream, dims, check = orjson.loads(text)
             plan = cls(
                 model=str(model),
                 input_count=int(count),
@@ -66,6 +73,7 @@ class ResponsePlan:
                 client_encoding=Encoding(client),
                 upstream_encoding=Encoding(upstream),
                 dimensions=None if dims is None else int(dims),
+                check_only=check is True,
             )
         except (orjson.JSONDecodeError, TypeError, ValueError):
             return None
@@ -74,6 +82,8 @@ class ResponsePlan:
         # size; a native size of 10**12 made numpy raise MemoryError.
         numbers = (count, native) if dims is None else (count, native, dims)
         if not isinstance(model, str) or not all(type(n) is int for n in numbers):
+            return None
+        if type(check) is not bool:
             return None
         if plan.input_count < 1 or not 1 <= plan.native_dimensions <= MAX_NATIVE_DIMENSIONS:
             return None

@@ -147,6 +147,7 @@ def rewrite_request(
         client_encoding=client_encoding,
         upstream_encoding=upstream_encoding,
         dimensions=dimensions if emulate else None,
+        check_only=model.check_responses,
     )
     stripped = [f for f in LEGACY_ONLY_FIELDS if f in request]
     stats = RequestStats(

@@ -25,7 +25,13 @@ import orjson
 from extproc.errors import ApiError, type_for_status
 from extproc.plan import Encoding, ResponsePlan
 from extproc.upstream_errors import parse_upstream_error
-from extproc.vectors import BadVectorsError, decode_rows, encode_base64, truncate_renormalise
+from extproc.vectors import (
+    BadVectorsError,
+    FloatMatrix,
+    decode_rows,
+    encode_base64,
+    truncate_renormalise,
+)
 
 
 @dataclass(frozen=True)
@@ -42,16 +48,19 @@ def needs_response_body(plan: ResponsePlan | None, status: int) -> bool:
     """Decided on the response headers: must the gateway see (and buffer) the body?"""
     if not is_success(status):
         return True
-    return plan is not None and plan.rewrites_vectors
+    return plan is not None and plan.needs_response
 
 
 def rewrite_response(plan: ResponsePlan | None, status: int, body: bytes) -> ClientAnswer | None:
     """The client's answer; ``None`` means pass the upstream's answer on unchanged."""
     if not is_success(status):
         return _error_answer(plan, status, body)
-    if plan is None or not plan.rewrites_vectors:
+    if plan is None or not plan.needs_response:
         return None
     try:
+        if not plan.rewrites_vectors:  # check_only: a good answer passes unchanged
+            _checked_rows(plan, body)
+            return None
         return ClientAnswer(status, _rewrite_vectors(plan, body))
     except BadVectorsError as exc:
         return _answer(
@@ -65,6 +74,27 @@ def rewrite_response(plan: ResponsePlan | None, status: int, body: bytes) -> Cli
 
 
 def _rewrite_vectors(plan: ResponsePlan, body: bytes) -> bytes:
+    doc, items, matrix = _checked_rows(plan, body)
+    if plan.dimensions is not None:
+        matrix = truncate_renormalise(matrix, plan.dimensions)
+    for item, row in zip(items, matrix, strict=True):
+        if plan.client_encoding is Encoding.BASE64:
+            item["embedding"] = encode_base64(row)
+        else:
+            item["embedding"] = row  # orjson writes float32 in shortest round-trip form
+    doc["data"] = items
+    doc["model"] = plan.model
+    try:
+        return orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY)
+    except orjson.JSONEncodeError:
+        # orjson reads 1,024 nested levels but writes only 254: an extra field nested
+        # deeper raised TypeError out of here (tests/test_fuzz_core.py).
+        raise BadVectorsError("it nests arrays or objects too deeply to re-encode") from None
+
+
+def _checked_rows(plan: ResponsePlan, body: bytes) -> tuple[Any, list[Any], FloatMatrix]:
+    """The parsed answer, its items in input order and their vectors, all checked;
+    BadVectorsError names the first problem."""
     try:
         doc: Any = orjson.loads(body)
     except orjson.JSONDecodeError:
@@ -85,21 +115,7 @@ def _rewrite_vectors(plan: ResponsePlan, body: bytes) -> bytes:
         raise BadVectorsError(f"its 'index' values are not 0 to {len(data) - 1}, each once")
     items = sorted(data, key=lambda item: int(item["index"]))
     matrix = decode_rows([item.get("embedding") for item in items], plan.native_dimensions)
-    if plan.dimensions is not None:
-        matrix = truncate_renormalise(matrix, plan.dimensions)
-    for item, row in zip(items, matrix, strict=True):
-        if plan.client_encoding is Encoding.BASE64:
-            item["embedding"] = encode_base64(row)
-        else:
-            item["embedding"] = row  # orjson writes float32 in shortest round-trip form
-    doc["data"] = items
-    doc["model"] = plan.model
-    try:
-        return orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY)
-    except orjson.JSONEncodeError:
-        # orjson reads 1,024 nested levels but writes only 254: an extra field nested
-        # deeper raised TypeError out of here (tests/test_fuzz_core.py).
-        raise BadVectorsError("it nests arrays or objects too deeply to re-encode") from None
+    return doc, items, matrix
 
 
 def _error_answer(plan: ResponsePlan | None, status: int, body: bytes) -> ClientAnswer:

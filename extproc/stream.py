@@ -163,13 +163,17 @@ class ExtProcStream:
         self.phase = Phase.AWAIT_RESPONSE_HEADERS
         reply = ep.ProcessingResponse(request_body=ep.BodyResponse())
         common = reply.request_body.response  # a reference: protobuf copies on construction
-        if forward.plan.rewrites_vectors:
+        if forward.plan.needs_response:
             # Route the request to where the response filter runs, and hand it the
             # plan (envoy/standalone.yaml, step 3).
             reply.dynamic_metadata.update(
                 {PLAN_NAMESPACE: {"respond": "rewrite", "plan": forward.plan.to_json()}}
             )
             common.clear_route_cache = True
+            # Envoy (route_cache_action DEFAULT) honours clear_route_cache only in a
+            # reply that mutates headers: a body checked but not changed
+            # (check_responses) has none of its own, so state the JSON content type.
+            _set(common.header_mutation, "content-type", "application/json")
         if forward.upstream_body is not None:
             common.body_mutation.body = forward.upstream_body
             _set(common.header_mutation, "content-length", str(len(forward.upstream_body)))

@@ -37,7 +37,7 @@ import orjson
 import pytest
 
 from tests.conftest import QWEN_MODEL, SHIPPED_QWEN_POLICY
-from tests.faulty_upstream import FaultyUpstream, Script, scripts
+from tests.faulty_upstream import FaultyUpstream, Script, Send, scripts
 from tests.harness import Gateway, start_gateway
 
 UPSTREAM_TIMEOUT_S: Final = 1.0
@@ -207,3 +207,53 @@ def test_upstream_fault(gateway: Gateway, upstream: FaultyUpstream, name: str, k
             assert all(text.startswith(INSTRUCTION) for text in sent["input"]), sent
         else:
             assert raw.body == orjson.dumps(PLAIN)
+
+
+# -- check_responses: the policy option that checks every 2xx ---------------------------------
+
+# With `check_responses: true` the plain and query requests meet the faults as (a) does
+# (every 2xx answer is parsed and checked), except that a good answer passes unchanged.
+CHECKED: Final = {name: expected[0] for name, expected in EXPECTED.items()}
+
+
+@pytest.fixture(scope="module")
+def checking_gateway(
+    upstream: FaultyUpstream, qwen_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Gateway]:
+    folder = tmp_path_factory.mktemp("faults-checked")
+    policy = folder / "policy.yaml"
+    policy.write_text(
+        f"models:\n  - name: {QWEN_MODEL}\n    preset: qwen3-embedding-0.6b\n"
+        "    max_tokens: 1024\n    encoding_profile: LEGACY\n    upstream_flavour: DYNAMO\n"
+        "    check_responses: true\n"
+    )
+    gw = start_gateway(
+        upstream.url,
+        folder,
+        config=policy,
+        tokenizer_overrides=f"{QWEN_MODEL}={qwen_dir}",
+        extra_args=["--upstream-timeout", f"{UPSTREAM_TIMEOUT_S:g}"],
+    )
+    yield gw
+    log = gw.log()
+    assert gw.stop() == 0, log
+    assert "Traceback" not in log, log
+
+
+@pytest.mark.parametrize("name", sorted(CHECKED))
+def test_checked_plain_request_never_gets_bad_vectors(
+    checking_gateway: Gateway, upstream: FaultyUpstream, name: str
+) -> None:
+    upstream.use(SCRIPTS[name])
+    answer = post(checking_gateway.url, PLAIN)
+    expected = CHECKED[name]
+    if expected == OK:
+        assert answer.status == 200, answer
+        # Checked, not rewritten: the upstream's answer, byte for byte.
+        sent = SCRIPTS["ok"].steps[0]
+        assert isinstance(sent, Send)
+        assert answer.body == sent.data.split(b"\r\n\r\n", 1)[1]
+        return
+    assert answer.status == expected, answer
+    error = orjson.loads(answer.body)["error"]
+    assert set(error) == ENVELOPE_KEYS and error["type"] == "server_error", error

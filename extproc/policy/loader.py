@@ -309,4 +309,5 @@ def _validate_model(
         matryoshka=matryoshka,
         encoding_profile=profile,
         upstream_flavour=flavour,
+        check_responses=m.check_responses,
     )

@@ -85,6 +85,7 @@ class ModelPolicy:
     matryoshka: Matryoshka | None
     encoding_profile: EncodingProfile
     upstream_flavour: UpstreamFlavour
+    check_responses: bool = False  # validate every 2xx, not only rewritten ones
 
     def accepts_dimensions(self, dimensions: int) -> bool:
         if dimensions == self.native_dimensions:
