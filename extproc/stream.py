@@ -99,6 +99,16 @@ class ExtProcStream:
     upstream_status: int = 0
     started: float = field(default_factory=time.perf_counter)
 
+    @property
+    def response_follows(self) -> bool:
+        """The request is forwarded and its response will be processed (on this stream
+        or, with standalone.yaml, on a second one)."""
+        return (
+            self.phase is Phase.AWAIT_RESPONSE_HEADERS
+            and self.plan is not None
+            and self.plan.needs_response
+        )
+
     def handle(self, request: ep.ProcessingRequest) -> ep.ProcessingResponse:
         kind = request.WhichOneof("request")
         self._read_attributes(request)

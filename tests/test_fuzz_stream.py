@@ -512,6 +512,14 @@ async def _drive(call: Any, steps: Sequence[Any]) -> None:
                 await asyncio.wait_for(call.write(step), STEP_TIMEOUT)
             except asyncio.InvalidStateError:
                 break  # the server ended the stream (cleanly: checked below)
+            except grpc.aio.AioRpcError as error:
+                # The server ends a stream once the exchange is decided (servicer.py);
+                # a message written after that fails on the client's side, with this
+                # client-made INTERNAL (the server's own status is then not visible
+                # here). Every message before it got its reply, checked above.
+                if "SendMessageOperation" not in (error.debug_error_string() or ""):
+                    raise
+                return
             reply = await asyncio.wait_for(call.read(), STEP_TIMEOUT)
             if reply is grpc.aio.EOF:
                 break  # ended by the server instead of answering: checked below
