@@ -26,6 +26,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
+from envoy.config.core.v3 import base_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ep_grpc
 
@@ -42,6 +43,10 @@ def floor_reply(request: ep.ProcessingRequest) -> ep.ProcessingResponse:
         if _REWRITE_MARK in request.request_body.body:
             reply.dynamic_metadata.update({"embgw": {"respond": "rewrite", "plan": "{}"}})
             common.clear_route_cache = True
+            # Envoy honours clear_route_cache only in a reply that mutates headers.
+            common.header_mutation.set_headers.add(
+                header=base_pb2.HeaderValue(key="content-type", raw_value=b"application/json")
+            )
     elif kind == "response_body":
         reply.response_body.SetInParent()
         reply.dynamic_metadata.update({"embgw": {"status": "200"}})

@@ -1011,6 +1011,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help=f"CI smoke: {', '.join(QUICK_WORKLOADS)}; 3 x 1 s per cell",
     )
     parser.add_argument(
+        "--cases", dest="case_keys", help="comma list of case keys, e.g. B,N-b,S-b,F-b"
+    )
+    parser.add_argument(
         "--floors",
         action=argparse.BooleanOptionalAction,
         default=None,
@@ -1047,6 +1050,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.floors is None:
         args.floors = not args.quick
     args.cases = [c for c in CASES if args.floors or not c.floor]
+    if args.case_keys:
+        wanted = {k.strip() for k in args.case_keys.split(",") if k.strip()}
+        unknown = wanted - {c.key for c in CASES}
+        if unknown:
+            parser.error(f"unknown cases {sorted(unknown)}; choose from {[c.key for c in CASES]}")
+        args.cases = [c for c in CASES if c.key in wanted]
     if args.duration is None:
         args.duration = 1 if args.quick else 8
     if args.warmup is None:
