@@ -23,7 +23,7 @@ from extproc import metrics
 from extproc.contract import Contract
 from extproc.errors import ApiError
 from extproc.memory import TRIM_AFTER_BYTES, release_after
-from extproc.stream import ExtProcStream, Phase, immediate_response
+from extproc.stream import ExtProcStream, immediate_response
 
 log = logging.getLogger("extproc.servicer")
 
@@ -57,14 +57,17 @@ class ExternalProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc
                 del reply, request  # sent: let a huge body and its answer go before trimming
                 if size >= TRIM_AFTER_BYTES:
                     await asyncio.to_thread(release_after, size)
-                if stream.phase is Phase.DONE or (one_message and not stream.response_follows):
+                if stream.decided or (one_message and not stream.response_follows):
                     # Nothing more will come: end the RPC here, with an OK status. Left
                     # to Envoy, it ends with a half-close plus a reset, and grpc.aio leaks
                     # native memory for every RPC whose status it sends on a cancelled
                     # call (grpc/grpc#43360): measured ~90 bytes per stream, the slow
                     # RSS growth of the soak. Envoy takes a server close as "done".
                     # A request stream whose response stream is still to come stays
-                    # open: the graceful drain (server.py) counts on it.
+                    # open: the graceful drain (server.py) counts on it. Decided streams
+                    # end in every config: with single-filter.yaml a response left as it
+                    # is then streams past the closed processor, as Envoy does after a
+                    # server close.
                     break
         finally:
             metrics.ACTIVE_STREAMS.dec()

@@ -100,6 +100,12 @@ class ExtProcStream:
     started: float = field(default_factory=time.perf_counter)
 
     @property
+    def decided(self) -> bool:
+        """Nothing later on this stream can change the answer (DONE, or the response
+        left as the upstream sent it)."""
+        return self.phase in (Phase.DONE, Phase.PASS_THROUGH)
+
+    @property
     def response_follows(self) -> bool:
         """The request is forwarded and its response will be processed (on this stream
         or, with standalone.yaml, on a second one)."""
