@@ -218,18 +218,7 @@ class ExtProcStream:
             status = int(values.get(":status", "0"))
         except ValueError:
             status = 0
-        self.upstream_status = status
-        details = _attribute(request, CODE_DETAILS_ATTR)
-        if details is not None and details != "via_upstream":
-            # Envoy's own local reply (413, 503, 504...): local_reply_config already
-            # gave it the envelope.
-            metrics.UPSTREAM_RESPONSES.labels("local").inc()
-            self.phase = Phase.PASS_THROUGH
-            return neutral
-        metrics.UPSTREAM_RESPONSES.labels(_status_class(status)).inc()
-        if not needs_response_body(self.plan, status):
-            self.phase = Phase.PASS_THROUGH
-            metrics.observe_total(self.started)
+        if self._decide(status, request) is Phase.PASS_THROUGH:
             return neutral
         if headers.end_of_stream:
             answer = rewrite_response(self.plan, status, b"")
@@ -296,18 +285,25 @@ class ExtProcStream:
         # refuses 4,301 digits (tests/test_fuzz_stream.py).
         if code is None or not (code.isascii() and code.isdigit() and len(code) == 3):
             return None
+        return self._decide(int(code), request)
+
+    def _decide(self, status: int, request: ep.ProcessingRequest) -> Phase:
+        """Rule 4, from the response headers or the status attribute: PASS_THROUGH
+        (leave the response as it is) or AWAIT_RESPONSE_BODY (it must be seen)."""
+        self.upstream_status = status
         details = _attribute(request, CODE_DETAILS_ATTR)
         if details is not None and details != "via_upstream":
+            # Envoy's own local reply (413, 503, 504...): local_reply_config already
+            # gave it the envelope.
             metrics.UPSTREAM_RESPONSES.labels("local").inc()
             self.phase = Phase.PASS_THROUGH
-            return self.phase
-        self.upstream_status = int(code)
-        metrics.UPSTREAM_RESPONSES.labels(_status_class(self.upstream_status)).inc()
-        if not needs_response_body(self.plan, self.upstream_status):
-            self.phase = Phase.PASS_THROUGH
-            metrics.observe_total(self.started)
-            return self.phase
-        self.phase = Phase.AWAIT_RESPONSE_BODY
+        else:
+            metrics.UPSTREAM_RESPONSES.labels(_status_class(status)).inc()
+            if needs_response_body(self.plan, status):
+                self.phase = Phase.AWAIT_RESPONSE_BODY
+            else:
+                self.phase = Phase.PASS_THROUGH
+                metrics.observe_total(self.started)
         return self.phase
 
     # -- helpers ---------------------------------------------------------------
