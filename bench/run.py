@@ -81,9 +81,9 @@ sys.path.insert(0, str(HERE))
 
 import upstream as upstream_mod  # noqa: E402
 
-from extproc.envoy_config import EnvoySettings, Upstream, load_template, render  # noqa: E402
-from extproc.launcher import envoy_binary  # noqa: E402
-from extproc.policy import load_policy_file  # noqa: E402
+from extproc.commands.envoy_config import EnvoySettings, Upstream, load_template, render  # noqa: E402
+from extproc.commands.launcher import envoy_binary  # noqa: E402
+from extproc.core.policy import load_policy_file  # noqa: E402
 
 MODEL = "Qwen/Qwen3-Embedding-0.6B"
 POLICY = REPO / "extproc" / "policies" / "qwen3-embedding-0.6b.yaml"

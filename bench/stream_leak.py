@@ -1,5 +1,5 @@
 """Native memory per ext_proc stream, as Envoy ends streams: the measurement behind
-the server-ended streams (extproc/servicer.py, grpc/grpc#43360).
+the server-ended streams (extproc/service/servicer.py, grpc/grpc#43360).
 
 Starts the real `extproc serve` (shipped Qwen3 policy) on 127.0.0.1 and opens N streams
 of one request-body message each, 16 at a time, ending each like Envoy does (half-close,

@@ -1,11 +1,11 @@
 """Embeddings contract gateway: an Envoy ext_proc service that makes a Dynamo or
 vLLM embeddings frontend answer like the legacy server (or OpenAI) it replaces."""
 
-from extproc.contract import Contract, load_contract
-from extproc.errors import ApiError
-from extproc.plan import Encoding, RequestStats, ResponsePlan
-from extproc.request_rewrite import Forward, rewrite_request
-from extproc.response_rewrite import ClientAnswer, rewrite_response
+from extproc.core.contract import Contract, load_contract
+from extproc.core.errors import ApiError
+from extproc.core.plan import Encoding, RequestStats, ResponsePlan
+from extproc.core.request_rewrite import Forward, rewrite_request
+from extproc.core.response_rewrite import ClientAnswer, rewrite_response
 
 __all__ = [
     "ApiError",

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from extproc.contract import Contract, load_contract
-from extproc.policy import GatewayPolicy, load_policy_file
+from extproc.core.contract import Contract, load_contract
+from extproc.core.policy import GatewayPolicy, load_policy_file
 
 REPO = Path(__file__).resolve().parent.parent
 SHIPPED_QWEN_POLICY = REPO / "extproc" / "policies" / "qwen3-embedding-0.6b.yaml"

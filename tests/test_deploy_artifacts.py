@@ -47,8 +47,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from extproc.launcher import envoy_binary
-from extproc.policy import load_policy_file, load_policy_text
+from extproc.commands.launcher import envoy_binary
+from extproc.core.policy import load_policy_file, load_policy_text
 from tests.conftest import QWEN_MODEL, REPO, SHIPPED_QWEN_POLICY
 from tests.harness import free_port, http
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from extproc.envoy_config import EnvoySettings, Upstream, dump, load_template, render
-from extproc.launcher import envoy_binary
-from extproc.policy import GatewayPolicy
+from extproc.commands.envoy_config import EnvoySettings, Upstream, dump, load_template, render
+from extproc.commands.launcher import envoy_binary
+from extproc.core.policy import GatewayPolicy
 from tests.conftest import REPO
 
 ENVOY_FILES = sorted(p for p in (REPO / "envoy").glob("*.yaml") if "kind:" not in p.read_text())

@@ -6,7 +6,7 @@ Each fault is met by two kinds of request:
 
 - (a) ``rewrite``: ``dimensions: 256``. The plan rewrites the vectors, so the request
   takes standalone.yaml's rewrite route, where ``extproc.response`` sees the upstream's
-  answer (extproc/response_rewrite.needs_response_body). Every fault must end as a
+  answer (extproc/core/response_rewrite.needs_response_body). Every fault must end as a
   5xx OpenAI envelope (502/503/504), never garbage and never a 200 with bad vectors.
 - (b) ``plain``: no legacy field, nothing to rewrite. By design the response takes the
   route without a response ext_proc stage: Envoy passes the upstream's answer on (only

@@ -41,20 +41,20 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from extproc.contract import Contract
-from extproc.errors import ApiError
-from extproc.plan import Encoding, ResponsePlan
-from extproc.policy import load_policy_text
-from extproc.policy.model import EncodingProfile, ModelPolicy, UpstreamFlavour
-from extproc.prompts import DOCUMENT_TYPES, QUERY_TYPES
-from extproc.request_rewrite import (
+from extproc.core.contract import Contract
+from extproc.core.errors import ApiError
+from extproc.core.plan import Encoding, ResponsePlan
+from extproc.core.policy import load_policy_text
+from extproc.core.policy.model import EncodingProfile, ModelPolicy, UpstreamFlavour
+from extproc.core.prompts import DOCUMENT_TYPES, QUERY_TYPES
+from extproc.core.request_rewrite import (
     Forward,
     check_content_type,
     check_declared_length,
     rewrite_request,
 )
-from extproc.response_rewrite import rewrite_response
-from extproc.tokens import load_tokenizer
+from extproc.core.response_rewrite import rewrite_response
+from extproc.core.tokens import load_tokenizer
 
 QWEN = "Qwen/Qwen3-Embedding-0.6B"
 SHORT = "fuzz/openai-short"  # OpenAI profile, 12 tokens, Matryoshka sizes 8/16/32 of 64
@@ -672,7 +672,7 @@ def upstream_answers(draw: st.DrawFn, plan: ResponsePlan) -> bytes:
 
 def reference_rows(plan: ResponsePlan, body: bytes) -> list[F32Row] | None:
     """The upstream's vectors in input order, or None when the answer is not a valid
-    embeddings response for ``plan`` (written independently of extproc.vectors)."""
+    embeddings response for ``plan`` (written independently of extproc.core.vectors)."""
     try:
         doc = orjson.loads(body)
     except orjson.JSONDecodeError:

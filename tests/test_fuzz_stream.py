@@ -1,6 +1,6 @@
 """Stream-level fuzz of the real grpc.aio ext_proc server (issue #6).
 
-The real server (``extproc.server.serve``: processor, health, limits) runs in-process
+The real server (``extproc.service.server.serve``: processor, health, limits) runs in-process
 on 127.0.0.1 with the shipped Qwen3 policy and the real tokenizer. A real gRPC client
 (``ExternalProcessorStub``) sends it random sequences of ProcessingRequest messages:
 every kind, in realistic and random orders, repeated, with valid and hostile bodies,
@@ -43,10 +43,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client import REGISTRY
 
-from extproc.contract import Contract
-from extproc.plan import Encoding, ResponsePlan
-from extproc.policy.model import UpstreamFlavour
-from extproc.server import PROCESSOR_SERVICE, serve
+from extproc.core.contract import Contract
+from extproc.core.plan import Encoding, ResponsePlan
+from extproc.core.policy.model import UpstreamFlavour
+from extproc.service.server import PROCESSOR_SERVICE, serve
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 

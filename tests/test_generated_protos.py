@@ -8,8 +8,8 @@ from grpc_tools import protoc
 
 from tests.conftest import REPO
 
-PROTO = "extproc/policy/v1/policy.proto"
-GENERATED = ("extproc/policy/v1/policy_pb2.py", "extproc/policy/v1/policy_pb2.pyi")
+PROTO = "extproc/core/policy/v1/policy.proto"
+GENERATED = ("extproc/core/policy/v1/policy_pb2.py", "extproc/core/policy/v1/policy_pb2.pyi")
 
 
 def test_generated_policy_code_is_fresh(tmp_path: Path) -> None:

@@ -21,8 +21,8 @@ import tokenizers
 import transformers
 from tokenizers.processors import TemplateProcessing
 
-from extproc.contract import Contract
-from extproc.request_rewrite import rewrite_request
+from extproc.core.contract import Contract
+from extproc.core.request_rewrite import rewrite_request
 
 MODEL = "Qwen/Qwen3-Embedding-0.6B"
 EOS = 151643

@@ -17,12 +17,12 @@ import orjson
 import pytest
 from tokenizers import Tokenizer
 
-from extproc.contract import Contract
-from extproc.errors import ApiError
-from extproc.policy import GatewayPolicy, PolicyError, load_policy_text
-from extproc.policy.model import SpecialTokens
-from extproc.request_rewrite import Forward, rewrite_request
-from extproc.tokens import (
+from extproc.core.contract import Contract
+from extproc.core.errors import ApiError
+from extproc.core.policy import GatewayPolicy, PolicyError, load_policy_text
+from extproc.core.policy.model import SpecialTokens
+from extproc.core.request_rewrite import Forward, rewrite_request
+from extproc.core.tokens import (
     MAX_PREFIX_BYTES,
     BudgetReason,
     ModelTokenizer,

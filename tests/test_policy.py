@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from extproc.policy import EncodingProfile, PolicyError, UpstreamFlavour, load_policy_text
-from extproc.policy.presets import PRESETS
-from extproc.tokens import load_tokenizer
+from extproc.core.policy import EncodingProfile, PolicyError, UpstreamFlavour, load_policy_text
+from extproc.core.policy.presets import PRESETS
+from extproc.core.tokens import load_tokenizer
 from tests.conftest import QWEN_EOS, QWEN_MODEL, REPO, SHIPPED_QWEN_POLICY
 
 

@@ -22,13 +22,20 @@ import numpy as np
 import orjson
 import pytest
 
-from extproc.probe import command
-from extproc.probe.answers import AnswerError, error_text, parse_embeddings, status_class
-from extproc.probe.client import EmbeddingsClient, endpoint_url
-from extproc.probe.contract import Cell, Probe, compare_row, observe
-from extproc.probe.corpus import CorpusError, Item, batches, load_corpus, long_text, parse_corpus
-from extproc.probe.html_report import to_html
-from extproc.probe.latency import (
+from extproc.tools.probe import command
+from extproc.tools.probe.answers import AnswerError, error_text, parse_embeddings, status_class
+from extproc.tools.probe.client import EmbeddingsClient, endpoint_url
+from extproc.tools.probe.contract import Cell, Probe, compare_row, observe
+from extproc.tools.probe.corpus import (
+    CorpusError,
+    Item,
+    batches,
+    load_corpus,
+    long_text,
+    parse_corpus,
+)
+from extproc.tools.probe.html_report import to_html
+from extproc.tools.probe.latency import (
     QUICK_PLAN,
     Figures,
     LatencyPlan,
@@ -40,11 +47,11 @@ from extproc.probe.latency import (
     figures,
     ratios,
 )
-from extproc.probe.parity import CosineSet, ParityResult, SideSummary, compare_vectors
-from extproc.probe.report import Meta, ProbeReport, cell, to_markdown
-from extproc.probe.stats import cosine, histogram, percentile, ratio, spread
-from extproc.probe.svg import cosine_histogram, grouped_bars
-from extproc.probe.verdict import ExitCode, Thresholds, decide
+from extproc.tools.probe.parity import CosineSet, ParityResult, SideSummary, compare_vectors
+from extproc.tools.probe.report import Meta, ProbeReport, cell, to_markdown
+from extproc.tools.probe.stats import cosine, histogram, percentile, ratio, spread
+from extproc.tools.probe.svg import cosine_histogram, grouped_bars
+from extproc.tools.probe.verdict import ExitCode, Thresholds, decide
 from tests.conftest import QWEN_EOS, QWEN_MODEL, SHIPPED_QWEN_POLICY
 from tests.fake_legacy import DEFAULT_TASK, FakeLegacy, qwen3_query
 from tests.fake_upstream import FakeUpstream
@@ -276,7 +283,7 @@ def test_compare_row_rules() -> None:
 
 
 def test_observe_summarises_cells() -> None:
-    from extproc.probe.client import HttpResult
+    from extproc.tools.probe.client import HttpResult
 
     cell_ok, answer = observe(
         HttpResult(

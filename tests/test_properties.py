@@ -18,13 +18,13 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from tokenizers import Tokenizer
 
-from extproc.contract import Contract
-from extproc.errors import ApiError
-from extproc.plan import Encoding, ResponsePlan
-from extproc.policy.model import UpstreamFlavour
-from extproc.request_rewrite import Forward, rewrite_request
-from extproc.response_rewrite import rewrite_response
-from extproc.vectors import decode_rows, encode_base64, truncate_renormalise
+from extproc.core.contract import Contract
+from extproc.core.errors import ApiError
+from extproc.core.plan import Encoding, ResponsePlan
+from extproc.core.policy.model import UpstreamFlavour
+from extproc.core.request_rewrite import Forward, rewrite_request
+from extproc.core.response_rewrite import rewrite_response
+from extproc.core.vectors import decode_rows, encode_base64, truncate_renormalise
 
 MODEL = "Qwen/Qwen3-Embedding-0.6B"
 EOS = 151643

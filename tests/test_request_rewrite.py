@@ -18,12 +18,12 @@ import orjson
 import pytest
 from tokenizers import Tokenizer
 
-from extproc.contract import Contract, load_contract
-from extproc.errors import MAX_MESSAGE_CHARS, ApiError
-from extproc.plan import Encoding
-from extproc.policy import GatewayPolicy, load_policy_text
-from extproc.request_rewrite import Forward, check_content_type, rewrite_request
-from extproc.tokens import ModelTokenizer
+from extproc.core.contract import Contract, load_contract
+from extproc.core.errors import MAX_MESSAGE_CHARS, ApiError
+from extproc.core.plan import Encoding
+from extproc.core.policy import GatewayPolicy, load_policy_text
+from extproc.core.request_rewrite import Forward, check_content_type, rewrite_request
+from extproc.core.tokens import ModelTokenizer
 
 MODEL = "Qwen/Qwen3-Embedding-0.6B"
 EOS = 151643

@@ -15,9 +15,9 @@ import numpy.typing as npt
 import orjson
 import pytest
 
-from extproc.plan import Encoding, ResponsePlan
-from extproc.policy.model import UpstreamFlavour
-from extproc.response_rewrite import ClientAnswer, needs_response_body, rewrite_response
+from extproc.core.plan import Encoding, ResponsePlan
+from extproc.core.policy.model import UpstreamFlavour
+from extproc.core.response_rewrite import ClientAnswer, needs_response_body, rewrite_response
 
 MODEL = "Qwen/Qwen3-Embedding-0.6B"
 NATIVE = 1024

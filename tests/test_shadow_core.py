@@ -20,11 +20,11 @@ from envoy.config.core.v3 import base_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
 from grpc_tools import protoc
 
-from extproc.envoy_config import DEFAULT_TEMPLATE as STANDALONE_TEMPLATE
-from extproc.envoy_config import Upstream, dump, load_template
-from extproc.launcher import envoy_binary
-from extproc.policy import GatewayPolicy
-from extproc.shadow import (
+from extproc.commands.envoy_config import DEFAULT_TEMPLATE as STANDALONE_TEMPLATE
+from extproc.commands.envoy_config import Upstream, dump, load_template
+from extproc.commands.launcher import envoy_binary
+from extproc.core.policy import GatewayPolicy
+from extproc.tools.shadow import (
     Half,
     InputKind,
     PairStore,
@@ -42,8 +42,8 @@ from extproc.shadow import (
     status_class,
     summarize,
 )
-from extproc.shadow.comparator import Comparator
-from extproc.shadow.envoy_render import (
+from extproc.tools.shadow.comparator import Comparator
+from extproc.tools.shadow.envoy_render import (
     EMBEDDED_GATEWAY,
     REVERSE_TEMPLATE,
     SHADOW_TEMPLATE,
@@ -53,15 +53,15 @@ from extproc.shadow.envoy_render import (
     without_rewrite,
     without_shadow,
 )
-from extproc.shadow.forwarder import ForwardLimits, HalfRouter
-from extproc.shadow.half import digest
-from extproc.shadow.ownership import PeerSpec
-from extproc.shadow.report import render_report
-from extproc.shadow.server import CompareOptions, serve_compare
-from extproc.shadow.sketch import Sketch
-from extproc.shadow.tap import TapStream
-from extproc.shadow.v1 import shadow_pb2 as pb
-from extproc.shadow.wire import BadHalfError, from_proto, to_proto
+from extproc.tools.shadow.forwarder import ForwardLimits, HalfRouter
+from extproc.tools.shadow.half import digest
+from extproc.tools.shadow.ownership import PeerSpec
+from extproc.tools.shadow.report import render_report
+from extproc.tools.shadow.server import CompareOptions, serve_compare
+from extproc.tools.shadow.sketch import Sketch
+from extproc.tools.shadow.tap import TapStream
+from extproc.tools.shadow.v1 import shadow_pb2 as pb
+from extproc.tools.shadow.wire import BadHalfError, from_proto, to_proto
 from tests.conftest import REPO
 from tests.harness import free_port
 
@@ -519,7 +519,7 @@ def test_halves_round_trip_through_the_peer_message() -> None:
 
 
 def test_generated_shadow_code_is_fresh(tmp_path: Path) -> None:
-    proto = "extproc/shadow/v1/shadow.proto"
+    proto = "extproc/tools/shadow/v1/shadow.proto"
     status = protoc.main(
         [
             "grpc_tools.protoc",

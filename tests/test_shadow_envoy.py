@@ -7,9 +7,9 @@ The set-up, all on loopback:
   Matryoshka ``dimensions`` applied natively;
 - candidate: ``FakeUpstream`` (fake Dynamo 1.6.1) behind the shipped rewrite filter,
   served by ``extproc serve`` with the shipped Qwen3 policy and the real tokenizer;
-- comparators: ``extproc shadow-compare`` replicas (``python -m extproc.shadow``);
+- comparators: ``extproc shadow-compare`` replicas (``python -m extproc.tools.shadow``);
 - Envoy with the shipped ``envoy/shadow.yaml`` (or ``shadow-reverse.yaml``) rendered
-  by :func:`extproc.shadow.envoy_render.render_shadow`.
+  by :func:`extproc.tools.shadow.envoy_render.render_shadow`.
 
 Every process is started and stopped here by its own PID; every wait is bounded.
 """
@@ -34,11 +34,11 @@ import numpy as np
 import pytest
 import yaml
 
-from extproc.envoy_config import DEFAULT_TEMPLATE as STANDALONE_TEMPLATE
-from extproc.envoy_config import Upstream, load_template
-from extproc.launcher import envoy_binary
-from extproc.policy import GatewayPolicy
-from extproc.shadow.envoy_render import (
+from extproc.commands.envoy_config import DEFAULT_TEMPLATE as STANDALONE_TEMPLATE
+from extproc.commands.envoy_config import Upstream, load_template
+from extproc.commands.launcher import envoy_binary
+from extproc.core.policy import GatewayPolicy
+from extproc.tools.shadow.envoy_render import (
     REVERSE_TEMPLATE,
     SHADOW_TEMPLATE,
     ShadowEnvoySettings,
@@ -201,7 +201,7 @@ def start_comparators(n: int, log_dir: Path, *, extra: list[str] | None = None) 
         argv = [
             sys.executable,
             "-m",
-            "extproc.shadow",
+            "extproc.tools.shadow",
             "shadow-compare",
             "--listen",
             f"127.0.0.1:{grpc_port}",
@@ -455,7 +455,7 @@ def stack(world: World) -> Iterator[Stack]:
 
 def report(url: str, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "extproc.shadow", "shadow-report", "--url", url, *args],
+        [sys.executable, "-m", "extproc.tools.shadow", "shadow-report", "--url", url, *args],
         capture_output=True,
         text=True,
         timeout=60,
@@ -549,7 +549,7 @@ def test_the_silent_failure_is_caught_with_the_rewrite_off(world: World) -> None
 
 
 def report_from(summary: dict[str, Any]) -> str:
-    from extproc.shadow.report import render_report
+    from extproc.tools.shadow.report import render_report
 
     return render_report(summary)
 
@@ -706,13 +706,13 @@ def test_latency_added_to_the_primary_path(stack: Stack, world: World) -> None:
 
 
 def test_extproc_shadow_launcher(world: World, qwen_dir: Path) -> None:
-    """`extproc shadow` (here `python -m extproc.shadow shadow`): one command, one line."""
+    """`extproc shadow` (here `python -m extproc.tools.shadow shadow`): one command, one line."""
     listen, http_port = free_port(), free_port()
     proc = Proc(
         [
             sys.executable,
             "-m",
-            "extproc.shadow",
+            "extproc.tools.shadow",
             "shadow",
             "--baseline",
             world.baseline,

@@ -2,7 +2,7 @@
 Envoy nor the ext_proc server, and none of the gateway's own reaches the upstream.
 
 What the gateway uses for its own purposes (envoy/standalone.yaml,
-envoy/single-filter.yaml, extproc/stream.py):
+envoy/single-filter.yaml, extproc/service/stream.py):
 
 - dynamic metadata, namespace ``embgw``: ``respond: rewrite`` selects the
   ``embeddings-rewrite`` route, ``plan`` is the response plan, ``status`` the status

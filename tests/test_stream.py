@@ -14,8 +14,8 @@ from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
 from google.protobuf import struct_pb2
 
-from extproc.contract import Contract
-from extproc.stream import ExtProcStream, Phase
+from extproc.core.contract import Contract
+from extproc.service.stream import ExtProcStream, Phase
 
 MODEL = "Qwen/Qwen3-Embedding-0.6B"
 ATTRIBUTES_KEY = "envoy.filters.http.ext_proc"

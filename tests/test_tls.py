@@ -1,4 +1,4 @@
-"""TLS and mTLS on the ext_proc gRPC port (extproc/tls.py): real handshakes against
+"""TLS and mTLS on the ext_proc gRPC port (extproc/service/tls.py): real handshakes against
 the real server, certificate reload while it runs, `extproc run` through a real
 Envoy with TLS + mTLS on its ext_proc cluster, `envoy --mode validate` on the
 transformed configs, and the CLI's errors for unusable files.
@@ -31,10 +31,9 @@ from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ep_grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client import REGISTRY
 
-import extproc.server as server_module
-from extproc.cli import main as cli_main
-from extproc.contract import Contract
-from extproc.envoy_config import (
+import extproc.service.server as server_module
+from extproc.commands.cli import main as cli_main
+from extproc.commands.envoy_config import (
     EnvoySettings,
     ExtProcTls,
     Upstream,
@@ -45,9 +44,10 @@ from extproc.envoy_config import (
     render,
     with_extproc_tls,
 )
-from extproc.policy import GatewayPolicy
-from extproc.servicer import ExternalProcessor
-from extproc.tls import (
+from extproc.core.contract import Contract
+from extproc.core.policy import GatewayPolicy
+from extproc.service.servicer import ExternalProcessor
+from extproc.service.tls import (
     ReloadState,
     TlsError,
     TlsMaterial,

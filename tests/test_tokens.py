@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tokenizers import Tokenizer
 
-from extproc.policy.model import SpecialTokens
-from extproc.tokens import ModelTokenizer
+from extproc.core.policy.model import SpecialTokens
+from extproc.core.tokens import ModelTokenizer
 
 NEED = 1024
 

@@ -1,0 +1,380 @@
+"""Command line: `extproc serve | run | check-config | presets | health | probe | shadow*`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+from pathlib import Path
+
+from extproc.commands.envoy_config import ExtProcTls, Upstream
+from extproc.core.contract import Contract, load_contract
+from extproc.core.policy import PolicyError, load_policy_file
+from extproc.core.policy.loader import parse_tokenizer_overrides
+from extproc.core.policy.presets import PRESETS
+from extproc.core.tokens import TokenizerLoadError
+from extproc.service.tls import (
+    TlsError,
+    TlsSettings,
+    channel_credentials,
+    check_ca,
+    check_key_pair,
+    load_material,
+    read_file,
+    settings_from_flags,
+)
+from extproc.tools.probe import command as probe_command
+from extproc.tools.shadow import command as shadow_command
+
+SHIPPED_POLICY = Path(__file__).resolve().parents[1] / "policies" / "qwen3-embedding-0.6b.yaml"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(
+        level=getattr(logging, args.log_level.upper()),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    handler = {
+        "serve": _serve,
+        "run": _run,
+        "check-config": _check_config,
+        "presets": _presets,
+        "health": _health,
+        "probe": probe_command.run,
+        "shadow-compare": shadow_command.run_compare,
+        "shadow-report": shadow_command.run_report,
+        "shadow": shadow_command.run_shadow,
+    }[args.command]
+    return handler(args)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="extproc", description=__doc__)
+    parser.add_argument(
+        "--log-level",
+        default=os.environ.get("EXTPROC_LOG_LEVEL", "info"),
+        choices=["debug", "info", "warning", "error"],
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def policy_args(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--config",
+            type=Path,
+            default=Path(os.environ.get("EXTPROC_CONFIG", SHIPPED_POLICY)),
+            help="policy file (default: $EXTPROC_CONFIG, else the shipped Qwen3 policy)",
+        )
+        p.add_argument(
+            "--tokenizer",
+            action="append",
+            default=[],
+            metavar="NAME=DIR",
+            help="use the tokenizer.json in DIR for model (or tokenizer hf_id) NAME; "
+            "repeatable; also $EXTPROC_TOKENIZER_OVERRIDES=NAME=DIR,...",
+        )
+        p.add_argument(
+            "--metrics",
+            default=os.environ.get("EXTPROC_METRICS"),
+            metavar="HOST:PORT",
+            help="serve Prometheus metrics here (default: off)",
+        )
+        p.add_argument(
+            "--grace",
+            type=float,
+            default=30.0,
+            help="seconds to let in-flight streams finish on SIGTERM",
+        )
+
+    def tls_args(p: argparse.ArgumentParser) -> None:
+        group = p.add_argument_group(
+            "TLS on the ext_proc gRPC port (docs/tls.md); files are re-read when they change"
+        )
+        group.add_argument(
+            "--tls-cert",
+            type=Path,
+            default=_env_path("EXTPROC_TLS_CERT"),
+            metavar="FILE",
+            help="server certificate chain, PEM (default: $EXTPROC_TLS_CERT; unset = plaintext)",
+        )
+        group.add_argument(
+            "--tls-key",
+            type=Path,
+            default=_env_path("EXTPROC_TLS_KEY"),
+            metavar="FILE",
+            help="its private key, PEM, unencrypted (default: $EXTPROC_TLS_KEY)",
+        )
+        group.add_argument(
+            "--tls-client-ca",
+            type=Path,
+            default=_env_path("EXTPROC_TLS_CLIENT_CA"),
+            metavar="FILE",
+            help="require client certificates signed by this CA (mTLS) "
+            "(default: $EXTPROC_TLS_CLIENT_CA)",
+        )
+
+    serve = sub.add_parser("serve", help="the gRPC ext_proc server, for Envoy or a mesh")
+    serve.add_argument("--listen", default=os.environ.get("EXTPROC_LISTEN", "0.0.0.0:50051"))
+    policy_args(serve)
+    tls_args(serve)
+
+    run = sub.add_parser("run", help="ext_proc plus a real Envoy in front of --upstream")
+    run.add_argument(
+        "--upstream", required=True, help="the Dynamo/vLLM frontend, e.g. http://127.0.0.1:8000"
+    )
+    run.add_argument("--listen", default="127.0.0.1:8080", help="where clients connect")
+    run.add_argument(
+        "--upstream-timeout",
+        type=float,
+        default=300.0,
+        metavar="SECONDS",
+        help="how long Envoy waits for the upstream's answer (then 504)",
+    )
+    run.add_argument("--envoy-log-level", default="warning")
+    run.add_argument(
+        "--envoy-template",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="Envoy config to render (default envoy/standalone.yaml; "
+        "envoy/single-filter.yaml is the one-filter variant meshes use)",
+    )
+    run.add_argument("--envoy-concurrency", type=int, default=None)
+    policy_args(run)
+    tls_args(run)
+    envoy_tls = run.add_argument_group("how Envoy talks to the TLS ext_proc port (with --tls-cert)")
+    envoy_tls.add_argument(
+        "--envoy-ca",
+        type=Path,
+        metavar="FILE",
+        help="CA that Envoy trusts for the ext_proc server certificate (required with --tls-cert)",
+    )
+    envoy_tls.add_argument(
+        "--envoy-server-name",
+        default="localhost",
+        metavar="NAME",
+        help="name (or IP) Envoy requires in the server certificate's SANs and sends as SNI "
+        "(default: localhost)",
+    )
+    envoy_tls.add_argument(
+        "--envoy-client-cert",
+        type=Path,
+        metavar="FILE",
+        help="client certificate Envoy presents (required with --tls-client-ca)",
+    )
+    envoy_tls.add_argument("--envoy-client-key", type=Path, metavar="FILE", help="its private key")
+
+    check = sub.add_parser("check-config", help="validate a policy file (and load its tokenizers)")
+    check.add_argument("file", type=Path)
+    check.add_argument("--tokenizer", action="append", default=[], metavar="NAME=DIR")
+    check.add_argument("--no-tokenizers", action="store_true", help="skip loading tokenizers")
+
+    sub.add_parser("presets", help="list the model-family presets")
+
+    check_health = sub.add_parser("health", help="query a server's gRPC health service")
+    check_health.add_argument("--address", default="127.0.0.1:50051")
+    check_health.add_argument("--service", default="", help="'' = the whole server")
+    check_health.add_argument("--timeout", type=float, default=3.0)
+    check_health.add_argument(
+        "--tls-ca", type=Path, metavar="FILE", help="connect with TLS, trusting this CA"
+    )
+    check_health.add_argument(
+        "--tls-cert", type=Path, metavar="FILE", help="client certificate (mTLS servers)"
+    )
+    check_health.add_argument("--tls-key", type=Path, metavar="FILE", help="its private key")
+    check_health.add_argument(
+        "--tls-server-name",
+        metavar="NAME",
+        help="name to verify in the server certificate (default: the address's host)",
+    )
+
+    probe_command.add_parser(sub)
+    shadow_command.add_parsers(sub)
+    return parser
+
+
+def load_contract_or_report(
+    config: Path, tokenizer_flags: list[str], *, tokenizers: bool = True
+) -> Contract | None:
+    """The policy and its tokenizers, or None after printing file, field and reason."""
+    try:
+        overrides = parse_tokenizer_overrides(",".join(tokenizer_flags))
+        policy = load_policy_file(config, tokenizer_overrides=overrides)
+        if not tokenizers:
+            return Contract(policy=policy, tokenizers={})
+        return load_contract(policy)
+    except PolicyError as exc:
+        print(f"error: {exc.source}: {exc.field}: {exc.reason}", file=sys.stderr)
+    except (TokenizerLoadError, ValueError, OSError) as exc:
+        print(f"error: {config}: tokenizer: {exc}", file=sys.stderr)
+    return None
+
+
+def _env_path(name: str) -> Path | None:
+    value = os.environ.get(name)
+    return Path(value) if value else None
+
+
+def server_tls_or_report(args: argparse.Namespace) -> tuple[bool, TlsSettings | None]:
+    """(ok, settings): the --tls-* flags, with every file checked now, so a bad one
+    stops the command with its name and reason (not a traceback at first handshake)."""
+    try:
+        settings = settings_from_flags(args.tls_cert, args.tls_key, args.tls_client_ca)
+        if settings is not None:
+            load_material(settings)
+    except TlsError as exc:
+        print(f"error: TLS: {exc}", file=sys.stderr)
+        return False, None
+    return True, settings
+
+
+def envoy_tls_from_flags(args: argparse.Namespace, server: TlsSettings | None) -> ExtProcTls | None:
+    """Envoy's side of the TLS hop for `extproc run`; raises TlsError on a mismatch
+    with the server's side or an unusable file."""
+    ca, cert, key = args.envoy_ca, args.envoy_client_cert, args.envoy_client_key
+    if server is None:
+        if ca or cert or key:
+            raise TlsError("--envoy-ca/--envoy-client-* need --tls-cert and --tls-key")
+        return None
+    if ca is None:
+        raise TlsError("--tls-cert needs --envoy-ca: the CA Envoy trusts for that certificate")
+    read_file(ca, "certificate")
+    check_ca(ca)
+    if server.mutual and (cert is None or key is None):
+        raise TlsError(
+            "--tls-client-ca needs --envoy-client-cert and --envoy-client-key "
+            "(the certificate Envoy presents)"
+        )
+    if not server.mutual and (cert or key):
+        raise TlsError("--envoy-client-cert/--envoy-client-key need --tls-client-ca")
+    if cert is not None and key is not None:
+        read_file(cert, "certificate")
+        read_file(key, "private key")
+        check_key_pair(cert, key)
+        # Envoy reads the files itself, from its own working directory.
+        cert, key = cert.resolve(), key.resolve()
+    return ExtProcTls(ca.resolve(), args.envoy_server_name, cert, key)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from extproc.service.server import serve, stop_on_signals
+
+    ok, tls = server_tls_or_report(args)
+    if not ok:
+        return 2
+    contract = load_contract_or_report(args.config, args.tokenizer)
+    if contract is None:
+        return 2
+
+    async def go() -> None:
+        await serve(
+            contract,
+            address=args.listen,
+            metrics_address=args.metrics,
+            grace_seconds=args.grace,
+            stop=stop_on_signals(),
+            tls=tls,
+        )
+
+    asyncio.run(go())
+    return 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    from extproc.commands.launcher import RunOptions, main_run
+
+    try:
+        upstream = Upstream.from_url(args.upstream)
+    except ValueError as exc:
+        print(f"error: --upstream: {exc}", file=sys.stderr)
+        return 2
+    ok, server_tls = server_tls_or_report(args)
+    if not ok:
+        return 2
+    try:
+        envoy_tls = envoy_tls_from_flags(args, server_tls)
+    except TlsError as exc:
+        print(f"error: TLS: {exc}", file=sys.stderr)
+        return 2
+    contract = load_contract_or_report(args.config, args.tokenizer)
+    if contract is None:
+        return 2
+    options = RunOptions(
+        upstream=upstream,
+        listen=args.listen,
+        metrics_address=args.metrics,
+        grace_seconds=args.grace,
+        envoy_log_level=args.envoy_log_level,
+        envoy_concurrency=args.envoy_concurrency,
+        upstream_timeout_s=args.upstream_timeout,
+        server_tls=server_tls,
+        envoy_tls=envoy_tls,
+        **({"envoy_template": args.envoy_template} if args.envoy_template else {}),
+    )
+    return main_run(contract, options)
+
+
+def _check_config(args: argparse.Namespace) -> int:
+    contract = load_contract_or_report(args.file, args.tokenizer, tokenizers=not args.no_tokenizers)
+    if contract is None:
+        return 1
+    policy = contract.policy
+    limits = policy.limits
+    print(
+        f"{args.file}: OK, {len(policy.models)} model(s); limits: "
+        f"{limits.max_request_bytes} bytes, {limits.max_inputs} inputs, "
+        f"{limits.max_input_chars} characters per input, "
+        f"{limits.max_total_chars} characters in all (prompts included); "
+        f"tokenizes at most {limits.max_tokenize_bytes} bytes in {limits.max_tokenize_ms} ms "
+        "per request"
+    )
+    for model in policy.models.values():
+        dims = model.dimensions_rule()
+        print(
+            f"  {model.name}: upstream {model.upstream_flavour.value} as {model.upstream_model!r}, "
+            f"max {model.max_tokens} tokens, dimensions {dims}, "
+            f"encoding profile {model.encoding_profile.value}, "
+            f"tokenizer {model.tokenizer.describe()}"
+        )
+    return 0
+
+
+def _presets(args: argparse.Namespace) -> int:
+    for name in sorted(PRESETS):
+        print(name)
+    return 0
+
+
+def _health(args: argparse.Namespace) -> int:
+    """Ask a running server's gRPC health service (for container HEALTHCHECKs)."""
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    if args.tls_ca or args.tls_cert or args.tls_key:
+        try:
+            credentials = channel_credentials(args.tls_ca, args.tls_cert, args.tls_key)
+        except TlsError as exc:
+            print(f"error: TLS: {exc}", file=sys.stderr)
+            return 2
+        options = (
+            [("grpc.ssl_target_name_override", args.tls_server_name)]
+            if args.tls_server_name
+            else []
+        )
+        channel = grpc.secure_channel(args.address, credentials, options=options)
+    else:
+        channel = grpc.insecure_channel(args.address)
+    with channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        try:
+            reply = stub.Check(
+                health_pb2.HealthCheckRequest(service=args.service), timeout=args.timeout
+            )
+        except grpc.RpcError as exc:
+            print(f"unhealthy: {exc.code().name}", file=sys.stderr)
+            return 1
+    status = health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
+    print(status)
+    return 0 if reply.status == health_pb2.HealthCheckResponse.SERVING else 1

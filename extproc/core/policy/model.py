@@ -1,0 +1,145 @@
+"""Typed, validated policy: what the gateway knows about each served model.
+
+These frozen dataclasses are what the sans-I/O core reads. They are built from the
+policy file by :mod:`extproc.core.policy.loader`; nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+DEFAULT_MAX_REQUEST_BYTES = 8 * 1024 * 1024
+DEFAULT_MAX_INPUTS = 2048
+# Tokenization budget per request. 1 MiB of English is ~1 s of tokenizing on this
+# 2-core CPU (~1 us a byte of one core's time), and it admits a batch of 2,048
+# documents of ~500 bytes that has to be sent as token ids because one input is over
+# max_tokens. Text that costs more per byte (measured up to ~16 us: random scripts,
+# endless words) meets the wall-clock bound first.
+DEFAULT_MAX_TOKENIZE_BYTES = 1024 * 1024
+DEFAULT_MAX_TOKENIZE_MS = 2000
+
+
+class EncodingProfile(enum.Enum):
+    """What ``encoding_format`` means to clients of this model."""
+
+    LEGACY = "legacy"  # the old server: always float arrays, the field is ignored
+    OPENAI = "openai"  # float or base64 (little-endian float32), as OpenAI's SDKs decode it
+
+
+class UpstreamFlavour(enum.Enum):
+    DYNAMO = "dynamo"
+    VLLM = "vllm"
+
+
+@dataclass(frozen=True)
+class TokenizerSource:
+    """Where the tokenizer comes from: a Hugging Face id or a local directory."""
+
+    hf_id: str | None = None
+    path: Path | None = None
+    revision: str | None = None
+
+    def describe(self) -> str:
+        return str(self.path) if self.path is not None else f"hf:{self.hf_id}"
+
+
+@dataclass(frozen=True)
+class SpecialTokens:
+    """Token ids the model's tokenizer puts around every text input."""
+
+    from_tokenizer: bool = False
+    prepend_ids: tuple[int, ...] = ()
+    append_ids: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class PromptTemplates:
+    """Prompt formats; ``{text}`` is the input, ``{instruction}`` the query task."""
+
+    query: str = "{text}"
+    document: str = "{text}"
+    default_instruction: str = ""
+    extra: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Matryoshka:
+    """``dimensions`` accepted below native: ``min_dimensions..native`` or ``allowed``."""
+
+    min_dimensions: int
+    allowed: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class ModelPolicy:
+    name: str
+    upstream_model: str
+    tokenizer: TokenizerSource
+    special_tokens: SpecialTokens
+    max_tokens: int
+    prompts: PromptTemplates
+    native_dimensions: int
+    matryoshka: Matryoshka | None
+    encoding_profile: EncodingProfile
+    upstream_flavour: UpstreamFlavour
+    check_responses: bool = False  # validate every 2xx, not only rewritten ones
+
+    def accepts_dimensions(self, dimensions: int) -> bool:
+        if dimensions == self.native_dimensions:
+            return True
+        m = self.matryoshka
+        if m is None:
+            return False
+        if m.allowed:
+            return dimensions in m.allowed
+        return m.min_dimensions <= dimensions <= self.native_dimensions
+
+    def dimensions_rule(self) -> str:
+        """Human-readable statement of the accepted ``dimensions`` values."""
+        m = self.matryoshka
+        if m is None:
+            return f"{self.native_dimensions} (its native size; the model is not Matryoshka)"
+        if m.allowed:
+            sizes = sorted({*m.allowed, self.native_dimensions})
+            return "one of " + ", ".join(str(s) for s in sizes)
+        return f"an integer from {m.min_dimensions} to {self.native_dimensions}"
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Request-wide caps (policy.proto's ``Limits``). The character caps default to
+    the body size, where they never bind on their own (a body holds at most as many
+    characters as bytes) except through prompt prefixes."""
+
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
+    max_inputs: int = DEFAULT_MAX_INPUTS
+    max_input_chars: int = DEFAULT_MAX_REQUEST_BYTES  # one text input, as sent
+    max_total_chars: int = DEFAULT_MAX_REQUEST_BYTES  # all text inputs, prompts included
+    max_tokenize_bytes: int = DEFAULT_MAX_TOKENIZE_BYTES
+    max_tokenize_ms: int = DEFAULT_MAX_TOKENIZE_MS
+
+
+@dataclass(frozen=True)
+class GatewayPolicy:
+    models: Mapping[str, ModelPolicy]
+    limits: Limits = Limits()
+    source: str = "<memory>"
+
+    def model(self, name: str) -> ModelPolicy | None:
+        return self.models.get(name)
+
+    def max_response_bytes(self) -> int:
+        """Largest embeddings answer for the largest allowed batch, as float JSON.
+
+        Sizes Envoy's buffer limit and the gRPC message limits: up to 16 bytes per
+        float32 written as JSON, plus per-item keys, plus room for usage and model.
+        """
+        widest = max(m.native_dimensions for m in self.models.values())
+        return self.limits.max_inputs * (widest * 16 + 256) + 64 * 1024
+
+    def max_message_bytes(self) -> int:
+        """gRPC message size limit: the larger body plus room for headers and attributes."""
+        return max(self.limits.max_request_bytes, self.max_response_bytes()) + 1024 * 1024

@@ -1,0 +1,162 @@
+"""Upstream answer + :class:`ResponsePlan` -> what the client receives (sans-I/O).
+
+Success: vectors are cut and re-normalised (Matryoshka emulation) and re-encoded
+to the client's encoding; everything else in the body is kept. Errors: every
+non-2xx gets the OpenAI envelope. Status rules, for a request the gateway
+validated (a ``plan`` exists):
+
+- upstream 4xx keep their status, except 404: the gateway already knows the
+  model, so a 404 means the upstream lost it (Dynamo answers an empty 404 once its
+  worker is gone) - a fault, answered 503;
+- upstream 5xx stay 5xx with ``type: server_error``: never relabelled 400, since
+  the gateway answers every client mistake itself before the upstream sees it;
+- a 2xx body that is not a valid embeddings answer for this request (wrong count,
+  wrong size, NaN, ``index`` values that are not each input once) is a 502:
+  never a 200 with bad vectors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from extproc.core.errors import ApiError, type_for_status
+from extproc.core.plan import Encoding, ResponsePlan
+from extproc.core.upstream_errors import parse_upstream_error
+from extproc.core.vectors import (
+    BadVectorsError,
+    FloatMatrix,
+    decode_rows,
+    encode_base64,
+    truncate_renormalise,
+)
+
+
+@dataclass(frozen=True)
+class ClientAnswer:
+    status: int
+    body: bytes
+
+
+def is_success(status: int) -> bool:
+    return 200 <= status < 300
+
+
+def needs_response_body(plan: ResponsePlan | None, status: int) -> bool:
+    """Decided on the response headers: must the gateway see (and buffer) the body?"""
+    if not is_success(status):
+        return True
+    return plan is not None and plan.needs_response
+
+
+def rewrite_response(plan: ResponsePlan | None, status: int, body: bytes) -> ClientAnswer | None:
+    """The client's answer; ``None`` means pass the upstream's answer on unchanged."""
+    if not is_success(status):
+        return _error_answer(plan, status, body)
+    if plan is None or not plan.needs_response:
+        return None
+    try:
+        if not plan.rewrites_vectors:  # check_only: a good answer passes unchanged
+            _checked_rows(plan, body)
+            return None
+        return ClientAnswer(status, _rewrite_vectors(plan, body))
+    except BadVectorsError as exc:
+        return _answer(
+            ApiError(
+                502,
+                f"The upstream returned an invalid embeddings response: {exc}.",
+                type="server_error",
+                code="bad_upstream_response",
+            )
+        )
+
+
+def _rewrite_vectors(plan: ResponsePlan, body: bytes) -> bytes:
+    doc, items, matrix = _checked_rows(plan, body)
+    if plan.dimensions is not None:
+        matrix = truncate_renormalise(matrix, plan.dimensions)
+    for item, row in zip(items, matrix, strict=True):
+        if plan.client_encoding is Encoding.BASE64:
+            item["embedding"] = encode_base64(row)
+        else:
+            item["embedding"] = row  # orjson writes float32 in shortest round-trip form
+    doc["data"] = items
+    doc["model"] = plan.model
+    try:
+        return orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY)
+    except orjson.JSONEncodeError:
+        # orjson reads 1,024 nested levels but writes only 254: an extra field nested
+        # deeper raised TypeError out of here (tests/test_fuzz_core.py).
+        raise BadVectorsError("it nests arrays or objects too deeply to re-encode") from None
+
+
+def _checked_rows(plan: ResponsePlan, body: bytes) -> tuple[Any, list[Any], FloatMatrix]:
+    """The parsed answer, its items in input order and their vectors, all checked;
+    BadVectorsError names the first problem."""
+    try:
+        doc: Any = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        raise BadVectorsError("the body is not JSON") from None
+    data = doc.get("data") if isinstance(doc, dict) else None
+    if not isinstance(data, list):
+        raise BadVectorsError("it has no 'data' array")
+    if len(data) != plan.input_count:
+        raise BadVectorsError(f"{len(data)} embeddings for {plan.input_count} inputs")
+    if not all(isinstance(item, dict) for item in data):
+        raise BadVectorsError("an item of 'data' is not an object")
+    # The upstream may answer out of order; 'index' says which input each row is. It
+    # must name every input exactly once: a duplicate, a gap or a missing index would
+    # pair vectors with the wrong inputs and still give a 200 (tests/test_faults_upstream.py
+    # found [0, 0] and [1, 2] passing as 200s).
+    indices = [item.get("index") for item in data]
+    if not all(type(i) is int for i in indices) or sorted(indices) != list(range(len(data))):
+        raise BadVectorsError(f"its 'index' values are not 0 to {len(data) - 1}, each once")
+    items = sorted(data, key=lambda item: int(item["index"]))
+    matrix = decode_rows([item.get("embedding") for item in items], plan.native_dimensions)
+    return doc, items, matrix
+
+
+def _error_answer(plan: ResponsePlan | None, status: int, body: bytes) -> ClientAnswer:
+    upstream = parse_upstream_error(body)
+    detail = upstream.message or "no details given"
+    if plan is not None and status == 404:
+        error = ApiError(
+            503,
+            f"The upstream does not serve model {plan.model!r} right now "
+            f"(it answered 404: {detail}).",
+            type="server_error",
+            code="model_unavailable",
+        )
+    elif 500 <= status < 600:
+        error = ApiError(
+            status,
+            f"The upstream failed to process the request (HTTP {status}: {detail}).",
+            type="server_error",
+            code="upstream_error",
+        )
+    elif 400 <= status < 500:
+        error = ApiError(
+            status,
+            upstream.message or f"The upstream rejected the request with HTTP {status}.",
+            type=type_for_status(status),
+            param=upstream.param,
+            code="upstream_error",
+        )
+    else:
+        # 1xx/3xx on an embeddings call: nothing a client can use. So is a status HTTP
+        # does not have (>= 600, or garbage read as 0): it was passed on as the client's
+        # status (600, 999, even 10**300, which Envoy's int32 status cannot hold;
+        # tests/test_fuzz_core.py).
+        error = ApiError(
+            502,
+            f"The upstream answered HTTP {status}, not an embeddings response.",
+            type="server_error",
+            code="bad_upstream_response",
+        )
+    return _answer(error)
+
+
+def _answer(error: ApiError) -> ClientAnswer:
+    return ClientAnswer(error.status, error.envelope())

@@ -1,0 +1,85 @@
+"""Prometheus metrics. Label values come from fixed sets only (never from client
+input: no model names, no text), so cardinality stays bounded."""
+
+from __future__ import annotations
+
+import time
+
+from prometheus_client import Counter, Gauge, Histogram
+
+from extproc.core.plan import RequestStats
+
+REQUESTS = Counter(
+    "extproc_requests_total",
+    "Embeddings requests by outcome: passthrough (forwarded as sent), rewritten, rejected.",
+    ["outcome"],
+)
+REJECTIONS = Counter(
+    "extproc_rejections_total",
+    "Requests answered by the gateway with an error, by status and offending param.",
+    ["status", "param"],
+)
+REWRITES = Counter(
+    "extproc_rewrites_total",
+    "Request rewrites by kind: instruction, truncation, dimensions, fields_stripped, model.",
+    ["kind"],
+)
+TOKENS_CUT = Counter(
+    "extproc_tokens_cut_total",
+    "Tokens removed by truncation; a lower bound for very long inputs, whose tail "
+    "beyond a few thousand tokens is never tokenized.",
+)
+UPSTREAM_RESPONSES = Counter(
+    "extproc_upstream_responses_total",
+    "Responses seen, by status class (2xx..5xx) or 'local' for Envoy's own replies.",
+    ["status_class"],
+)
+RESPONSES_REWRITTEN = Counter(
+    "extproc_responses_rewritten_total",
+    "Responses rewritten, by kind: vectors (dimensions/encoding), error_envelope.",
+    ["kind"],
+)
+STREAM_ANOMALIES = Counter(
+    "extproc_stream_anomalies_total",
+    "Messages that arrived out of order or unexpected, answered neutrally.",
+    ["message"],
+)
+ACTIVE_STREAMS = Gauge("extproc_active_streams", "ext_proc streams in flight.")
+PROCESSING_SECONDS = Histogram(
+    "extproc_processing_seconds",
+    "Time spent in the gateway's own processing per phase (request, response).",
+    ["phase"],
+    buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 2.5),
+)
+STREAM_SECONDS = Histogram(
+    "extproc_stream_seconds",
+    "Wall time from the first message to the last reply of a stream (includes upstream).",
+    buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+)
+TLS_RELOADS = Counter(
+    "extproc_tls_reloads_total",
+    "Changes of the TLS files seen while serving: reloaded (new connections use them), "
+    "rejected (unusable, e.g. key and certificate do not match; the current ones stay).",
+    ["outcome"],
+)
+
+
+def record_forward(stats: RequestStats, *, rewritten: bool) -> None:
+    REQUESTS.labels("rewritten" if rewritten else "passthrough").inc()
+    if stats.prompted:
+        REWRITES.labels("instruction").inc()
+    if stats.truncated_inputs:
+        REWRITES.labels("truncation").inc()
+        TOKENS_CUT.inc(stats.tokens_cut)
+    if stats.dimensions_emulated:
+        REWRITES.labels("dimensions").inc()
+    if stats.fields_stripped:
+        REWRITES.labels("fields_stripped").inc()
+
+
+def observe_phase(phase: str, started: float) -> None:
+    PROCESSING_SECONDS.labels(phase).observe(time.perf_counter() - started)
+
+
+def observe_total(started: float) -> None:
+    STREAM_SECONDS.observe(time.perf_counter() - started)

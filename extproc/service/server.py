@@ -1,0 +1,111 @@
+"""The ext_proc gRPC server process: processor + health + metrics, graceful stop.
+
+Follows grpc's aio graceful-shutdown example: on SIGTERM/SIGINT the health
+service turns NOT_SERVING (so Envoy and Kubernetes stop sending new streams),
+then ``server.stop(grace)`` refuses new RPCs and lets in-flight streams finish.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import Callable
+
+import grpc
+from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ep_grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from prometheus_client import start_http_server
+
+from extproc.core.contract import Contract
+from extproc.service.servicer import ExternalProcessor
+from extproc.service.tls import TlsSettings, server_credentials
+
+log = logging.getLogger("extproc.service.server")
+
+PROCESSOR_SERVICE = "envoy.service.ext_proc.v3.ExternalProcessor"
+
+
+def split_host_port(address: str) -> tuple[str, int]:
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"{address!r} is not HOST:PORT")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+async def serve(
+    contract: Contract,
+    *,
+    address: str,
+    metrics_address: str | None,
+    grace_seconds: float,
+    stop: asyncio.Event,
+    on_ready: Callable[[int], None] | None = None,
+    tls: TlsSettings | None = None,
+) -> None:
+    """Serve until ``stop`` is set. ``on_ready`` gets the bound gRPC port.
+
+    With ``tls``, the port speaks TLS (mTLS when it names a client CA) and picks up
+    new certificate files on new connections (extproc/service/tls.py); raises TlsError if
+    the files are unusable.
+    """
+    limit = contract.policy.max_message_bytes()
+    server = grpc.aio.server(
+        options=[
+            ("grpc.max_receive_message_length", limit),
+            ("grpc.max_send_message_length", limit),
+            # One Envoy worker multiplexes every stream on one connection.
+            ("grpc.max_concurrent_streams", 10_000),
+            ("grpc.so_reuseport", 0),
+        ]
+    )
+    processor = ExternalProcessor(contract)
+    ep_grpc.add_ExternalProcessorServicer_to_server(processor, server)
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    if tls is None:
+        port = server.add_insecure_port(address)
+    else:
+        port = server.add_secure_port(address, server_credentials(tls))
+    if port == 0:
+        raise OSError(f"cannot listen on {address}")
+    if metrics_address:
+        metrics_host, metrics_port = split_host_port(metrics_address)
+        start_http_server(metrics_port, addr=metrics_host)
+
+    await server.start()
+    for service in ("", PROCESSOR_SERVICE):
+        await health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
+    log.info(
+        "ext_proc serving on port %d%s (models: %s)",
+        port,
+        "" if tls is None else " with mTLS" if tls.mutual else " with TLS",
+        ", ".join(contract.policy.models),
+    )
+    if on_ready is not None:
+        on_ready(port)
+
+    try:
+        await stop.wait()
+    finally:
+        log.info("stopping: health NOT_SERVING, draining streams for up to %.0f s", grace_seconds)
+        await health_servicer.enter_graceful_shutdown()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace_seconds
+        # Keep accepting streams while any is open: with envoy/standalone.yaml a
+        # request whose vectors change opens a second stream when the upstream
+        # answers, and refusing it would fail that in-flight request with a 503.
+        # Its first stream stays open until then, so "none open" means drained.
+        while processor.active_streams and loop.time() < deadline:
+            await asyncio.sleep(0.05)
+        await server.stop(max(deadline - loop.time(), 0.0))
+        log.info("stopped")
+
+
+def stop_on_signals() -> asyncio.Event:
+    """An event set by SIGTERM or SIGINT (call from inside the running loop)."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    return stop

@@ -1,0 +1,132 @@
+"""The gRPC face of the gateway: Envoy's ExternalProcessor service on grpc.aio.
+
+A thin shell: it owns one :class:`ExtProcStream` per gRPC stream and moves
+messages between Envoy and it. A bug in our own code must still fail closed with
+a readable answer, so an unexpected exception becomes a 500 envelope (logged
+without request content), never an empty "continue" that would forward an
+unrewritten request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import traceback
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
+from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ep_grpc
+
+from extproc.core.contract import Contract
+from extproc.core.errors import ApiError
+from extproc.service import metrics
+from extproc.service.memory import TRIM_AFTER_BYTES, release_after
+from extproc.service.stream import ExtProcStream, immediate_response
+
+log = logging.getLogger("extproc.service.servicer")
+
+# gRPC metadata a filter sets when each of its streams carries exactly one message.
+ONE_MESSAGE_METADATA = "x-embgw-one-message"
+
+# Bodies above this are processed in a worker thread so that one huge request
+# (parse + tokenize) does not stall every other stream on the event loop.
+OFFLOAD_BODY_BYTES = 256 * 1024
+
+
+class ExternalProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc]
+    def __init__(self, contract: Contract) -> None:
+        self._contract = contract
+        self.active_streams = 0  # read by the server's drain (extproc/service/server.py)
+
+    async def Process(  # noqa: N802 - the proto's method name
+        self,
+        request_iterator: AsyncIterator[ep.ProcessingRequest],
+        context: grpc.aio.ServicerContext[ep.ProcessingRequest, ep.ProcessingResponse],
+    ) -> AsyncIterator[ep.ProcessingResponse]:
+        stream = ExtProcStream(self._contract)
+        one_message = _carries_one_message(context)
+        metrics.ACTIVE_STREAMS.inc()
+        self.active_streams += 1
+        try:
+            async for request in request_iterator:
+                size = _body_size(request)
+                reply = await self._handle(stream, request, size)
+                yield reply
+                del reply, request  # sent: let a huge body and its answer go before trimming
+                if size >= TRIM_AFTER_BYTES:
+                    await asyncio.to_thread(release_after, size)
+                if stream.decided or (one_message and not stream.response_follows):
+                    # Nothing more will come: end the RPC here, with an OK status. Left
+                    # to Envoy, it ends with a half-close plus a reset, and grpc.aio leaks
+                    # native memory for every RPC whose status it sends on a cancelled
+                    # call (grpc/grpc#43360): measured ~90 bytes per stream, the slow
+                    # RSS growth of the soak. Envoy takes a server close as "done".
+                    # A request stream whose response stream is still to come stays
+                    # open: the graceful drain (server.py) counts on it. Decided streams
+                    # end in every config: with single-filter.yaml a response left as it
+                    # is then streams past the closed processor, as Envoy does after a
+                    # server close.
+                    break
+        finally:
+            metrics.ACTIVE_STREAMS.dec()
+            self.active_streams -= 1
+
+    async def _handle(
+        self, stream: ExtProcStream, request: ep.ProcessingRequest, size: int
+    ) -> ep.ProcessingResponse:
+        try:
+            if size > OFFLOAD_BODY_BYTES:
+                return await asyncio.to_thread(stream.handle, request)
+            return stream.handle(request)
+        except Exception as exc:
+            # Type and place only: exception text may quote request content. So no
+            # exc_info even at debug (it prints the message): the frames alone.
+            log.error(
+                "internal error on %s for request %s: %s%s",
+                request.WhichOneof("request"),
+                loggable_id(stream.request_id),
+                type(exc).__name__,
+                _frames(exc) if log.isEnabledFor(logging.DEBUG) else "",
+            )
+            metrics.STREAM_ANOMALIES.labels("internal_error").inc()
+            error = ApiError(
+                500,
+                "The gateway failed to process this request.",
+                type="server_error",
+                code="gateway_error",
+            )
+            return ep.ProcessingResponse(
+                immediate_response=immediate_response(error.status, error.envelope())
+            )
+
+
+def loggable_id(request_id: str) -> str:
+    """A request id fit for a log line. Envoy's own are UUIDs, but a config that keeps
+    the client's x-request-id (preserve_external_request_id, internal clients) passes
+    whatever the client sent: at most 64 characters, nothing outside [A-Za-z0-9._:-]."""
+    return "".join(
+        c if c.isascii() and (c.isalnum() or c in "._:-") else "?" for c in request_id[:64]
+    )
+
+
+def _frames(exc: BaseException) -> str:
+    """Where it happened (file, line, code), without the exception's message."""
+    return "\n" + "".join(traceback.format_tb(exc.__traceback__)).rstrip()
+
+
+def _carries_one_message(context: grpc.aio.ServicerContext[Any, Any]) -> bool:
+    """envoy/standalone.yaml's filters send one message per stream and say so in the
+    stream's gRPC metadata; other configs (single-filter.yaml) send several."""
+    metadata = context.invocation_metadata() or ()
+    return any(key == ONE_MESSAGE_METADATA and value == "1" for key, value in metadata)
+
+
+def _body_size(request: ep.ProcessingRequest) -> int:
+    kind = request.WhichOneof("request")
+    if kind == "request_body":
+        return len(request.request_body.body)
+    if kind == "response_body":
+        return len(request.response_body.body)
+    return 0

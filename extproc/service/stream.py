@@ -1,0 +1,388 @@
+"""The per-stream ext_proc state machine: one HTTP request, one gRPC stream.
+
+Rules (Envoy 1.40, verified live; see DESIGN.md section 3):
+
+1. Envoy sends, in order, whichever of these the filter's processing mode asks
+   for: request_headers, request_body, response_headers, response_body (trailers
+   never, with our configs). Each message gets exactly one reply, of the same kind.
+   One state machine serves both shipped shapes: envoy/single-filter.yaml (one
+   stream sees the whole exchange) and envoy/standalone.yaml (the request body on
+   one stream; the response, when it must change, on a second stream whose first
+   message carries the plan as dynamic metadata, namespace ``embgw``).
+2. Request headers, when sent, are checked first: a bodyless POST, a non-JSON
+   content type or a declared content-length over the limit is answered at once,
+   before any body is buffered. When they are skipped, content type and request
+   id arrive as attributes of the body message.
+3. On the request body the whole request is validated and rewritten. A client
+   mistake is an ``immediate_response`` (4xx envelope) and the stream is DONE:
+   nothing reaches the upstream. Otherwise the reply carries the new body (with
+   its content-length) and the stream remembers the :class:`ResponsePlan`; if the
+   response must change, the reply also writes the plan as dynamic metadata and
+   clears the route cache (so standalone.yaml re-routes to its rewrite route).
+4. On the response headers the gateway decides whether it needs the body: for any
+   non-2xx, or a 2xx whose vectors must change. If so, it sets ``mode_override``
+   to BUFFERED (both body modes restated: Envoy takes them literally); if not, the
+   response streams to the client untouched (PASS_THROUGH; a body that arrives
+   anyway, under a config that always buffers, is answered neutrally). A bodyless
+   error (Dynamo's empty 404) is answered with an ``immediate_response``.
+   Envoy's own local replies (no ``via_upstream`` code details) are already
+   enveloped by the Envoy config's local_reply_config and pass untouched.
+5. On the response body the answer is rewritten, with ``:status``,
+   content-type and content-length set in the same reply.
+   5b. When the response headers were skipped (standalone.yaml's
+   extproc.response: one message instead of two), the body message carries the
+   status as the ``response.code`` attribute and rule 4's decision is taken
+   here. Envoy ignores header mutations in this reply, so the client's status
+   also goes out as dynamic metadata (``embgw.status``) for the Lua filter that
+   holds the headers. A body without that attribute is an anomaly (rule 6).
+6. Anything out of order (a message after DONE, a body before its headers where
+   that cannot happen) is answered with a neutral reply of the same kind and
+   counted, never raised: a confused Envoy must not get a crashed stream, and a
+   neutral reply to a response-phase message can only leave the upstream's own
+   answer in place.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from envoy.config.core.v3 import base_pb2
+from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2
+from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
+from envoy.type.v3 import http_status_pb2
+
+from extproc.core.contract import Contract
+from extproc.core.errors import ApiError, invalid_request
+from extproc.core.plan import ResponsePlan
+from extproc.core.request_rewrite import check_content_type, check_declared_length, rewrite_request
+from extproc.core.response_rewrite import (
+    ClientAnswer,
+    is_success,
+    needs_response_body,
+    rewrite_response,
+)
+from extproc.service import metrics
+
+ATTRIBUTES_KEY = "envoy.filters.http.ext_proc"
+PLAN_NAMESPACE = "embgw"  # dynamic metadata namespace shared by the two filters
+UPSTREAM_TIME_HEADER = "x-envoy-upstream-service-time"
+CONTENT_TYPE_ATTR = "request.headers['content-type']"
+REQUEST_ID_ATTR = "request.id"
+CODE_DETAILS_ATTR = "response.code_details"
+RESPONSE_CODE_ATTR = "response.code"
+LOCAL_REPLY_DETAILS = "extproc_gateway_answer"  # marks our immediate responses
+
+_BUFFERED = processing_mode_pb2.ProcessingMode.BUFFERED
+
+
+class Phase(enum.Enum):
+    AWAIT_REQUEST = "await_request"
+    AWAIT_RESPONSE_HEADERS = "await_response_headers"
+    AWAIT_RESPONSE_BODY = "await_response_body"
+    PASS_THROUGH = "pass_through"  # response left as it is; a body may still come
+    DONE = "done"
+
+
+@dataclass
+class ExtProcStream:
+    """State of one stream. Feed each ProcessingRequest to :meth:`handle`."""
+
+    contract: Contract
+    phase: Phase = Phase.AWAIT_REQUEST
+    plan: ResponsePlan | None = None
+    request_id: str = "-"
+    content_type: str | None = None
+    upstream_status: int = 0
+    started: float = field(default_factory=time.perf_counter)
+
+    @property
+    def decided(self) -> bool:
+        """Nothing later on this stream can change the answer (DONE, or the response
+        left as the upstream sent it)."""
+        return self.phase in (Phase.DONE, Phase.PASS_THROUGH)
+
+    @property
+    def response_follows(self) -> bool:
+        """The request is forwarded and its response will be processed (on this stream
+        or, with standalone.yaml, on a second one)."""
+        return (
+            self.phase is Phase.AWAIT_RESPONSE_HEADERS
+            and self.plan is not None
+            and self.plan.needs_response
+        )
+
+    def handle(self, request: ep.ProcessingRequest) -> ep.ProcessingResponse:
+        kind = request.WhichOneof("request")
+        self._read_attributes(request)
+        if kind == "request_headers":
+            return self._on_request_headers(request.request_headers)
+        if kind == "request_body":
+            return self._on_request_body(request.request_body)
+        if kind == "response_headers":
+            return self._on_response_headers(request.response_headers, request)
+        if kind == "response_body":
+            return self._on_response_body(request.response_body, request)
+        if kind == "request_trailers":
+            return ep.ProcessingResponse(request_trailers=ep.TrailersResponse())
+        if kind == "response_trailers":
+            return ep.ProcessingResponse(response_trailers=ep.TrailersResponse())
+        metrics.STREAM_ANOMALIES.labels("unknown_message").inc()
+        return ep.ProcessingResponse()
+
+    # -- request phase ---------------------------------------------------------
+
+    def _on_request_headers(self, headers: ep.HttpHeaders) -> ep.ProcessingResponse:
+        if self.phase is not Phase.AWAIT_REQUEST:
+            return self._anomaly(
+                "request_headers", ep.ProcessingResponse(request_headers=ep.HeadersResponse())
+            )
+        values = _header_map(headers.headers)
+        self.content_type = values.get("content-type", self.content_type)
+        self.request_id = values.get("x-request-id", self.request_id)
+        try:
+            if values.get(":method", "POST") != "POST":
+                raise ApiError(
+                    405,
+                    "Use POST for /v1/embeddings.",
+                    type="invalid_request_error",
+                    code="method_not_allowed",
+                )
+            if headers.end_of_stream:
+                raise invalid_request(
+                    "The request body is empty; send a JSON object.", code="invalid_json"
+                )
+            check_content_type(self.content_type)
+            check_declared_length(values.get("content-length"), self.contract.policy.limits)
+        except ApiError as error:
+            return self._reject(error)
+        return ep.ProcessingResponse(request_headers=ep.HeadersResponse())
+
+    def _on_request_body(self, body: ep.HttpBody) -> ep.ProcessingResponse:
+        if self.phase is not Phase.AWAIT_REQUEST or not body.end_of_stream:
+            # Only BUFFERED bodies (one message, end_of_stream) are configured.
+            return self._anomaly(
+                "request_body", ep.ProcessingResponse(request_body=ep.BodyResponse())
+            )
+        started = time.perf_counter()
+        try:
+            check_content_type(self.content_type)
+            forward = rewrite_request(body.body, self.contract.policy, self.contract.tokenizers)
+        except ApiError as error:
+            metrics.observe_phase("request", started)
+            return self._reject(error)
+        metrics.record_forward(forward.stats, rewritten=forward.upstream_body is not None)
+        self.plan = forward.plan
+        self.phase = Phase.AWAIT_RESPONSE_HEADERS
+        reply = ep.ProcessingResponse(request_body=ep.BodyResponse())
+        common = reply.request_body.response  # a reference: protobuf copies on construction
+        if forward.plan.needs_response:
+            # Route the request to where the response filter runs, and hand it the
+            # plan (envoy/standalone.yaml, step 3).
+            reply.dynamic_metadata.update(
+                {PLAN_NAMESPACE: {"respond": "rewrite", "plan": forward.plan.to_json()}}
+            )
+            common.clear_route_cache = True
+            # Envoy (route_cache_action DEFAULT) honours clear_route_cache only in a
+            # reply that mutates headers: a body checked but not changed
+            # (check_responses) has none of its own, so state the JSON content type.
+            _set(common.header_mutation, "content-type", "application/json")
+        if forward.upstream_body is not None:
+            common.body_mutation.body = forward.upstream_body
+            _set(common.header_mutation, "content-length", str(len(forward.upstream_body)))
+            _set(common.header_mutation, "content-type", "application/json")
+        metrics.observe_phase("request", started)
+        return reply
+
+    def _reject(self, error: ApiError) -> ep.ProcessingResponse:
+        metrics.REQUESTS.labels("rejected").inc()
+        metrics.REJECTIONS.labels(str(error.status), error.param or "-").inc()
+        self.phase = Phase.DONE
+        return ep.ProcessingResponse(
+            immediate_response=immediate_response(error.status, error.envelope())
+        )
+
+    # -- response phase --------------------------------------------------------
+
+    def _on_response_headers(
+        self, headers: ep.HttpHeaders, request: ep.ProcessingRequest
+    ) -> ep.ProcessingResponse:
+        neutral = ep.ProcessingResponse(response_headers=ep.HeadersResponse())
+        if self.phase not in (Phase.AWAIT_RESPONSE_HEADERS, Phase.AWAIT_REQUEST):
+            return self._anomaly("response_headers", neutral)
+        values = _header_map(headers.headers)
+        try:
+            status = int(values.get(":status", "0"))
+        except ValueError:
+            status = 0
+        if self._decide(status, request) is Phase.PASS_THROUGH:
+            return neutral
+        if headers.end_of_stream:
+            answer = rewrite_response(self.plan, status, b"")
+            self.phase = Phase.DONE
+            if answer is None:
+                return neutral
+            metrics.RESPONSES_REWRITTEN.labels("error_envelope").inc()
+            return ep.ProcessingResponse(
+                immediate_response=immediate_response(answer.status, answer.body)
+            )
+        self.phase = Phase.AWAIT_RESPONSE_BODY
+        neutral.mode_override.request_body_mode = _BUFFERED
+        neutral.mode_override.response_body_mode = _BUFFERED
+        if not is_success(status):
+            # This error gets the envelope here; standalone.yaml's custom_response
+            # must not envelope it again (it acts only on answers with this header).
+            mutation = neutral.response_headers.response.header_mutation
+            mutation.remove_headers.append(UPSTREAM_TIME_HEADER)
+        return neutral
+
+    def _on_response_body(
+        self, body: ep.HttpBody, request: ep.ProcessingRequest
+    ) -> ep.ProcessingResponse:
+        neutral = ep.ProcessingResponse(response_body=ep.BodyResponse())
+        if self.phase is Phase.PASS_THROUGH:
+            # Configs that always buffer the response (the benchmark's naive one)
+            # send it even though the headers decided nothing changes.
+            return neutral
+        headers_skipped = self.phase in (Phase.AWAIT_REQUEST, Phase.AWAIT_RESPONSE_HEADERS)
+        if headers_skipped and body.end_of_stream:
+            # Rule 5b: the response headers were skipped (standalone.yaml's
+            # extproc.response); the status came as an attribute of this message.
+            decided = self._take_status_attribute(request)
+            if decided is None:
+                return self._anomaly("response_body", neutral)
+            if decided is Phase.PASS_THROUGH:
+                return neutral
+        if self.phase is not Phase.AWAIT_RESPONSE_BODY or not body.end_of_stream:
+            return self._anomaly("response_body", neutral)
+        started = time.perf_counter()
+        self.phase = Phase.DONE
+        answer = rewrite_response(self.plan, self.upstream_status, body.body)
+        metrics.observe_phase("response", started)
+        metrics.observe_total(self.started)
+        if answer is None:
+            return neutral
+        kind = "vectors" if is_success(answer.status) else "error_envelope"
+        metrics.RESPONSES_REWRITTEN.labels(kind).inc()
+        reply = ep.ProcessingResponse()
+        _replace_body(reply.response_body.response, answer)  # in place: no body copies
+        if headers_skipped:
+            # Envoy ignores header mutations here (it never had the headers): the
+            # status travels as metadata to standalone.yaml's Lua filter, which holds
+            # the headers until this body is rewritten and then applies it.
+            reply.dynamic_metadata.update({PLAN_NAMESPACE: {"status": str(answer.status)}})
+        return reply
+
+    def _take_status_attribute(self, request: ep.ProcessingRequest) -> Phase | None:
+        """Rule 4's decision from the ``response.code`` attribute (headers skipped):
+        the new phase (AWAIT_RESPONSE_BODY: rewrite it; PASS_THROUGH: leave it), or
+        None when the attribute is missing or unusable."""
+        code = _attribute(request, RESPONSE_CODE_ATTR)
+        # Three ASCII digits only: "²".isdigit() is true and int() refuses it, as it
+        # refuses 4,301 digits (tests/test_fuzz_stream.py).
+        if code is None or not (code.isascii() and code.isdigit() and len(code) == 3):
+            return None
+        return self._decide(int(code), request)
+
+    def _decide(self, status: int, request: ep.ProcessingRequest) -> Phase:
+        """Rule 4, from the response headers or the status attribute: PASS_THROUGH
+        (leave the response as it is) or AWAIT_RESPONSE_BODY (it must be seen)."""
+        self.upstream_status = status
+        details = _attribute(request, CODE_DETAILS_ATTR)
+        if details is not None and details != "via_upstream":
+            # Envoy's own local reply (413, 503, 504...): local_reply_config already
+            # gave it the envelope.
+            metrics.UPSTREAM_RESPONSES.labels("local").inc()
+            self.phase = Phase.PASS_THROUGH
+        else:
+            metrics.UPSTREAM_RESPONSES.labels(_status_class(status)).inc()
+            if needs_response_body(self.plan, status):
+                self.phase = Phase.AWAIT_RESPONSE_BODY
+            else:
+                self.phase = Phase.PASS_THROUGH
+                metrics.observe_total(self.started)
+        return self.phase
+
+    # -- helpers ---------------------------------------------------------------
+
+    def _anomaly(self, kind: str, reply: ep.ProcessingResponse) -> ep.ProcessingResponse:
+        metrics.STREAM_ANOMALIES.labels(kind).inc()
+        return reply
+
+    def _read_attributes(self, request: ep.ProcessingRequest) -> None:
+        if self.plan is None and request.HasField("metadata_context"):
+            self.plan = _plan_from_metadata(request)
+        if not request.attributes:
+            return
+        content_type = _attribute(request, CONTENT_TYPE_ATTR)
+        if content_type is not None:
+            self.content_type = content_type
+        request_id = _attribute(request, REQUEST_ID_ATTR)
+        if request_id is not None:
+            self.request_id = request_id
+
+
+def _attribute(request: ep.ProcessingRequest, name: str) -> str | None:
+    struct = request.attributes.get(ATTRIBUTES_KEY)
+    if struct is None or name not in struct.fields:
+        return None
+    value: Any = struct.fields[name]
+    kind = value.WhichOneof("kind")
+    if kind == "string_value":
+        return str(value.string_value)
+    if kind == "number_value" and math.isfinite(value.number_value):
+        return str(int(value.number_value))
+    return None
+
+
+def _plan_from_metadata(request: ep.ProcessingRequest) -> ResponsePlan | None:
+    struct = request.metadata_context.filter_metadata.get(PLAN_NAMESPACE)
+    if struct is None or "plan" not in struct.fields:
+        return None
+    value = struct.fields["plan"]
+    if value.WhichOneof("kind") != "string_value":
+        return None
+    return ResponsePlan.from_json(value.string_value)
+
+
+def _header_map(headers: base_pb2.HeaderMap) -> dict[str, str]:
+    return {
+        h.key.lower(): (h.raw_value.decode("latin-1") if h.raw_value else h.value)
+        for h in headers.headers
+    }
+
+
+def _set(mutation: ep.HeaderMutation, key: str, value: str) -> None:
+    # raw_value, not value: Envoy 1.40 sends an empty header for `value` alone.
+    mutation.set_headers.add(
+        header=base_pb2.HeaderValue(key=key, raw_value=value.encode("latin-1")),
+        append_action=base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD,
+    )
+
+
+def immediate_response(status: int, body: bytes) -> ep.ImmediateResponse:
+    response = ep.ImmediateResponse(
+        status=http_status_pb2.HttpStatus(code=status),
+        body=body,
+        details=LOCAL_REPLY_DETAILS,
+    )
+    _set(response.headers, "content-type", "application/json")
+    return response
+
+
+def _replace_body(common: ep.CommonResponse, answer: ClientAnswer) -> None:
+    common.body_mutation.body = answer.body
+    _set(common.header_mutation, ":status", str(answer.status))
+    _set(common.header_mutation, "content-type", "application/json")
+    _set(common.header_mutation, "content-length", str(len(answer.body)))
+    if answer.status >= 400:
+        # Already enveloped: keep standalone.yaml's custom_response from enveloping
+        # it again (it only acts on answers that carry this router header).
+        common.header_mutation.remove_headers.append(UPSTREAM_TIME_HEADER)
+
+
+def _status_class(status: int) -> str:
+    return f"{status // 100}xx" if 100 <= status < 600 else "invalid"

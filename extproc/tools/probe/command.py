@@ -1,0 +1,262 @@
+"""`extproc probe`: compare a candidate embeddings server with a baseline, offline.
+
+Reproduces the seed study (vector parity, contract table, latency/throughput) against
+two live servers, writes report.md, report.html and report.json into --out, prints the
+Markdown, and exits 0 when the candidate is ready to replace the baseline, 1 when a
+threshold fails, 2 when the probe could not reach a verdict (bad arguments, unreadable
+corpus, or a baseline that does not answer).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from pathlib import Path
+
+import orjson
+
+from extproc.tools.probe.client import DEFAULT_TIMEOUT_S, EmbeddingsClient, endpoint_url
+from extproc.tools.probe.contract import default_probes, run_contract
+from extproc.tools.probe.corpus import Corpus, CorpusError, batches, load_corpus, long_text
+from extproc.tools.probe.html_report import to_html
+from extproc.tools.probe.latency import QUICK_PLAN, LatencyPlan, Request, run_latency
+from extproc.tools.probe.parity import BATCH_SIZE, run_parity
+from extproc.tools.probe.report import Meta, ProbeReport, to_json, to_markdown
+from extproc.tools.probe.verdict import ExitCode, Thresholds, decide
+
+log = logging.getLogger("extproc.tools.probe")
+
+DEFAULT_MODEL = "Qwen/Qwen3-Embedding-0.6B"
+DEFAULT_OUT = Path("probe-report")
+DEFAULT_REPETITIONS = 3
+LONG_INPUT_TOKENS = 3000  # the seed's "input over the limit" (the legacy limit is 1,024)
+FALLBACK_TOKENS_PER_CHAR = 0.5  # when the baseline gave no usage to measure it
+MAX_REPETITIONS = 100
+
+
+@dataclass(frozen=True)
+class Options:
+    baseline: str
+    candidate: str
+    model: str
+    corpus: Path | None
+    out: Path
+    thresholds: Thresholds
+    plan: LatencyPlan
+    quick: bool
+    timeout_s: float
+    headers: dict[str, str]
+
+
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register `probe` on the CLI's subparsers."""
+    p = subparsers.add_parser(
+        "probe",
+        help="compare a candidate embeddings server with a baseline (parity, contract, latency)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--baseline", required=True, metavar="URL", help="the server to keep (legacy)")
+    p.add_argument("--candidate", required=True, metavar="URL", help="the replacement")
+    p.add_argument(
+        "--corpus",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="JSON lines {id, kind: document|query, text} (default: the shipped corpus)",
+    )
+    p.add_argument(
+        "--model", default=DEFAULT_MODEL, help=f"model name sent (default {DEFAULT_MODEL})"
+    )
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT, metavar="DIR", help="report directory")
+    p.add_argument(
+        "--min-cosine",
+        type=float,
+        default=Thresholds().min_cosine,
+        help="minimum cosine per document and per valid contract probe (default 0.9995)",
+    )
+    p.add_argument(
+        "--repetitions",
+        type=int,
+        default=None,
+        help=f"latency repetitions, the median is reported (default {DEFAULT_REPETITIONS}; "
+        "1 with --quick)",
+    )
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="smaller latency runs: 10 sequential, 8 concurrent, 1 repetition",
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT_S,
+        metavar="SECONDS",
+        help=f"per socket operation (default {DEFAULT_TIMEOUT_S:g})",
+    )
+    p.add_argument(
+        "--header",
+        action="append",
+        default=[],
+        metavar="NAME:VALUE",
+        help="extra request header for both servers (repeatable; never written to the report)",
+    )
+
+
+def options_from(args: argparse.Namespace) -> Options:
+    """Validate the arguments; raises ValueError with a message for the user."""
+    baseline = endpoint_url(args.baseline)
+    candidate = endpoint_url(args.candidate)
+    if not -1.0 <= args.min_cosine <= 1.0:
+        raise ValueError("--min-cosine must be within -1..1")
+    if not 0 < args.timeout <= 3600:
+        raise ValueError("--timeout must be within (0, 3600] seconds")
+    plan = QUICK_PLAN if args.quick else LatencyPlan(repetitions=DEFAULT_REPETITIONS)
+    if args.repetitions is not None:
+        if not 1 <= args.repetitions <= MAX_REPETITIONS:
+            raise ValueError(f"--repetitions must be within 1..{MAX_REPETITIONS}")
+        plan = replace(plan, repetitions=args.repetitions)
+    headers: dict[str, str] = {}
+    for raw in args.header:
+        name, sep, value = raw.partition(":")
+        if not sep or not name.strip():
+            raise ValueError(f"--header must be NAME:VALUE, got {raw.split(':')[0]!r}...")
+        headers[name.strip()] = value.strip()
+    return Options(
+        baseline=baseline,
+        candidate=candidate,
+        model=args.model,
+        corpus=args.corpus,
+        out=args.out,
+        thresholds=Thresholds(min_cosine=args.min_cosine),
+        plan=plan,
+        quick=args.quick,
+        timeout_s=args.timeout,
+        headers=headers,
+    )
+
+
+def probe(options: Options, corpus: Corpus) -> ProbeReport:
+    """Run the three sections against the two servers (network I/O)."""
+    started_wall = datetime.now(UTC).isoformat(timespec="seconds")
+    started = time.monotonic()
+    baseline = EmbeddingsClient(
+        options.baseline, timeout_s=options.timeout_s, headers=options.headers
+    )
+    candidate = EmbeddingsClient(
+        options.candidate, timeout_s=options.timeout_s, headers=options.headers
+    )
+    try:
+        log.info("probe: vector parity (%d documents)", len(corpus.documents))
+        parity = run_parity(baseline, candidate, options.model, corpus.documents, corpus.queries)
+
+        tokens = parity.baseline.prompt_tokens
+        if not tokens or parity.baseline.embedded < len(corpus.documents):
+            chars = sum(len(d.text) for d in corpus.documents)
+            tokens = round(chars * FALLBACK_TOKENS_PER_CHAR)
+        long_input, long_tokens = long_text(corpus.documents, LONG_INPUT_TOKENS, tokens)
+        probes = default_probes(
+            options.model, corpus.documents, corpus.queries, long_input, long_tokens
+        )
+        log.info("probe: contract table (%d requests)", len(probes))
+        rows = run_contract(baseline, candidate, probes, options.thresholds.min_cosine)
+
+        latency = None
+        skipped = latency_skipped(parity.baseline.errors, parity.candidate.embedded)
+        if skipped is None:
+            plan = options.plan
+            log.info(
+                "probe: latency (%d sequential + %d concurrent, x%d)",
+                plan.sequential,
+                plan.concurrent,
+                plan.repetitions,
+            )
+            requests = [
+                Request(
+                    orjson.dumps(
+                        {
+                            "model": options.model,
+                            "input": [d.text for d in batch],
+                            "encoding_format": "float",
+                        }
+                    ),
+                    len(batch),
+                )
+                for batch in batches(corpus.documents, BATCH_SIZE)
+            ]
+            latency = run_latency(baseline, candidate, requests, plan)
+    finally:
+        baseline.close()
+        candidate.close()
+
+    verdict = decide(parity, rows, latency, options.thresholds)
+    if skipped is not None:
+        log.warning("probe: latency not measured: %s", skipped)
+    meta = Meta(
+        baseline=options.baseline,
+        candidate=options.candidate,
+        model=options.model,
+        corpus=corpus.source,
+        documents=len(corpus.documents),
+        queries=len(corpus.queries),
+        started=started_wall,
+        duration_s=time.monotonic() - started,
+        quick=options.quick,
+    )
+    return ProbeReport(
+        meta=meta,
+        thresholds=options.thresholds,
+        parity=parity,
+        contract=rows,
+        latency=latency,
+        verdict=verdict,
+        latency_skipped=skipped,
+    )
+
+
+def latency_skipped(baseline_errors: Sequence[str], candidate_embedded: int) -> str | None:
+    """Why the latency runs are skipped (a server that cannot embed the documents would
+    only produce errors, possibly one timeout each), or None to run them."""
+    if baseline_errors:
+        return "the baseline did not answer every parity request"
+    if candidate_embedded == 0:
+        return "the candidate answered no parity request"
+    return None
+
+
+def write_report(report: ProbeReport, out: Path) -> str:
+    """Write report.md, report.html and report.json; returns the Markdown."""
+    markdown = to_markdown(report)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "report.md").write_text(markdown, encoding="utf-8")
+    (out / "report.html").write_text(to_html(report), encoding="utf-8")
+    (out / "report.json").write_bytes(to_json(report))
+    return markdown
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        options = options_from(args)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return int(ExitCode.INCONCLUSIVE)
+    try:
+        corpus = load_corpus(options.corpus)
+    except CorpusError as exc:
+        print(f"error: corpus: {exc}", file=sys.stderr)
+        return int(ExitCode.INCONCLUSIVE)
+    report = probe(options, corpus)
+    try:
+        markdown = write_report(report, options.out)
+    except OSError as exc:
+        print(to_markdown(report))
+        print(f"error: cannot write the report to {options.out}: {exc}", file=sys.stderr)
+        return int(ExitCode.INCONCLUSIVE)
+    print(markdown, end="")
+    print(f"report: {options.out / 'report.md'}, {options.out / 'report.html'}", file=sys.stderr)
+    return int(report.verdict.exit_code)

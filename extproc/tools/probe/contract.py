@@ -1,0 +1,281 @@
+"""Section 2 of the report: the contract table (the seed's section 4, plus bad requests).
+
+Each probe is one request sent unchanged to both servers. For valid requests the
+candidate must answer in the same status class, with the same number, length and
+encoding of vectors, and (where vectors come back) the same vectors (cosine >=
+``--min-cosine``): a query whose instruction is silently dropped answers 200 but
+fails here. For invalid requests a different status class is a warning (a 5xx for a
+client mistake invites retries), not a failure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import orjson
+
+from extproc.tools.probe.answers import (
+    AnswerError,
+    Embeddings,
+    error_text,
+    parse_embeddings,
+    status_class,
+)
+from extproc.tools.probe.client import EmbeddingsClient, HttpResult
+from extproc.tools.probe.corpus import Item
+from extproc.tools.probe.stats import cosine
+
+Severity = Literal["ok", "warn", "fail"]
+
+CUSTOM_INSTRUCTION = "Given a customer question, retrieve the help-center passage that answers it"
+UNKNOWN_MODEL = "no-such-model-extproc-probe"
+
+
+@dataclass(frozen=True)
+class Probe:
+    key: str
+    title: str  # Markdown, as shown in the table
+    body: bytes
+    valid: bool
+    hint: str = ""  # what a vector mismatch on this probe usually means
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One server's answer to one probe, reduced to what the table shows."""
+
+    status: int
+    result: str
+    kind: str | None = None
+    count: int | None = None
+    dimensions: tuple[int, ...] = ()
+    prompt_tokens: int | None = None
+
+    @property
+    def status_class(self) -> str:
+        return status_class(self.status)
+
+    @property
+    def text(self) -> str:
+        return f"{self.status}, {self.result}" if self.status else self.result
+
+
+@dataclass(frozen=True)
+class Row:
+    key: str
+    title: str
+    valid: bool
+    baseline: Cell
+    candidate: Cell
+    cosine_min: float | None
+    cosines: tuple[float, ...]  # per input, when both answered comparable vectors
+    severity: Severity
+    notes: tuple[str, ...]
+
+
+def _dumps(doc: dict[str, Any]) -> bytes:
+    return orjson.dumps(doc)
+
+
+def default_probes(
+    model: str,
+    documents: Sequence[Item],
+    queries: Sequence[Item],
+    long_input: str,
+    long_tokens: int,
+) -> list[Probe]:
+    """The seed's four contract probes, the legacy ``instruction`` field, and four bad
+    requests. ``long_tokens`` is the estimated size of ``long_input`` (for the title)."""
+    doc_pair = [d.text for d in documents[:2]]
+    first_doc = documents[0].text
+    about = max(100, round(long_tokens, -2))
+    return [
+        Probe(
+            "dimensions_256",
+            "`dimensions: 256`",
+            _dumps({"model": model, "input": doc_pair, "dimensions": 256}),
+            valid=True,
+            hint="Matryoshka cut or re-normalisation differs",
+        ),
+        Probe(
+            "input_type_query",
+            f'`input_type: "query"` ({len(queries)} queries)',
+            _dumps({"model": model, "input": [q.text for q in queries], "input_type": "query"}),
+            valid=True,
+            hint="the query instruction is dropped or applied differently",
+        ),
+        Probe(
+            "instruction",
+            "`instruction: <custom task>` (1 query)",
+            _dumps({"model": model, "input": [queries[0].text], "instruction": CUSTOM_INSTRUCTION}),
+            valid=True,
+            hint="the custom instruction is dropped or applied differently",
+        ),
+        Probe(
+            "long_input",
+            f"input over the limit (~{about:,} tokens)",
+            _dumps({"model": model, "input": [long_input]}),
+            valid=True,
+            hint="long inputs are cut at a different place",
+        ),
+        Probe(
+            "base64",
+            '`encoding_format: "base64"`',
+            _dumps({"model": model, "input": [first_doc], "encoding_format": "base64"}),
+            valid=True,
+        ),
+        Probe(
+            "malformed_json",
+            "malformed JSON",
+            b'{"model": ' + orjson.dumps(model) + b', "input": ',
+            valid=False,
+        ),
+        Probe("empty_input", "`input: []`", _dumps({"model": model, "input": []}), valid=False),
+        Probe(
+            "unknown_model",
+            "unknown model",
+            _dumps({"model": UNKNOWN_MODEL, "input": [first_doc]}),
+            valid=False,
+        ),
+        Probe(
+            "dimensions_0",
+            "`dimensions: 0`",
+            _dumps({"model": model, "input": [first_doc], "dimensions": 0}),
+            valid=False,
+        ),
+    ]
+
+
+def observe(result: HttpResult) -> tuple[Cell, Embeddings | None]:
+    """Reduce an exchange to a table cell (and the decoded vectors of a 2xx)."""
+    if result.status == 0:
+        return Cell(status=0, result=f"no answer ({result.error})"), None
+    if not 200 <= result.status < 300:
+        return Cell(status=result.status, result=error_text(result.body)), None
+    try:
+        answer = parse_embeddings(result.body)
+    except AnswerError as exc:
+        return Cell(status=result.status, result=f"unreadable answer: {exc}"), None
+    dims = answer.dimensions
+    shape = f"{len(answer.vectors)}×{dims[0] if len(dims) == 1 else list(dims)}"
+    text = f"{shape} {answer.kind}"
+    if answer.prompt_tokens is not None:
+        text += f", {answer.prompt_tokens:,} tokens"
+    cell = Cell(
+        status=result.status,
+        result=text,
+        kind=answer.kind,
+        count=len(answer.vectors),
+        dimensions=dims,
+        prompt_tokens=answer.prompt_tokens,
+    )
+    return cell, answer
+
+
+def _cosines(a: Embeddings, b: Embeddings) -> tuple[float, ...]:
+    """Per-input cosines, or () when the answers cannot be compared input by input."""
+    if len(a.vectors) != len(b.vectors):
+        return ()
+    values: list[float] = []
+    for va, vb in zip(a.vectors, b.vectors, strict=True):
+        try:
+            values.append(cosine(va, vb))
+        except ValueError:
+            return ()
+    return tuple(values)
+
+
+def compare_row(
+    probe: Probe,
+    *,
+    base: Cell,
+    base_answer: Embeddings | None,
+    cand: Cell,
+    cand_answer: Embeddings | None,
+    min_cosine: float,
+) -> Row:
+    """Judge one probe (pure)."""
+    fails: list[str] = []
+    warns: list[str] = []
+    notes: list[str] = []
+    cosines: tuple[float, ...] = ()
+    same_class = base.status_class == cand.status_class
+    if same_class and base.status and base.status != cand.status:
+        notes.append(f"status {base.status} vs {cand.status}")
+    if not same_class:
+        message = f"status class {base.status_class} vs {cand.status_class}"
+        if probe.valid:
+            fails.append(message)
+        else:
+            if cand.status >= 500:
+                message += " (a 5xx for a client mistake: clients may retry it)"
+            elif 200 <= cand.status < 300:
+                message += " (the candidate accepts a request the baseline rejects)"
+            warns.append(message)
+    elif probe.valid and base.status_class == "2xx":
+        if base_answer is None or cand_answer is None:
+            who = "baseline" if base_answer is None else "candidate"
+            fails.append(f"the {who}'s 2xx answer is not an embeddings list")
+        else:
+            if base.count != cand.count:
+                fails.append(f"{base.count} vs {cand.count} vectors")
+            elif base.dimensions != cand.dimensions:
+                fails.append(f"dimensions {_dims(base)} vs {_dims(cand)}")
+            else:
+                cosines = _cosines(base_answer, cand_answer)
+                cos = min(cosines) if cosines else None
+                if cos is not None and cos < min_cosine:
+                    why = f"; {probe.hint}" if probe.hint else ""
+                    fails.append(f"vectors differ: min cosine {cos:.4f} < {min_cosine}{why}")
+            if base.kind != cand.kind:
+                fails.append(f"encoding {base.kind} vs {cand.kind}")
+            if base.prompt_tokens != cand.prompt_tokens:
+                message = f"prompt tokens {_num(base.prompt_tokens)} vs {_num(cand.prompt_tokens)}"
+                (fails if fails else warns).append(message)
+    elif probe.valid:
+        warns.append(f"both fail ({base.status_class}): the baseline does not accept this probe")
+    severity: Severity = "fail" if fails else ("warn" if warns else "ok")
+    return Row(
+        key=probe.key,
+        title=probe.title,
+        valid=probe.valid,
+        baseline=base,
+        candidate=cand,
+        cosine_min=min(cosines) if cosines else None,
+        cosines=cosines,
+        severity=severity,
+        notes=tuple(fails + warns + notes),
+    )
+
+
+def _dims(cell: Cell) -> str:
+    return "/".join(str(d) for d in cell.dimensions) or "-"
+
+
+def _num(value: int | None) -> str:
+    return "-" if value is None else f"{value:,}"
+
+
+def run_contract(
+    baseline: EmbeddingsClient,
+    candidate: EmbeddingsClient,
+    probes: Sequence[Probe],
+    min_cosine: float,
+) -> list[Row]:
+    rows: list[Row] = []
+    for probe in probes:
+        base_cell, base_answer = observe(baseline.post(probe.body))
+        cand_cell, cand_answer = observe(candidate.post(probe.body))
+        rows.append(
+            compare_row(
+                probe,
+                base=base_cell,
+                base_answer=base_answer,
+                cand=cand_cell,
+                cand_answer=cand_answer,
+                min_cosine=min_cosine,
+            )
+        )
+    return rows

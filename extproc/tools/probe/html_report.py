@@ -1,0 +1,208 @@
+"""The report as one self-contained HTML page: inline CSS, inline SVG, no scripts,
+no external assets (nothing is fetched when it is opened)."""
+
+from __future__ import annotations
+
+from html import escape
+
+from extproc.tools.probe.contract import Row
+from extproc.tools.probe.latency import FIGURES, LatencyResult
+from extproc.tools.probe.report import (
+    FIGURE_LABELS,
+    SEVERITY_MARK,
+    ProbeReport,
+    cosine_line,
+    fmt_cos,
+    fmt_dim,
+    fmt_num,
+    fmt_ratio,
+)
+from extproc.tools.probe.svg import cosine_histogram, grouped_bars
+
+STYLE = """
+body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;margin:2em auto;max-width:1100px;
+color:#222;line-height:1.4;padding:0 1em}
+table{border-collapse:collapse;margin:.5em 0 1em}
+th,td{border:1px solid #ccc;padding:.3em .6em;text-align:left;vertical-align:top}
+th{background:#f3f3f3} td.num{text-align:right;font-variant-numeric:tabular-nums}
+.ok{color:#1a7f37} .warn{color:#9a6700} .fail{color:#cf222e;font-weight:bold}
+.verdict{font-size:1.3em;padding:.4em .8em;display:inline-block;border-radius:4px}
+.verdict.ready{background:#dafbe1} .verdict.not{background:#ffebe9}
+code{background:#f6f8fa;padding:0 .2em} .charts{display:flex;flex-wrap:wrap;gap:1em}
+"""
+
+
+def _code(text: str) -> str:
+    """Markdown-ish `code` spans of a title, as HTML (the text is escaped first)."""
+    parts = escape(text).split("`")
+    return "".join(f"<code>{p}</code>" if i % 2 else p for i, p in enumerate(parts))
+
+
+def _verdict(report: ProbeReport) -> list[str]:
+    v = report.verdict
+    klass = "ready" if v.ready else "not"
+    out = [
+        f'<p class="verdict {klass}">Verdict: <strong>{escape(v.label)}</strong> '
+        f"(exit code {int(v.exit_code)})</p>"
+    ]
+    if v.failures:
+        out.append("<h3>Failures</h3><ul>")
+        out += [f'<li class="fail">{_code(f)}</li>' for f in v.failures]
+        out.append("</ul>")
+    if v.warnings:
+        out.append("<h3>Warnings <small>(do not change the exit code)</small></h3><ul>")
+        out += [f'<li class="warn">{_code(w)}</li>' for w in v.warnings]
+        out.append("</ul>")
+    return out
+
+
+def _parity(report: ProbeReport) -> list[str]:
+    p = report.parity
+    b, c = p.baseline, p.candidate
+    n = p.documents_total
+    rows = [
+        ("dimension", fmt_dim(b.dimension), fmt_dim(c.dimension)),
+        ("L2 norm of the first vector", fmt_num(b.first_norm, 6), fmt_num(c.first_norm, 6)),
+        (
+            f"sum of usage.prompt_tokens ({n} documents)",
+            fmt_num(b.prompt_tokens),
+            fmt_num(c.prompt_tokens),
+        ),
+        ("documents embedded", f"{b.embedded}/{n}", f"{c.embedded}/{n}"),
+    ]
+    out = [
+        "<h2>1. Vector parity</h2>",
+        f'<p>{n} documents in batches of 8, <code>encoding_format: "float"</code>.</p>',
+        "<table><tr><th>metric</th><th>baseline</th><th>candidate</th></tr>",
+    ]
+    out += [
+        f'<tr><td>{escape(k)}</td><td class="num">{escape(x)}</td>'
+        f'<td class="num">{escape(y)}</td></tr>'
+        for k, x, y in rows
+    ]
+    out.append("</table><ul>")
+    out.append(f"<li>Cosine per document: {escape(cosine_line(p.documents))}</li>")
+    out.append(f"<li>Cosine per query, without instruction: {escape(cosine_line(p.queries))}</li>")
+    for name, side in (("baseline", b), ("candidate", c)):
+        out += [f'<li class="fail">{name} error: {escape(e)}</li>' for e in side.errors]
+    out.append("</ul>")
+    threshold = report.thresholds.min_cosine
+    charts = [cosine_histogram(list(p.documents.cosines), threshold, "Cosine per document")]
+    if p.queries.cosines:
+        charts.append(
+            cosine_histogram(
+                list(p.queries.cosines), threshold, "Cosine per query (no instruction)"
+            )
+        )
+    query_row = next((r for r in report.contract if r.key == "input_type_query"), None)
+    if query_row is not None and query_row.cosines:
+        charts.append(
+            cosine_histogram(
+                list(query_row.cosines), threshold, 'Cosine per query with input_type: "query"'
+            )
+        )
+    out.append('<div class="charts">' + "".join(charts) + "</div>")
+    return out
+
+
+def _contract_row(row: Row) -> str:
+    mark = SEVERITY_MARK[row.severity]
+    notes = "; ".join(row.notes)
+    match = (
+        f"{mark}: {notes}"
+        if notes and row.severity != "ok"
+        else (f"{mark} ({notes})" if notes else mark)
+    )
+    return (
+        f"<tr><td>{_code(row.title)}</td><td>{'yes' if row.valid else 'no'}</td>"
+        f"<td>{escape(row.baseline.text)}</td><td>{escape(row.candidate.text)}</td>"
+        f'<td class="num">{escape(fmt_cos(row.cosine_min))}</td>'
+        f'<td class="{row.severity}">{escape(match)}</td></tr>'
+    )
+
+
+def _contract(report: ProbeReport) -> list[str]:
+    out = [
+        "<h2>2. Contract</h2>",
+        "<p>Each request sent unchanged to both servers. Valid requests must keep the status "
+        "class, the vectors' number, length and encoding, and the vectors themselves.</p>",
+        "<table><tr><th>request</th><th>valid</th><th>baseline</th><th>candidate</th>"
+        "<th>cosine (min)</th><th>match</th></tr>",
+    ]
+    out += [_contract_row(row) for row in report.contract]
+    out.append("</table>")
+    return out
+
+
+def _latency(latency: LatencyResult | None, skipped: str | None) -> list[str]:
+    out = ["<h2>3. Latency and throughput</h2>"]
+    if latency is None:
+        return out + [f"<p>Not measured: {escape(skipped or 'skipped')}.</p>"]
+    p = latency.plan
+    out.append(
+        f"<p>{p.sequential} sequential requests and {p.concurrent} requests at concurrency "
+        f"{p.concurrency}, each a batch of {p.batch_size} documents; median of "
+        f"{p.repetitions} repetition(s) (errors: total).</p>"
+    )
+    head = "".join(f"<th>{escape(FIGURE_LABELS[n])}</th>" for n in FIGURES)
+    out.append(f"<table><tr><th></th>{head}<th>errors</th></tr>")
+    for name, side in (("baseline", latency.baseline), ("candidate", latency.candidate)):
+        m = side.median
+        cells = "".join(f'<td class="num">{fmt_num(getattr(m, n))}</td>' for n in FIGURES)
+        klass = "fail" if m.errors else "num"
+        out.append(f'<tr><td>{name}</td>{cells}<td class="{klass}">{m.errors}</td></tr>')
+    ratio_cells = "".join(
+        f'<td class="num">{fmt_ratio(latency.ratios.get(n))}</td>' for n in FIGURES
+    )
+    out.append(f"<tr><td>candidate / baseline</td>{ratio_cells}<td></td></tr></table>")
+    ms_names = FIGURES[:4]
+    charts = [
+        grouped_bars(
+            [
+                FIGURE_LABELS[n].replace("concurrent", "conc.").replace("sequential", "seq.")
+                for n in ms_names
+            ],
+            [
+                ("baseline", [getattr(latency.baseline.median, n) for n in ms_names]),
+                ("candidate", [getattr(latency.candidate.median, n) for n in ms_names]),
+            ],
+            "Latency per batch request (median of repetitions)",
+            "ms",
+        ),
+        grouped_bars(
+            ["concurrent docs/s"],
+            [
+                ("baseline", [latency.baseline.median.concurrent_docs_per_s]),
+                ("candidate", [latency.candidate.median.concurrent_docs_per_s]),
+            ],
+            "Throughput at concurrency " + str(p.concurrency),
+            "docs/s",
+        ),
+    ]
+    out.append('<div class="charts">' + "".join(charts) + "</div>")
+    return out
+
+
+def to_html(report: ProbeReport) -> str:
+    m = report.meta
+    body = [
+        "<h1>Embeddings parity probe</h1>",
+        "<ul>",
+        f"<li>baseline: <code>{escape(m.baseline)}</code></li>",
+        f"<li>candidate: <code>{escape(m.candidate)}</code></li>",
+        f"<li>model: <code>{escape(m.model)}</code>; corpus: <code>{escape(m.corpus)}</code> "
+        f"({m.documents} documents, {m.queries} queries)</li>",
+        f"<li>started {escape(m.started)}, took {m.duration_s:.1f} s"
+        f"{'; quick mode' if m.quick else ''}</li>",
+        f"<li>threshold: min cosine ≥ {report.thresholds.min_cosine}</li>",
+        "</ul>",
+    ]
+    body += _verdict(report)
+    body += _parity(report)
+    body += _contract(report)
+    body += _latency(report.latency, report.latency_skipped)
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>Embeddings parity probe: {escape(report.verdict.label)}</title>"
+        f"<style>{STYLE}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n"
+    )

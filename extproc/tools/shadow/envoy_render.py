@@ -1,0 +1,237 @@
+"""Render the shipped shadow configs (envoy/shadow.yaml, envoy/shadow-reverse.yaml). Pure.
+
+The shipped files are complete configs that validate on their own; here they are
+loaded and only addresses, the shadowed share (the ``runtime_fraction`` of the
+primary listener's ``embeddings-shadowed`` route), the noise replica's share,
+timeouts and size limits are patched, by listener, cluster and route names, so what
+runs is what CI validated.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from extproc.commands.envoy_config import DEFAULT_TEMPLATE, Upstream
+from extproc.core.policy.model import GatewayPolicy
+
+ENVOY_DIR: Final = DEFAULT_TEMPLATE.parent
+SHADOW_TEMPLATE: Final = ENVOY_DIR / "shadow.yaml"
+REVERSE_TEMPLATE: Final = ENVOY_DIR / "shadow-reverse.yaml"
+# The gateway the shadow files embed, verbatim but for the upstream cluster's name
+# (tests/test_shadow_core.py checks it): one ext_proc filter, as meshes use it.
+EMBEDDED_GATEWAY: Final = ENVOY_DIR / "single-filter.yaml"
+TAP_FILTER: Final = "shadow.tap"
+ROUTER_FILTER: Final = "envoy.filters.http.router"
+_EXT_PROC: Final = ".ext_proc.v3.ExternalProcessor"
+_BUFFER: Final = ".buffer.v3.Buffer"
+_TLS_CONTEXT: Final = (
+    "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext"
+)
+_LOOPBACK: Final = "127.0.0.1"
+
+
+def template_path(*, reverse: bool) -> Path:
+    return REVERSE_TEMPLATE if reverse else SHADOW_TEMPLATE
+
+
+@dataclass(frozen=True)
+class ShadowEnvoySettings:
+    listen_host: str
+    listen_port: int
+    admin_port: int
+    shadow_port: int  # loopback listener the mirror goes to
+    noise_port: int  # loopback listener of the noise mirror
+    extproc_port: int  # the contract gateway's ext_proc server
+    compare: tuple[tuple[str, int], ...]  # comparator replicas (gRPC)
+    baseline: Upstream
+    candidate: Upstream
+    noise: Upstream | None = None
+    percent: float = 100.0
+    candidate_gateway_port: int = 0  # config B only: the gateway's loopback listener
+    upstream_timeout_s: float = 300.0
+
+
+def adopt_gateway(config: dict[str, Any], gateway: dict[str, Any]) -> dict[str, Any]:
+    """``config`` (a shadow config) with its contract-gateway parts taken from
+    ``gateway`` (a shipped gateway config: single-filter.yaml, standalone.yaml): the
+    gateway listener's routes, local replies and HTTP filters (kept after the tap),
+    the client-facing local replies of the reverse config, and every cluster of
+    ``gateway`` but its ``upstream`` (which is the shadow config's ``candidate``)."""
+    config = copy.deepcopy(config)
+    (source,) = gateway["static_resources"]["listeners"]
+    source_hcm = _hcm(source)
+    route_config = copy.deepcopy(source_hcm["route_config"])
+    for route in _routes({"route_config": route_config}):
+        if route.get("route", {}).get("cluster") == "upstream":
+            route["route"]["cluster"] = "candidate"
+    for listener in config["static_resources"]["listeners"]:
+        hcm = _hcm(listener)
+        clusters = {route.get("route", {}).get("cluster") for route in _routes(hcm)}
+        if "candidate" in clusters:  # the gateway's listener
+            taps = [f for f in hcm["http_filters"] if f["name"] == TAP_FILTER]
+            hcm["http_filters"] = taps + copy.deepcopy(source_hcm["http_filters"])
+            hcm["route_config"] = copy.deepcopy(route_config)
+        if clusters & {"candidate", "candidate_gateway"}:  # what clients of it see
+            if "local_reply_config" in source_hcm:
+                hcm["local_reply_config"] = copy.deepcopy(source_hcm["local_reply_config"])
+            else:
+                hcm.pop("local_reply_config", None)
+    clusters = config["static_resources"]["clusters"]
+    index = {cluster["name"]: i for i, cluster in enumerate(clusters)}
+    for cluster in gateway["static_resources"]["clusters"]:
+        if cluster["name"] == "upstream":
+            continue
+        if cluster["name"] in index:
+            clusters[index[cluster["name"]]] = copy.deepcopy(cluster)
+        else:
+            clusters.append(copy.deepcopy(cluster))
+    return config
+
+
+def render_shadow(
+    template: dict[str, Any],
+    settings: ShadowEnvoySettings,
+    policy: GatewayPolicy,
+    *,
+    gateway: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Patch a shadow config for these addresses and this policy; with ``gateway``, run
+    that gateway config on the candidate side instead of the one the file embeds."""
+    if not 0 <= settings.percent <= 100:
+        raise ValueError("percent must be within 0..100")
+    if not settings.compare:
+        raise ValueError("at least one comparator address is needed")
+    config = adopt_gateway(template, gateway) if gateway is not None else copy.deepcopy(template)
+    config["admin"]["address"]["socket_address"] = _socket(_LOOPBACK, settings.admin_port)
+    resources = config["static_resources"]
+    listeners = {item["name"]: item for item in resources["listeners"]}
+    clusters = {item["name"]: item for item in resources["clusters"]}
+    reverse = "candidate_gateway" in clusters
+
+    response_limit = policy.max_response_bytes()
+    message_limit = policy.max_message_bytes()
+    ports = {
+        "primary": (settings.listen_host, settings.listen_port),
+        "shadow": (_LOOPBACK, settings.shadow_port),
+        "noise": (_LOOPBACK, settings.noise_port),
+    }
+    if reverse:
+        if not settings.candidate_gateway_port:
+            raise ValueError("the reverse config needs candidate_gateway_port")
+        ports["candidate"] = (_LOOPBACK, settings.candidate_gateway_port)
+    for name, (host, port) in ports.items():
+        listeners[name]["address"]["socket_address"] = _socket(host, port)
+    timeout = f"{settings.upstream_timeout_s:g}s"
+    outer_timeout = f"{settings.upstream_timeout_s + 5:g}s"
+    for listener in listeners.values():
+        listener["per_connection_buffer_limit_bytes"] = response_limit
+        hcm = _hcm(listener)
+        outer = reverse and listener["name"] == "primary"
+        for route in _routes(hcm):
+            if "request_body_buffer_limit" in route:
+                route["request_body_buffer_limit"] = policy.limits.max_request_bytes
+            if "route" in route:
+                route["route"]["timeout"] = outer_timeout if outer else timeout
+            if "runtime_fraction" in route.get("match", {}):  # the shadowed share
+                route["match"]["runtime_fraction"]["default_value"] = _fraction(settings.percent)
+            for mirror in route.get("route", {}).get("request_mirror_policies", []):
+                if "runtime_fraction" in mirror:  # the noise replica's share of it
+                    share = 100.0 if settings.noise is not None else 0.0
+                    mirror["runtime_fraction"]["default_value"] = _fraction(share)
+        for http_filter in hcm["http_filters"]:
+            typed = http_filter.get("typed_config", {})
+            kind = str(typed.get("@type", ""))
+            if kind.endswith(_EXT_PROC) and http_filter["name"] != TAP_FILTER:
+                typed["grpc_service"]["envoy_grpc"]["max_receive_message_length"] = message_limit
+            elif kind.endswith(_BUFFER):
+                typed["max_request_bytes"] = policy.limits.max_request_bytes
+
+    upstreams = {"baseline": settings.baseline, "candidate": settings.candidate}
+    upstreams["noise"] = settings.noise or settings.baseline  # unused at 0 %
+    for name, upstream in upstreams.items():
+        cluster = clusters[name]
+        cluster["per_connection_buffer_limit_bytes"] = response_limit
+        _point(cluster, [(upstream.host, upstream.port)])
+        if upstream.tls:
+            cluster["transport_socket"] = {
+                "name": "envoy.transport_sockets.tls",
+                "typed_config": {"@type": _TLS_CONTEXT, "sni": upstream.host},
+            }
+        else:
+            cluster.pop("transport_socket", None)
+    _point(clusters["shadow_listener"], [(_LOOPBACK, settings.shadow_port)])
+    _point(clusters["noise_listener"], [(_LOOPBACK, settings.noise_port)])
+    if reverse:
+        _point(clusters["candidate_gateway"], [(_LOOPBACK, settings.candidate_gateway_port)])
+    for name in ("shadow_listener", "noise_listener", "candidate_gateway"):
+        if name in clusters:
+            clusters[name]["per_connection_buffer_limit_bytes"] = response_limit
+    clusters["extproc"]["per_connection_buffer_limit_bytes"] = message_limit
+    _point(clusters["extproc"], [(_LOOPBACK, settings.extproc_port)])
+    _point(clusters["shadow_compare"], list(settings.compare))
+    return config
+
+
+def without_rewrite(config: dict[str, Any]) -> dict[str, Any]:
+    """The same config with the contract gateway's filters removed (all but the tap
+    and the router): the candidate answers raw, as a plain address swap would."""
+    config = copy.deepcopy(config)
+    for listener in config["static_resources"]["listeners"]:
+        hcm = _hcm(listener)
+        kept = {TAP_FILTER, ROUTER_FILTER}
+        removed = {f["name"] for f in hcm["http_filters"]} - kept
+        hcm["http_filters"] = [f for f in hcm["http_filters"] if f["name"] in kept]
+        for route in _routes(hcm):
+            for name in removed:
+                route.get("typed_per_filter_config", {}).pop(name, None)
+            if not route.get("typed_per_filter_config", True):
+                del route["typed_per_filter_config"]
+    return config
+
+
+def without_shadow(config: dict[str, Any]) -> dict[str, Any]:
+    """The same config with no tap and no mirror: the primary path alone (the
+    reference for the latency shadowing adds)."""
+    config = copy.deepcopy(config)
+    for listener in config["static_resources"]["listeners"]:
+        hcm = _hcm(listener)
+        hcm["http_filters"] = [f for f in hcm["http_filters"] if f["name"] != TAP_FILTER]
+        for route in _routes(hcm):
+            route.get("route", {}).pop("request_mirror_policies", None)
+            route.get("typed_per_filter_config", {}).pop(TAP_FILTER, None)
+            if not route.get("typed_per_filter_config", True):
+                del route["typed_per_filter_config"]
+    return config
+
+
+def _fraction(percent: float) -> dict[str, Any]:
+    if float(percent).is_integer():
+        return {"numerator": int(percent), "denominator": "HUNDRED"}
+    return {"numerator": round(percent * 10_000), "denominator": "MILLION"}
+
+
+def _hcm(listener: dict[str, Any]) -> dict[str, Any]:
+    typed: dict[str, Any] = listener["filter_chains"][0]["filters"][0]["typed_config"]
+    return typed
+
+
+def _routes(hcm: dict[str, Any]) -> list[dict[str, Any]]:
+    return [route for vhost in hcm["route_config"]["virtual_hosts"] for route in vhost["routes"]]
+
+
+def _socket(host: str, port: int) -> dict[str, Any]:
+    return {"address": host, "port_value": port}
+
+
+def _point(cluster: dict[str, Any], endpoints: list[tuple[str, int]]) -> None:
+    cluster["load_assignment"]["endpoints"] = [
+        {
+            "lb_endpoints": [
+                {"endpoint": {"address": {"socket_address": _socket(host, port)}}}
+                for host, port in endpoints
+            ]
+        }
+    ]
