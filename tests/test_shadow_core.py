@@ -532,8 +532,9 @@ def test_generated_shadow_code_is_fresh(tmp_path: Path) -> None:
     )
     assert status == 0
     for name in ("shadow_pb2.py", "shadow_pb2.pyi", "shadow_pb2_grpc.py"):
-        fresh = (tmp_path / "extproc" / "shadow" / "v1" / name).read_text()
-        assert fresh == (REPO / "extproc" / "shadow" / "v1" / name).read_text(), name
+        fresh = (tmp_path / "extproc" / "tools" / "shadow" / "v1" / name).read_text()
+        committed = (REPO / "extproc" / "tools" / "shadow" / "v1" / name).read_text()
+        assert fresh == committed, name
 
 
 # --------------------------------------------------------------------------- tap stream
