@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs what bench/run.py needs from Debian's packages: wrk (the load generator)
+# Installs what the benchmark needs from Debian's packages: wrk (the load generator)
 # and nginx + its njs module (the instant upstream). Idempotent: installs only what
 # is missing and does nothing when all is there. Needs root (or sudo) for apt-get.
 # The nginx package must not start a system nginx on port 80: while installing, a

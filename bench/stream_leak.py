@@ -11,18 +11,15 @@ server ends it itself after its reply. Prints the server's VmRSS every N/5 strea
 Measured here (240,000 streams): envoy 115 MB flat to ~100k streams, then 128 MB
 (~90 bytes per stream); one-message 113 MB from 48k to 240k.
 
-    .venv/bin/python bench/stream_leak.py --mode envoy --streams 240000
+    .venv/bin/python -m bench.stream_leak --mode envoy --streams 240000
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import socket
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 import grpc
 import orjson
@@ -30,19 +27,11 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ep_grpc
 from google.protobuf import struct_pb2
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "bench"))
-
-from run import MODEL, POLICY, qwen_tokenizer_dir  # noqa: E402
+from bench.processes import extproc_command, free_port
+from bench.procfs import rss_mb
+from bench.workloads import MODEL, REPO
 
 CONCURRENCY = 16
-
-
-def rss_mb(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) // 1024
-    return 0
 
 
 def body_message() -> ep.ProcessingRequest:
@@ -73,14 +62,14 @@ async def drive(port: int, pid: int, mode: str, streams: int) -> None:
         for _ in range(300):  # warm-up
             await one()
         await asyncio.sleep(1)
-        print(f"baseline {rss_mb(pid)} MB", flush=True)
+        print(f"baseline {rss_mb(pid):.0f} MB", flush=True)
         rounds = max(streams // CONCURRENCY, 1)
         started = time.monotonic()
         for k in range(rounds):
             await asyncio.gather(*(one() for _ in range(CONCURRENCY)))
             if k % max(rounds // 5, 1) == 0:
-                print(f"{k * CONCURRENCY:>8} streams  {rss_mb(pid)} MB", flush=True)
-        print(f"end {rss_mb(pid)} MB after {time.monotonic() - started:.0f} s", flush=True)
+                print(f"{k * CONCURRENCY:>8} streams  {rss_mb(pid):.0f} MB", flush=True)
+        print(f"end {rss_mb(pid):.0f} MB after {time.monotonic() - started:.0f} s", flush=True)
 
 
 def main() -> int:
@@ -88,24 +77,9 @@ def main() -> int:
     parser.add_argument("--mode", choices=["envoy", "one-message"], default="envoy")
     parser.add_argument("--streams", type=int, default=240_000)
     args = parser.parse_args()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
+    port = free_port()
     server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "extproc",
-            "serve",
-            "--listen",
-            f"127.0.0.1:{port}",
-            "--config",
-            str(POLICY),
-            "--tokenizer",
-            f"{MODEL}={qwen_tokenizer_dir()}",
-            "--grace",
-            "1",
-        ],
+        extproc_command("serve", port, 1),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

@@ -5,7 +5,7 @@ measure the gateway, so the upstream has to cost next to nothing per request on 
 2-core machine where everything (client, Envoy, ext_proc, upstream) shares the CPU.
 nginx is event-driven C; one worker answers a 104 KB body in a few microseconds of
 CPU, and njs is only used to pick one of four precomputed bodies (a substring test
-on the request, no JSON parsing). It is also what ``CALIBRATION.md`` measured with,
+on the request, no JSON parsing). It is also what the calibration in bench/README.md used,
 so figures stay comparable. When nginx or its njs module is missing, a Node.js
 ``http`` server (``upstream_node.js``, node ships on this machine's image) serves
 the same files: single-threaded JavaScript costs a few times more CPU per request,
@@ -56,6 +56,7 @@ BIG_BATCH = 2048
 BIG_REQUEST_BYTES = 65536  # 8 docs ~ 3.5 KB, 2,048 docs ~ 850 KB
 TOKENS_PER_INPUT = 87  # the seed's documents: ~84 tokens of text + EOS
 NJS_MODULE = Path("/usr/lib/nginx/modules/ngx_http_js_module.so")
+KINDS = ("nginx", "node")
 
 
 def _float32_json(values: np.ndarray) -> bytes:
@@ -226,7 +227,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--dir", type=Path, default=Path("/tmp/bench-upstream"))
-    parser.add_argument("--kind", choices=["auto", "nginx", "node"], default="auto")
+    parser.add_argument("--kind", choices=["auto", *KINDS], default="auto")
     args = parser.parse_args()
     print(write_bodies(args.dir))
     upstream = start(args.dir, args.port, args.kind)

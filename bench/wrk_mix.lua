@@ -1,4 +1,4 @@
--- wrk script for bench/soak.py: POST a rotating mix of bodies.
+-- wrk script for the soak (bench/soak.py): POST a rotating mix of bodies.
 -- Argument after `--`: a schedule file, one body file path per line (a path may repeat:
 -- that is the mix's weight). Request i of a thread sends line i of the schedule, cycling;
 -- thread k starts at line k, so the threads do not send the same body in lockstep.

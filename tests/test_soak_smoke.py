@@ -1,11 +1,11 @@
-"""Smoke test of the soak tool: `bench/soak.py` shortened to 40 s (4 windows of 10 s).
+"""Smoke test of the soak tool: `python -m bench.soak` shortened to 40 s (4 windows of 10 s).
 
 Starts the real pieces (nginx or node upstream, `extproc run` with its Envoy, wrk with
 the request mix) on loopback and checks that the verdict passes and that the JSON it
 writes shows real measurements: requests and RSS samples in every window, the mix's
 rewrite requests through the response path. p99 is judged loosely (5x instead of 1.5x):
 this machine is shared and CI runs on it, and 10 s windows are short; the full soak
-(`bench/soak.py`, 10 minutes) is where p99 stability is judged.
+(`python -m bench.soak`, 10 minutes) is where p99 stability is judged.
 Missing wrk is a failure (`bench/setup.sh` installs it), as in test_bench_smoke.py.
 """
 
@@ -28,7 +28,8 @@ def test_short_soak_passes_and_writes_sane_json(tmp_path: Path) -> None:
     run = subprocess.run(
         [
             sys.executable,
-            str(REPO / "bench" / "soak.py"),
+            "-m",
+            "bench.soak",
             "--duration",
             "40",
             "--window",

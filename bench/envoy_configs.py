@@ -1,0 +1,86 @@
+"""The Envoy configs of the cases: each rendered from a shipped template, then adjusted.
+
+- S: envoy/standalone.yaml as ``render`` makes it (the shipped gateway).
+- B: envoy/single-filter.yaml without the ext_proc filter, its per-route entries and its
+  cluster: the same listener, routes and limits, so B differs from the others only by
+  ext_proc.
+- N: envoy/single-filter.yaml with every phase sent and both bodies buffered on every
+  request (the naive gateway).
+- F, Z: S and N pointed at the do-nothing floor processor.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from bench.processes import free_port
+from bench.workloads import REPO
+from extproc.commands.envoy_config import EnvoySettings, Upstream, load_template, render
+from extproc.core.policy import load_policy_file
+
+EXT_PROC_FILTER = "envoy.filters.http.ext_proc"
+FLOORS = ("F", "Z")
+
+
+def envoy_configs(
+    upstream_port: int, extproc_port: int, policy_path: Path, floor_port: int = 0
+) -> dict[str, tuple[dict[str, Any], int, int]]:
+    """B, N, S (and F, Z with a floor port): (config, listen port, admin port) each."""
+    policy = load_policy_file(policy_path)
+    shipped = load_template()
+    single = load_template(REPO / "envoy" / "single-filter.yaml")
+    configs = {}
+    for name in ("B", "N", "S", *FLOORS) if floor_port else ("B", "N", "S"):
+        settings = EnvoySettings(
+            listen_host="127.0.0.1",
+            listen_port=free_port(),
+            admin_port=free_port(),
+            extproc_port=floor_port if name in FLOORS else extproc_port,
+            upstream=Upstream("127.0.0.1", upstream_port, tls=False),
+        )
+        config = render(shipped if name in ("S", "F") else single, settings, policy)
+        if name == "B":
+            strip_ext_proc(config)
+        elif name in ("N", "Z"):
+            make_naive(config)
+        configs[name] = (config, settings.listen_port, settings.admin_port)
+    return configs
+
+
+def _hcm(config: dict[str, Any]) -> dict[str, Any]:
+    (listener,) = config["static_resources"]["listeners"]
+    hcm: dict[str, Any] = listener["filter_chains"][0]["filters"][0]["typed_config"]
+    return hcm
+
+
+def make_naive(config: dict[str, Any]) -> None:
+    """Every phase sent, both bodies buffered, on every request; no mode_override."""
+    for http_filter in _hcm(config)["http_filters"]:
+        if http_filter["name"] == EXT_PROC_FILTER:
+            typed = http_filter["typed_config"]
+            typed["processing_mode"] = {
+                "request_header_mode": "SEND",
+                "request_body_mode": "BUFFERED",
+                "response_header_mode": "SEND",
+                "response_body_mode": "BUFFERED",
+                "request_trailer_mode": "SKIP",
+                "response_trailer_mode": "SKIP",
+            }
+            typed["allow_mode_override"] = False
+            return
+    raise ValueError("no ext_proc filter in the template")
+
+
+def strip_ext_proc(config: dict[str, Any]) -> None:
+    """Envoy alone: the same listener, routes and limits, without ext_proc."""
+    hcm = _hcm(config)
+    hcm["http_filters"] = [f for f in hcm["http_filters"] if f["name"] != EXT_PROC_FILTER]
+    for vhost in hcm["route_config"]["virtual_hosts"]:
+        for route in vhost["routes"]:
+            per_filter = route.get("typed_per_filter_config", {})
+            per_filter.pop(EXT_PROC_FILTER, None)
+            if not per_filter:
+                route.pop("typed_per_filter_config", None)
+    resources = config["static_resources"]
+    resources["clusters"] = [c for c in resources["clusters"] if c["name"] != "extproc"]

@@ -1,0 +1,101 @@
+"""The processes the benchmark measures, started once per run, each on its own so that
+/proc gives its CPU time and RSS: an instant upstream, `extproc serve`, the do-nothing
+floor processor, and one Envoy per configuration (B, N, S, F, Z)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from bench import upstream as upstream_mod
+from bench.envoy_admin import Envoy
+from bench.envoy_configs import envoy_configs
+from bench.processes import (
+    READY_TIMEOUT_S,
+    die_with_parent,
+    extproc_command,
+    free_port,
+    spawn,
+    stop_process,
+    wait_for_port,
+)
+from bench.workloads import HERE, POLICY
+from extproc.commands.launcher import envoy_binary
+
+
+class Stack:
+    """Everything this run started, stopped in reverse order, by PID."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.upstream: upstream_mod.UpstreamProcess | None = None
+        self.extproc: subprocess.Popen[bytes] | None = None
+        self.extproc_port = 0
+        self.floor: subprocess.Popen[bytes] | None = None
+        self.floor_port = 0
+        self.envoys: dict[str, Envoy] = {}
+
+    def start(self, upstream_kind: str, with_big_bodies: bool) -> None:
+        bodies = self.workdir / "upstream"
+        small, big = upstream_mod.SMALL_BATCH, upstream_mod.BIG_BATCH
+        upstream_mod.write_bodies(bodies, (small, big) if with_big_bodies else (small,))
+        self.upstream = upstream_mod.start(
+            bodies, free_port(), upstream_kind, preexec=die_with_parent
+        )
+        self.extproc_port = free_port()
+        self.extproc = spawn(
+            extproc_command("serve", self.extproc_port, 2), self.workdir / "extproc.log"
+        )
+        self.floor_port = free_port()
+        self.floor = spawn(
+            [
+                sys.executable,
+                str(HERE / "floor_processor.py"),
+                "--listen",
+                f"127.0.0.1:{self.floor_port}",
+            ],
+            self.workdir / "floor.log",
+        )
+        self._start_envoys()
+        try:
+            wait_for_port(self.extproc_port, self.extproc, READY_TIMEOUT_S, "extproc serve")
+        except (RuntimeError, TimeoutError) as exc:
+            text = (self.workdir / "extproc.log").read_text(errors="replace")
+            raise RuntimeError(f"{exc}\n{text}") from exc
+        wait_for_port(self.floor_port, self.floor, READY_TIMEOUT_S, "floor processor")
+        for envoy in self.envoys.values():
+            envoy.wait_ready(READY_TIMEOUT_S)
+
+    def _start_envoys(self) -> None:
+        assert self.upstream is not None
+        binary = envoy_binary()
+        configs = envoy_configs(self.upstream.port, self.extproc_port, POLICY, self.floor_port)
+        for name, (config, port, admin_port) in configs.items():
+            path = self.workdir / f"envoy-{name}.yaml"
+            path.write_text(yaml.safe_dump(config, sort_keys=False))
+            log_path = self.workdir / f"envoy-{name}.log"
+            argv = [binary, "-c", str(path), "--use-dynamic-base-id", "-l", "warning"]
+            process = spawn(argv, log_path, cwd=None)
+            self.envoys[name] = Envoy(name, process, port, admin_port, log_path)
+
+    def pids(self) -> list[int]:
+        pids = list(self.upstream.pids()) if self.upstream else []
+        if self.extproc:
+            pids.append(self.extproc.pid)
+        if self.floor:
+            pids.append(self.floor.pid)
+        pids += [e.process.pid for e in self.envoys.values()]
+        return pids
+
+    def stop(self) -> None:
+        for envoy in self.envoys.values():
+            stop_process(envoy.process)
+        if self.extproc is not None:
+            stop_process(self.extproc)
+        if self.floor is not None:
+            stop_process(self.floor)
+        if self.upstream is not None:
+            self.upstream.stop()

@@ -1,0 +1,149 @@
+"""Medians over repetitions per case and workload, and the shipped-vs-naive ratios."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from typing import Any
+
+from bench.workloads import WORKLOADS, Case
+
+
+def _median(values: list[Any]) -> Any:
+    clean = [v for v in values if v is not None]
+    return statistics.median(clean) if clean else None
+
+
+def _added_p50(mine: list[dict[str, Any]], by: dict[tuple[str, str, int], dict[str, Any]]) -> Any:
+    """p50 minus B's p50 of the same workload in the same repetition, then the median."""
+    added = []
+    for c in mine:
+        base = by.get(("B", c["workload"], c["repetition"]))
+        if base is not None:
+            added.append(c["p50_ms"] - base["p50_ms"])
+    return _median(added)
+
+
+def _memory_mb(mine: list[dict[str, Any]], key: str) -> list[float]:
+    return [
+        c["extproc_memory_kb"][key] / 1024
+        for c in mine
+        if c["extproc_memory_kb"] and key in c["extproc_memory_kb"]
+    ]
+
+
+def summary_row(
+    case: Case,
+    workload: str,
+    mine: list[dict[str, Any]],
+    by: dict[tuple[str, str, int], dict[str, Any]],
+    probes: dict[str, dict[str, Any]],
+) -> dict[str, Any]:
+    def med(get: Callable[[dict[str, Any]], Any]) -> Any:
+        return _median([get(c) for c in mine])
+
+    rss = _memory_mb(mine, "VmRSS") if case.uses_extproc else []
+    hwm = _memory_mb(mine, "VmHWM") if case.uses_extproc else []
+    return {
+        "case": case.key,
+        "label": case.label,
+        "workload": workload,
+        "repetitions": len(mine),
+        "p50_ms": med(lambda c: c["p50_ms"]),
+        "p99_ms": med(lambda c: c["p99_ms"]),
+        "req_per_s": med(lambda c: c["req_per_s"]),
+        "docs_per_s": med(lambda c: c["docs_per_s"]),
+        "added_p50_vs_B_ms": _added_p50(mine, by) if case.key != "B" else None,
+        # Exact, from the single probe request before the load:
+        "ext_proc_msgs_per_req": probes.get(f"{case.key}/{WORKLOADS[workload].inputs}", {}).get(
+            "ext_proc_msgs"
+        ),
+        # Under load Envoy also counts the requests wrk abandons at its end (reset
+        # part-way), so this reads slightly lower:
+        "ext_proc_msgs_per_req_under_load": med(lambda c: c["ext_proc_msgs_per_req"]),
+        "extproc_cpu_ms_per_req": (
+            med(lambda c: c["cpu_ms_per_req"]["extproc"]) if case.uses_extproc else None
+        ),
+        "envoy_cpu_ms_per_req": med(lambda c: c["cpu_ms_per_req"].get("envoy")),
+        "upstream_cpu_ms_per_req": med(lambda c: c["cpu_ms_per_req"]["upstream"]),
+        "wrk_cpu_ms_per_req": med(lambda c: c["cpu_ms_per_req"]["wrk"]),
+        # ext_proc's RSS after the cell (one process serves N and S all run long):
+        "extproc_rss_mb": statistics.median(rss) if rss else None,
+        "extproc_rss_mb_max": max(rss) if rss else None,
+        "extproc_peak_rss_mb": max(hwm) if hwm else None,
+        "non_2xx_3xx": sum(c["non_2xx_3xx"] for c in mine),
+        "socket_errors": sum(c["socket_errors"] for c in mine),
+        "requests": sum(c["requests"] for c in mine),
+        "other_load_cores": med(lambda c: c["cpu_cores_busy"]["others"]),
+    }
+
+
+def summarise(
+    cells: list[dict[str, Any]],
+    cases: list[Case],
+    workloads: list[str],
+    probes: dict[str, dict[str, Any]],
+) -> list[dict[str, Any]]:
+    """One row per workload and case that has cells, in that order."""
+    by = {(c["case"], c["workload"], c["repetition"]): c for c in cells}
+    rows = []
+    for wl in workloads:
+        for case in cases:
+            mine = [c for c in cells if c["case"] == case.key and c["workload"] == wl]
+            if mine:
+                rows.append(summary_row(case, wl, mine, by, probes))
+    return rows
+
+
+def _ratio(
+    rows: dict[tuple[str, str], dict[str, Any]],
+    what: str,
+    wl: str,
+    key: str,
+    *,
+    limit: float,
+    le: bool,
+) -> dict[str, Any] | None:
+    """Shipped S over naive N for one figure; what[0] names the request, "a" or "b"."""
+    s, n = rows.get(("S-" + what[0], wl)), rows.get(("N-" + what[0], wl))
+    if not s or not n or s[key] is None or n[key] in (None, 0):
+        return None
+    value = s[key] / n[key]
+    # The floor of S's message pattern (F: same messages, no work) against the real
+    # naive gateway: the best ratio any work saved inside the server can reach.
+    f = rows.get(("F-" + what[0], wl))
+    bound = f[key] / n[key] if f and f[key] is not None else None
+    return {
+        "target": what,
+        "workload": wl,
+        "shipped": s[key],
+        "naive": n[key],
+        "ratio": value,
+        "floor": f[key] if f else None,
+        "floor_ratio": bound,
+        "limit": f"{'<=' if le else '>='} {limit:g}",
+        "met": value <= limit if le else value >= limit,
+        "reachable": None if bound is None else (bound <= limit if le else bound >= limit),
+    }
+
+
+def targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The performance targets as ratios of shipped S to naive N, from this run."""
+    get = {(r["case"], r["workload"]): r for r in rows}
+    wanted = [
+        (what, wl, key, limit, le)
+        for wl in ("seed-c1", "seed-c4")
+        for what, key, limit, le in (
+            ("b: full rewrite, added p50", "added_p50_vs_B_ms", 0.5, True),
+            ("a: no rewrite, added p50", "added_p50_vs_B_ms", 0.25, True),
+        )
+    ] + [
+        ("b: full rewrite, req/s", "sat-c16", "req_per_s", 2.0, False),
+        ("b: full rewrite, ext_proc CPU/req", "sat-c16", "extproc_cpu_ms_per_req", 0.5, True),
+    ]
+    out = []
+    for what, wl, key, limit, le in wanted:
+        ratio = _ratio(get, what, wl, key, limit=limit, le=le)
+        if ratio is not None:
+            out.append(ratio)
+    return out

@@ -1,0 +1,96 @@
+"""What is measured: the cases (which stack serves which request) and the workloads."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+MODEL = "Qwen/Qwen3-Embedding-0.6B"
+POLICY = REPO / "extproc" / "policies" / "qwen3-embedding-0.6b.yaml"
+CORPUS = REPO / "extproc" / "data" / "corpus.jsonl"
+WORST_INPUTS = 2048
+REWRITE_DIMENSIONS = 256
+UPSTREAM_DIMENSIONS = 1024
+
+
+@dataclass(frozen=True)
+class Case:
+    key: str
+    label: str
+    target: str  # "upstream" or an Envoy name: "B", "N", "S", "F", "Z"
+    request: str  # "plain" (a) or "rewrite" (b)
+    uses_extproc: bool
+    floor: bool = False  # served by floor_processor.py instead of `extproc serve`
+
+
+CASES = [
+    Case("A", "A upstream direct", "upstream", "plain", False),
+    Case("B", "B Envoy alone", "B", "plain", False),
+    Case("N-a", "N naive, no rewrite", "N", "plain", True),
+    Case("N-b", "N naive, full rewrite", "N", "rewrite", True),
+    Case("S-a", "S shipped, no rewrite", "S", "plain", True),
+    Case("S-b", "S shipped, full rewrite", "S", "rewrite", True),
+    Case("F-a", "F floor of S, no rewrite", "F", "plain", True, floor=True),
+    Case("F-b", "F floor of S, full rewr.", "F", "rewrite", True, floor=True),
+    Case("Z-a", "Z floor of N, no rewrite", "Z", "plain", True, floor=True),
+    Case("Z-b", "Z floor of N, full rewr.", "Z", "rewrite", True, floor=True),
+]
+
+
+@dataclass(frozen=True)
+class Workload:
+    key: str
+    description: str
+    inputs: int
+    connections: int
+    timeout_s: int  # wrk's per-request timeout (counted as an error past it)
+
+
+WORKLOADS = {
+    "seed-c1": Workload("seed-c1", "seed batch (8 docs ~84 tok), c=1", 8, 1, 10),
+    "seed-c4": Workload("seed-c4", "seed batch (8 docs ~84 tok), c=4", 8, 4, 10),
+    "sat-c16": Workload("sat-c16", "saturation, 8 docs, c=16", 8, 16, 10),
+    "sat-c64": Workload("sat-c64", "saturation, 8 docs, c=64", 8, 64, 10),
+    "worst-2048": Workload("worst-2048", "worst case, 2,048 docs, c=1", WORST_INPUTS, 1, 60),
+}
+QUICK_WORKLOADS = ["seed-c1", "sat-c16"]
+
+
+def corpus_documents() -> list[str]:
+    rows = [json.loads(line) for line in CORPUS.read_text(encoding="utf-8").splitlines() if line]
+    return [r["text"] for r in rows if r["lang"] == "en" and r["kind"] == "document"]
+
+
+def request_body(kind: str, inputs: int) -> bytes:
+    """(a) "plain": the model and `inputs` documents; (b) "rewrite": plus a query
+    instruction and a Matryoshka cut."""
+    docs = corpus_documents()
+    texts = [docs[i % len(docs)] for i in range(inputs)]
+    body: dict[str, Any] = {"model": MODEL, "input": texts}
+    if kind == "rewrite":
+        body["input_type"] = "query"
+        body["dimensions"] = REWRITE_DIMENSIONS
+    return orjson.dumps(body)
+
+
+def expected_dimensions(case: Case) -> int:
+    """Only the real gateway cuts vectors; the floors and the upstream send them whole."""
+    rewritten = case.request == "rewrite" and case.uses_extproc and not case.floor
+    return REWRITE_DIMENSIONS if rewritten else UPSTREAM_DIMENSIONS
+
+
+def write_request_bodies(directory: Path, workload_keys: list[str]) -> dict[tuple[str, int], Path]:
+    """One request body file per kind and batch size: {(kind, inputs): path}."""
+    bodies: dict[tuple[str, int], Path] = {}
+    for inputs in sorted({WORKLOADS[k].inputs for k in workload_keys}):
+        for kind in ("plain", "rewrite"):
+            path = directory / f"request-{kind}-{inputs}.json"
+            path.write_bytes(request_body(kind, inputs))
+            bodies[(kind, inputs)] = path
+    return bodies
