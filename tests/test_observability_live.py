@@ -28,12 +28,10 @@ from __future__ import annotations
 import json
 import math
 import shutil
-import signal
 import subprocess
 import sys
 import time
 import urllib.parse
-import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -111,15 +109,15 @@ class Process:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
 
-    def stop(self, timeout: float = 20.0) -> int:
+    def stop(self) -> int:
+        """SIGTERM, then SIGKILL after 20 s; the exit status."""
         if self.popen.poll() is None:
-            self.popen.send_signal(signal.SIGTERM)
-            try:
-                self.popen.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait(5)
-        return int(self.popen.returncode)
+            self.popen.terminate()
+        try:
+            return self.popen.wait(20)
+        except subprocess.TimeoutExpired:
+            self.popen.kill()
+            return self.popen.wait(5)
 
 
 def wait_until(check: Callable[[], bool], timeout: float, what: str, process: Process) -> None:
@@ -134,20 +132,13 @@ def wait_until(check: Callable[[], bool], timeout: float, what: str, process: Pr
 
 
 def get_json(url: str) -> Any:
-    with urllib.request.urlopen(url, timeout=10) as response:
-        return json.loads(response.read())
-
-
-def get_text(url: str) -> str:
-    with urllib.request.urlopen(url, timeout=10) as response:
-        return str(response.read().decode())
+    return http("GET", url, timeout=10).json()
 
 
 def answers_ok(url: str) -> bool:
     try:
-        with urllib.request.urlopen(url, timeout=2) as response:
-            return bool(response.status == 200)
-    except OSError:
+        return http("GET", url, timeout=2).status == 200
+    except OSError:  # not listening yet
         return False
 
 
@@ -335,7 +326,7 @@ def evaluated(qwen_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Itera
             time.sleep(ROUND_GAP_S)
 
         # Everything counted has been scraped: Prometheus agrees with the processes.
-        gateway_metrics = get_text(f"{gateway.metrics_url}/metrics")
+        gateway_metrics = http("GET", f"{gateway.metrics_url}/metrics").body.decode()
         requests = metric_value(gateway_metrics, "extproc_requests_total")
         wait_until(
             lambda: get_json(f"{shadow.http_url}/summary")["pairs"] >= sent_to_shadow,
