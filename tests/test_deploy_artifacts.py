@@ -11,7 +11,8 @@ kind fails its check.
   fails closed.
 - docker-compose.yml: Debian's `docker-compose config -q` for the file and each
   profile, plus what it does not check (start order, profiles that stand alone,
-  pinned images, the GPU reservation, stop grace vs drain).
+  pinned images, the GPU reservation, stop grace vs drain); the `observability`
+  profile's Prometheus and Grafana find every file they are given where they look.
 - deploy/k8s: kubernetes-validate (strict) against Kubernetes 1.34 (the seed's
   cluster) and its newest bundled schemas; the kustomization lists exactly those
   files; probes, grace periods, selectors and the ConfigMap's policy are checked too.
