@@ -119,16 +119,14 @@ def exported_series_names() -> set[str]:
 
 def test_the_dashboard_and_the_rules_name_only_metrics_that_exist() -> None:
     """A renamed metric breaks a panel or an alert silently; this names it. (The live
-    test proves each query returns data; this one runs without processes.)"""
-    exprs = [
-        target["expr"]
-        for panel in dashboard()["panels"]
-        for target in panel.get("targets", [])
-        if target["expr"] not in MAY_LACK_DATA_UNTIL_RELOADS_ARE_COUNTED
-    ]
+    test proves each query returns data; this one runs without processes.) The one
+    query allowed to lack data there may name a metric this build does not have yet."""
+    exprs = [t["expr"] for panel in dashboard()["panels"] for t in panel.get("targets", [])]
     exprs += [rule["expr"] for rule in alert_rules()]
     used = {name for expr in exprs for name in METRIC_NAME.findall(expr)}
-    assert used and used <= exported_series_names(), sorted(used - exported_series_names())
+    missing = used - exported_series_names()
+    not_yet = {n for e in MAY_LACK_DATA_UNTIL_RELOADS_ARE_COUNTED for n in METRIC_NAME.findall(e)}
+    assert len(used) > 20 and missing <= not_yet, sorted(missing - not_yet)
 
 
 def test_the_dashboard_is_well_formed() -> None:
