@@ -11,7 +11,8 @@ kind fails its check.
   fails closed.
 - docker-compose.yml: Debian's `docker-compose config -q` for the file and each
   profile, plus what it does not check (start order, profiles that stand alone,
-  pinned images, the GPU reservation, stop grace vs drain).
+  pinned images, the GPU reservation, stop grace vs drain); the `observability`
+  profile's Prometheus and Grafana find every file they are given where they look.
 - deploy/k8s: kubernetes-validate (strict) against Kubernetes 1.34 (the seed's
   cluster) and its newest bundled schemas; the kustomization lists exactly those
   files; probes, grace periods, selectors and the ConfigMap's policy are checked too.
@@ -65,6 +66,9 @@ MINILM_POLICY = REPO / "extproc" / "policies" / "all-minilm-l6-v2.yaml"
 MEASURED_IDLE_RSS_BYTES = 170_052 * 1024
 K8S_VERSIONS = ["1.34.0", kubernetes_validate.utils.latest_version()]
 PROFILES = {"": "envoy", "cpu": "envoy-cpu", "shadow": "envoy-shadow"}
+# Profiles that add services to a stack rather than being one (no Envoy of their own).
+ADD_ON_PROFILES = ["observability"]
+OBSERVABILITY_DIR = REPO / "deploy" / "observability"
 
 
 def load_all(path: Path) -> list[Any]:
@@ -1204,7 +1208,7 @@ def compose_results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple
     broken.write_text(yaml.safe_dump(doc))
     runs = {
         f"profile:{p}": docker_compose_argv(*(["--profile", p] if p else []), "config", "-q")
-        for p in PROFILES
+        for p in [*PROFILES, *ADD_ON_PROFILES]
     }
     runs["broken"] = docker_compose_argv("config", "-q", file=broken)
     env = {**os.environ, "COMPOSE_INTERACTIVE_NO_CLI": "1"}
@@ -1217,7 +1221,7 @@ def compose_results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple
     return {key: (proc.wait(60), proc.communicate()[0]) for key, proc in processes.items()}
 
 
-@pytest.mark.parametrize("profile", list(PROFILES), ids=lambda p: p or "default")
+@pytest.mark.parametrize("profile", [*PROFILES, *ADD_ON_PROFILES], ids=lambda p: p or "default")
 def test_docker_compose_config_is_valid(
     profile: str, compose_results: dict[str, tuple[int, str]]
 ) -> None:
@@ -1291,6 +1295,71 @@ def names_on_network(services: dict[str, dict[str, Any]], stack: set[str], entry
                 if isinstance(service_nets, dict):
                     names.update((service_nets[net] or {}).get("aliases", []))
     return names
+
+
+def bind_mounts(service: dict[str, Any]) -> dict[str, Path]:
+    """A service's bind mounts from this repository: container path -> repository path."""
+    mounts = {}
+    for volume in service.get("volumes", []):
+        source, target = volume.split(":")[:2]
+        if source.startswith("./"):
+            mounts[target] = REPO / source
+    return mounts
+
+
+def test_the_observability_profile_provisions_prometheus_and_grafana() -> None:
+    """`--profile observability up grafana`: Prometheus with the shipped scrape config
+    and alert rules, Grafana with it as data source and the gateway dashboard; every
+    file it mounts exists, and every name one file uses for another resolves."""
+    services = compose_services()
+    stack = closure(services, "grafana")
+    assert stack == {"grafana", "prometheus"}
+    for name in stack:
+        service = services[name]
+        assert service["profiles"] == ["observability"]
+        image = service["image"]
+        assert ":" in image.rsplit("/", 1)[-1] and not image.endswith(":latest"), image
+        assert service["healthcheck"]["test"] and not service["healthcheck"].get("disable")
+        for port in service["ports"]:
+            assert port.startswith("127.0.0.1:"), port  # dashboards are not published
+        for target, source in bind_mounts(service).items():
+            assert source.exists(), f"{name}: {source} (mounted at {target})"
+    assert services["grafana"]["depends_on"]["prometheus"]["condition"] == "service_healthy"
+
+    # Prometheus: its config and the rule files it names sit where it looks for them.
+    prometheus = services["prometheus"]
+    mounts = bind_mounts(prometheus)
+    config_path = next(
+        arg.split("=", 1)[1] for arg in prometheus["command"] if arg.startswith("--config.file=")
+    )
+    assert mounts[config_path] == OBSERVABILITY_DIR / "prometheus" / "prometheus.yml"
+    config = yaml.safe_load(mounts[config_path].read_text())
+    for rule_file in config["rule_files"]:
+        assert mounts[str(Path(config_path).parent / rule_file)].is_file(), rule_file
+    # It scrapes the compose services that serve metrics, on their metrics ports.
+    targets = {
+        job["job_name"]: [t for c in job["static_configs"] for t in c["targets"]]
+        for job in config["scrape_configs"]
+    }
+    assert targets == {"extproc": ["extproc:9090"], "extproc-shadow": ["shadow-compare:9300"]}
+    assert "127.0.0.1:9090:9090" in services["extproc"]["ports"]
+    assert "0.0.0.0:9300" in services["shadow-compare"]["command"]
+
+    # Grafana: the data source is this Prometheus, the provider reads the mounted dashboards.
+    grafana = bind_mounts(services["grafana"])
+    datasources = yaml.safe_load(
+        (grafana["/etc/grafana/provisioning/datasources"] / "prometheus.yml").read_text()
+    )["datasources"]
+    assert [(d["type"], d["url"]) for d in datasources] == [
+        ("prometheus", "http://prometheus:9090")
+    ]
+    (provider,) = yaml.safe_load(
+        (grafana["/etc/grafana/provisioning/dashboards"] / "extproc.yml").read_text()
+    )["providers"]
+    dashboards_dir = grafana[provider["options"]["path"]]
+    assert (dashboards_dir / "gateway.json").is_file()
+    home = services["grafana"]["environment"]["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"]
+    assert home == f"{provider['options']['path']}/gateway.json"
 
 
 def test_compose_runs_the_seed_deployment() -> None:
