@@ -1,12 +1,12 @@
 """A fake embeddings upstream: Dynamo 1.6.1 (default) or plain vLLM 0.32 on POST /v1/embeddings.
 
 Only use this in tests that cannot run the real upstream. The real stacks run on this
-machine (see ``real-upstream.md``), and the e2e tests use them. This fake does not run a
+machine (see ``scripts/README-real-upstream.md``), and the e2e tests use them. This fake does not run a
 model. It gives back the status codes, error bodies and response shapes that
-``upstream-behaviour.md`` records, and its vectors are made up but deterministic, so
+``docs/upstreams.md`` records, and its vectors are made up but deterministic, so
 gateway tests can work out the expected answer with :meth:`FakeUpstream.embed_ids`.
 
-Measured behaviours it reproduces (the probe letters are those of ``upstream-behaviour.md``).
+Measured behaviours it reproduces (the probe letters are those of ``docs/upstreams.md``).
 
 Dynamo 1.6.1 frontend + vLLM embedding worker (``flavour="dynamo"``):
 

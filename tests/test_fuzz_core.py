@@ -1,4 +1,4 @@
-"""Hypothesis fuzzing of the sans-I/O core (issue #6): hostile input, both directions.
+"""Hypothesis fuzzing of the sans-I/O core: hostile input, both directions.
 
 tests/test_properties.py checks the core on modest, mostly well-formed input. This
 file throws everything at the two entry points and checks each answer against an

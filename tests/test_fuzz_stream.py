@@ -1,4 +1,4 @@
-"""Stream-level fuzz of the real grpc.aio ext_proc server (issue #6).
+"""Stream-level fuzz of the real grpc.aio ext_proc server.
 
 The real server (``extproc.service.server.serve``: processor, health, limits) runs in-process
 on 127.0.0.1 with the shipped Qwen3 policy and the real tokenizer. A real gRPC client

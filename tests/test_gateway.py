@@ -1,7 +1,7 @@
 """Through a real Envoy and the real ext_proc server (started by `extproc run`),
 in front of an upstream that reproduces Dynamo 1.6.1's measured answers
 (tests/fake_upstream.py), with the real Qwen3 tokenizer and the shipped
-Qwen3-Embedding-0.6B policy. These are the contract gateway issue's "done when"
+Qwen3-Embedding-0.6B policy. These are the contract gateway's acceptance
 checks."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The hostile-input corpus (tests/hostile_corpus.py) through a real Envoy and the
-real ext_proc server (`extproc run`), in front of tests/fake_upstream.py (issue #6).
+real ext_proc server (`extproc run`), in front of tests/fake_upstream.py.
 
 Every request is written byte for byte on a loopback socket by a small bounded
 HTTP/1.1 client (no HTTP library would send the framing lies). For each case:

@@ -1,4 +1,4 @@
-"""No request text in logs, metrics or other fields' error messages (issue #6).
+"""No request text in logs, metrics or other fields' error messages.
 
 A real gateway (`extproc run`: Envoy at info, the Python log at debug) gets requests
 carrying a secret marker in every place a client controls: model, input (valid,

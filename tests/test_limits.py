@@ -1,4 +1,4 @@
-"""Request caps and the tokenization budget (issue #6): the policy fields, their
+"""Request caps and the tokenization budget: the policy fields, their
 4xx answers, and the order of work - every cap is checked before the tokenizer runs,
 and a request over the budget is refused before the tokenizer sees the part that
 would not fit.

@@ -2,7 +2,7 @@
 server processes as endpoints (round robin). Every HTTP request is its own gRPC
 stream, and Envoy balances streams, not connections, across endpoints, so both
 processes take a share (SO_REUSEPORT on one address would not: Envoy keeps one
-HTTP/2 connection per worker; see CALIBRATION.md). This is how a Kubernetes
+HTTP/2 connection per worker; see docs/envoy-facts.md). This is how a Kubernetes
 Service with several pods is used (an Envoy cluster of the pod IPs, e.g. STRICT_DNS
 on a headless Service, or EDS from the mesh)."""
 

@@ -1,4 +1,4 @@
-"""Clients cannot pose as the gateway (issue #6): headers they forge neither steer
+"""Clients cannot pose as the gateway: headers they forge neither steer
 Envoy nor the ext_proc server, and none of the gateway's own reaches the upstream.
 
 What the gateway uses for its own purposes (envoy/standalone.yaml,
