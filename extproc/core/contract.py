@@ -15,9 +15,18 @@ class Contract:
     tokenizers: Mapping[str, ModelTokenizer]
 
 
-def load_contract(policy: GatewayPolicy) -> Contract:
-    """Load every model's tokenizer once; models sharing a source share it."""
+def load_contract(policy: GatewayPolicy, *, reuse: Contract | None = None) -> Contract:
+    """Load every model's tokenizer once; models sharing a source share it.
+
+    With ``reuse``, a model whose tokenizer source and special tokens are also in that
+    contract gets its already-loaded tokenizer (loading one takes ~0.5 s and holds the
+    interpreter lock throughout).
+    """
     cache: dict[tuple[object, ...], ModelTokenizer] = {}
+    if reuse is not None:
+        for name, tokenizer in reuse.tokenizers.items():
+            old = reuse.policy.models[name]
+            cache[(old.tokenizer, old.special_tokens)] = tokenizer
     tokenizers: dict[str, ModelTokenizer] = {}
     for name, model in policy.models.items():
         key = (model.tokenizer, model.special_tokens)
