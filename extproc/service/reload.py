@@ -189,6 +189,9 @@ class PolicyReloader:
         except (TokenizerLoadError, ValueError, OSError) as exc:
             self._refuse(stamp, str(self._settings.config), "tokenizer", str(exc))
             return False
+        except Exception as exc:  # never let a bad file end the watch
+            self._refuse(stamp, str(self._settings.config), "<load>", type(exc).__name__)
+            return False
         self._state = after_load(self._state, stamp, ok=True)
         self._holder.replace(contract)
         POLICY_RELOADS.labels("reloaded").inc()
