@@ -14,11 +14,14 @@ Rules:
 3. A change is loaded once the stamp has held still for one poll, so a file caught
    half-written is not refused before it is complete. A stamp that failed to load is
    not tried again until it changes (one log line per broken version). SIGHUP loads
-   at once, whatever the stamp says, and also loads every tokenizer again; a change
-   seen by the watch reuses the running tokenizers whose source is unchanged.
-4. Loading (YAML, schema, tokenizers) runs in a worker thread. A file that cannot be
-   served is refused with one warning naming file, field and reason, and the running
-   contract keeps serving. ``extproc_policy_reloads_total{outcome}`` counts both.
+   at once, whatever the stamp says.
+4. Loading (YAML, schema, tokenizers) runs in a worker thread. Tokenizers whose source
+   and file are unchanged are reused (``load_contract(reuse=...)``): the tokenizers
+   library holds the interpreter lock while it parses a tokenizer.json, which pauses
+   the event loop, so only a new or replaced tokenizer costs that pause. A file that
+   cannot be served is refused with one warning naming file, field and reason, and the
+   running contract keeps serving. ``extproc_policy_reloads_total{outcome}`` counts
+   both.
 5. Envoy's buffer and message limits, and this server's gRPC message limit, were sized
    from the policy the process started with. A policy that needs more is served (its
    own checks apply), but a warning names each limit that is now too small and
@@ -169,20 +172,18 @@ class PolicyReloader:
             if self.hangup.is_set():
                 self.hangup.clear()
                 log.info("SIGHUP: reloading the policy from %s", self._settings.config)
-                await self.reload(stamp, fresh_tokenizers=True)
+                await self.reload(stamp)
                 continue
             if not self._settings.watch:
                 continue
             self._state, load = after_poll(self._state, stamp)
             if load:
-                await self.reload(stamp, fresh_tokenizers=False)
+                await self.reload(stamp)
 
-    async def reload(self, stamp: FileStamp | None, *, fresh_tokenizers: bool) -> bool:
+    async def reload(self, stamp: FileStamp | None) -> bool:
         """Load the file off the event loop; on success new streams get it."""
-        running = self._holder.current
-        reuse = None if fresh_tokenizers else running
         try:
-            contract = await asyncio.to_thread(self._load, reuse)
+            contract = await asyncio.to_thread(self._load, self._holder.current)
         except PolicyError as exc:
             self._refuse(stamp, exc.source, exc.field, exc.reason)
             return False
@@ -203,7 +204,7 @@ class PolicyReloader:
         self._check_limits(contract.policy)
         return True
 
-    def _load(self, reuse: Contract | None) -> Contract:
+    def _load(self, reuse: Contract) -> Contract:
         policy = load_policy_file(
             self._settings.config, tokenizer_overrides=self._settings.tokenizer_overrides
         )
