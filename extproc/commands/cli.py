@@ -15,6 +15,7 @@ from extproc.core.policy import PolicyError, load_policy_file
 from extproc.core.policy.loader import parse_tokenizer_overrides
 from extproc.core.policy.presets import PRESETS
 from extproc.core.tokens import TokenizerLoadError
+from extproc.service.reload import FileStamp, ReloadSettings, policy_stamp
 from extproc.service.tls import (
     TlsError,
     TlsSettings,
@@ -86,6 +87,12 @@ def _parser() -> argparse.ArgumentParser:
             type=float,
             default=30.0,
             help="seconds to let in-flight streams finish on SIGTERM",
+        )
+        p.add_argument(
+            "--no-watch",
+            action="store_true",
+            help="do not reload the policy file when it changes; only on SIGHUP "
+            "(default: new streams get a changed file within ~2 s)",
         )
 
     def tls_args(p: argparse.ArgumentParser) -> None:
@@ -212,6 +219,17 @@ def load_contract_or_report(
     return None
 
 
+def reload_settings(args: argparse.Namespace, started_from: FileStamp | None) -> ReloadSettings:
+    """How `serve` and `run` reload the policy they started with (SIGHUP, and the
+    watch unless --no-watch). The flags were checked by the first load."""
+    return ReloadSettings(
+        config=args.config,
+        tokenizer_overrides=parse_tokenizer_overrides(",".join(args.tokenizer)),
+        watch=not args.no_watch,
+        started_from=started_from,
+    )
+
+
 def _env_path(name: str) -> Path | None:
     value = os.environ.get(name)
     return Path(value) if value else None
@@ -264,6 +282,7 @@ def _serve(args: argparse.Namespace) -> int:
     ok, tls = server_tls_or_report(args)
     if not ok:
         return 2
+    started_from = policy_stamp(args.config)
     contract = load_contract_or_report(args.config, args.tokenizer)
     if contract is None:
         return 2
@@ -276,6 +295,7 @@ def _serve(args: argparse.Namespace) -> int:
             grace_seconds=args.grace,
             stop=stop_on_signals(),
             tls=tls,
+            reload=reload_settings(args, started_from),
         )
 
     asyncio.run(go())
@@ -298,6 +318,7 @@ def _run(args: argparse.Namespace) -> int:
     except TlsError as exc:
         print(f"error: TLS: {exc}", file=sys.stderr)
         return 2
+    started_from = policy_stamp(args.config)
     contract = load_contract_or_report(args.config, args.tokenizer)
     if contract is None:
         return 2
@@ -311,6 +332,7 @@ def _run(args: argparse.Namespace) -> int:
         upstream_timeout_s=args.upstream_timeout,
         server_tls=server_tls,
         envoy_tls=envoy_tls,
+        reload=reload_settings(args, started_from),
         **({"envoy_template": args.envoy_template} if args.envoy_template else {}),
     )
     return main_run(contract, options)

@@ -33,6 +33,7 @@ from extproc.commands.envoy_config import (
     with_extproc_tls,
 )
 from extproc.core.contract import Contract
+from extproc.service.reload import ReloadSettings
 from extproc.service.server import serve, split_host_port, stop_on_signals
 from extproc.service.tls import TlsSettings
 
@@ -54,6 +55,7 @@ class RunOptions:
     # TLS on the Envoy -> ext_proc hop: the server's side and Envoy's side.
     server_tls: TlsSettings | None = None
     envoy_tls: ExtProcTls | None = None
+    reload: ReloadSettings | None = None  # live policy reload (None: the policy is fixed)
 
 
 def envoy_binary() -> str:
@@ -108,6 +110,7 @@ async def run(contract: Contract, options: RunOptions) -> int:
             stop=server_stop,
             on_ready=ready.set_result,
             tls=options.server_tls,
+            reload=options.reload,
         )
     )
     waiting: set[asyncio.Future[Any]] = {server, ready}

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+import os
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass, field
 
-from extproc.core.policy.model import GatewayPolicy
+from extproc.core.policy.model import GatewayPolicy, ModelPolicy
 from extproc.core.tokens import ModelTokenizer, load_tokenizer
 
 
@@ -13,15 +14,43 @@ from extproc.core.tokens import ModelTokenizer, load_tokenizer
 class Contract:
     policy: GatewayPolicy
     tokenizers: Mapping[str, ModelTokenizer]
+    # Per model, what its tokenizer was loaded from (tokenizer_key): a reload reuses it.
+    tokenizer_keys: Mapping[str, Hashable] = field(default_factory=dict)
 
 
-def load_contract(policy: GatewayPolicy) -> Contract:
-    """Load every model's tokenizer once; models sharing a source share it."""
-    cache: dict[tuple[object, ...], ModelTokenizer] = {}
+def tokenizer_key(model: ModelPolicy) -> Hashable:
+    """What a loaded tokenizer stands for: its source and special tokens and, for a
+    directory, the identity of its tokenizer.json (a file replaced in place is new).
+    A Hugging Face id is taken as fixed for a given ``revision``."""
+    file: tuple[int, int, int] | None = None
+    if model.tokenizer.path is not None:
+        try:
+            st = os.stat(model.tokenizer.path / "tokenizer.json")
+            file = (st.st_ino, st.st_size, st.st_mtime_ns)
+        except OSError:
+            file = None  # load_tokenizer says why
+    return (model.tokenizer, model.special_tokens, file)
+
+
+def load_contract(policy: GatewayPolicy, *, reuse: Contract | None = None) -> Contract:
+    """Load every model's tokenizer once; models sharing a source share it.
+
+    With ``reuse``, a model whose :func:`tokenizer_key` is also in that contract gets
+    its already-loaded tokenizer: loading one takes ~0.5 s (seconds on a busy machine)
+    and the tokenizers library holds the interpreter lock throughout, pausing every
+    other thread and the event loop.
+    """
+    cache: dict[Hashable, ModelTokenizer] = {}
+    if reuse is not None:
+        for name, tokenizer in reuse.tokenizers.items():
+            if name in reuse.tokenizer_keys:
+                cache[reuse.tokenizer_keys[name]] = tokenizer
     tokenizers: dict[str, ModelTokenizer] = {}
+    keys: dict[str, Hashable] = {}
     for name, model in policy.models.items():
-        key = (model.tokenizer, model.special_tokens)
+        key = tokenizer_key(model)  # before loading: a change meanwhile loads again later
         if key not in cache:
             cache[key] = load_tokenizer(model.tokenizer, model.special_tokens)
         tokenizers[name] = cache[key]
-    return Contract(policy=policy, tokenizers=tokenizers)
+        keys[name] = key
+    return Contract(policy=policy, tokenizers=tokenizers, tokenizer_keys=keys)

@@ -265,7 +265,12 @@ def _specials_of(tokenizer: Tokenizer) -> tuple[tuple[int, ...], tuple[int, ...]
 
 
 def load_tokenizer(source: TokenizerSource, special: SpecialTokens) -> ModelTokenizer:
-    return ModelTokenizer(Tokenizer.from_file(str(_tokenizer_json(source))), special)
+    path = _tokenizer_json(source)
+    try:
+        tokenizer = Tokenizer.from_file(str(path))
+    except Exception as exc:  # the Rust library raises a bare Exception for a bad file
+        raise TokenizerLoadError(f"{path} cannot be loaded: {exc}") from exc
+    return ModelTokenizer(tokenizer, special)
 
 
 def _tokenizer_json(source: TokenizerSource) -> Path:

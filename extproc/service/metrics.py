@@ -62,6 +62,17 @@ TLS_RELOADS = Counter(
     "rejected (unusable, e.g. key and certificate do not match; the current ones stay).",
     ["outcome"],
 )
+POLICY_RELOADS = Counter(
+    "extproc_policy_reloads_total",
+    "Policy file changes and SIGHUPs acted on: reloaded (new streams use it), "
+    "rejected (cannot be served: YAML, schema or tokenizer; the running policy stays).",
+    ["outcome"],
+)
+POLICY_ENVOY_LIMITS_STALE = Gauge(
+    "extproc_policy_envoy_limits_stale",
+    "1 while the running policy needs larger Envoy buffer or gRPC message limits than "
+    "this process started with (a restart applies them), else 0.",
+)
 
 
 def record_forward(stats: RequestStats, *, rewritten: bool) -> None:

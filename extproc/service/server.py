@@ -8,6 +8,7 @@ then ``server.stop(grace)`` refuses new RPCs and lets in-flight streams finish.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 from collections.abc import Callable
@@ -18,6 +19,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from prometheus_client import start_http_server
 
 from extproc.core.contract import Contract
+from extproc.service.reload import ContractHolder, EnvoyLimits, PolicyReloader, ReloadSettings
 from extproc.service.servicer import ExternalProcessor
 from extproc.service.tls import TlsSettings, server_credentials
 
@@ -42,12 +44,14 @@ async def serve(
     stop: asyncio.Event,
     on_ready: Callable[[int], None] | None = None,
     tls: TlsSettings | None = None,
+    reload: ReloadSettings | None = None,
 ) -> None:
     """Serve until ``stop`` is set. ``on_ready`` gets the bound gRPC port.
 
     With ``tls``, the port speaks TLS (mTLS when it names a client CA) and picks up
     new certificate files on new connections (extproc/service/tls.py); raises TlsError if
-    the files are unusable.
+    the files are unusable. With ``reload``, a changed policy file (when watched) and
+    SIGHUP load a new contract for new streams (extproc/service/reload.py).
     """
     limit = contract.policy.max_message_bytes()
     server = grpc.aio.server(
@@ -59,7 +63,8 @@ async def serve(
             ("grpc.so_reuseport", 0),
         ]
     )
-    processor = ExternalProcessor(contract)
+    contracts = ContractHolder(contract)
+    processor = ExternalProcessor(contracts)
     ep_grpc.add_ExternalProcessorServicer_to_server(processor, server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
@@ -85,12 +90,24 @@ async def serve(
     if on_ready is not None:
         on_ready(port)
 
+    loop = asyncio.get_running_loop()
+    reloading: asyncio.Task[None] | None = None
+    if reload is not None:
+        # Envoy's limits and this server's gRPC limit were sized from this policy.
+        reloader = PolicyReloader(reload, contracts, EnvoyLimits.for_policy(contract.policy))
+        reloader.mark_loaded(reload.started_from)
+        loop.add_signal_handler(signal.SIGHUP, reloader.hangup.set)
+        reloading = asyncio.create_task(reloader.run(stop))
     try:
         await stop.wait()
     finally:
+        if reloading is not None:
+            loop.remove_signal_handler(signal.SIGHUP)
+            reloading.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reloading
         log.info("stopping: health NOT_SERVING, draining streams for up to %.0f s", grace_seconds)
         await health_servicer.enter_graceful_shutdown()
-        loop = asyncio.get_running_loop()
         deadline = loop.time() + grace_seconds
         # Keep accepting streams while any is open: with envoy/standalone.yaml a
         # request whose vectors change opens a second stream when the upstream

@@ -19,10 +19,10 @@ import grpc
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ep_grpc
 
-from extproc.core.contract import Contract
 from extproc.core.errors import ApiError
 from extproc.service import metrics
 from extproc.service.memory import TRIM_AFTER_BYTES, release_after
+from extproc.service.reload import ContractHolder
 from extproc.service.stream import ExtProcStream, immediate_response
 
 log = logging.getLogger("extproc.service.servicer")
@@ -36,8 +36,8 @@ OFFLOAD_BODY_BYTES = 256 * 1024
 
 
 class ExternalProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc]
-    def __init__(self, contract: Contract) -> None:
-        self._contract = contract
+    def __init__(self, contracts: ContractHolder) -> None:
+        self._contracts = contracts
         self.active_streams = 0  # read by the server's drain (extproc/service/server.py)
 
     async def Process(  # noqa: N802 - the proto's method name
@@ -45,7 +45,8 @@ class ExternalProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc
         request_iterator: AsyncIterator[ep.ProcessingRequest],
         context: grpc.aio.ServicerContext[ep.ProcessingRequest, ep.ProcessingResponse],
     ) -> AsyncIterator[ep.ProcessingResponse]:
-        stream = ExtProcStream(self._contract)
+        # Taken once: a policy reloaded while this stream runs applies to later ones.
+        stream = ExtProcStream(self._contracts.current)
         one_message = _carries_one_message(context)
         metrics.ACTIVE_STREAMS.inc()
         self.active_streams += 1
