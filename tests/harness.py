@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+
+from extproc.service.net import free_port
 
 READY_TIMEOUT_S = 90.0
 
@@ -29,12 +30,6 @@ class Reply:
 
     def json(self) -> Any:
         return orjson.loads(self.body)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def http(

@@ -19,9 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from extproc.commands.envoy_config import Upstream, dump, load_template
-from extproc.commands.launcher import envoy_argv, free_port, stop_process, wait_live
+from extproc.commands.launcher import envoy_argv, stop_process, wait_live
 from extproc.core.contract import Contract
-from extproc.service.server import serve, split_host_port, stop_on_signals
+from extproc.service.net import free_port, split_host_port
+from extproc.service.server import serve, stop_on_signals
 from extproc.tools.shadow.envoy_render import ShadowEnvoySettings, render_shadow, template_path
 from extproc.tools.shadow.server import CompareOptions, serve_compare
 
