@@ -11,6 +11,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -87,12 +88,15 @@ def start_gateway(
     config: Path | None = None,
     tokenizer_overrides: str | None = None,
     extra_args: list[str] | None = None,
+    extproc: Sequence[str] = (sys.executable, "-m", "extproc"),
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
 ) -> Gateway:
+    """``extproc run`` (``extproc`` is the command to start it with: this checkout's
+    by default) with ``env`` (default: this process's) from ``cwd``."""
     listen_port, metrics_port = free_port(), free_port()
     argv = [
-        sys.executable,
-        "-m",
-        "extproc",
+        *extproc,
         "run",
         "--upstream",
         upstream_url,
@@ -105,13 +109,13 @@ def start_gateway(
         *(["--config", str(config)] if config else []),
         *(extra_args or []),
     ]
-    env = dict(os.environ)
+    env = dict(os.environ if env is None else env)
     if tokenizer_overrides:
         env["EXTPROC_TOKENIZER_OVERRIDES"] = tokenizer_overrides
     log_path = log_dir / f"gateway-{listen_port}.log"
     log_file = log_path.open("wb")
     process = subprocess.Popen(
-        argv, stdout=log_file, stderr=subprocess.STDOUT, env=env, stdin=subprocess.DEVNULL
+        argv, stdout=log_file, stderr=subprocess.STDOUT, env=env, stdin=subprocess.DEVNULL, cwd=cwd
     )
     log_file.close()
     gateway = Gateway(
