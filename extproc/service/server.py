@@ -19,6 +19,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from prometheus_client import start_http_server
 
 from extproc.core.contract import Contract
+from extproc.service.net import split_host_port
 from extproc.service.reload import ContractHolder, EnvoyLimits, PolicyReloader, ReloadSettings
 from extproc.service.servicer import ExternalProcessor
 from extproc.service.tls import TlsSettings, server_credentials
@@ -26,13 +27,6 @@ from extproc.service.tls import TlsSettings, server_credentials
 log = logging.getLogger("extproc.service.server")
 
 PROCESSOR_SERVICE = "envoy.service.ext_proc.v3.ExternalProcessor"
-
-
-def split_host_port(address: str) -> tuple[str, int]:
-    host, sep, port = address.rpartition(":")
-    if not sep or not port.isdigit():
-        raise ValueError(f"{address!r} is not HOST:PORT")
-    return host.strip("[]") or "0.0.0.0", int(port)
 
 
 async def serve(

@@ -13,15 +13,15 @@ import asyncio
 import contextlib
 import logging
 import sys
-import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from extproc.commands.envoy_config import Upstream, dump, load_template
-from extproc.commands.launcher import envoy_argv, free_port, stop_process, wait_live
+from extproc.commands.envoy_config import Upstream, load_template
+from extproc.commands.launcher import run_envoy, start_server
 from extproc.core.contract import Contract
-from extproc.service.server import serve, split_host_port, stop_on_signals
+from extproc.service.net import free_port, split_host_port
+from extproc.service.server import stop_on_signals
 from extproc.tools.shadow.envoy_render import ShadowEnvoySettings, render_shadow, template_path
 from extproc.tools.shadow.server import CompareOptions, serve_compare
 
@@ -48,20 +48,10 @@ class ShadowRunOptions:
 
 async def run_shadow(contract: Contract, options: ShadowRunOptions) -> int:
     stop = stop_on_signals()
-    loop = asyncio.get_running_loop()
-    gateway_ready: asyncio.Future[int] = loop.create_future()
-    compare_ready: asyncio.Future[tuple[int, int | None]] = loop.create_future()
-    gateway_stop, compare_stop = asyncio.Event(), asyncio.Event()
-    gateway = asyncio.create_task(
-        serve(
-            contract,
-            address="127.0.0.1:0",
-            metrics_address=options.metrics_address,
-            grace_seconds=options.grace_seconds,
-            stop=gateway_stop,
-            on_ready=gateway_ready.set_result,
-        )
+    compare_ready: asyncio.Future[tuple[int, int | None]] = (
+        asyncio.get_running_loop().create_future()
     )
+    gateway_stop, compare_stop = asyncio.Event(), asyncio.Event()
     compare_options = replace(options.compare, expect_noise=options.noise is not None)
     comparator = asyncio.create_task(
         serve_compare(
@@ -70,21 +60,50 @@ async def run_shadow(contract: Contract, options: ShadowRunOptions) -> int:
             on_ready=lambda grpc_port, http_port: compare_ready.set_result((grpc_port, http_port)),
         )
     )
-    servers: list[asyncio.Task[None]] = [gateway, comparator]
+    servers: list[asyncio.Task[None]] = [comparator]
     try:
-        waiting: set[asyncio.Future[Any]] = {gateway, comparator, gateway_ready, compare_ready}
-        while not (gateway_ready.done() and compare_ready.done()):
-            done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
-            waiting -= done
-            for task in servers:
-                if task in done:
-                    task.result()  # re-raises why it could not start
-                    return 1
-        return await _run_envoy(
+        gateway, extproc_port = await start_server(
             contract,
-            options,
-            extproc_port=gateway_ready.result(),
-            compare_ports=compare_ready.result(),
+            metrics_address=options.metrics_address,
+            grace_seconds=options.grace_seconds,
+            stop=gateway_stop,
+        )
+        servers.append(gateway)
+        waiting: set[asyncio.Future[Any]] = {comparator, compare_ready}
+        await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+        if not compare_ready.done():
+            comparator.result()  # re-raises why it could not start
+            return 1
+        compare_port, http_port = compare_ready.result()
+        listen_host, listen_port = split_host_port(options.listen)
+        settings = ShadowEnvoySettings(
+            listen_host=listen_host,
+            listen_port=listen_port,
+            admin_port=free_port(),
+            shadow_port=free_port(),
+            noise_port=free_port(),
+            extproc_port=extproc_port,
+            compare=(("127.0.0.1", compare_port),),
+            baseline=options.baseline,
+            candidate=options.candidate,
+            noise=options.noise,
+            percent=options.percent,
+            candidate_gateway_port=free_port() if options.reverse else 0,
+            upstream_timeout_s=options.upstream_timeout_s,
+        )
+        template = options.template or template_path(reverse=options.reverse)
+        gateway_config = (
+            load_template(options.gateway_template) if options.gateway_template else None
+        )
+        config = render_shadow(
+            load_template(template), settings, contract.policy, gateway=gateway_config
+        )
+        return await run_envoy(
+            config,
+            admin_port=settings.admin_port,
+            log_level=options.envoy_log_level,
+            concurrency=options.envoy_concurrency,
+            ready_line=lambda pid: _ready_line(options, settings, pid, http_port),
             stop=stop,
             servers=servers,
         )
@@ -96,66 +115,14 @@ async def run_shadow(contract: Contract, options: ShadowRunOptions) -> int:
                 await task
 
 
-async def _run_envoy(
-    contract: Contract,
-    options: ShadowRunOptions,
-    *,
-    extproc_port: int,
-    compare_ports: tuple[int, int | None],
-    stop: asyncio.Event,
-    servers: list[asyncio.Task[None]],
-) -> int:
-    listen_host, listen_port = split_host_port(options.listen)
-    compare_port, http_port = compare_ports
-    settings = ShadowEnvoySettings(
-        listen_host=listen_host,
-        listen_port=listen_port,
-        admin_port=free_port(),
-        shadow_port=free_port(),
-        noise_port=free_port(),
-        extproc_port=extproc_port,
-        compare=(("127.0.0.1", compare_port),),
-        baseline=options.baseline,
-        candidate=options.candidate,
-        noise=options.noise,
-        percent=options.percent,
-        candidate_gateway_port=free_port() if options.reverse else 0,
-        upstream_timeout_s=options.upstream_timeout_s,
-    )
-    template = options.template or template_path(reverse=options.reverse)
-    gateway = load_template(options.gateway_template) if options.gateway_template else None
-    config = render_shadow(load_template(template), settings, contract.policy, gateway=gateway)
-    with tempfile.TemporaryDirectory(prefix="extproc-shadow-") as workdir:
-        config_path = Path(workdir) / "envoy.yaml"
-        config_path.write_text(dump(config), encoding="utf-8")
-        argv = envoy_argv(config_path, options.envoy_log_level, options.envoy_concurrency)
-        envoy = await asyncio.create_subprocess_exec(*argv, stdin=asyncio.subprocess.DEVNULL)
-        try:
-            if not await wait_live(settings.admin_port, envoy):
-                log.error("Envoy did not become ready")
-                return 1
-            print(_ready_line(options, settings, envoy.pid, http_port), flush=True)
-            envoy_exit = asyncio.create_task(envoy.wait())
-            stopped = asyncio.create_task(stop.wait())
-            watched: set[asyncio.Future[Any]] = {envoy_exit, stopped, *servers}
-            await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
-            stopped.cancel()
-            if envoy_exit.done():
-                log.error("Envoy exited with status %s", envoy_exit.result())
-                return 1
-            return 0 if stop.is_set() else 1
-        finally:
-            await stop_process(envoy)
-
-
 def _ready_line(
     options: ShadowRunOptions, settings: ShadowEnvoySettings, envoy_pid: int, http_port: int | None
 ) -> str:
     shown = "127.0.0.1" if settings.listen_host in ("0.0.0.0", "::") else settings.listen_host
-    baseline = f"baseline {_url(options.baseline)}"
-    candidate = f"candidate {_url(options.candidate)} through the gateway"
+    baseline = f"baseline {options.baseline.url}"
+    candidate = f"candidate {options.candidate.url} through the gateway"
     primary, shadow = (candidate, baseline) if options.reverse else (baseline, candidate)
-    noise = f" and noise {_url(options.noise)}" if options.noise else ""
+    noise = f" and noise {options.noise.url}" if options.noise else ""
     http = f"http://127.0.0.1:{http_port}" if http_port else "(no HTTP)"
     return (
         f"extproc shadow ready: http://{shown}:{settings.listen_port}/v1/embeddings -> "
@@ -163,10 +130,6 @@ def _ready_line(
         f"summary {http}/summary, metrics {http}/metrics "
         f"(envoy pid {envoy_pid}, admin 127.0.0.1:{settings.admin_port})"
     )
-
-
-def _url(upstream: Upstream) -> str:
-    return f"{'https' if upstream.tls else 'http'}://{upstream.host}:{upstream.port}"
 
 
 def main_shadow(contract: Contract, options: ShadowRunOptions) -> int:

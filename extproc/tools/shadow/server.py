@@ -23,7 +23,7 @@ import orjson
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from extproc.service.server import split_host_port
+from extproc.service.net import split_host_port
 from extproc.tools.shadow.comparator import Comparator
 from extproc.tools.shadow.compare import Tolerances
 from extproc.tools.shadow.forwarder import MAX_MESSAGE_BYTES, ForwardLimits, HalfRouter

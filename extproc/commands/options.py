@@ -1,0 +1,118 @@
+"""Command-line options that several `extproc` commands share, each defined once.
+
+A command adds the groups it needs (``add_policy_options``, ``add_server_options``,
+``add_server_tls_options``, ``add_envoy_options``); a flag therefore means the
+same, with the same default and environment variable, wherever it appears.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+SHIPPED_POLICY = Path(__file__).resolve().parents[1] / "policies" / "qwen3-embedding-0.6b.yaml"
+
+# (flag, environment variable giving the default or None, help)
+FileOption = tuple[str, str | None, str]
+
+SERVER_TLS_FILES: tuple[FileOption, ...] = (
+    (
+        "--tls-cert",
+        "EXTPROC_TLS_CERT",
+        "server certificate chain, PEM (default: $EXTPROC_TLS_CERT; unset = plaintext)",
+    ),
+    (
+        "--tls-key",
+        "EXTPROC_TLS_KEY",
+        "its private key, PEM, unencrypted (default: $EXTPROC_TLS_KEY)",
+    ),
+    (
+        "--tls-client-ca",
+        "EXTPROC_TLS_CLIENT_CA",
+        "require client certificates signed by this CA (mTLS) (default: $EXTPROC_TLS_CLIENT_CA)",
+    ),
+)
+
+
+def env_path(name: str | None) -> Path | None:
+    value = os.environ.get(name) if name else None
+    return Path(value) if value else None
+
+
+def add_file_options(parser: argparse._ActionsContainer, options: Iterable[FileOption]) -> None:
+    for flag, env, text in options:
+        parser.add_argument(flag, type=Path, default=env_path(env), metavar="FILE", help=text)
+
+
+def add_tokenizer_option(parser: argparse._ActionsContainer) -> None:
+    parser.add_argument(
+        "--tokenizer",
+        action="append",
+        default=[],
+        metavar="NAME=DIR",
+        help="use the tokenizer.json in DIR for model (or tokenizer hf_id) NAME; "
+        "repeatable; also $EXTPROC_TOKENIZER_OVERRIDES=NAME=DIR,...",
+    )
+
+
+def add_policy_options(parser: argparse._ActionsContainer) -> None:
+    """--config and --tokenizer: which policy, with which tokenizer files."""
+    parser.add_argument(
+        "--config",
+        type=Path,
+        default=Path(os.environ.get("EXTPROC_CONFIG", SHIPPED_POLICY)),
+        help="policy file (default: $EXTPROC_CONFIG, else the shipped Qwen3 policy)",
+    )
+    add_tokenizer_option(parser)
+
+
+def add_reload_option(parser: argparse._ActionsContainer) -> None:
+    """--no-watch: reload the policy on SIGHUP only (the default also watches the file)."""
+    parser.add_argument(
+        "--no-watch",
+        action="store_true",
+        help="do not reload the policy file when it changes; only on SIGHUP "
+        "(default: new streams get a changed file within ~2 s)",
+    )
+
+
+def add_server_options(
+    parser: argparse._ActionsContainer, *, metrics_env: str | None, grace_s: float
+) -> None:
+    """--metrics and --grace of the ext_proc server a command runs."""
+    parser.add_argument(
+        "--metrics",
+        default=os.environ.get(metrics_env) if metrics_env else None,
+        metavar="HOST:PORT",
+        help="serve Prometheus metrics here "
+        + (f"(default: ${metrics_env}, else off)" if metrics_env else "(default: off)"),
+    )
+    parser.add_argument(
+        "--grace",
+        type=float,
+        default=grace_s,
+        metavar="SECONDS",
+        help=f"seconds to let in-flight streams finish on SIGTERM (default {grace_s:g})",
+    )
+
+
+def add_server_tls_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group(
+        "TLS on the ext_proc gRPC port (docs/tls.md); files are re-read when they change"
+    )
+    add_file_options(group, SERVER_TLS_FILES)
+
+
+def add_envoy_options(parser: argparse._ActionsContainer) -> None:
+    """How a command runs the Envoy it starts."""
+    parser.add_argument(
+        "--upstream-timeout",
+        type=float,
+        default=300.0,
+        metavar="SECONDS",
+        help="how long Envoy waits for the upstream's answer (then 504)",
+    )
+    parser.add_argument("--envoy-log-level", default="warning")
+    parser.add_argument("--envoy-concurrency", type=int, default=None)

