@@ -124,6 +124,13 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--upstream", required=True, help="the Dynamo/vLLM frontend, e.g. http://127.0.0.1:8000"
     )
+    run.add_argument(
+        "--legacy",
+        default=None,
+        metavar="URL",
+        help="split migration: send every path but the embeddings endpoint to this "
+        "server, untouched and streamed (e.g. the legacy server's http://127.0.0.1:9000)",
+    )
     run.add_argument("--listen", default="127.0.0.1:8080", help="where clients connect")
     run.add_argument(
         "--upstream-timeout",
@@ -290,6 +297,11 @@ def _run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"error: --upstream: {exc}", file=sys.stderr)
         return 2
+    try:
+        legacy = Upstream.from_url(args.legacy) if args.legacy else None
+    except ValueError as exc:
+        print(f"error: --legacy: {exc}", file=sys.stderr)
+        return 2
     ok, server_tls = server_tls_or_report(args)
     if not ok:
         return 2
@@ -309,6 +321,7 @@ def _run(args: argparse.Namespace) -> int:
         envoy_log_level=args.envoy_log_level,
         envoy_concurrency=args.envoy_concurrency,
         upstream_timeout_s=args.upstream_timeout,
+        legacy=legacy,
         server_tls=server_tls,
         envoy_tls=envoy_tls,
         **({"envoy_template": args.envoy_template} if args.envoy_template else {}),

@@ -51,6 +51,8 @@ class RunOptions:
     envoy_log_level: str = "warning"
     envoy_concurrency: int | None = None
     upstream_timeout_s: float = 300.0
+    # Split migration: every other path to this server, untouched (envoy_config.with_legacy).
+    legacy: Upstream | None = None
     # TLS on the Envoy -> ext_proc hop: the server's side and Envoy's side.
     server_tls: TlsSettings | None = None
     envoy_tls: ExtProcTls | None = None
@@ -125,6 +127,7 @@ async def run(contract: Contract, options: RunOptions) -> int:
         extproc_port=extproc_port,
         upstream=options.upstream,
         upstream_timeout_s=options.upstream_timeout_s,
+        legacy=options.legacy,
     )
     config = render(load_template(options.envoy_template), settings, contract.policy)
     if options.envoy_tls is not None:
@@ -142,8 +145,7 @@ async def run(contract: Contract, options: RunOptions) -> int:
             shown_host = "127.0.0.1" if listen_host in ("0.0.0.0", "::") else listen_host
             print(
                 f"extproc ready: http://{shown_host}:{listen_port}/v1/embeddings -> "
-                f"{'https' if options.upstream.tls else 'http'}://{options.upstream.host}:"
-                f"{options.upstream.port} (envoy pid {envoy.pid}, "
+                f"{_url(options.upstream)}{_legacy_note(options.legacy)} (envoy pid {envoy.pid}, "
                 f"ext_proc 127.0.0.1:{extproc_port}{_tls_note(options.server_tls)}, "
                 f"admin 127.0.0.1:{settings.admin_port}, "
                 f"models: {', '.join(contract.policy.models)})",
@@ -163,6 +165,14 @@ async def run(contract: Contract, options: RunOptions) -> int:
             with contextlib.suppress(asyncio.CancelledError):
                 await server
     return exit_code
+
+
+def _url(upstream: Upstream) -> str:
+    return f"{'https' if upstream.tls else 'http'}://{upstream.host}:{upstream.port}"
+
+
+def _legacy_note(legacy: Upstream | None) -> str:
+    return "" if legacy is None else f", every other path -> {_url(legacy)}"
 
 
 def _tls_note(tls: TlsSettings | None) -> str:
