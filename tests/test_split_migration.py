@@ -368,6 +368,21 @@ def test_multipart_audio_upload_reaches_legacy_byte_for_byte(
     print(f"\nbytes compared on the legacy route: {len(body):,} (multipart upload, SHA-256 equal)")
 
 
+def test_upload_bigger_than_every_gateway_limit_reaches_legacy(
+    gateway: Gateway, legacy: LegacyStandIn, qwen_policy: GatewayPolicy
+) -> None:
+    """Above the embeddings body cap and the listener's buffer limit: the legacy
+    route has no limit of its own."""
+    size = qwen_policy.max_response_bytes() + 4 * 2**20
+    body, content_type = multipart_audio(size)
+    reply = send(
+        gateway.url, "POST", "/v1/audio/transcriptions", body, {"content-type": content_type}
+    )
+    assert reply.status == 200, reply.body[:300]
+    assert orjson.loads(reply.body)["sha256"] == hashlib.sha256(body).hexdigest()
+    assert len(body) > qwen_policy.limits.max_request_bytes
+
+
 def test_upload_streams_to_legacy_before_the_client_has_finished(
     gateway: Gateway, legacy: LegacyStandIn
 ) -> None:
