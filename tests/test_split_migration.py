@@ -36,9 +36,9 @@ from extproc.commands.envoy_config import (
     with_legacy,
 )
 from extproc.core.policy import GatewayPolicy
-from tests.conftest import QWEN_MODEL, REPO, SHIPPED_QWEN_POLICY
+from tests.conftest import QWEN_MODEL, REPO
 from tests.fake_upstream import FakeUpstream
-from tests.harness import Gateway, start_gateway
+from tests.harness import Gateway, start_shipped_gateway
 
 WAIT_S = 30.0
 UPLOAD_BYTES = 6 * 1024 * 1024
@@ -260,17 +260,9 @@ def gateway(
     qwen_dir: Path,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Gateway]:
-    gw = start_gateway(
-        dynamo.url,
-        tmp_path_factory.mktemp("split"),
-        config=SHIPPED_QWEN_POLICY,
-        tokenizer_overrides=f"{QWEN_MODEL}={qwen_dir}",
-        extra_args=[
-            "--legacy",
-            legacy.url,
-            "--envoy-template",
-            str(REPO / "envoy" / f"{request.param}.yaml"),
-        ],
+    log_dir = tmp_path_factory.mktemp("split")
+    gw = start_shipped_gateway(
+        dynamo.url, log_dir, qwen_dir, request.param, ["--legacy", legacy.url]
     )
     yield gw
     assert gw.stop() == 0, gw.log()
