@@ -15,6 +15,8 @@ import hashlib
 import http.client
 import os
 import statistics
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -522,3 +524,16 @@ def test_with_legacy_refuses_a_config_without_a_passthrough_route() -> None:
         vhost["routes"] = [r for r in vhost["routes"] if r["name"] != "passthrough"]
     with pytest.raises(ValueError, match="passthrough"):
         with_legacy(config, Upstream.from_url("http://legacy:9000"))
+
+
+def test_a_bad_legacy_url_stops_the_command() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "extproc", "run", "--upstream", "http://127.0.0.1:1"]
+        + ["--legacy", "ftp://legacy"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert "--legacy" in result.stderr and "ftp://legacy" in result.stderr
