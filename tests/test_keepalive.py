@@ -95,28 +95,33 @@ class OneConnection:
         return self.answer()
 
 
-@pytest.fixture(scope="module")
-def upstream(qwen_dir: Path) -> Iterator[FakeUpstream]:
-    with FakeUpstream(flavour="dynamo", tokenizer_dir=qwen_dir) as fake:
-        yield fake
+@dataclass(frozen=True)
+class Served:
+    gateway: Gateway
+    upstream: FakeUpstream
 
 
 @pytest.fixture(scope="module", params=["standalone", "single-filter"])
-def gateway(
-    request: pytest.FixtureRequest,
-    upstream: FakeUpstream,
-    qwen_dir: Path,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[Gateway]:
-    log_dir = tmp_path_factory.mktemp("keepalive")
-    gw = start_shipped_gateway(upstream.url, log_dir, qwen_dir, request.param)
-    yield gw
-    assert gw.stop() == 0, gw.log()
+def served(
+    request: pytest.FixtureRequest, qwen_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Served]:
+    """The Dynamo fake and `extproc run` in front of it, for each shipped Envoy shape."""
+    with FakeUpstream(flavour="dynamo", tokenizer_dir=qwen_dir) as fake:
+        log_dir = tmp_path_factory.mktemp("keepalive")
+        gateway = start_shipped_gateway(fake.url, log_dir, qwen_dir, request.param)
+        yield Served(gateway, fake)
+        assert gateway.stop() == 0, gateway.log()
 
 
 @pytest.fixture
-def connection(gateway: Gateway) -> Iterator[OneConnection]:
-    conn = OneConnection(gateway.url)
+def upstream(served: Served) -> FakeUpstream:
+    served.upstream.reset()
+    return served.upstream
+
+
+@pytest.fixture
+def connection(served: Served) -> Iterator[OneConnection]:
+    conn = OneConnection(served.gateway.url)
     yield conn
     conn.close()
 
@@ -124,7 +129,6 @@ def connection(gateway: Gateway) -> Iterator[OneConnection]:
 def test_a_gateway_400_then_a_200_on_one_connection(
     connection: OneConnection, upstream: FakeUpstream
 ) -> None:
-    upstream.reset()
     rejected = connection.request(b"{not json")
     assert rejected.status == 400, rejected
     assert orjson.loads(rejected.body)["error"]["code"] == "invalid_json"
@@ -140,7 +144,6 @@ def test_every_kind_of_gateway_answer_keeps_the_connection(
     connection: OneConnection, upstream: FakeUpstream
 ) -> None:
     """400 (bad field, empty body), 404 (unknown model), 405, 415: all read whole."""
-    upstream.reset()
     cases: list[tuple[str, bytes, str, int]] = [
         (
             "POST",
@@ -169,7 +172,6 @@ def test_a_413_after_the_body_was_read_whole_keeps_the_connection(
     no declared length to judge by, the gateway reads it whole, then answers 413.
     (With a Content-Length over the limit, single-filter.yaml answers from the
     request headers, racing the body's arrival; either outcome is correct.)"""
-    upstream.reset()
     body = orjson.dumps({"model": QWEN_MODEL, "input": "x" * (9 * 1024 * 1024)})
     connection.sock.sendall(
         b"POST /v1/embeddings HTTP/1.1\r\nHost: gateway\r\nContent-Type: application/json\r\n"
@@ -190,7 +192,6 @@ def test_a_413_before_the_body_was_read_whole_closes(
     limit is ever sent: the answer (Envoy's 413, or the gateway's from the declared
     length) necessarily comes before the body is whole, and the connection closes:
     nobody knows where a next request would start."""
-    upstream.reset()
     declared = qwen_policy.max_response_bytes() + 8 * 2**20
     sent = qwen_policy.max_response_bytes() + 2 * 2**20
     head = (
