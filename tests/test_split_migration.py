@@ -40,7 +40,7 @@ from extproc.commands.envoy_config import (
 from extproc.core.policy import GatewayPolicy
 from tests.conftest import QWEN_MODEL, REPO
 from tests.fake_upstream import FakeUpstream
-from tests.harness import Gateway, start_shipped_gateway
+from tests.harness import Gateway, free_port, start_shipped_gateway
 
 WAIT_S = 30.0
 UPLOAD_BYTES = 6 * 1024 * 1024
@@ -482,6 +482,25 @@ def test_upload_time_through_the_gateway_vs_direct(gateway: Gateway, legacy: Leg
     )
     # A loose bound on a shared machine: streaming adds a hop, not a buffering pass.
     assert through < direct * 10 + 2.0
+
+
+def test_an_unreachable_legacy_server_is_a_503_envelope(
+    dynamo: FakeUpstream, qwen_dir: Path, tmp_path: Path
+) -> None:
+    """Envoy's own answer (not the legacy server's), so it gets the envelope; the
+    embeddings route is unaffected."""
+    dead = f"http://127.0.0.1:{free_port()}"
+    gw = start_shipped_gateway(dynamo.url, tmp_path, qwen_dir, "standalone", ["--legacy", dead])
+    try:
+        reply = send(gw.url, "GET", "/v1/models")
+        assert reply.status == 503
+        error = orjson.loads(reply.body)["error"]
+        assert (error["type"], error["code"]) == ("server_error", "upstream_unavailable")
+        body = orjson.dumps({"model": QWEN_MODEL, "input": "hello"})
+        ok = send(gw.url, "POST", "/v1/embeddings", body, {"content-type": "application/json"})
+        assert ok.status == 200
+    finally:
+        assert gw.stop() == 0, gw.log()
 
 
 # -- the rendered config -------------------------------------------------------------
