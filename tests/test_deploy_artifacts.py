@@ -40,6 +40,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from http.client import HTTPConnection
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from extproc.commands.envoy_config import LEGACY_CLUSTER, Upstream, with_legacy
 from extproc.commands.launcher import envoy_binary
 from extproc.core.policy import load_policy_file, load_policy_text
 from tests.conftest import QWEN_MODEL, REPO, SHIPPED_QWEN_POLICY
@@ -138,8 +140,10 @@ def test_envoy_yaml_validates(path: Path, tmp_path: Path) -> None:
 
 
 def test_compose_envoy_keeps_the_standalone_filter_setup() -> None:
+    """compose.yaml is standalone.yaml as `extproc run --legacy` renders it (the
+    split migration), with compose service names as addresses."""
     compose = yaml.safe_load((ENVOY_DIR / "compose.yaml").read_text())
-    reference = standalone()
+    reference = with_legacy(standalone(), Upstream.from_url("http://legacy:8000"))
     listener, ref_listener = (
         compose["static_resources"]["listeners"][0],
         reference["static_resources"]["listeners"][0],
@@ -150,7 +154,7 @@ def test_compose_envoy_keeps_the_standalone_filter_setup() -> None:
     assert listener == ref_listener
     clusters = {c["name"]: c for c in compose["static_resources"]["clusters"]}
     ref_clusters = {c["name"]: c for c in reference["static_resources"]["clusters"]}
-    assert clusters.keys() == ref_clusters.keys() == {"upstream", "extproc"}
+    assert clusters.keys() == ref_clusters.keys() == {"upstream", "extproc", LEGACY_CLUSTER}
 
     def address(cluster: dict[str, Any]) -> tuple[str, int]:
         sock = cluster["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]
@@ -160,6 +164,7 @@ def test_compose_envoy_keeps_the_standalone_filter_setup() -> None:
     # Cluster addresses are the compose service names.
     assert address(clusters["extproc"]) == ("extproc", 50051)
     assert address(clusters["upstream"]) == ("dynamo-frontend", 8000)
+    assert address(clusters[LEGACY_CLUSTER]) == ("legacy", 8000)
     for name, cluster in clusters.items():
         mine = {
             k: v
@@ -545,6 +550,22 @@ def test_istio_sidecar_filter_runs_on_embeddings_only_and_fails_closed(
     )
     assert (reply.status, reply.json()["error"]["param"]) == (400, "dimensions")
     assert len(upstream.received) == before
+    # The gateway's 400 keeps the client's connection (the NETWORK_FILTER patch): a
+    # 400 then a 200 on one HTTP/1.1 connection.
+    conn = HTTPConnection("127.0.0.1", int(url.rsplit(":", 1)[1]), timeout=30)
+    try:
+        statuses = []
+        for body in (b"{not json", json.dumps(query).encode()):
+            conn.request("POST", "/v1/embeddings", body, {"content-type": "application/json"})
+            if not statuses:
+                sock = conn.sock
+            answer = conn.getresponse()
+            answer.read()
+            statuses.append((answer.status, answer.getheader("connection")))
+            assert conn.sock is sock, statuses  # not closed and silently reopened
+        assert statuses == [(400, None), (200, None)]
+    finally:
+        conn.close()
     # Any other method or path: the filter is skipped, the body reaches the upstream as sent.
     for method, path in (("POST", "/v1/models"), ("GET", "/v1/embeddings"), ("GET", "/v1/models")):
         reply = http(method, f"{url}{path}", query if method == "POST" else None)
@@ -1188,6 +1209,112 @@ def test_envoy_gateway_policies_match_standalone() -> None:
     assert grpc_limit == extproc_cluster["per_connection_buffer_limit_bytes"]
 
 
+# --------------------------------------------------------------------------- split migration
+#
+# Where each kind of request ends up under the shipped routes, evaluated with the
+# kinds' own matching rules: Istio takes the first VirtualService route that matches
+# (a route without `match` matches everything); Gateway API picks, across the
+# HTTPRoutes of a Gateway, an Exact path over a PathPrefix, then the longest prefix,
+# then a rule with a method match. PathPrefix matches whole path elements.
+
+SPLIT_CASES = [
+    ("POST", "/v1/embeddings", "dynamo-frontend"),
+    ("GET", "/v1/embeddings", "dynamo-frontend"),
+    ("POST", "/v1/embeddings/extra", "dynamo-frontend"),
+    ("POST", "/v1/rerank", "legacy-embeddings"),
+    ("POST", "/v1/audio/transcriptions", "legacy-embeddings"),
+    ("GET", "/v1/models", "legacy-embeddings"),
+    ("GET", "/health", "legacy-embeddings"),
+    ("POST", "/v1/embeddingsx", "legacy-embeddings"),
+]
+
+
+def istio_destination(vs: dict[str, Any], method: str, path: str) -> str | None:
+    def matches(m: dict[str, Any]) -> bool:
+        uri, verb = m.get("uri", {}), m.get("method", {})
+        ok = uri.get("exact", path) == path and path.startswith(uri.get("prefix", ""))
+        return ok and verb.get("exact", method) == method
+
+    for route in vs["spec"]["http"]:
+        if "match" not in route or any(matches(m) for m in route["match"]):
+            host: str = route["route"][0]["destination"]["host"]
+            return host.split(".", maxsplit=1)[0]
+    return None
+
+
+def gateway_api_backend(routes: list[dict[str, Any]], method: str, path: str) -> str | None:
+    def prefix_matches(prefix: str) -> bool:
+        elements = [e for e in prefix.split("/") if e]
+        return [e for e in path.split("/") if e][: len(elements)] == elements
+
+    candidates = []
+    for route in routes:
+        for rule in route["spec"]["rules"]:
+            for m in rule["matches"]:
+                kind, value = m["path"]["type"], m["path"]["value"]
+                hit = path == value if kind == "Exact" else prefix_matches(value)
+                if hit and m.get("method", method) == method:
+                    rank = (kind == "Exact", len(value), "method" in m)
+                    candidates.append((rank, rule["backendRefs"][0]["name"]))
+    return max(candidates)[1] if candidates else None
+
+
+def istio_split_errors(vs: dict[str, Any]) -> list[str]:
+    return [
+        f"{method} {path} -> {got}, expected {want}"
+        for method, path, want in SPLIT_CASES
+        if (got := istio_destination(vs, method, path)) != want
+    ]
+
+
+def gateway_split_errors(routes: list[dict[str, Any]]) -> list[str]:
+    return [
+        f"{method} {path} -> {got}, expected {want}"
+        for method, path, want in SPLIT_CASES
+        if (got := gateway_api_backend(routes, method, path)) != want
+    ]
+
+
+def ingress_virtual_service() -> dict[str, Any]:
+    [vs] = [d for d in load_all(ISTIO_DIR / "gateway.yaml") if d["kind"] == "VirtualService"]
+    return vs
+
+
+def gateway_http_routes() -> list[dict[str, Any]]:
+    return [d for d in load_all(GATEWAY_DIR / "gateway.yaml") if d["kind"] == "HTTPRoute"]
+
+
+def test_istio_ingress_splits_embeddings_from_the_rest() -> None:
+    assert istio_split_errors(ingress_virtual_service()) == []
+
+
+def test_envoy_gateway_routes_split_embeddings_from_the_rest() -> None:
+    routes = gateway_http_routes()
+    assert gateway_split_errors(routes) == []
+    # Only the embeddings route carries the ext_proc policy; the legacy rule has none.
+    policy = next(d for _, d in CRD_DOCS if d["kind"] == "EnvoyExtensionPolicy")
+    assert [r["name"] for r in policy["spec"]["targetRefs"]] == ["embeddings"]
+
+
+def test_broken_split_routes_fail_the_route_check() -> None:
+    vs = copy.deepcopy(ingress_virtual_service())
+    vs["spec"]["http"].reverse()  # the catch-all first: embeddings would go to legacy
+    assert istio_split_errors(vs) != []
+    routes = copy.deepcopy(gateway_http_routes())
+    passthrough = next(r for r in routes if r["metadata"]["name"] == "embeddings-passthrough")
+    passthrough["spec"]["rules"][0]["matches"][0]["path"]["type"] = "Exact"
+    assert gateway_split_errors(routes) != []
+
+
+def test_a_compose_envoy_without_the_legacy_cluster_fails_validation(tmp_path: Path) -> None:
+    config = yaml.safe_load((ENVOY_DIR / "compose.yaml").read_text())
+    clusters = config["static_resources"]["clusters"]
+    config["static_resources"]["clusters"] = [c for c in clusters if c["name"] != LEGACY_CLUSTER]
+    result = envoy_validate(config, tmp_path)
+    assert result.returncode != 0
+    assert LEGACY_CLUSTER in result.stdout + result.stderr
+
+
 # --------------------------------------------------------------------------- compose
 
 
@@ -1280,8 +1407,10 @@ def test_each_compose_stack_stands_alone_in_order(profile: str, entry: str) -> N
         assert gpu == set()
     else:
         assert "dynamo-worker" in gpu
-    # The stack's ext_proc server and upstream answer to the names envoy/compose.yaml uses.
-    assert {"extproc", "dynamo-frontend"} <= names_on_network(services, stack, entry)
+    # The stack's ext_proc server, upstream and legacy server answer to the names
+    # envoy/compose.yaml uses (on the CPU stack, vLLM stands in for the legacy server).
+    names = names_on_network(services, stack, entry)
+    assert {"extproc", "dynamo-frontend", "legacy"} <= names
 
 
 def names_on_network(services: dict[str, dict[str, Any]], stack: set[str], entry: str) -> set[str]:
@@ -1394,6 +1523,19 @@ def test_compose_runs_the_seed_deployment() -> None:
         assert load_policy_file(REPO / source).models
     # The shadow comparator is the planned `extproc shadow-compare` (parity issue).
     assert services["shadow-compare"]["command"][0] == "shadow-compare"
+
+
+def test_compose_default_stack_is_the_split_migration() -> None:
+    services = compose_services()
+    legacy = services["legacy"]
+    # In the default stack (and so in the shadow one), Envoy waits for it; a
+    # placeholder image the operator replaces; reachable only through Envoy.
+    assert "profiles" not in legacy
+    assert services["envoy"]["depends_on"]["legacy"] == {"condition": "service_started"}
+    assert legacy["image"].startswith("${LEGACY_IMAGE:-")
+    assert "ports" not in legacy and legacy["expose"] == ["8000"]
+    # The CPU stack has no legacy server: vLLM answers to that name as well.
+    assert "legacy" in services["vllm-cpu"]["networks"]["cpu"]["aliases"]
 
 
 def test_the_minilm_policy_matches_the_cpu_profile() -> None:

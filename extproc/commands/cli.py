@@ -95,6 +95,13 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--upstream", required=True, help="the Dynamo/vLLM frontend, e.g. http://127.0.0.1:8000"
     )
+    run.add_argument(
+        "--legacy",
+        default=None,
+        metavar="URL",
+        help="split migration: send every path but the embeddings endpoint to this "
+        "server, untouched and streamed (e.g. the legacy server's http://127.0.0.1:9000)",
+    )
     run.add_argument("--listen", default="127.0.0.1:8080", help="where clients connect")
     add_envoy_options(run)
     run.add_argument(
@@ -268,6 +275,11 @@ def _run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"error: --upstream: {exc}", file=sys.stderr)
         return 2
+    try:
+        legacy = Upstream.from_url(args.legacy) if args.legacy else None
+    except ValueError as exc:
+        print(f"error: --legacy: {exc}", file=sys.stderr)
+        return 2
     if not args.envoy_template.is_file():
         print(f"error: --envoy-template: no such file {args.envoy_template}", file=sys.stderr)
         return 2
@@ -291,6 +303,7 @@ def _run(args: argparse.Namespace) -> int:
         envoy_log_level=args.envoy_log_level,
         envoy_concurrency=args.envoy_concurrency,
         upstream_timeout_s=args.upstream_timeout,
+        legacy=legacy,
         server_tls=server_tls,
         envoy_tls=envoy_tls,
         reload=reload_settings(args, started_from),

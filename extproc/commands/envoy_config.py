@@ -45,6 +45,9 @@ def template_path(name: str) -> Path:
 
 
 DEFAULT_TEMPLATE = template_path("standalone.yaml")
+# The route every non-embeddings request takes, and where --legacy points it.
+PASSTHROUGH_ROUTE = "passthrough"
+LEGACY_CLUSTER = "legacy"
 
 
 @dataclass(frozen=True)
@@ -76,6 +79,8 @@ class EnvoySettings:
     extproc_port: int
     upstream: Upstream
     upstream_timeout_s: float = 300.0
+    # Split migration: every path but the embeddings endpoint goes here, untouched.
+    legacy: Upstream | None = None
 
 
 def render(
@@ -120,17 +125,73 @@ def render(
     _point(upstream, settings.upstream.host, settings.upstream.port)
     upstream["type"] = "STRICT_DNS"
     if settings.upstream.tls:
-        upstream["transport_socket"] = {
-            "name": "envoy.transport_sockets.tls",
-            "typed_config": {
-                "@type": _TLS_CONTEXT,
-                "sni": settings.upstream.host,
-            },
-        }
+        upstream["transport_socket"] = _upstream_tls(settings.upstream.host)
     extproc = clusters["extproc"]
     extproc["per_connection_buffer_limit_bytes"] = message_limit
     _point(extproc, "127.0.0.1", settings.extproc_port)
+    if settings.legacy is not None:
+        return with_legacy(config, settings.legacy)
     return config
+
+
+def with_legacy(config: dict[str, Any], legacy: Upstream) -> dict[str, Any]:
+    """A copy of a config whose pass-through route goes to a ``legacy`` cluster.
+
+    The split migration: the embeddings routes keep the contract gateway and the
+    Dynamo/vLLM ``upstream``; every other request (``/v1/models``, ``/health``,
+    reranking, audio, ...) reaches the legacy server as the client sent it. The
+    pass-through route already runs no gateway filter (no ext_proc, no buffer, no
+    custom_response, no Lua), so bodies stream both ways and the legacy server's
+    status and body come back unchanged. The route keeps its timeout (the
+    upstream's). Works on any shipped template (found by the route's name), so the
+    YAML files stay valid on their own.
+    """
+    config = copy.deepcopy(config)
+    routes = [
+        route
+        for vhost in _route_config(config)["virtual_hosts"]
+        for route in vhost["routes"]
+        if route.get("name") == PASSTHROUGH_ROUTE
+    ]
+    if len(routes) != 1:
+        raise ValueError(f"expected one route named {PASSTHROUGH_ROUTE!r}, found {len(routes)}")
+    routes[0]["route"]["cluster"] = LEGACY_CLUSTER
+    clusters: list[dict[str, Any]] = config["static_resources"]["clusters"]
+    if any(c["name"] == LEGACY_CLUSTER for c in clusters):
+        raise ValueError(f"the config already has a {LEGACY_CLUSTER!r} cluster")
+    clusters.append(legacy_cluster(legacy))
+    return config
+
+
+def legacy_cluster(legacy: Upstream) -> dict[str, Any]:
+    """The ``legacy`` cluster: plain HTTP/1.1 (TLS for https URLs), resolved by DNS."""
+    cluster: dict[str, Any] = {
+        "name": LEGACY_CLUSTER,
+        "type": "STRICT_DNS",
+        "connect_timeout": "5s",
+        # No per_connection_buffer_limit_bytes: Envoy's default (1 MiB) is a flow
+        # control watermark, not a cap; uploads and answers of any size stream.
+        "load_assignment": {"cluster_name": LEGACY_CLUSTER},
+    }
+    _point(cluster, legacy.host, legacy.port)
+    if legacy.tls:
+        cluster["transport_socket"] = _upstream_tls(legacy.host)
+    return cluster
+
+
+def _upstream_tls(host: str) -> dict[str, Any]:
+    return {
+        "name": "envoy.transport_sockets.tls",
+        "typed_config": {"@type": _TLS_CONTEXT, "sni": host},
+    }
+
+
+def _route_config(config: dict[str, Any]) -> dict[str, Any]:
+    (listener,) = config["static_resources"]["listeners"]
+    route_config: dict[str, Any] = listener["filter_chains"][0]["filters"][0]["typed_config"][
+        "route_config"
+    ]
+    return route_config
 
 
 def _point(cluster: dict[str, Any], host: str, port: int) -> None:

@@ -55,6 +55,8 @@ class RunOptions:
     envoy_log_level: str = "warning"
     envoy_concurrency: int | None = None
     upstream_timeout_s: float = 300.0
+    # Split migration: every other path to this server, untouched (envoy_config.with_legacy).
+    legacy: Upstream | None = None
     # TLS on the Envoy -> ext_proc hop: the server's side and Envoy's side.
     server_tls: TlsSettings | None = None
     envoy_tls: ExtProcTls | None = None
@@ -187,6 +189,7 @@ async def run(contract: Contract, options: RunOptions) -> int:
             extproc_port=extproc_port,
             upstream=options.upstream,
             upstream_timeout_s=options.upstream_timeout_s,
+            legacy=options.legacy,
         )
         config = render(load_template(options.envoy_template), settings, contract.policy)
         if options.envoy_tls is not None:
@@ -196,7 +199,7 @@ async def run(contract: Contract, options: RunOptions) -> int:
         def ready_line(envoy_pid: int) -> str:
             return (
                 f"extproc ready: http://{shown_host}:{listen_port}/v1/embeddings -> "
-                f"{options.upstream.url} (envoy pid {envoy_pid}, "
+                f"{options.upstream.url}{_legacy_note(options.legacy)} (envoy pid {envoy_pid}, "
                 f"ext_proc 127.0.0.1:{extproc_port}{_tls_note(options.server_tls)}, "
                 f"admin 127.0.0.1:{settings.admin_port}, "
                 f"models: {', '.join(contract.policy.models)})"
@@ -215,6 +218,10 @@ async def run(contract: Contract, options: RunOptions) -> int:
         server_stop.set()
         with contextlib.suppress(asyncio.CancelledError):
             await server
+
+
+def _legacy_note(legacy: Upstream | None) -> str:
+    return "" if legacy is None else f", every other path -> {legacy.url}"
 
 
 def _tls_note(tls: TlsSettings | None) -> str:

@@ -1,0 +1,215 @@
+"""HTTP/1.1 keep-alive through a real Envoy and the real ext_proc server (both shipped
+Envoy shapes): an answer the gateway gives itself after reading the request whole
+keeps the client's connection, as an upstream's 4xx does; an answer given before the
+body was read whole (413 over the buffer limit) closes it.
+
+Each check uses ONE raw socket, so a silent reconnect (as http.client does) cannot
+hide a closed connection."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+import pytest
+
+from extproc.core.policy import GatewayPolicy
+from tests.conftest import QWEN_MODEL
+from tests.fake_upstream import FakeUpstream
+from tests.harness import Gateway, start_shipped_gateway
+
+ANSWER_TIMEOUT_S = 30.0
+# Envoy closes a connection it has marked for closing 1 s after the answer
+# (delayed_close_timeout); generous for two shared cores.
+CLOSE_BOUND_S = 5.0
+GOOD_BODY = orjson.dumps({"model": QWEN_MODEL, "input": "hello"})
+
+
+@dataclass(frozen=True)
+class Answer:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+
+class OneConnection:
+    """One HTTP/1.1 connection to 127.0.0.1; every read is bounded in time."""
+
+    def __init__(self, url: str) -> None:
+        host, port = url.removeprefix("http://").split(":")
+        self.sock = socket.create_connection((host, int(port)), timeout=ANSWER_TIMEOUT_S)
+        self.buffer = b""
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def send(self, method: str, path: str, body: bytes, content_type: str) -> None:
+        head = (
+            f"{method} {path} HTTP/1.1\r\nHost: gateway\r\nContent-Type: {content_type}\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n"
+        ).encode()
+        self.sock.sendall(head + body)
+
+    def _fill(self) -> bool:
+        chunk = self.sock.recv(1 << 16)
+        self.buffer += chunk
+        return bool(chunk)
+
+    def answer(self) -> Answer:
+        while b"\r\n\r\n" not in self.buffer:
+            assert self._fill(), f"connection closed before an answer: {self.buffer[:200]!r}"
+        head, _, self.buffer = self.buffer.partition(b"\r\n\r\n")
+        status_line, *lines = head.decode("latin-1").split("\r\n")
+        headers = {}
+        for line in lines:
+            name, _, value = line.partition(":")
+            headers[name.strip().lower()] = value.strip()
+        size = int(headers["content-length"])
+        while len(self.buffer) < size:
+            assert self._fill(), "connection closed in the middle of a body"
+        body, self.buffer = self.buffer[:size], self.buffer[size:]
+        return Answer(int(status_line.split()[1]), headers, body)
+
+    def closed_within(self, seconds: float) -> bool:
+        """True when the peer closes (EOF or reset) within ``seconds``."""
+        deadline = time.monotonic() + seconds
+        while (remaining := deadline - time.monotonic()) > 0:
+            self.sock.settimeout(remaining)
+            try:
+                if not self.sock.recv(1 << 16):
+                    return True
+            except TimeoutError:
+                return False
+            except ConnectionResetError:
+                return True
+        return False
+
+    def request(self, body: bytes, content_type: str = "application/json") -> Answer:
+        self.send("POST", "/v1/embeddings", body, content_type)
+        return self.answer()
+
+
+@dataclass(frozen=True)
+class Served:
+    gateway: Gateway
+    upstream: FakeUpstream
+
+
+@pytest.fixture(scope="module", params=["standalone", "single-filter"])
+def served(
+    request: pytest.FixtureRequest, qwen_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Served]:
+    """The Dynamo fake and `extproc run` in front of it, for each shipped Envoy shape."""
+    with FakeUpstream(flavour="dynamo", tokenizer_dir=qwen_dir) as fake:
+        log_dir = tmp_path_factory.mktemp("keepalive")
+        gateway = start_shipped_gateway(fake.url, log_dir, qwen_dir, request.param)
+        yield Served(gateway, fake)
+        assert gateway.stop() == 0, gateway.log()
+
+
+@pytest.fixture
+def upstream(served: Served) -> FakeUpstream:
+    served.upstream.reset()
+    return served.upstream
+
+
+@pytest.fixture
+def connection(served: Served) -> Iterator[OneConnection]:
+    conn = OneConnection(served.gateway.url)
+    yield conn
+    conn.close()
+
+
+def test_a_gateway_400_then_a_200_on_one_connection(
+    connection: OneConnection, upstream: FakeUpstream
+) -> None:
+    rejected = connection.request(b"{not json")
+    assert rejected.status == 400, rejected
+    assert orjson.loads(rejected.body)["error"]["code"] == "invalid_json"
+    assert rejected.headers.get("connection") != "close", rejected.headers
+    served = connection.request(GOOD_BODY)
+    assert served.status == 200, served
+    assert len(orjson.loads(served.body)["data"]) == 1
+    # Only the good request reached the upstream.
+    assert len(upstream.received) == 1
+
+
+def test_every_kind_of_gateway_answer_keeps_the_connection(
+    connection: OneConnection, upstream: FakeUpstream
+) -> None:
+    """400 (bad field, empty body), 404 (unknown model), 405, 415: all read whole."""
+    cases: list[tuple[str, bytes, str, int]] = [
+        (
+            "POST",
+            orjson.dumps({"model": QWEN_MODEL, "input": "x", "dimensions": 3}),
+            "application/json",
+            400,
+        ),
+        ("POST", b"", "application/json", 400),
+        ("POST", orjson.dumps({"model": "nope", "input": "x"}), "application/json", 404),
+        ("GET", b"", "application/json", 405),
+        ("POST", GOOD_BODY, "text/plain", 415),
+    ]
+    for method, body, content_type, status in cases:
+        connection.send(method, "/v1/embeddings", body, content_type)
+        answer = connection.answer()
+        assert answer.status == status, (method, body, answer)
+        assert answer.headers.get("connection") != "close", (status, answer.headers)
+    assert connection.request(GOOD_BODY).status == 200
+    assert len(upstream.received) == 1
+
+
+def test_a_413_after_the_body_was_read_whole_keeps_the_connection(
+    connection: OneConnection, upstream: FakeUpstream
+) -> None:
+    """Over the policy's max_request_bytes but within Envoy's buffer, chunked: with
+    no declared length to judge by, the gateway reads it whole, then answers 413.
+    (With a Content-Length over the limit, single-filter.yaml answers from the
+    request headers, racing the body's arrival; either outcome is correct.)"""
+    body = orjson.dumps({"model": QWEN_MODEL, "input": "x" * (9 * 1024 * 1024)})
+    connection.sock.sendall(
+        b"POST /v1/embeddings HTTP/1.1\r\nHost: gateway\r\nContent-Type: application/json\r\n"
+        b"Transfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)
+    )
+    answer = connection.answer()
+    assert answer.status == 413, answer
+    assert orjson.loads(answer.body)["error"]["code"] == "request_too_large"
+    assert answer.headers.get("connection") != "close", answer.headers
+    assert connection.request(GOOD_BODY).status == 200
+    assert len(upstream.received) == 1
+
+
+def test_a_413_before_the_body_was_read_whole_closes(
+    connection: OneConnection, upstream: FakeUpstream, qwen_policy: GatewayPolicy
+) -> None:
+    """A body declared bigger than Envoy's buffer, of which only a part past that
+    limit is ever sent: the answer (Envoy's 413, or the gateway's from the declared
+    length) necessarily comes before the body is whole, and the connection closes:
+    nobody knows where a next request would start."""
+    declared = qwen_policy.max_response_bytes() + 8 * 2**20
+    sent = qwen_policy.max_response_bytes() + 2 * 2**20
+    head = (
+        "POST /v1/embeddings HTTP/1.1\r\nHost: gateway\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {declared}\r\n\r\n"
+    ).encode()
+
+    def write() -> None:
+        # Envoy stops reading once it has answered: the write may block, then break.
+        with contextlib.suppress(OSError):
+            connection.sock.sendall(head + b'{"input": "' + b"x" * sent)
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    answer = connection.answer()
+    assert answer.status == 413, answer
+    assert orjson.loads(answer.body)["error"]["code"] == "request_too_large"
+    assert answer.headers.get("connection") == "close", answer
+    assert connection.closed_within(CLOSE_BOUND_S)
+    writer.join(ANSWER_TIMEOUT_S)
+    assert upstream.received == []
