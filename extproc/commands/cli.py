@@ -333,7 +333,7 @@ def _check_config(args: argparse.Namespace) -> int:
     for model in policy.models.values():
         dims = model.dimensions_rule()
         print(
-            f"  {model.name}: upstream {model.upstream_flavour.value} as {model.upstream_model!r}, "
+            f"  {model.name}: upstream {model.upstream.kind} as {model.upstream_model!r}, "
             f"max {model.max_tokens} tokens, dimensions {dims}, "
             f"encoding profile {model.encoding_profile.value}, "
             f"tokenizer {model.tokenizer.describe()}"

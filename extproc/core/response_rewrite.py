@@ -21,11 +21,12 @@ from dataclasses import dataclass
 
 import orjson
 
-from extproc.core.embeddings_body import EmbeddingsBody, parse_embeddings_body
+from extproc.core.embeddings_body import EmbeddingsBody
 from extproc.core.errors import ApiError, type_for_status
 from extproc.core.plan import Encoding, ResponsePlan
 from extproc.core.status import is_success
 from extproc.core.upstream_errors import parse_upstream_error
+from extproc.core.upstreams import adapter_for
 from extproc.core.vectors import BadVectorsError, encode_base64, truncate_renormalise
 
 
@@ -86,13 +87,18 @@ def _rewrite_vectors(plan: ResponsePlan, body: bytes) -> bytes:
 
 def _checked_rows(plan: ResponsePlan, body: bytes) -> EmbeddingsBody:
     """The answer, checked against what the plan asked the upstream for."""
-    return parse_embeddings_body(
+    return adapter_for(plan.upstream_kind).parse_success(
         body, input_count=plan.input_count, dimensions=plan.native_dimensions
     )
 
 
 def _error_answer(plan: ResponsePlan | None, status: int, body: bytes) -> ClientAnswer:
-    upstream = parse_upstream_error(body)
+    # Without a plan the gateway never matched the request to a model, so which
+    # upstream kind answered is unknown: the tolerant parser reads every kind's shape.
+    if plan is None:
+        upstream = parse_upstream_error(body)
+    else:
+        upstream = adapter_for(plan.upstream_kind).parse_error(status, body)
     detail = upstream.message or "no details given"
     if plan is not None and status == 404:
         error = ApiError(

@@ -10,7 +10,7 @@ from extproc.core.policy.model import (
     PromptTemplates,
     SpecialTokens,
     TokenizerSource,
-    UpstreamFlavour,
+    UpstreamPolicy,
 )
 
 __all__ = [
@@ -23,7 +23,7 @@ __all__ = [
     "PromptTemplates",
     "SpecialTokens",
     "TokenizerSource",
-    "UpstreamFlavour",
+    "UpstreamPolicy",
     "load_policy_file",
     "load_policy_text",
 ]
