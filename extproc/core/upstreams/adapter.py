@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from extproc.core.embeddings_body import EmbeddingsBody
-from extproc.core.upstream_errors import UpstreamError
+from extproc.core.embeddings_body import EmbeddingsBody, parse_embeddings_body
+from extproc.core.upstream_errors import UpstreamError, parse_upstream_error
 
 VectorsEncoding = Literal["float", "base64"]
 
@@ -29,33 +29,21 @@ class Capabilities:
 
 
 class UpstreamAdapter(Protocol):
-    """One upstream kind (a policy's ``upstream.kind``)."""
+    """One upstream kind (a policy's ``upstream.kind``). An adapter module subclasses
+    this and sets the attributes; the methods read the OpenAI shapes unless the kind
+    answers differently."""
 
-    @property
-    def name(self) -> str:
-        """The kind's name in policy files and in the response plan."""
-        ...
-
-    @property
-    def summary(self) -> str:
-        """One line for people: what this adapter talks to."""
-        ...
-
-    @property
-    def defaults(self) -> Capabilities:
-        """What every deployment of this kind does itself (a policy may declare more)."""
-        ...
-
-    @property
-    def vectors_encoding(self) -> VectorsEncoding:
-        """``encoding_format`` the gateway asks for when it rewrites the vectors (base64
-        wherever the upstream writes it: decoding it beats parsing float JSON)."""
-        ...
+    name: str  # the kind's name in policy files and in the response plan
+    summary: str  # one line for people: what this adapter talks to
+    defaults: Capabilities  # what every deployment does itself (a policy may declare more)
+    # ``encoding_format`` the gateway asks for when it rewrites the vectors (base64
+    # wherever the upstream writes it: decoding it beats parsing float JSON).
+    vectors_encoding: VectorsEncoding
 
     def parse_success(self, body: bytes, *, input_count: int, dimensions: int) -> EmbeddingsBody:
         """A 2xx body checked against what was asked; BadVectorsError otherwise."""
-        ...
+        return parse_embeddings_body(body, input_count=input_count, dimensions=dimensions)
 
     def parse_error(self, status: int, body: bytes) -> UpstreamError:
         """What a non-2xx answer says, in words a client or an operator can use."""
-        ...
+        return parse_upstream_error(body)

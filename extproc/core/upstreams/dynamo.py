@@ -11,23 +11,17 @@ applied; ``dimensions`` works only when the worker's model was started Matryoshk
 
 from __future__ import annotations
 
-from typing import Final
-
-from extproc.core.embeddings_body import EmbeddingsBody, parse_embeddings_body
 from extproc.core.upstream_errors import UpstreamError, parse_upstream_error
-from extproc.core.upstreams.adapter import Capabilities, VectorsEncoding
+from extproc.core.upstreams.adapter import Capabilities, UpstreamAdapter, VectorsEncoding
 
 GENERIC_500_MESSAGE = "Internal server error"
 
 
-class DynamoAdapter:
-    name: Final = "dynamo"
-    summary: Final = "NVIDIA Dynamo 1.6.x frontend + vLLM embedding worker"
-    defaults: Final = Capabilities(truncate_prompt_tokens=True)
-    vectors_encoding: Final[VectorsEncoding] = "base64"
-
-    def parse_success(self, body: bytes, *, input_count: int, dimensions: int) -> EmbeddingsBody:
-        return parse_embeddings_body(body, input_count=input_count, dimensions=dimensions)
+class DynamoAdapter(UpstreamAdapter):
+    name = "dynamo"
+    summary = "NVIDIA Dynamo 1.6.x frontend + vLLM embedding worker"
+    defaults = Capabilities(truncate_prompt_tokens=True)
+    vectors_encoding: VectorsEncoding = "base64"
 
     def parse_error(self, status: int, body: bytes) -> UpstreamError:
         error = parse_upstream_error(body)
