@@ -15,7 +15,7 @@ from extproc.core.policy import (
     UpstreamPolicy,
     load_policy_text,
 )
-from extproc.core.policy.presets import PRESETS
+from extproc.core.policy.presets import presets
 from extproc.core.tokens import load_tokenizer
 from extproc.core.upstreams import Capabilities
 from tests.conftest import QWEN_EOS, QWEN_MODEL, REPO, SHIPPED_QWEN_POLICY
@@ -41,7 +41,7 @@ def test_shipped_policy_is_the_seed_server(qwen_dir: Path) -> None:
     assert [d for d in (31, 32, 256, 1024, 1025) if model.accepts_dimensions(d)] == [32, 256, 1024]
 
 
-@pytest.mark.parametrize("preset", sorted(PRESETS))
+@pytest.mark.parametrize("preset", sorted(presets()))
 def test_every_preset_loads(preset: str, qwen_dir: Path) -> None:
     extra = "    native_dimensions: 8\n    max_tokens: 16\n" if preset == "plain" else ""
     policy = load_policy_text(

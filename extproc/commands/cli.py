@@ -13,7 +13,7 @@ from extproc.commands.envoy_config import ExtProcTls, Upstream
 from extproc.core.contract import Contract, load_contract
 from extproc.core.policy import PolicyError, load_policy_file
 from extproc.core.policy.loader import parse_tokenizer_overrides
-from extproc.core.policy.presets import PRESETS
+from extproc.core.policy.presets import presets
 from extproc.core.tokens import TokenizerLoadError
 from extproc.service.tls import (
     TlsError,
@@ -342,7 +342,7 @@ def _check_config(args: argparse.Namespace) -> int:
 
 
 def _presets(args: argparse.Namespace) -> int:
-    for name in sorted(PRESETS):
+    for name in sorted(presets()):
         print(name)
     return 0
 

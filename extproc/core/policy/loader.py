@@ -19,6 +19,7 @@ import yaml
 from google.protobuf import json_format
 from google.protobuf.message import Message
 
+from extproc.core.policy.errors import PolicyError
 from extproc.core.policy.model import (
     DEFAULT_MAX_INPUTS,
     DEFAULT_MAX_REQUEST_BYTES,
@@ -34,7 +35,8 @@ from extproc.core.policy.model import (
     TokenizerSource,
     UpstreamPolicy,
 )
-from extproc.core.policy.presets import PRESETS
+from extproc.core.policy.overlay import overlay
+from extproc.core.policy.presets import presets
 from extproc.core.policy.v1 import policy_pb2 as pb
 from extproc.core.upstreams import ADAPTERS, Capabilities, UnknownUpstreamError, adapter_for
 
@@ -48,16 +50,6 @@ MIN_TOKENIZE_BYTES = 8 * 1024
 MAX_TOKENIZE_MS_CEILING = 10_000
 TOKENIZER_OVERRIDES_ENV = "EXTPROC_TOKENIZER_OVERRIDES"
 _FIELD_RE = re.compile(r"\{(\w*)\}")
-
-
-class PolicyError(ValueError):
-    """A policy file that cannot be served: which file, which field, why."""
-
-    def __init__(self, source: str, field: str, reason: str) -> None:
-        super().__init__(f"{source}: {field}: {reason}")
-        self.source = source
-        self.field = field
-        self.reason = reason
 
 
 def parse_tokenizer_overrides(spec: str) -> dict[str, Path]:
@@ -167,26 +159,6 @@ def _limits(source: str, raw: Any) -> Limits:
     )
 
 
-def _overlay(base: Message, top: Message) -> None:
-    """Copy every field set in ``top`` onto ``base``; lists and maps replace, not append."""
-    for fd, value in top.ListFields():
-        if fd.message_type is not None and not _is_repeated(fd) and fd.containing_oneof is None:
-            _overlay(getattr(base, fd.name), value)
-        elif _is_repeated(fd):
-            base.ClearField(fd.name)
-            container = getattr(base, fd.name)
-            if fd.message_type is not None and fd.message_type.GetOptions().map_entry:
-                container.update(value)
-            else:
-                container.extend(value)
-        else:
-            setattr(base, fd.name, value)
-
-
-def _is_repeated(fd: Any) -> bool:
-    return bool(fd.is_repeated)
-
-
 def _model(source: str, where: str, raw: Any, overrides: Mapping[str, Path]) -> ModelPolicy:
     if not isinstance(raw, dict):
         raise PolicyError(source, where, "expected a mapping")
@@ -196,16 +168,17 @@ def _model(source: str, where: str, raw: Any, overrides: Mapping[str, Path]) -> 
         raise PolicyError(source, f"{where}.name", "required")
     merged = pb.ModelPolicy()
     if entry.preset:
-        preset = PRESETS.get(entry.preset)
+        shipped = presets()
+        preset = shipped.get(entry.preset)
         if preset is None:
-            known = ", ".join(sorted(PRESETS))
+            known = ", ".join(sorted(shipped))
             raise PolicyError(
                 source, f"{where}.preset", f"unknown preset {entry.preset!r} (known: {known})"
             )
-        json_format.ParseDict(preset, merged)
+        merged.CopyFrom(preset)
         _upstream_kind_from_flavour(source, f"{where}.preset", merged)
     _upstream_kind_from_flavour(source, where, entry)
-    _overlay(merged, entry)
+    overlay(merged, entry)
     return _validate_model(source, where, merged, overrides)
 
 
