@@ -80,9 +80,9 @@ class ResponsePlan:
             )
         except (orjson.JSONDecodeError, TypeError, ValueError):
             return None
-        # Only what to_json writes (tests/test_fuzz_core.py): int() took true, 4.7 and
-        # "2"; a cut of 0, -3 or past the native size gave 200s with vectors of the wrong
-        # size; a native size of 10**12 made numpy raise MemoryError.
+        # Only what to_json writes: int() would take true, 4.7 and "2"; a cut of 0, -3 or
+        # past the native size would give vectors of the wrong size; a native size of
+        # 10**12 would make numpy raise MemoryError.
         numbers = (count, native) if dims is None else (count, native, dims)
         if not isinstance(model, str) or not all(type(n) is int for n in numbers):
             return None

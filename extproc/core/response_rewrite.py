@@ -81,7 +81,7 @@ def _rewrite_vectors(plan: ResponsePlan, body: bytes) -> bytes:
         return orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY)
     except orjson.JSONEncodeError:
         # orjson reads 1,024 nested levels but writes only 254: an extra field nested
-        # deeper raised TypeError out of here (tests/test_fuzz_core.py).
+        # deeper cannot be re-encoded, and that is the upstream's answer being unusable.
         raise BadVectorsError("it nests arrays or objects too deeply to re-encode") from None
 
 
@@ -125,9 +125,8 @@ def _error_answer(plan: ResponsePlan | None, status: int, body: bytes) -> Client
         )
     else:
         # 1xx/3xx on an embeddings call: nothing a client can use. So is a status HTTP
-        # does not have (>= 600, or garbage read as 0): it was passed on as the client's
-        # status (600, 999, even 10**300, which Envoy's int32 status cannot hold;
-        # tests/test_fuzz_core.py).
+        # does not have (>= 600, or garbage read as 0), which must never reach the
+        # client as its status (Envoy's status is an int32; 10**300 is not).
         error = ApiError(
             502,
             f"The upstream answered HTTP {status}, not an embeddings response.",
