@@ -193,6 +193,11 @@ UPSTREAMS = [
         id="vllm-matryoshka",
     ),
     pytest.param(
+        "upstream: {native: {dimensions: true}}",
+        UpstreamPolicy("dynamo", Capabilities(dimensions=True, truncate_prompt_tokens=True)),
+        id="native-over-the-presets-kind",
+    ),
+    pytest.param(
         "upstream: {kind: dynamo, native: {truncate_prompt_tokens: false}}",
         UpstreamPolicy("dynamo", Capabilities()),
         id="declared-off",
