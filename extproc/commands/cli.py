@@ -22,7 +22,7 @@ from extproc.commands.options import (
 from extproc.core.contract import Contract, load_contract
 from extproc.core.policy import PolicyError, load_policy_file
 from extproc.core.policy.loader import parse_tokenizer_overrides
-from extproc.core.policy.presets import PRESETS
+from extproc.core.policy.presets import presets
 from extproc.core.tokens import TokenizerLoadError
 from extproc.service.reload import FileStamp, ReloadSettings, policy_stamp
 from extproc.service.tls import (
@@ -329,7 +329,7 @@ def _check_config(args: argparse.Namespace) -> int:
     for model in policy.models.values():
         dims = model.dimensions_rule()
         print(
-            f"  {model.name}: upstream {model.upstream_flavour.value} as {model.upstream_model!r}, "
+            f"  {model.name}: upstream {model.upstream.kind} as {model.upstream_model!r}, "
             f"max {model.max_tokens} tokens, dimensions {dims}, "
             f"encoding profile {model.encoding_profile.value}, "
             f"tokenizer {model.tokenizer.describe()}"
@@ -338,7 +338,7 @@ def _check_config(args: argparse.Namespace) -> int:
 
 
 def _presets(args: argparse.Namespace) -> int:
-    for name in sorted(PRESETS):
+    for name in sorted(presets()):
         print(name)
     return 0
 
