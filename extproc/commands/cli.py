@@ -9,12 +9,9 @@ import os
 import sys
 from pathlib import Path
 
+from extproc.commands.common import add_policy_options, load_contract_or_report
 from extproc.commands.envoy_config import ExtProcTls, Upstream
-from extproc.core.contract import Contract, load_contract
-from extproc.core.policy import PolicyError, load_policy_file
-from extproc.core.policy.loader import parse_tokenizer_overrides
 from extproc.core.policy.presets import PRESETS
-from extproc.core.tokens import TokenizerLoadError
 from extproc.service.tls import (
     TlsError,
     TlsSettings,
@@ -27,8 +24,6 @@ from extproc.service.tls import (
 )
 from extproc.tools.probe import command as probe_command
 from extproc.tools.shadow import command as shadow_command
-
-SHIPPED_POLICY = Path(__file__).resolve().parents[1] / "policies" / "qwen3-embedding-0.6b.yaml"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -60,34 +55,6 @@ def _parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
-    def policy_args(p: argparse.ArgumentParser) -> None:
-        p.add_argument(
-            "--config",
-            type=Path,
-            default=Path(os.environ.get("EXTPROC_CONFIG", SHIPPED_POLICY)),
-            help="policy file (default: $EXTPROC_CONFIG, else the shipped Qwen3 policy)",
-        )
-        p.add_argument(
-            "--tokenizer",
-            action="append",
-            default=[],
-            metavar="NAME=DIR",
-            help="use the tokenizer.json in DIR for model (or tokenizer hf_id) NAME; "
-            "repeatable; also $EXTPROC_TOKENIZER_OVERRIDES=NAME=DIR,...",
-        )
-        p.add_argument(
-            "--metrics",
-            default=os.environ.get("EXTPROC_METRICS"),
-            metavar="HOST:PORT",
-            help="serve Prometheus metrics here (default: off)",
-        )
-        p.add_argument(
-            "--grace",
-            type=float,
-            default=30.0,
-            help="seconds to let in-flight streams finish on SIGTERM",
-        )
-
     def tls_args(p: argparse.ArgumentParser) -> None:
         group = p.add_argument_group(
             "TLS on the ext_proc gRPC port (docs/tls.md); files are re-read when they change"
@@ -117,7 +84,7 @@ def _parser() -> argparse.ArgumentParser:
 
     serve = sub.add_parser("serve", help="the gRPC ext_proc server, for Envoy or a mesh")
     serve.add_argument("--listen", default=os.environ.get("EXTPROC_LISTEN", "0.0.0.0:50051"))
-    policy_args(serve)
+    add_policy_options(serve)
     tls_args(serve)
 
     run = sub.add_parser("run", help="ext_proc plus a real Envoy in front of --upstream")
@@ -142,7 +109,7 @@ def _parser() -> argparse.ArgumentParser:
         "envoy/single-filter.yaml is the one-filter variant meshes use)",
     )
     run.add_argument("--envoy-concurrency", type=int, default=None)
-    policy_args(run)
+    add_policy_options(run)
     tls_args(run)
     envoy_tls = run.add_argument_group("how Envoy talks to the TLS ext_proc port (with --tls-cert)")
     envoy_tls.add_argument(
@@ -193,23 +160,6 @@ def _parser() -> argparse.ArgumentParser:
     probe_command.add_parser(sub)
     shadow_command.add_parsers(sub)
     return parser
-
-
-def load_contract_or_report(
-    config: Path, tokenizer_flags: list[str], *, tokenizers: bool = True
-) -> Contract | None:
-    """The policy and its tokenizers, or None after printing file, field and reason."""
-    try:
-        overrides = parse_tokenizer_overrides(",".join(tokenizer_flags))
-        policy = load_policy_file(config, tokenizer_overrides=overrides)
-        if not tokenizers:
-            return Contract(policy=policy, tokenizers={})
-        return load_contract(policy)
-    except PolicyError as exc:
-        print(f"error: {exc.source}: {exc.field}: {exc.reason}", file=sys.stderr)
-    except (TokenizerLoadError, ValueError, OSError) as exc:
-        print(f"error: {config}: tokenizer: {exc}", file=sys.stderr)
-    return None
 
 
 def _env_path(name: str) -> Path | None:

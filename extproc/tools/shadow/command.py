@@ -15,13 +15,13 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from extproc.commands.common import add_policy_options, load_contract_or_report
+
 if TYPE_CHECKING:
-    from extproc.core.contract import Contract
     from extproc.tools.shadow.compare import Tolerances
     from extproc.tools.shadow.store import StoreLimits
     from extproc.tools.shadow.verdict import Thresholds
 
-SHIPPED_POLICY = Path(__file__).resolve().parents[2] / "policies" / "qwen3-embedding-0.6b.yaml"
 COMMANDS = ("shadow-compare", "shadow-report", "shadow")
 
 
@@ -153,20 +153,7 @@ def add_parsers(subparsers: Any) -> None:
     shadow.add_argument("--upstream-timeout", type=float, default=300.0, metavar="SECONDS")
     shadow.add_argument("--envoy-log-level", default="warning")
     shadow.add_argument("--envoy-concurrency", type=int, default=None)
-    shadow.add_argument(
-        "--config",
-        type=Path,
-        default=Path(os.environ.get("EXTPROC_CONFIG", SHIPPED_POLICY)),
-        help="the gateway's policy file (default: $EXTPROC_CONFIG, else the shipped Qwen3 policy)",
-    )
-    shadow.add_argument("--tokenizer", action="append", default=[], metavar="NAME=DIR")
-    shadow.add_argument(
-        "--metrics",
-        default=None,
-        metavar="HOST:PORT",
-        help="the gateway server's Prometheus metrics (default: off)",
-    )
-    shadow.add_argument("--grace", type=float, default=5.0, metavar="SECONDS")
+    add_policy_options(shadow, grace_s=5.0)
     shadow.set_defaults(shadow_handler=run_shadow)
 
 
@@ -268,7 +255,7 @@ def run_shadow(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    contract = _load_contract(args.config, args.tokenizer)
+    contract = load_contract_or_report(args.config, args.tokenizer)
     if contract is None:
         return 2
     options = ShadowRunOptions(
@@ -295,12 +282,6 @@ def run_shadow(args: argparse.Namespace) -> int:
         gateway_template=args.gateway_template,
     )
     return main_shadow(contract, options)
-
-
-def _load_contract(config: Path, tokenizer_flags: list[str]) -> Contract | None:
-    from extproc.commands.cli import load_contract_or_report  # not at import: cli imports us
-
-    return load_contract_or_report(config, tokenizer_flags)
 
 
 def _limits(args: argparse.Namespace) -> StoreLimits:
