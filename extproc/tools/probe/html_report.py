@@ -42,7 +42,7 @@ def _verdict(report: ProbeReport) -> list[str]:
     v = report.verdict
     klass = "ready" if v.ready else "not"
     out = [
-        f'<p class="verdict {klass}">Verdict: <strong>{escape(v.label)}</strong> '
+        f'<p class="verdict {klass}">Verdict: <strong>{escape(v.label.upper())}</strong> '
         f"(exit code {int(v.exit_code)})</p>"
     ]
     if v.failures:
@@ -203,6 +203,6 @@ def to_html(report: ProbeReport) -> str:
     body += _latency(report.latency, report.latency_skipped)
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-        f"<title>Embeddings parity probe: {escape(report.verdict.label)}</title>"
+        f"<title>Embeddings parity probe: {escape(report.verdict.label.upper())}</title>"
         f"<style>{STYLE}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n"
     )

@@ -12,10 +12,10 @@ from typing import Any
 
 import orjson
 
+from extproc.tools.parity import Thresholds, Verdict
 from extproc.tools.probe.contract import Cell, Row
 from extproc.tools.probe.latency import FIGURES, Figures, LatencyResult
 from extproc.tools.probe.parity import CosineSet, ParityResult
-from extproc.tools.probe.verdict import Thresholds, Verdict
 
 FIGURE_LABELS = {
     "sequential_p50_ms": "sequential p50",
@@ -68,7 +68,7 @@ def to_dict(report: ProbeReport) -> dict[str, Any]:
     doc = dataclasses.asdict(report)
     doc["verdict"] = {
         "ready": report.verdict.ready,
-        "label": report.verdict.label,
+        "label": report.verdict.label.upper(),
         "exit_code": int(report.verdict.exit_code),
         "failures": list(report.verdict.failures),
         "warnings": list(report.verdict.warnings),
@@ -125,7 +125,7 @@ def cosine_line(cosines: CosineSet) -> str:
 
 
 def verdict_lines(verdict: Verdict) -> list[str]:
-    lines = [f"**Verdict: {verdict.label}** (exit code {int(verdict.exit_code)})", ""]
+    lines = [f"**Verdict: {verdict.label.upper()}** (exit code {int(verdict.exit_code)})", ""]
     if verdict.failures:
         lines.append("Failures:")
         lines += [f"- {f}" for f in verdict.failures]

@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any
 from extproc.commands.common import add_policy_options, load_contract_or_report
 
 if TYPE_CHECKING:
+    from extproc.tools.parity import Thresholds
     from extproc.tools.shadow.compare import Tolerances
     from extproc.tools.shadow.store import StoreLimits
-    from extproc.tools.shadow.verdict import Thresholds
 
 COMMANDS = ("shadow-compare", "shadow-report", "shadow")
 
@@ -35,7 +35,7 @@ def add_parsers(subparsers: Any) -> None:
         "--listen",
         default=os.environ.get("EXTPROC_SHADOW_LISTEN", "0.0.0.0:50061"),
         metavar="HOST:PORT",
-        help="gRPC: Envoy's tap streams and the peer replicas (default 0.0.0.0:50061)",
+        help="gRPC: Envoy's tap streams (default 0.0.0.0:50061)",
     )
     compare.add_argument(
         "--http",
@@ -43,20 +43,6 @@ def add_parsers(subparsers: Any) -> None:
         metavar="HOST:PORT",
         help="HTTP: /summary (JSON), /metrics (Prometheus), /healthz (default 0.0.0.0:9300)",
     )
-    compare.add_argument(
-        "--peers",
-        default=os.environ.get("EXTPROC_SHADOW_PEERS", ""),
-        help="all replicas' gRPC addresses, HOST:PORT,... or dns:NAME:PORT "
-        "(a headless Service, re-resolved every --peer-refresh seconds); default: alone",
-    )
-    compare.add_argument(
-        "--self",
-        dest="self_address",
-        default=os.environ.get("EXTPROC_SHADOW_SELF"),
-        metavar="HOST:PORT",
-        help="this replica's address as it appears in --peers (e.g. $POD_IP:50061)",
-    )
-    compare.add_argument("--peer-refresh", type=float, default=10.0, metavar="SECONDS")
     compare.add_argument(
         "--ttl",
         type=float,
@@ -105,7 +91,7 @@ def add_parsers(subparsers: Any) -> None:
     report.add_argument(
         "--url",
         default="http://127.0.0.1:9300",
-        help="the comparator's HTTP address (any replica: it merges its peers)",
+        help="the comparator's HTTP address",
     )
     report.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS")
     report.add_argument("--json", action="store_true", help="print the summary JSON instead")
@@ -180,22 +166,18 @@ def _threshold_args(parser: argparse.ArgumentParser) -> None:
 
 def run_compare(args: argparse.Namespace) -> int:
     from extproc.service.server import stop_on_signals
-    from extproc.tools.shadow.ownership import parse_peers
     from extproc.tools.shadow.server import CompareOptions, serve_compare
 
     try:
         options = CompareOptions(
             listen=args.listen,
             http=args.http or None,
-            peers=parse_peers(args.peers),
-            self_address=args.self_address,
             limits=_limits(args),
             tolerances=_tolerances(args),
             thresholds=_thresholds(args),
             expect_noise=args.noise,
             keep_text=args.keep_text,
             max_body_bytes=args.max_body_bytes,
-            peer_refresh_s=args.peer_refresh,
             grace_s=args.grace,
         )
     except ValueError as exc:
@@ -211,9 +193,6 @@ def run_compare(args: argparse.Namespace) -> int:
 
     try:
         asyncio.run(go())
-    except ValueError as exc:  # e.g. --peers without --self
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         return 130
     return 0
@@ -224,7 +203,7 @@ def run_report(args: argparse.Namespace) -> int:
     import orjson
 
     from extproc.tools.shadow.report import fetch_summary, render_report
-    from extproc.tools.shadow.verdict import judge
+    from extproc.tools.shadow.summary import judge
 
     try:
         summary = fetch_summary(args.url, timeout_s=args.timeout)
@@ -305,7 +284,7 @@ def _tolerances(args: argparse.Namespace) -> Tolerances:
 
 
 def _thresholds(args: argparse.Namespace) -> Thresholds:
-    from extproc.tools.shadow.verdict import Thresholds
+    from extproc.tools.parity import Thresholds
 
     return Thresholds(
         min_cosine=args.min_cosine,

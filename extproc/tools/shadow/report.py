@@ -14,7 +14,8 @@ from typing import Any
 
 import orjson
 
-from extproc.tools.shadow.verdict import Thresholds, Verdict, judge
+from extproc.tools.parity import Thresholds, Verdict
+from extproc.tools.shadow.summary import judge
 
 _THRESHOLDS = Thresholds()
 
@@ -32,16 +33,9 @@ def fetch_summary(url: str, *, timeout_s: float = 10.0) -> dict[str, Any]:
 def render_report(summary: Mapping[str, Any], thresholds: Thresholds = _THRESHOLDS) -> str:
     verdict = judge(summary, thresholds)
     lines: list[str] = []
-    replicas = summary.get("replicas", {})
-    scope = ""
-    if replicas:
-        unreachable = replicas.get("unreachable", [])
-        scope = f" from {replicas.get('merged', 1)} comparator replica(s)"
-        if unreachable:
-            scope += f" ({len(unreachable)} unreachable: {', '.join(unreachable)})"
     noise = summary.get("pairs_with_noise", 0)
     lines.append(
-        f"Shadow comparison: {summary.get('pairs', 0):,} request pairs{scope}"
+        f"Shadow comparison: {summary.get('pairs', 0):,} request pairs"
         + (f", {noise:,} with a noise replica" if noise else "")
     )
     lines += ["", "## Vectors", ""]
@@ -194,8 +188,6 @@ def _halves_lines(summary: Mapping[str, Any]) -> list[str]:
             lines.append(f"- {reason}: {_roles(halves[reason])}")
     if summary.get("tap_problems"):
         lines.append(f"- tap streams without a half: {_roles(summary['tap_problems'])}")
-    if summary.get("forwarding"):
-        lines.append(f"- forwarded between replicas: {_roles(summary['forwarding'])}")
     if summary.get("request_mismatches"):
         lines.append(
             f"- {summary['request_mismatches']:,} pairs whose taps saw different requests "
