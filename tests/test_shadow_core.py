@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import copy
 import subprocess
 import urllib.error
 import urllib.request
@@ -44,11 +45,12 @@ from extproc.tools.shadow.envoy_render import (
     EMBEDDED_GATEWAY,
     REVERSE_TEMPLATE,
     SHADOW_TEMPLATE,
+    TAP_FILTER,
     ShadowEnvoySettings,
     adopt_gateway,
+    hcm_of,
     render_shadow,
-    without_rewrite,
-    without_shadow,
+    routes_of,
 )
 from extproc.tools.shadow.half import digest
 from extproc.tools.shadow.report import render_report
@@ -517,6 +519,38 @@ def test_the_report_has_the_seed_tables_and_the_verdict() -> None:
 
 
 # --------------------------------------------------------------------------- Envoy configs
+
+
+def without_rewrite(config: dict[str, Any]) -> dict[str, Any]:
+    """The same config with the contract gateway's filters removed (all but the tap
+    and the router): the candidate answers raw, as a plain address swap would."""
+    config = copy.deepcopy(config)
+    for listener in config["static_resources"]["listeners"]:
+        hcm = hcm_of(listener)
+        kept = {TAP_FILTER, "envoy.filters.http.router"}
+        removed = {f["name"] for f in hcm["http_filters"]} - kept
+        hcm["http_filters"] = [f for f in hcm["http_filters"] if f["name"] in kept]
+        for route in routes_of(hcm):
+            for name in removed:
+                route.get("typed_per_filter_config", {}).pop(name, None)
+            if not route.get("typed_per_filter_config", True):
+                del route["typed_per_filter_config"]
+    return config
+
+
+def without_shadow(config: dict[str, Any]) -> dict[str, Any]:
+    """The same config with no tap and no mirror: the primary path alone (the
+    reference for the latency shadowing adds)."""
+    config = copy.deepcopy(config)
+    for listener in config["static_resources"]["listeners"]:
+        hcm = hcm_of(listener)
+        hcm["http_filters"] = [f for f in hcm["http_filters"] if f["name"] != TAP_FILTER]
+        for route in routes_of(hcm):
+            route.get("route", {}).pop("request_mirror_policies", None)
+            route.get("typed_per_filter_config", {}).pop(TAP_FILTER, None)
+            if not route.get("typed_per_filter_config", True):
+                del route["typed_per_filter_config"]
+    return config
 
 
 def validate(config: dict[str, Any], path: Path) -> None:

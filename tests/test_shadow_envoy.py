@@ -7,7 +7,7 @@ The set-up, all on loopback:
   Matryoshka ``dimensions`` applied natively;
 - candidate: ``FakeUpstream`` (fake Dynamo 1.6.1) behind the shipped rewrite filter,
   served by ``extproc serve`` with the shipped Qwen3 policy and the real tokenizer;
-- the comparator: ``extproc shadow-compare`` (``python -m extproc.tools.shadow``);
+- the comparator: ``extproc shadow-compare`` (``python -m extproc``);
 - Envoy with the shipped ``envoy/shadow.yaml`` (or ``shadow-reverse.yaml``) rendered
   by :func:`extproc.tools.shadow.envoy_render.render_shadow`.
 
@@ -43,12 +43,11 @@ from extproc.tools.shadow.envoy_render import (
     SHADOW_TEMPLATE,
     ShadowEnvoySettings,
     render_shadow,
-    without_rewrite,
-    without_shadow,
 )
 from tests.conftest import QWEN_MODEL, REPO, SHIPPED_QWEN_POLICY
 from tests.fake_upstream import FakeUpstream
 from tests.harness import Reply, free_port, http
+from tests.test_shadow_core import without_rewrite, without_shadow
 
 READY_TIMEOUT_S = 60.0
 PAIRS_TIMEOUT_S = 30.0
@@ -198,7 +197,7 @@ def start_comparator(log_dir: Path, *, extra: list[str] | None = None) -> Compar
     argv = [
         sys.executable,
         "-m",
-        "extproc.tools.shadow",
+        "extproc",
         "shadow-compare",
         "--listen",
         f"127.0.0.1:{grpc_port}",
@@ -442,7 +441,7 @@ def stack(world: World) -> Iterator[Stack]:
 
 def report(url: str, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "extproc.tools.shadow", "shadow-report", "--url", url, *args],
+        [sys.executable, "-m", "extproc", "shadow-report", "--url", url, *args],
         capture_output=True,
         text=True,
         timeout=60,
@@ -681,13 +680,13 @@ def test_latency_added_to_the_primary_path(stack: Stack, world: World) -> None:
 
 
 def test_extproc_shadow_launcher(world: World, qwen_dir: Path) -> None:
-    """`extproc shadow` (here `python -m extproc.tools.shadow shadow`): one command, one line."""
+    """`extproc shadow` (here `python -m extproc shadow`): one command, one line."""
     listen, http_port = free_port(), free_port()
     proc = Proc(
         [
             sys.executable,
             "-m",
-            "extproc.tools.shadow",
+            "extproc",
             "shadow",
             "--baseline",
             world.baseline,

@@ -36,13 +36,6 @@ class Role(enum.Enum):
     CANDIDATE = "candidate"  # the new backend, through the contract gateway
     NOISE = "noise"  # a second baseline replica: baseline-vs-baseline noise
 
-    @classmethod
-    def parse(cls, value: str) -> Role | None:
-        try:
-            return cls(value.strip().lower())
-        except ValueError:
-            return None
-
 
 class InputKind(enum.Enum):
     DOCUMENT = "document"

@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from extproc.tools.parity import Thresholds, Verdict
+from extproc.tools.parity import Thresholds
 from extproc.tools.shadow.summary import judge
 
 _THRESHOLDS = Thresholds()
@@ -50,7 +50,8 @@ def render_report(summary: Mapping[str, Any], thresholds: Thresholds = _THRESHOL
     lines += _latency_table(summary)
     lines += ["", "## Halves", ""]
     lines += _halves_lines(summary)
-    lines += ["", f"Verdict: {verdict.label}", *_checks(verdict)]
+    lines += ["", f"Verdict: {verdict.label}"]
+    lines += [f"  [{'ok' if c.ok else 'FAIL'}] {c.name}: {c.detail}" for c in verdict.checks]
     return "\n".join(lines) + "\n"
 
 
@@ -194,10 +195,6 @@ def _halves_lines(summary: Mapping[str, Any]) -> list[str]:
             "(check that nothing rewrites the request before the mirror)"
         )
     return lines
-
-
-def _checks(verdict: Verdict) -> list[str]:
-    return [f"  [{'ok' if c.ok else 'FAIL'}] {c.name}: {c.detail}" for c in verdict.checks]
 
 
 def _dims(counts: Mapping[str, int] | None) -> str:

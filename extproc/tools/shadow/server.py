@@ -63,22 +63,15 @@ class CompareOptions:
     grace_s: float = 5.0
 
 
+@dataclass(frozen=True)
 class TapService:
     """Envoy's tap streams: each message goes to a :class:`TapStream`, each finished
     exchange becomes a half for the comparator. Observability mode: never answers."""
 
-    def __init__(
-        self,
-        comparator: Comparator,
-        *,
-        max_body_bytes: int,
-        keep_text: bool,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.comparator = comparator
-        self.max_body_bytes = max_body_bytes
-        self.keep_text = keep_text
-        self._clock = clock
+    comparator: Comparator
+    max_body_bytes: int
+    keep_text: bool
+    clock: Callable[[], float] = time.monotonic
 
     def handler(self) -> grpc.GenericRpcHandler:
         return grpc.method_handlers_generic_handler(
@@ -96,17 +89,17 @@ class TapService:
         self, requests: AsyncIterator[ep.ProcessingRequest], context: Context
     ) -> None:
         comparator = self.comparator
-        metadata = {key: value for key, value in (context.invocation_metadata() or ())}
-        role_value = metadata.get(ROLE_METADATA)
-        role = Role.parse(role_value) if isinstance(role_value, str) else None
-        if role is None:
+        metadata = dict(context.invocation_metadata() or ())
+        try:
+            role = Role(str(metadata.get(ROLE_METADATA, "")).strip().lower())
+        except ValueError:
             comparator.tap_problem("no_role")
             return
         stream = TapStream(role, self.max_body_bytes)
         comparator.metrics.tap_streams.inc()
         try:
             async for message in requests:
-                raw = stream.feed(message, self._clock())
+                raw = stream.feed(message, self.clock())
                 if raw is not None:
                     await self._deliver(raw)
                 if stream.finished:
@@ -125,7 +118,7 @@ class TapService:
                 half = await asyncio.to_thread(extract_half, raw, keep_text=self.keep_text)
             else:
                 half = extract_half(raw, keep_text=self.keep_text)
-            self.comparator.accept(half, self._clock())
+            self.comparator.accept(half, self.clock())
         except Exception as exc:
             # Type only: exception text may quote request content.
             log.error("internal error on a %s half: %s", raw.role.value, type(exc).__name__)
@@ -193,7 +186,7 @@ async def serve_compare(
     port = server.add_insecure_port(options.listen)
     if port == 0:
         raise OSError(f"cannot listen on {options.listen}")
-    tap = TapService(comparator, max_body_bytes=options.max_body_bytes, keep_text=options.keep_text)
+    tap = TapService(comparator, options.max_body_bytes, options.keep_text)
     health_servicer = health.aio.HealthServicer()
     server.add_generic_rpc_handlers((tap.handler(),))
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

@@ -28,7 +28,7 @@ SKETCH_ACCURACY: Final = 0.01
 
 
 def new_sketch() -> DDSketch:
-    return DDSketch(relative_accuracy=SKETCH_ACCURACY)
+    return DDSketch(SKETCH_ACCURACY)
 
 
 @dataclass
