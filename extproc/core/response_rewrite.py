@@ -18,30 +18,21 @@ validated (a ``plan`` exists):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import orjson
 
+from extproc.core.embeddings_body import EmbeddingsBody, parse_embeddings_body
 from extproc.core.errors import ApiError, type_for_status
 from extproc.core.plan import Encoding, ResponsePlan
+from extproc.core.status import is_success
 from extproc.core.upstream_errors import parse_upstream_error
-from extproc.core.vectors import (
-    BadVectorsError,
-    FloatMatrix,
-    decode_rows,
-    encode_base64,
-    truncate_renormalise,
-)
+from extproc.core.vectors import BadVectorsError, encode_base64, truncate_renormalise
 
 
 @dataclass(frozen=True)
 class ClientAnswer:
     status: int
     body: bytes
-
-
-def is_success(status: int) -> bool:
-    return 200 <= status < 300
 
 
 def needs_response_body(plan: ResponsePlan | None, status: int) -> bool:
@@ -74,7 +65,8 @@ def rewrite_response(plan: ResponsePlan | None, status: int, body: bytes) -> Cli
 
 
 def _rewrite_vectors(plan: ResponsePlan, body: bytes) -> bytes:
-    doc, items, matrix = _checked_rows(plan, body)
+    answer = _checked_rows(plan, body)
+    doc, items, matrix = answer.doc, answer.items, answer.vectors
     if plan.dimensions is not None:
         matrix = truncate_renormalise(matrix, plan.dimensions)
     for item, row in zip(items, matrix, strict=True):
@@ -92,30 +84,11 @@ def _rewrite_vectors(plan: ResponsePlan, body: bytes) -> bytes:
         raise BadVectorsError("it nests arrays or objects too deeply to re-encode") from None
 
 
-def _checked_rows(plan: ResponsePlan, body: bytes) -> tuple[Any, list[Any], FloatMatrix]:
-    """The parsed answer, its items in input order and their vectors, all checked;
-    BadVectorsError names the first problem."""
-    try:
-        doc: Any = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        raise BadVectorsError("the body is not JSON") from None
-    data = doc.get("data") if isinstance(doc, dict) else None
-    if not isinstance(data, list):
-        raise BadVectorsError("it has no 'data' array")
-    if len(data) != plan.input_count:
-        raise BadVectorsError(f"{len(data)} embeddings for {plan.input_count} inputs")
-    if not all(isinstance(item, dict) for item in data):
-        raise BadVectorsError("an item of 'data' is not an object")
-    # The upstream may answer out of order; 'index' says which input each row is. It
-    # must name every input exactly once: a duplicate, a gap or a missing index would
-    # pair vectors with the wrong inputs and still give a 200 (tests/test_faults_upstream.py
-    # found [0, 0] and [1, 2] passing as 200s).
-    indices = [item.get("index") for item in data]
-    if not all(type(i) is int for i in indices) or sorted(indices) != list(range(len(data))):
-        raise BadVectorsError(f"its 'index' values are not 0 to {len(data) - 1}, each once")
-    items = sorted(data, key=lambda item: int(item["index"]))
-    matrix = decode_rows([item.get("embedding") for item in items], plan.native_dimensions)
-    return doc, items, matrix
+def _checked_rows(plan: ResponsePlan, body: bytes) -> EmbeddingsBody:
+    """The answer, checked against what the plan asked the upstream for."""
+    return parse_embeddings_body(
+        body, input_count=plan.input_count, dimensions=plan.native_dimensions
+    )
 
 
 def _error_answer(plan: ResponsePlan | None, status: int, body: bytes) -> ClientAnswer:

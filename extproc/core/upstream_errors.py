@@ -1,12 +1,14 @@
 """Reading an upstream's error body, whatever shape it has.
 
-Measured shapes (upstream-behaviour.md):
-- Dynamo 1.6.1 frontend: flat ``{"message", "type", "code"}``; sometimes an empty
-  body (404 after the worker went away);
-- vLLM: ``{"error": {"message", "type", "param", "code": <int>}}``;
+Shapes read (docs/upstreams.md):
+- Dynamo 1.6.x frontend: flat ``{"message", "type", "code"}``; sometimes an empty
+  body (404 once its worker is gone);
+- vLLM / OpenAI: ``{"error": {"message", "type", "param", "code"}}``;
+- FastAPI (request validation in Python servers): ``{"detail": "text"}`` or
+  ``{"detail": [{"loc": ["body", "input"], "msg": "..."}, ...]}``;
 - anything else (a proxy's HTML, plain text): kept as a short text message.
-One tolerant parser serves every flavour, so a policy naming the wrong flavour
-still yields a useful message.
+One tolerant parser serves every upstream, so a policy naming the wrong upstream
+kind still yields a useful message.
 """
 
 from __future__ import annotations
@@ -34,19 +36,42 @@ def parse_upstream_error(body: bytes) -> UpstreamError:
         # HTML or plain text from a proxy: keep it, on one line.
         text = " ".join(body[:MAX_MESSAGE_CHARS].decode("utf-8", "replace").split())
         return UpstreamError(text if text and text.isprintable() else None)
-    if isinstance(doc, dict):
-        inner = doc.get("error")
-        if isinstance(inner, dict):  # vLLM / OpenAI
-            return UpstreamError(_text(inner.get("message")), _text(inner.get("param")))
-        if isinstance(inner, str):
-            return UpstreamError(_text(inner))
-        return UpstreamError(_text(doc.get("message")) or _text(doc.get("detail")))  # Dynamo
-    return UpstreamError(None)
+    if not isinstance(doc, dict):
+        return UpstreamError(None)
+    inner = doc.get("error")
+    if isinstance(inner, dict):  # vLLM / OpenAI
+        return UpstreamError(_text(inner.get("message")), _text(inner.get("param")))
+    if isinstance(inner, str):
+        return UpstreamError(_text(inner))
+    detail = doc.get("detail")
+    if isinstance(detail, list):  # FastAPI validation errors
+        return _fastapi_errors(detail)
+    return UpstreamError(_text(doc.get("message")) or _text(detail))  # Dynamo
+
+
+def _fastapi_errors(detail: list[Any]) -> UpstreamError:
+    """``[{"loc": [...], "msg": ...}]`` -> "loc.path: msg" for each entry, joined;
+    ``param`` is the first entry's field (its location without the leading "body")."""
+    messages: list[str] = []
+    param: str | None = None
+    for entry in detail:
+        if not isinstance(entry, dict):
+            continue
+        msg = _text(entry.get("msg"))
+        loc = entry.get("loc")
+        path = [str(part) for part in loc] if isinstance(loc, list) else []
+        where = ".".join(path)
+        if msg is None and not where:
+            continue
+        messages.append(f"{where}: {msg or 'invalid'}" if where else str(msg))
+        if param is None and path[1:] and path[0] == "body":
+            param = ".".join(path[1:])
+    return UpstreamError(_text("; ".join(messages)), param)
 
 
 def _text(value: Any) -> str | None:
-    # A blank message is no message: " " became the client's whole error message
-    # instead of the "rejected with HTTP N" fallback (tests/test_fuzz_core.py).
+    # A blank message is no message: the client then gets the "rejected with HTTP N"
+    # fallback rather than an empty string.
     if isinstance(value, str) and value.strip():
         return value[:MAX_MESSAGE_CHARS]
     return None

@@ -59,12 +59,8 @@ from extproc.core.contract import Contract
 from extproc.core.errors import ApiError, invalid_request
 from extproc.core.plan import ResponsePlan
 from extproc.core.request_rewrite import check_content_type, check_declared_length, rewrite_request
-from extproc.core.response_rewrite import (
-    ClientAnswer,
-    is_success,
-    needs_response_body,
-    rewrite_response,
-)
+from extproc.core.response_rewrite import ClientAnswer, needs_response_body, rewrite_response
+from extproc.core.status import is_success
 from extproc.service import metrics
 
 ATTRIBUTES_KEY = "envoy.filters.http.ext_proc"
