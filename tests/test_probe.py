@@ -293,7 +293,10 @@ def test_observe_summarises_cells() -> None:
         HttpResult(
             200,
             orjson.dumps(
-                {"data": [{"embedding": [1.0, 0.0]}] * 2, "usage": {"prompt_tokens": 1234}}
+                {
+                    "data": [{"index": i, "embedding": [1.0, 0.0]} for i in range(2)],
+                    "usage": {"prompt_tokens": 1234},
+                }
             ),
             0.01,
         )

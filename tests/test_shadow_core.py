@@ -187,7 +187,7 @@ def test_texts_only_with_keep_text_and_cut() -> None:
     "response",
     [
         b"not json",
-        b'{"data": []}',
+        b'{"data": [{"embedding": [1, 2]}]}',
         b'{"object": "list"}',
         b'{"data": [{"index": 0, "embedding": [1, 2]}, {"index": 1, "embedding": [1]}]}',
         b'{"data": [{"index": 0, "embedding": "%%%"}]}',
