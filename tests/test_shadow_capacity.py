@@ -1,6 +1,7 @@
 """How many pairs per second one comparator sustains on this machine (printed).
 
-The comparator runs as `extproc shadow-compare` in its own process; this process
+The comparator runs as `extproc shadow-compare` in its own process (started as
+tests/test_shadow_envoy.py starts it); this process
 plays Envoy: for each request it opens a baseline and a candidate tap stream on one
 HTTP/2 connection, as an Envoy worker does, and sends what an observability-mode tap
 sends (request headers, the request body, response headers, the response body, all
@@ -12,14 +13,9 @@ CONCURRENCY requests in flight, every wait with a deadline.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
-import subprocess
-import sys
 import time
-import urllib.request
 from pathlib import Path
-from typing import Any
 
 import grpc
 import numpy as np
@@ -27,8 +23,7 @@ import orjson
 from envoy.config.core.v3 import base_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
 
-from tests.conftest import REPO
-from tests.harness import free_port
+from tests.test_shadow_envoy import start_comparator
 
 PAIRS = 600
 CONCURRENCY = 32
@@ -112,49 +107,18 @@ async def _send_pairs(port: int) -> float:
         return time.perf_counter() - started
 
 
-def _summary(http_port: int) -> dict[str, Any]:
-    with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/summary", timeout=10) as reply:
-        doc: dict[str, Any] = json.loads(reply.read())
-    return doc
-
-
 def test_pairs_per_second_one_comparator_sustains(tmp_path: Path) -> None:
-    grpc_port, http_port = free_port(), free_port()
-    log = tmp_path / "compare.log"
-    with log.open("wb") as output:
-        comparator = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "extproc",
-                "shadow-compare",
-                "--listen",
-                f"127.0.0.1:{grpc_port}",
-                "--http",
-                f"127.0.0.1:{http_port}",
-                "--grace",
-                "1",
-            ],
-            stdout=output,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env={**os.environ, "PYTHONPATH": str(REPO)},
-        )
+    comparator = start_comparator(tmp_path)
     try:
-        ready_by = time.monotonic() + 60
-        while "shadow-compare ready" not in log.read_text():
-            assert comparator.poll() is None and time.monotonic() < ready_by, log.read_text()
-            time.sleep(0.05)
         started = time.perf_counter()
-        sent_s = asyncio.run(_send_pairs(grpc_port))
+        sent_s = asyncio.run(_send_pairs(comparator.grpc_port))
         deadline = time.monotonic() + DEADLINE_S
-        while (summary := _summary(http_port))["pairs"] < PAIRS:
+        while (summary := comparator.summary())["pairs"] < PAIRS:
             assert time.monotonic() < deadline, summary["halves"]
             time.sleep(0.05)
         took = time.perf_counter() - started
     finally:
-        comparator.terminate()
-        comparator.wait(15)
+        comparator.proc.stop()
     assert summary["pairs"] == PAIRS and summary["expired_halves"] == 0
     assert summary["inputs"]["document"]["compared"] == PAIRS * BATCH
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
