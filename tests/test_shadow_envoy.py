@@ -194,21 +194,9 @@ class Comparator:
 
 def start_comparator(log_dir: Path, *, extra: list[str] | None = None) -> Comparator:
     grpc_port, http_port = free_port(), free_port()
-    argv = [
-        sys.executable,
-        "-m",
-        "extproc",
-        "shadow-compare",
-        "--listen",
-        f"127.0.0.1:{grpc_port}",
-        "--http",
-        f"127.0.0.1:{http_port}",
-        "--ttl",
-        "20",
-        "--grace",
-        "1",
-        *(extra or []),
-    ]
+    listen, http = f"127.0.0.1:{grpc_port}", f"127.0.0.1:{http_port}"
+    options = ["--listen", listen, "--http", http, "--ttl", "20", "--grace", "1", *(extra or [])]
+    argv = [sys.executable, "-m", "extproc", "shadow-compare", *options]
     comparator = Comparator(Proc(argv, log_dir / f"compare-{grpc_port}.log"), grpc_port, http_port)
     comparator.proc.wait_line("shadow-compare ready")
     return comparator
