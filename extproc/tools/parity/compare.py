@@ -95,8 +95,8 @@ class Comparison:
     @property
     def cosines(self) -> tuple[float, ...]:
         """Every input's cosine, or () when any input could not be compared."""
-        values = tuple(item.cosine for item in self.inputs)
-        return () if None in values else values  # type: ignore[return-value]
+        values = tuple(item.cosine for item in self.inputs if item.cosine is not None)
+        return values if len(values) == len(self.inputs) else ()
 
 
 def compare_answers(
@@ -108,13 +108,13 @@ def compare_answers(
         count_mismatch = baseline.count != candidate.count
         if not count_mismatch:
             inputs = compare_inputs(baseline.vectors, candidate.vectors, tolerances)
-    tokens = (baseline.prompt_tokens, candidate.prompt_tokens)
+    b_tokens, c_tokens = baseline.prompt_tokens, candidate.prompt_tokens
     return Comparison(
         baseline_class=baseline.status_class,
         candidate_class=candidate.status_class,
         count_mismatch=count_mismatch,
         inputs=inputs,
-        token_diff=None if None in tokens else int(tokens[1] or 0) - int(tokens[0] or 0),
+        token_diff=None if b_tokens is None or c_tokens is None else c_tokens - b_tokens,
     )
 
 
