@@ -1,4 +1,4 @@
-"""Shadow mode through a real Envoy with mirroring (issue 4, shadow part).
+"""Shadow mode through a real Envoy with mirroring.
 
 The set-up, all on loopback:
 
