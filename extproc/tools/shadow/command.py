@@ -85,7 +85,7 @@ def _comparator_args(parser: argparse.ArgumentParser) -> None:
     arg("--ttl", type=float, default=30.0, help="how long a half waits for its pair (default 30 s)")
     arg("--max-pending", type=int, default=10_000, help="waiting request ids (default 10000)")
     arg("--max-pending-bytes", type=int, default=1 << 30, help="their memory (default 1 GiB)")
-    arg("--max-body-bytes", type=int, default=64 << 20, help="larger bodies: skipped (64 MiB)")
+    arg("--max-body-bytes", type=int, default=64 << 20, help="larger bodies are skipped (64 MiB)")
     arg("--keep-text", action="store_true", help="keep input texts (200 characters) in /summary")
     arg("--noise-relative", type=float, default=2.0)
     arg("--noise-absolute", type=float, default=1e-5)
@@ -94,9 +94,9 @@ def _comparator_args(parser: argparse.ArgumentParser) -> None:
 
 def _threshold_args(parser: argparse.ArgumentParser) -> None:
     arg = parser.add_argument
-    arg("--min-cosine", type=float, default=0.999, help="for documents (default 0.999)")
-    arg("--min-query-cosine", type=float, default=None, help="for queries (default: --min-cosine)")
-    arg("--max-status-mismatches", type=int, default=0, help="tolerated (default 0)")
+    arg("--min-cosine", type=float, default=0.999, help="lowest cosine, documents (0.999)")
+    arg("--min-query-cosine", type=float, help="lowest cosine, queries (--min-cosine)")
+    arg("--max-status-mismatches", type=int, default=0, help="status-class mismatches allowed (0)")
 
 
 def run_compare(args: argparse.Namespace) -> int:
