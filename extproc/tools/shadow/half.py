@@ -70,12 +70,8 @@ class Half:
     @property
     def nbytes(self) -> int:
         """Roughly what keeping this half costs, for the store's memory bound."""
-        vectors = self.answer.vectors
-        return (
-            (0 if vectors is None else int(vectors.nbytes))
-            + sum(len(t) for t in self.texts)
-            + _OVERHEAD_BYTES
-        )
+        vectors = 0 if self.answer.vectors is None else int(self.answer.vectors.nbytes)
+        return vectors + sum(len(t) for t in self.texts) + _OVERHEAD_BYTES
 
 
 def digest(body: bytes) -> int:

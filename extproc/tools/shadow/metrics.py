@@ -27,9 +27,6 @@ class ShadowMetrics:
         def counter(name: str, doc: str, labels: tuple[str, ...] = ()) -> Counter:
             return Counter(_PREFIX + name, doc, labels, registry=self.registry)
 
-        def gauge(name: str, doc: str) -> Gauge:
-            return Gauge(_PREFIX + name, doc, registry=self.registry)
-
         def histogram(
             name: str, doc: str, buckets: tuple[float, ...], labels: tuple[str, ...] = ()
         ) -> Histogram:
@@ -97,9 +94,12 @@ class ShadowMetrics:
             "internal_error.",
             ("reason",),
         )
-        self.pending = gauge("pending_halves", "Request ids waiting for their other half.")
-        self.pending_bytes = gauge("pending_bytes", "Memory held by waiting halves (approx.).")
-        self.tap_streams = gauge("tap_streams", "Tap streams open.")
+        r = self.registry
+        self.pending = Gauge(
+            _PREFIX + "pending_halves", "Request ids waiting for a half.", registry=r
+        )
+        self.pending_bytes = Gauge(_PREFIX + "pending_bytes", "Waiting halves, bytes.", registry=r)
+        self.tap_streams = Gauge(_PREFIX + "tap_streams", "Tap streams open.", registry=r)
 
     def observe_pair(self, result: PairResult) -> None:
         self.pairs.labels(

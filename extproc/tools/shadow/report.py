@@ -168,16 +168,15 @@ def _latency_table(summary: Mapping[str, Any]) -> list[str]:
     else:
         how = f"Envoy's upstream service time for {envoy:,} pairs, tap times for {tap:,}"
     rows = [f"Measured by: {how}.", "", "| | p50 | p90 | p99 |", "|---|---|---|---|"]
-    for key, label in (("baseline_s", "Baseline"), ("candidate_s", "Candidate")):
+    for key, label, shown in (
+        ("baseline_s", "Baseline", _ms),
+        ("candidate_s", "Candidate", _ms),
+        ("ratio", "Candidate / baseline", _x),
+    ):
         q = latency.get(key) or {}
         rows.append(
-            f"| {label} | {_ms(q.get('p50'))} | {_ms(q.get('p90'))} | {_ms(q.get('p99'))} |"
+            f"| {label} | " + " | ".join(shown(q.get(p)) for p in ("p50", "p90", "p99")) + " |"
         )
-    ratio = latency.get("ratio") or {}
-    rows.append(
-        f"| Candidate / baseline | {_x(ratio.get('p50'))} | {_x(ratio.get('p90'))} | "
-        f"{_x(ratio.get('p99'))} |"
-    )
     return rows
 
 

@@ -10,11 +10,11 @@ from ddsketch import DDSketch
 
 from extproc.tools.parity import Check, Thresholds, Verdict, cosine_check
 from extproc.tools.shadow.compare import Tolerances
-from extproc.tools.shadow.tally import KindTally, Tally
+from extproc.tools.shadow.tally import KindTally, Tally, TokenTally
 
 FORMAT: Final = 2
 DROP_REASONS: Final = ("expired", "evicted", "duplicate", "late")
-TOKEN_FIELDS: Final = ("baseline_tokens", "candidate_tokens", "token_requests", "tokens_equal")
+TOKEN_SUMS: Final = ("requests", "equal", "baseline_total", "candidate_total")
 _TOLERANCES: Final = Tolerances()
 _THRESHOLDS: Final = Thresholds()
 
@@ -27,7 +27,6 @@ def summarize(
     pending: int = 0,
 ) -> dict[str, Any]:
     kinds = tally.kinds.values()
-    token_sums = {name: sum(getattr(k, name) for k in kinds) for name in TOKEN_FIELDS}
     halves: dict[str, dict[str, int]] = {"received": dict(tally.halves_received)}
     for reason in DROP_REASONS:
         halves[reason] = {
@@ -55,14 +54,7 @@ def summarize(
             "unusable_bodies": dict(tally.unusable_bodies),
         },
         "request_mismatches": tally.request_mismatches,
-        "tokens": {
-            "requests": token_sums["token_requests"],
-            "equal": token_sums["tokens_equal"],
-            "different": token_sums["token_requests"] - token_sums["tokens_equal"],
-            "baseline_total": token_sums["baseline_tokens"],
-            "candidate_total": token_sums["candidate_tokens"],
-            "max_abs_diff": max(k.max_abs_token_diff for k in kinds),
-        },
+        "tokens": _tokens([kind.tokens for kind in kinds]),
         "latency": {
             "pairs": int(tally.latency_ratio.count),
             "sources": dict(tally.latency_sources),
@@ -103,35 +95,26 @@ def judge(summary: Mapping[str, Any], thresholds: Thresholds = _THRESHOLDS) -> V
                 explained=int(stats.get("explained_by_noise", 0)),
             )
         )
-    status = summary.get("status", {})
-    mismatches = int(status.get("mismatches", 0))
-    pairs_detail = ", ".join(
-        f"{key} x{n}" for key, n in sorted(status.get("mismatch_pairs", {}).items())
-    )
-    checks.append(
+    status, shape = summary.get("status", {}), summary.get("shape", {})
+    mismatches, allowed = int(status.get("mismatches", 0)), thresholds.max_status_mismatches
+    which = ", ".join(f"{k} x{n}" for k, n in sorted(status.get("mismatch_pairs", {}).items()))
+    dims, counts = int(shape.get("dimension_mismatches", 0)), int(shape.get("count_mismatches", 0))
+    unusable = int(shape.get("unusable_bodies", {}).get("candidate", 0))
+    same = int(summary.get("request_mismatches", 0))
+    checks += [
         Check(
             "status classes",
-            mismatches <= thresholds.max_status_mismatches,
-            f"{mismatches} mismatches (baseline/candidate: {pairs_detail or 'none'}), "
-            f"allowed {thresholds.max_status_mismatches}",
-        )
-    )
-    shape = summary.get("shape", {})
-    dims = int(shape.get("dimension_mismatches", 0))
-    counts = int(shape.get("count_mismatches", 0))
-    unusable = int(shape.get("unusable_bodies", {}).get("candidate", 0))
-    checks.append(
+            mismatches <= allowed,
+            f"{mismatches} mismatches (baseline/candidate: {which or 'none'}), allowed {allowed}",
+        ),
         Check(
             "shapes",
             dims == 0 and counts == 0 and unusable == 0,
             f"{dims} dimension mismatches, {counts} vector-count mismatches, "
             f"{unusable} unusable candidate bodies",
-        )
-    )
-    same = int(summary.get("request_mismatches", 0))
-    checks.append(
-        Check("same requests", same == 0, f"{same} pairs whose taps saw different request bytes")
-    )
+        ),
+        Check("same requests", same == 0, f"{same} pairs whose taps saw different request bytes"),
+    ]
     return Verdict(tuple(checks))
 
 
@@ -158,14 +141,14 @@ def _kind(kind: KindTally) -> dict[str, Any]:
             "baseline": list(kind.baseline_norm) if kind.baseline_norm else None,
             "candidate": list(kind.candidate_norm) if kind.candidate_norm else None,
         },
-        "tokens": {
-            "requests": kind.token_requests,
-            "equal": kind.tokens_equal,
-            "baseline_total": kind.baseline_tokens,
-            "candidate_total": kind.candidate_tokens,
-            "max_abs_diff": kind.max_abs_token_diff,
-        },
+        "tokens": _tokens([kind.tokens]),
     }
+
+
+def _tokens(tallies: list[TokenTally]) -> dict[str, int]:
+    sums = {name: sum(getattr(t, name) for t in tallies) for name in TOKEN_SUMS}
+    maximum = max(t.max_abs_diff for t in tallies)
+    return {**sums, "different": sums["requests"] - sums["equal"], "max_abs_diff": maximum}
 
 
 def _quantiles(sketch: DDSketch) -> dict[str, float] | None:

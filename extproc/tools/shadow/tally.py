@@ -32,6 +32,24 @@ def new_sketch() -> DDSketch:
 
 
 @dataclass
+class TokenTally:
+    """``usage.prompt_tokens`` of the 2xx pairs where both sides reported it."""
+
+    requests: int = 0
+    equal: int = 0
+    baseline_total: int = 0
+    candidate_total: int = 0
+    max_abs_diff: int = 0
+
+    def add(self, baseline: int, candidate: int) -> None:
+        self.requests += 1
+        self.equal += baseline == candidate
+        self.baseline_total += baseline
+        self.candidate_total += candidate
+        self.max_abs_diff = max(self.max_abs_diff, abs(candidate - baseline))
+
+
+@dataclass
 class KindTally:
     """Inputs of one kind (documents or queries)."""
 
@@ -49,11 +67,7 @@ class KindTally:
     candidate_dims: Counter[str] = field(default_factory=Counter)
     baseline_norm: tuple[float, float] | None = None  # (min, max)
     candidate_norm: tuple[float, float] | None = None
-    token_requests: int = 0  # requests where both sides reported usage.prompt_tokens
-    tokens_equal: int = 0
-    baseline_tokens: int = 0
-    candidate_tokens: int = 0
-    max_abs_token_diff: int = 0
+    tokens: TokenTally = field(default_factory=TokenTally)
 
     def add_input(self, result: InputResult) -> None:
         self.inputs += 1
@@ -72,13 +86,6 @@ class KindTally:
         self.max_cosine = max(result.cosine, self.max_cosine or -math.inf)
         if not result.explained_by_noise:
             self.min_unexplained_cosine = _min(self.min_unexplained_cosine, result.cosine)
-
-    def add_tokens(self, baseline: int, candidate: int) -> None:
-        self.token_requests += 1
-        self.tokens_equal += baseline == candidate
-        self.baseline_tokens += baseline
-        self.candidate_tokens += candidate
-        self.max_abs_token_diff = max(self.max_abs_token_diff, abs(candidate - baseline))
 
 
 @dataclass
@@ -141,7 +148,7 @@ class Tally:
         if not result.both_2xx:
             return
         if result.baseline_tokens is not None and result.candidate_tokens is not None:
-            kind.add_tokens(result.baseline_tokens, result.candidate_tokens)
+            kind.tokens.add(result.baseline_tokens, result.candidate_tokens)
         ratio = result.latency_ratio
         if ratio is not None:
             self.latency_ratio.add(ratio)
