@@ -45,7 +45,7 @@ from extproc.core.contract import Contract
 from extproc.core.errors import ApiError
 from extproc.core.plan import Encoding, ResponsePlan
 from extproc.core.policy import load_policy_text
-from extproc.core.policy.model import EncodingProfile, ModelPolicy, UpstreamFlavour
+from extproc.core.policy.model import EncodingProfile, ModelPolicy
 from extproc.core.prompts import DOCUMENT_TYPES, QUERY_TYPES
 from extproc.core.request_rewrite import (
     Forward,
@@ -55,6 +55,7 @@ from extproc.core.request_rewrite import (
 )
 from extproc.core.response_rewrite import rewrite_response
 from extproc.core.tokens import load_tokenizer
+from extproc.core.upstreams import ADAPTERS
 
 QWEN = "Qwen/Qwen3-Embedding-0.6B"
 SHORT = "fuzz/openai-short"  # OpenAI profile, 12 tokens, Matryoshka sizes 8/16/32 of 64
@@ -333,9 +334,9 @@ def check_request(body: bytes, core: Core) -> Forward | ApiError:
     count = _count(request["input"])
     assert 1 <= count <= MAX_INPUTS
     assert (plan.model, plan.input_count) == (model.name, count)
-    assert (plan.native_dimensions, plan.flavour) == (
+    assert (plan.native_dimensions, plan.upstream_kind) == (
         model.native_dimensions,
-        model.upstream_flavour,
+        model.upstream.kind,
     )
 
     asked = request.get("dimensions")
@@ -540,7 +541,7 @@ def plans(draw: st.DrawFn) -> ResponsePlan:
         model=draw(st.sampled_from(MODELS) | st.text(max_size=12)),
         input_count=draw(st.integers(1, 4)),
         native_dimensions=native,
-        flavour=draw(st.sampled_from(UpstreamFlavour)),
+        upstream_kind=draw(st.sampled_from(sorted(ADAPTERS))),
         client_encoding=draw(st.sampled_from(Encoding)),
         upstream_encoding=draw(st.sampled_from(Encoding)),
         dimensions=draw(st.none() | st.integers(1, native)),
@@ -758,12 +759,8 @@ def check_success(
 # -- response fuzzing ----------------------------------------------------------------------
 
 
-_P2 = ResponsePlan(
-    QWEN, 2, 4, UpstreamFlavour.DYNAMO, Encoding.FLOAT, Encoding.BASE64, dimensions=2
-)
-_P1 = ResponsePlan(
-    QWEN, 1, 4, UpstreamFlavour.DYNAMO, Encoding.FLOAT, Encoding.BASE64, dimensions=2
-)
+_P2 = ResponsePlan(QWEN, 2, 4, "dynamo", Encoding.FLOAT, Encoding.BASE64, dimensions=2)
+_P1 = ResponsePlan(QWEN, 1, 4, "dynamo", Encoding.FLOAT, Encoding.BASE64, dimensions=2)
 
 
 def _answer(*rows: Any, extra: bytes = b"") -> bytes:

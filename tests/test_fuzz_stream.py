@@ -45,7 +45,6 @@ from prometheus_client import REGISTRY
 
 from extproc.core.contract import Contract
 from extproc.core.plan import Encoding, ResponsePlan
-from extproc.core.policy.model import UpstreamFlavour
 from extproc.service.server import PROCESSOR_SERVICE, serve
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -182,9 +181,9 @@ STATUSES = [
     "100", "302", "600", "999", "0", "-200", " 200", "2_00", "abc", "", "\xb2", "9" * 400,
 ]  # fmt: skip
 PLANS = [
-    ResponsePlan(MODEL, 2, NATIVE, UpstreamFlavour.DYNAMO, Encoding.FLOAT, Encoding.BASE64, 256),
-    ResponsePlan(MODEL, 1, NATIVE, UpstreamFlavour.VLLM, Encoding.BASE64, Encoding.FLOAT),
-    ResponsePlan(MODEL, 2, NATIVE, UpstreamFlavour.DYNAMO, Encoding.FLOAT, Encoding.FLOAT),
+    ResponsePlan(MODEL, 2, NATIVE, "dynamo", Encoding.FLOAT, Encoding.BASE64, 256),
+    ResponsePlan(MODEL, 1, NATIVE, "vllm", Encoding.BASE64, Encoding.FLOAT),
+    ResponsePlan(MODEL, 2, NATIVE, "dynamo", Encoding.FLOAT, Encoding.FLOAT),
 ]
 PLAN_TEXTS = [plan.to_json() for plan in PLANS] + [
     "",

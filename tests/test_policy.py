@@ -8,13 +8,20 @@ from pathlib import Path
 
 import pytest
 
-from extproc.core.policy import EncodingProfile, PolicyError, UpstreamFlavour, load_policy_text
-from extproc.core.policy.presets import PRESETS
+from extproc.core.policy import (
+    EncodingProfile,
+    GatewayPolicy,
+    PolicyError,
+    UpstreamPolicy,
+    load_policy_text,
+)
+from extproc.core.policy.presets import presets
 from extproc.core.tokens import load_tokenizer
+from extproc.core.upstreams import Capabilities
 from tests.conftest import QWEN_EOS, QWEN_MODEL, REPO, SHIPPED_QWEN_POLICY
 
 
-def load(text: str, qwen_dir: Path) -> object:
+def load(text: str, qwen_dir: Path) -> GatewayPolicy:
     return load_policy_text(
         text, source="p.yaml", tokenizer_overrides={"m": qwen_dir, QWEN_MODEL: qwen_dir}
     )
@@ -27,14 +34,14 @@ def test_shipped_policy_is_the_seed_server(qwen_dir: Path) -> None:
     model = policy.models[QWEN_MODEL]
     assert model.max_tokens == 1024
     assert model.encoding_profile is EncodingProfile.LEGACY
-    assert model.upstream_flavour is UpstreamFlavour.DYNAMO
+    assert model.upstream.kind == "dynamo"
     assert model.native_dimensions == 1024
     assert model.special_tokens.append_ids == (QWEN_EOS,)
     assert model.prompts.query == "Instruct: {instruction}\nQuery:{text}"
     assert [d for d in (31, 32, 256, 1024, 1025) if model.accepts_dimensions(d)] == [32, 256, 1024]
 
 
-@pytest.mark.parametrize("preset", sorted(PRESETS))
+@pytest.mark.parametrize("preset", sorted(presets()))
 def test_every_preset_loads(preset: str, qwen_dir: Path) -> None:
     extra = "    native_dimensions: 8\n    max_tokens: 16\n" if preset == "plain" else ""
     policy = load_policy_text(
@@ -124,6 +131,37 @@ BAD_POLICIES = [
         "limits.max_inputs",
         "between",
     ),
+    (
+        "no-upstream",
+        "models:\n  - {name: m, native_dimensions: 8, max_tokens: 8, encoding_profile: OPENAI,"
+        " tokenizer: {hf_id: x}}\n",
+        "models[0].upstream.kind",
+        "required: one of dynamo, vllm",
+    ),
+    (
+        "unknown-upstream",
+        "models:\n  - {name: m, preset: e5, upstream: {kind: tei}}\n",
+        "models[0].upstream.kind",
+        "unknown upstream kind 'tei' (known: dynamo, vllm)",
+    ),
+    (
+        "flavour-contradicts-kind",
+        "models:\n  - {name: m, preset: e5, upstream_flavour: DYNAMO, upstream: {kind: vllm}}\n",
+        "models[0].upstream_flavour",
+        "keep upstream.kind only",
+    ),
+    (
+        "native-dimensions-without-matryoshka",
+        "models:\n  - {name: m, preset: e5, upstream: {kind: vllm, native: {dimensions: true}}}\n",
+        "models[0].upstream.native.dimensions",
+        "no `matryoshka` section",
+    ),
+    (
+        "unknown-capability",
+        "models:\n  - {name: m, preset: e5, upstream: {kind: vllm, native: {base64: true}}}\n",
+        "models[0]",
+        "base64",
+    ),
 ]
 
 
@@ -138,6 +176,47 @@ def test_bad_policies_name_field_and_reason(
     assert info.value.source == "p.yaml"
     assert info.value.field == field
     assert reason in info.value.reason
+
+
+UPSTREAMS = [
+    pytest.param(
+        "", UpstreamPolicy("dynamo", Capabilities(truncate_prompt_tokens=True)), id="preset"
+    ),
+    pytest.param(
+        "upstream_flavour: VLLM",
+        UpstreamPolicy("vllm", Capabilities(truncate_prompt_tokens=True)),
+        id="older-spelling-over-preset",
+    ),
+    pytest.param(
+        "upstream: {kind: vllm, native: {dimensions: true}}",
+        UpstreamPolicy("vllm", Capabilities(dimensions=True, truncate_prompt_tokens=True)),
+        id="vllm-matryoshka",
+    ),
+    pytest.param(
+        "upstream: {native: {dimensions: true}}",
+        UpstreamPolicy("dynamo", Capabilities(dimensions=True, truncate_prompt_tokens=True)),
+        id="native-over-the-presets-kind",
+    ),
+    pytest.param(
+        "upstream: {kind: dynamo, native: {truncate_prompt_tokens: false}}",
+        UpstreamPolicy("dynamo", Capabilities()),
+        id="declared-off",
+    ),
+    pytest.param(
+        "upstream_flavour: DYNAMO\n    upstream: {kind: dynamo}",
+        UpstreamPolicy("dynamo", Capabilities(truncate_prompt_tokens=True)),
+        id="both-spellings-agree",
+    ),
+]
+
+
+@pytest.mark.parametrize(("lines", "want"), UPSTREAMS)
+def test_upstream_kind_and_native_capabilities(
+    lines: str, want: UpstreamPolicy, qwen_dir: Path
+) -> None:
+    text = f"models:\n  - name: m\n    preset: nomic\n    {lines}\n"
+    model = load(text, qwen_dir).models["m"]
+    assert model.upstream == want
 
 
 def test_missing_tokenizer_directory_is_reported(tmp_path: Path) -> None:

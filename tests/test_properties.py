@@ -21,7 +21,6 @@ from tokenizers import Tokenizer
 from extproc.core.contract import Contract
 from extproc.core.errors import ApiError
 from extproc.core.plan import Encoding, ResponsePlan
-from extproc.core.policy.model import UpstreamFlavour
 from extproc.core.request_rewrite import Forward, rewrite_request
 from extproc.core.response_rewrite import rewrite_response
 from extproc.core.vectors import decode_rows, encode_base64, truncate_renormalise
@@ -261,7 +260,7 @@ def test_base64_round_trip_is_bit_exact(vector: npt.NDArray[np.float32]) -> None
 def test_float_answer_round_trips_float32_bits(matrix: npt.NDArray[np.float32]) -> None:
     """base64 upstream -> float client: the JSON floats parse back to the same float32s."""
     n, dim = matrix.shape
-    plan = ResponsePlan(MODEL, n, dim, UpstreamFlavour.DYNAMO, Encoding.FLOAT, Encoding.BASE64)
+    plan = ResponsePlan(MODEL, n, dim, "dynamo", Encoding.FLOAT, Encoding.BASE64)
     body = orjson.dumps(
         {"data": [{"index": i, "embedding": encode_base64(matrix[i])} for i in range(n)]}
     )
@@ -276,9 +275,9 @@ def test_float_answer_round_trips_float32_bits(matrix: npt.NDArray[np.float32]) 
 
 PLANS = [
     None,
-    ResponsePlan(MODEL, 1, 4, UpstreamFlavour.DYNAMO, Encoding.FLOAT, Encoding.FLOAT),
-    ResponsePlan(MODEL, 2, 4, UpstreamFlavour.VLLM, Encoding.FLOAT, Encoding.BASE64, dimensions=2),
-    ResponsePlan(MODEL, 1, 4, UpstreamFlavour.DYNAMO, Encoding.BASE64, Encoding.FLOAT),
+    ResponsePlan(MODEL, 1, 4, "dynamo", Encoding.FLOAT, Encoding.FLOAT),
+    ResponsePlan(MODEL, 2, 4, "vllm", Encoding.FLOAT, Encoding.BASE64, dimensions=2),
+    ResponsePlan(MODEL, 1, 4, "dynamo", Encoding.BASE64, Encoding.FLOAT),
 ]
 
 error_bodies = st.one_of(

@@ -16,7 +16,6 @@ import orjson
 import pytest
 
 from extproc.core.plan import Encoding, ResponsePlan
-from extproc.core.policy.model import UpstreamFlavour
 from extproc.core.response_rewrite import ClientAnswer, needs_response_body, rewrite_response
 
 MODEL = "Qwen/Qwen3-Embedding-0.6B"
@@ -33,13 +32,13 @@ def plan(
     client: Encoding = Encoding.FLOAT,
     upstream: Encoding = Encoding.FLOAT,
     native: int = NATIVE,
-    flavour: UpstreamFlavour = UpstreamFlavour.DYNAMO,
+    upstream_kind: str = "dynamo",
 ) -> ResponsePlan:
     return ResponsePlan(
         model=MODEL,
         input_count=count,
         native_dimensions=native,
-        flavour=flavour,
+        upstream_kind=upstream_kind,
         client_encoding=client,
         upstream_encoding=upstream,
         dimensions=dimensions,

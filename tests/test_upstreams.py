@@ -1,5 +1,5 @@
 """What upstreams answer, read by the core: the embeddings-body parser, the
-error-body parser and the status classes."""
+error-body parser, the status classes, and the adapter of each upstream kind."""
 
 from __future__ import annotations
 
@@ -11,8 +11,11 @@ import orjson
 import pytest
 
 from extproc.core.embeddings_body import parse_embeddings_body
+from extproc.core.plan import Encoding, ResponsePlan
+from extproc.core.response_rewrite import rewrite_response
 from extproc.core.status import is_success, status_class
 from extproc.core.upstream_errors import UpstreamError, parse_upstream_error
+from extproc.core.upstreams import ADAPTERS, Capabilities, UnknownUpstreamError, adapter_for
 from extproc.core.vectors import BadVectorsError
 
 
@@ -203,3 +206,149 @@ def test_error_bodies(raw: bytes, want: UpstreamError) -> None:
 )
 def test_status(status: int, success: bool, klass: str) -> None:
     assert (is_success(status), status_class(status)) == (success, klass)
+
+
+# -- adapters ----------------------------------------------------------------------------
+
+# What each kind answers for two inputs (docs/upstreams.md): Dynamo writes no 'id' or
+# 'created' and float32 reprs; vLLM writes both and float64 reprs.
+SUCCESS = {
+    "dynamo": b'{"object":"list","data":[{"object":"embedding","index":1,"embedding":[0.0,1.0]},'
+    b'{"object":"embedding","index":0,"embedding":[0.6,0.8]}],"model":"m",'
+    b'"usage":{"prompt_tokens":6,"total_tokens":6}}',
+    "vllm": b'{"id":"embd-1","object":"list","created":1,"model":"m","data":['
+    b'{"index":0,"object":"embedding","embedding":[0.6000000238418579,0.800000011920929]},'
+    b'{"index":1,"object":"embedding","embedding":[0.0,1.0]}],'
+    b'"usage":{"prompt_tokens":6,"total_tokens":6,"completion_tokens":0}}',
+}
+
+
+def test_registry_names_each_adapter_by_its_own_name() -> None:
+    assert sorted(ADAPTERS) == ["dynamo", "vllm"]
+    for name, adapter in ADAPTERS.items():
+        assert adapter.name == name
+        assert adapter_for(name) is adapter
+        assert adapter.summary
+
+
+def test_unknown_kind_names_the_known_ones() -> None:
+    with pytest.raises(UnknownUpstreamError, match=r"'tei' \(known: dynamo, vllm\)"):
+        adapter_for("tei")
+
+
+@pytest.mark.parametrize("kind", sorted(ADAPTERS))
+def test_capabilities_every_deployment_has(kind: str) -> None:
+    # Both forward a valid truncate_prompt_tokens to vLLM's pooling; `dimensions` depends on
+    # how the model was started, so no kind claims it by default. Emulation reads base64.
+    adapter = adapter_for(kind)
+    assert adapter.defaults == Capabilities(dimensions=False, truncate_prompt_tokens=True)
+    assert adapter.vectors_encoding == "base64"
+
+
+@pytest.mark.parametrize("kind", sorted(ADAPTERS))
+@pytest.mark.parametrize("answer", sorted(SUCCESS))
+def test_each_adapter_reads_both_success_shapes(kind: str, answer: str) -> None:
+    parsed = adapter_for(kind).parse_success(SUCCESS[answer], input_count=2, dimensions=2)
+    np.testing.assert_allclose(parsed.vectors, [[0.6, 0.8], [0.0, 1.0]], rtol=1e-7)
+    assert parsed.prompt_tokens == 6
+
+
+@pytest.mark.parametrize("kind", sorted(ADAPTERS))
+def test_each_adapter_checks_success_against_the_request(kind: str) -> None:
+    with pytest.raises(BadVectorsError, match="2 embeddings for 3 inputs"):
+        adapter_for(kind).parse_success(SUCCESS["vllm"], input_count=3, dimensions=2)
+    with pytest.raises(BadVectorsError, match="expected 4"):
+        adapter_for(kind).parse_success(SUCCESS["vllm"], input_count=2, dimensions=4)
+
+
+DYNAMO_500 = b'{"message":"Internal server error","type":"Internal Server Error","code":500}'
+VLLM_404 = (
+    b'{"error":{"message":"The model `m` does not exist.","type":"NotFoundError",'
+    b'"param":null,"code":404}}'
+)
+
+
+@pytest.mark.parametrize(
+    ("kind", "status", "raw", "want"),
+    [
+        pytest.param(
+            "dynamo",
+            404,
+            b"",
+            UpstreamError("empty answer: no Dynamo worker serves the model"),
+            id="dynamo-worker-gone",
+        ),
+        pytest.param(
+            "dynamo",
+            500,
+            DYNAMO_500,
+            UpstreamError(
+                "Internal server error; Dynamo writes the worker's reason only to its logs"
+            ),
+            id="dynamo-generic-500",
+        ),
+        pytest.param(
+            "dynamo",
+            400,
+            b'{"message":"Invalid request","type":"Bad Request","code":400}',
+            UpstreamError("Invalid request"),
+            id="dynamo-flat",
+        ),
+        pytest.param(
+            "dynamo",
+            404,
+            VLLM_404,
+            UpstreamError("The model `m` does not exist."),
+            id="dynamo-nested",
+        ),
+        pytest.param("vllm", 404, b"", UpstreamError(None), id="vllm-empty"),
+        pytest.param(
+            "vllm", 500, DYNAMO_500, UpstreamError("Internal server error"), id="vllm-flat"
+        ),
+        pytest.param(
+            "vllm",
+            400,
+            b'{"error":{"message":"too long","type":"BadRequestError","param":"input","code":400}}',
+            UpstreamError("too long", "input"),
+            id="vllm-nested",
+        ),
+    ],
+)
+def test_error_interpretation(kind: str, status: int, raw: bytes, want: UpstreamError) -> None:
+    assert adapter_for(kind).parse_error(status, raw) == want
+
+
+def _plan(kind: str) -> ResponsePlan:
+    return ResponsePlan("m", 2, 2, kind, Encoding.FLOAT, Encoding.BASE64, dimensions=1)
+
+
+def test_the_plans_adapter_reads_the_error() -> None:
+    answer = rewrite_response(_plan("dynamo"), 404, b"")
+    assert answer is not None and answer.status == 503
+    assert "no Dynamo worker serves the model" in orjson.loads(answer.body)["error"]["message"]
+    answer = rewrite_response(_plan("vllm"), 404, b"")
+    assert answer is not None and answer.status == 503
+    assert "Dynamo" not in orjson.loads(answer.body)["error"]["message"]
+
+
+@pytest.mark.parametrize("kind", sorted(ADAPTERS))
+def test_the_plan_carries_the_adapter_name(kind: str) -> None:
+    text = _plan(kind).to_json()
+    assert orjson.loads(text)[3] == kind
+    assert ResponsePlan.from_json(text) == _plan(kind)
+
+
+@pytest.mark.parametrize(
+    ("text", "kind"),
+    [
+        # The older "flavour" field wrote these same strings.
+        ('["m",2,2,"dynamo","float","base64",1,false]', "dynamo"),
+        ('["m",2,2,"vllm","float","base64",1,false]', "vllm"),
+        ('["m",2,2,"tei","float","base64",1,false]', None),
+        ('["m",2,2,"DYNAMO","float","base64",1,false]', None),
+        ('["m",2,2,["dynamo"],"float","base64",1,false]', None),
+    ],
+)
+def test_plans_in_metadata(text: str, kind: str | None) -> None:
+    plan = ResponsePlan.from_json(text)
+    assert (plan.upstream_kind if plan else None) == kind

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from extproc.commands.common import add_policy_options, load_contract_or_report
 from extproc.commands.envoy_config import ExtProcTls, Upstream
-from extproc.core.policy.presets import PRESETS
+from extproc.core.policy.presets import presets
 from extproc.service.tls import (
     TlsError,
     TlsSettings,
@@ -283,7 +283,7 @@ def _check_config(args: argparse.Namespace) -> int:
     for model in policy.models.values():
         dims = model.dimensions_rule()
         print(
-            f"  {model.name}: upstream {model.upstream_flavour.value} as {model.upstream_model!r}, "
+            f"  {model.name}: upstream {model.upstream.kind} as {model.upstream_model!r}, "
             f"max {model.max_tokens} tokens, dimensions {dims}, "
             f"encoding profile {model.encoding_profile.value}, "
             f"tokenizer {model.tokenizer.describe()}"
@@ -292,7 +292,7 @@ def _check_config(args: argparse.Namespace) -> int:
 
 
 def _presets(args: argparse.Namespace) -> int:
-    for name in sorted(PRESETS):
+    for name in sorted(presets()):
         print(name)
     return 0
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from extproc.core.policy.model import UpstreamFlavour
+from extproc.core.upstreams import ADAPTERS
 
 # Wider than any embedding model; bounds what a plan read from metadata may allocate.
 MAX_NATIVE_DIMENSIONS = 1 << 20
@@ -23,13 +23,14 @@ class ResponsePlan:
     """The contract the client expects back, and what the upstream was asked for.
 
     ``dimensions`` is set only when the gateway emulates Matryoshka (cut and
-    re-normalise); a request for the native size needs no work.
+    re-normalise); a request for the native size needs no work. ``upstream_kind``
+    names the upstream adapter that reads the answer.
     """
 
     model: str
     input_count: int
     native_dimensions: int
-    flavour: UpstreamFlavour
+    upstream_kind: str
     client_encoding: Encoding
     upstream_encoding: Encoding
     dimensions: int | None = None
@@ -46,13 +47,15 @@ class ResponsePlan:
 
     def to_json(self) -> str:
         """Compact form carried from the request's ext_proc stream to the response's
-        (as Envoy dynamic metadata) when the two are separate filters."""
+        (as Envoy dynamic metadata) when the two are separate filters. The upstream
+        kind is written as the adapter's name ("dynamo", "vllm"): the same strings
+        the older flavour field wrote, so plans from either version read the same."""
         return orjson.dumps(
             [
                 self.model,
                 self.input_count,
                 self.native_dimensions,
-                self.flavour.value,
+                self.upstream_kind,
                 self.client_encoding.value,
                 self.upstream_encoding.value,
                 self.dimensions,
@@ -64,12 +67,12 @@ class ResponsePlan:
     def from_json(cls, text: str) -> ResponsePlan | None:
         """The plan, or None when ``text`` is not one (never raises)."""
         try:
-            model, count, native, flavour, client, upstream, dims, check = orjson.loads(text)
+            model, count, native, kind, client, upstream, dims, check = orjson.loads(text)
             plan = cls(
                 model=str(model),
                 input_count=int(count),
                 native_dimensions=int(native),
-                flavour=UpstreamFlavour(flavour),
+                upstream_kind=str(kind),
                 client_encoding=Encoding(client),
                 upstream_encoding=Encoding(upstream),
                 dimensions=None if dims is None else int(dims),
@@ -77,11 +80,13 @@ class ResponsePlan:
             )
         except (orjson.JSONDecodeError, TypeError, ValueError):
             return None
-        # Only what to_json writes (tests/test_fuzz_core.py): int() took true, 4.7 and
-        # "2"; a cut of 0, -3 or past the native size gave 200s with vectors of the wrong
-        # size; a native size of 10**12 made numpy raise MemoryError.
+        # Only what to_json writes: int() would take true, 4.7 and "2"; a cut of 0, -3 or
+        # past the native size would give vectors of the wrong size; a native size of
+        # 10**12 would make numpy raise MemoryError.
         numbers = (count, native) if dims is None else (count, native, dims)
         if not isinstance(model, str) or not all(type(n) is int for n in numbers):
+            return None
+        if not isinstance(kind, str) or kind not in ADAPTERS:
             return None
         if type(check) is not bool:
             return None

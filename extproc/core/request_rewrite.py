@@ -39,6 +39,7 @@ from extproc.core.tokens import (
     TokenizeBudget,
     TokenizeBudgetError,
 )
+from extproc.core.upstreams import adapter_for
 
 # Fields the legacy contract adds and no upstream understands.
 LEGACY_ONLY_FIELDS: Final = ("dimensions", "input_type", "instruction")
@@ -136,14 +137,14 @@ def rewrite_request(
 
     emulate = dimensions is not None and dimensions != model.native_dimensions
     if emulate:
-        upstream_encoding = Encoding.BASE64  # decoding base64 beats parsing floats
+        upstream_encoding = Encoding(adapter_for(model.upstream.kind).vectors_encoding)
     else:
         upstream_encoding = client_encoding
     plan = ResponsePlan(
         model=model.name,
         input_count=count,
         native_dimensions=model.native_dimensions,
-        flavour=model.upstream_flavour,
+        upstream_kind=model.upstream.kind,
         client_encoding=client_encoding,
         upstream_encoding=upstream_encoding,
         dimensions=dimensions if emulate else None,

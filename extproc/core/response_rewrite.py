@@ -21,11 +21,12 @@ from dataclasses import dataclass
 
 import orjson
 
-from extproc.core.embeddings_body import EmbeddingsBody, parse_embeddings_body
+from extproc.core.embeddings_body import EmbeddingsBody
 from extproc.core.errors import ApiError, type_for_status
 from extproc.core.plan import Encoding, ResponsePlan
 from extproc.core.status import is_success
 from extproc.core.upstream_errors import parse_upstream_error
+from extproc.core.upstreams import adapter_for
 from extproc.core.vectors import BadVectorsError, encode_base64, truncate_renormalise
 
 
@@ -80,19 +81,24 @@ def _rewrite_vectors(plan: ResponsePlan, body: bytes) -> bytes:
         return orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY)
     except orjson.JSONEncodeError:
         # orjson reads 1,024 nested levels but writes only 254: an extra field nested
-        # deeper raised TypeError out of here (tests/test_fuzz_core.py).
+        # deeper cannot be re-encoded, and that is the upstream's answer being unusable.
         raise BadVectorsError("it nests arrays or objects too deeply to re-encode") from None
 
 
 def _checked_rows(plan: ResponsePlan, body: bytes) -> EmbeddingsBody:
     """The answer, checked against what the plan asked the upstream for."""
-    return parse_embeddings_body(
+    return adapter_for(plan.upstream_kind).parse_success(
         body, input_count=plan.input_count, dimensions=plan.native_dimensions
     )
 
 
 def _error_answer(plan: ResponsePlan | None, status: int, body: bytes) -> ClientAnswer:
-    upstream = parse_upstream_error(body)
+    # Without a plan the gateway never matched the request to a model, so which
+    # upstream kind answered is unknown: the tolerant parser reads every kind's shape.
+    if plan is None:
+        upstream = parse_upstream_error(body)
+    else:
+        upstream = adapter_for(plan.upstream_kind).parse_error(status, body)
     detail = upstream.message or "no details given"
     if plan is not None and status == 404:
         error = ApiError(
@@ -119,9 +125,8 @@ def _error_answer(plan: ResponsePlan | None, status: int, body: bytes) -> Client
         )
     else:
         # 1xx/3xx on an embeddings call: nothing a client can use. So is a status HTTP
-        # does not have (>= 600, or garbage read as 0): it was passed on as the client's
-        # status (600, 999, even 10**300, which Envoy's int32 status cannot hold;
-        # tests/test_fuzz_core.py).
+        # does not have (>= 600, or garbage read as 0), which must never reach the
+        # client as its status (Envoy's status is an int32; 10**300 is not).
         error = ApiError(
             502,
             f"The upstream answered HTTP {status}, not an embeddings response.",

@@ -38,9 +38,9 @@ def decode_rows(items: list[object], native: int) -> FloatMatrix:
         elif isinstance(item, list):
             if len(item) != native:
                 raise BadVectorsError(f"embedding {row} has {len(item)} values, expected {native}")
-            # JSON numbers only: numpy turns "0.5" and true into floats, which made a
-            # 200 of such rows (tests/test_fuzz_core.py). Floats from the upstream are
-            # rare (the gateway asks for base64), so this loop is off the usual path.
+            # JSON numbers only: numpy would turn "0.5" and true into floats. Floats from
+            # the upstream are rare (the gateway asks for base64), so this loop is off
+            # the usual path.
             if not all(type(v) is float or type(v) is int for v in item):
                 if any(v is None for v in item):  # serde_json (Dynamo) writes NaN as null
                     raise BadVectorsError(f"embedding {row} holds null (NaN) values")
@@ -65,7 +65,7 @@ def truncate_renormalise(matrix: FloatMatrix, dimensions: int) -> FloatMatrix:
     """First ``dimensions`` components of each row, scaled to unit L2 norm."""
     head = np.array(matrix[:, :dimensions], dtype=np.float32, copy=True)  # never the caller's
     # Norms in float64: float32 squares overflow past ~1e19 and underflow below ~1e-23,
-    # which gave all-zero rows or left rows un-normalised (tests/test_fuzz_core.py).
+    # which would give all-zero rows or leave rows un-normalised.
     norms = np.sqrt(np.einsum("ij,ij->i", head, head, dtype=np.float64))[:, None]
     if np.all((norms == 0) | ((norms > 1e-30) & (norms < 1e30))):
         # The usual case: every norm is a normal float32, and dividing in float32 is

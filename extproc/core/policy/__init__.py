@@ -1,6 +1,7 @@
 """Policy: what the gateway knows per served model (schema, presets, loader)."""
 
-from extproc.core.policy.loader import PolicyError, load_policy_file, load_policy_text
+from extproc.core.policy.errors import PolicyError
+from extproc.core.policy.loader import load_policy_file, load_policy_text
 from extproc.core.policy.model import (
     EncodingProfile,
     GatewayPolicy,
@@ -10,7 +11,7 @@ from extproc.core.policy.model import (
     PromptTemplates,
     SpecialTokens,
     TokenizerSource,
-    UpstreamFlavour,
+    UpstreamPolicy,
 )
 
 __all__ = [
@@ -23,7 +24,7 @@ __all__ = [
     "PromptTemplates",
     "SpecialTokens",
     "TokenizerSource",
-    "UpstreamFlavour",
+    "UpstreamPolicy",
     "load_policy_file",
     "load_policy_text",
 ]

@@ -19,6 +19,7 @@ import yaml
 from google.protobuf import json_format
 from google.protobuf.message import Message
 
+from extproc.core.policy.errors import PolicyError
 from extproc.core.policy.model import (
     DEFAULT_MAX_INPUTS,
     DEFAULT_MAX_REQUEST_BYTES,
@@ -32,10 +33,12 @@ from extproc.core.policy.model import (
     PromptTemplates,
     SpecialTokens,
     TokenizerSource,
-    UpstreamFlavour,
+    UpstreamPolicy,
 )
-from extproc.core.policy.presets import PRESETS
+from extproc.core.policy.overlay import overlay
+from extproc.core.policy.presets import presets
 from extproc.core.policy.v1 import policy_pb2 as pb
+from extproc.core.upstreams import ADAPTERS, Capabilities, UnknownUpstreamError, adapter_for
 
 # Largest allowed request: 2048 inputs is OpenAI's cap; 64 MiB bounds Envoy's buffer.
 MAX_INPUTS_CEILING = 2048
@@ -47,16 +50,6 @@ MIN_TOKENIZE_BYTES = 8 * 1024
 MAX_TOKENIZE_MS_CEILING = 10_000
 TOKENIZER_OVERRIDES_ENV = "EXTPROC_TOKENIZER_OVERRIDES"
 _FIELD_RE = re.compile(r"\{(\w*)\}")
-
-
-class PolicyError(ValueError):
-    """A policy file that cannot be served: which file, which field, why."""
-
-    def __init__(self, source: str, field: str, reason: str) -> None:
-        super().__init__(f"{source}: {field}: {reason}")
-        self.source = source
-        self.field = field
-        self.reason = reason
 
 
 def parse_tokenizer_overrides(spec: str) -> dict[str, Path]:
@@ -166,26 +159,6 @@ def _limits(source: str, raw: Any) -> Limits:
     )
 
 
-def _overlay(base: Message, top: Message) -> None:
-    """Copy every field set in ``top`` onto ``base``; lists and maps replace, not append."""
-    for fd, value in top.ListFields():
-        if fd.message_type is not None and not _is_repeated(fd) and fd.containing_oneof is None:
-            _overlay(getattr(base, fd.name), value)
-        elif _is_repeated(fd):
-            base.ClearField(fd.name)
-            container = getattr(base, fd.name)
-            if fd.message_type is not None and fd.message_type.GetOptions().map_entry:
-                container.update(value)
-            else:
-                container.extend(value)
-        else:
-            setattr(base, fd.name, value)
-
-
-def _is_repeated(fd: Any) -> bool:
-    return bool(fd.is_repeated)
-
-
 def _model(source: str, where: str, raw: Any, overrides: Mapping[str, Path]) -> ModelPolicy:
     if not isinstance(raw, dict):
         raise PolicyError(source, where, "expected a mapping")
@@ -195,15 +168,67 @@ def _model(source: str, where: str, raw: Any, overrides: Mapping[str, Path]) -> 
         raise PolicyError(source, f"{where}.name", "required")
     merged = pb.ModelPolicy()
     if entry.preset:
-        preset = PRESETS.get(entry.preset)
+        shipped = presets()
+        preset = shipped.get(entry.preset)
         if preset is None:
-            known = ", ".join(sorted(PRESETS))
+            known = ", ".join(sorted(shipped))
             raise PolicyError(
                 source, f"{where}.preset", f"unknown preset {entry.preset!r} (known: {known})"
             )
-        json_format.ParseDict(preset, merged)
-    _overlay(merged, entry)
+        merged.CopyFrom(preset)
+        _upstream_kind_from_flavour(source, f"{where}.preset", merged)
+    _upstream_kind_from_flavour(source, where, entry)
+    overlay(merged, entry)
     return _validate_model(source, where, merged, overrides)
+
+
+_FLAVOUR_KINDS = {pb.DYNAMO: "dynamo", pb.VLLM: "vllm"}
+
+
+def _upstream_kind_from_flavour(source: str, where: str, m: pb.ModelPolicy) -> None:
+    """Moves the older ``upstream_flavour`` spelling onto ``upstream.kind``, before the
+    entry is laid over its preset: the entry's upstream wins whichever spelling each uses."""
+    if m.upstream_flavour == pb.UPSTREAM_FLAVOUR_UNSPECIFIED:
+        return
+    kind = _FLAVOUR_KINDS.get(m.upstream_flavour)
+    if kind is None:
+        raise PolicyError(source, f"{where}.upstream_flavour", "must be DYNAMO or VLLM")
+    if m.upstream.kind and m.upstream.kind != kind:
+        raise PolicyError(
+            source,
+            f"{where}.upstream_flavour",
+            f"says {kind!r} but upstream.kind says {m.upstream.kind!r}; keep upstream.kind only",
+        )
+    m.upstream.kind = kind
+    m.ClearField("upstream_flavour")
+
+
+def _upstream(source: str, where: str, m: pb.ModelPolicy) -> UpstreamPolicy:
+    """The upstream kind's adapter defaults, overridden by what the policy declares."""
+    field = f"{where}.upstream"
+    if not m.upstream.kind:
+        known = ", ".join(sorted(ADAPTERS))
+        raise PolicyError(source, f"{field}.kind", f"required: one of {known}")
+    try:
+        adapter = adapter_for(m.upstream.kind)
+    except UnknownUpstreamError as exc:
+        raise PolicyError(source, f"{field}.kind", str(exc)) from None
+    declared = m.upstream.native
+    defaults = adapter.defaults
+    native = Capabilities(
+        dimensions=declared.dimensions if declared.HasField("dimensions") else defaults.dimensions,
+        truncate_prompt_tokens=declared.truncate_prompt_tokens
+        if declared.HasField("truncate_prompt_tokens")
+        else defaults.truncate_prompt_tokens,
+    )
+    if native.dimensions and not m.HasField("matryoshka"):
+        raise PolicyError(
+            source,
+            f"{field}.native.dimensions",
+            "the model has no `matryoshka` section, so only its native size is accepted "
+            "and no `dimensions` is ever left to the upstream",
+        )
+    return UpstreamPolicy(kind=adapter.name, native=native)
 
 
 def _validate_model(
@@ -284,11 +309,7 @@ def _validate_model(
     }.get(m.encoding_profile)
     if profile is None:
         raise fail("encoding_profile", "required: LEGACY or OPENAI")
-    flavour = {pb.DYNAMO: UpstreamFlavour.DYNAMO, pb.VLLM: UpstreamFlavour.VLLM}.get(
-        m.upstream_flavour
-    )
-    if flavour is None:
-        raise fail("upstream_flavour", "required: DYNAMO or VLLM")
+    upstream = _upstream(source, where, m)
 
     return ModelPolicy(
         name=m.name,
@@ -308,6 +329,6 @@ def _validate_model(
         native_dimensions=native,
         matryoshka=matryoshka,
         encoding_profile=profile,
-        upstream_flavour=flavour,
+        upstream=upstream,
         check_responses=m.check_responses,
     )

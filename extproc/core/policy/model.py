@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from extproc.core.upstreams import Capabilities
+
 DEFAULT_MAX_REQUEST_BYTES = 8 * 1024 * 1024
 DEFAULT_MAX_INPUTS = 2048
 # Tokenization budget per request. 1 MiB of English is ~1 s of tokenizing on this
@@ -29,9 +31,13 @@ class EncodingProfile(enum.Enum):
     OPENAI = "openai"  # float or base64 (little-endian float32), as OpenAI's SDKs decode it
 
 
-class UpstreamFlavour(enum.Enum):
-    DYNAMO = "dynamo"
-    VLLM = "vllm"
+@dataclass(frozen=True)
+class UpstreamPolicy:
+    """What serves a model: the adapter's name (``extproc.core.upstreams``) and what
+    this deployment does itself (the kind's defaults plus what the policy declares)."""
+
+    kind: str
+    native: Capabilities = field(default_factory=Capabilities)
 
 
 @dataclass(frozen=True)
@@ -84,7 +90,7 @@ class ModelPolicy:
     native_dimensions: int
     matryoshka: Matryoshka | None
     encoding_profile: EncodingProfile
-    upstream_flavour: UpstreamFlavour
+    upstream: UpstreamPolicy
     check_responses: bool = False  # validate every 2xx, not only rewritten ones
 
     def accepts_dimensions(self, dimensions: int) -> bool:

@@ -50,7 +50,7 @@ class Limits(_message.Message):
     def __init__(self, max_request_bytes: _Optional[int] = ..., max_inputs: _Optional[int] = ..., max_input_chars: _Optional[int] = ..., max_total_chars: _Optional[int] = ..., max_tokenize_bytes: _Optional[int] = ..., max_tokenize_ms: _Optional[int] = ...) -> None: ...
 
 class ModelPolicy(_message.Message):
-    __slots__ = ("name", "preset", "upstream_model", "tokenizer", "max_tokens", "prompts", "native_dimensions", "matryoshka", "encoding_profile", "upstream_flavour", "check_responses")
+    __slots__ = ("name", "preset", "upstream_model", "tokenizer", "max_tokens", "prompts", "native_dimensions", "matryoshka", "encoding_profile", "upstream_flavour", "check_responses", "upstream")
     NAME_FIELD_NUMBER: _ClassVar[int]
     PRESET_FIELD_NUMBER: _ClassVar[int]
     UPSTREAM_MODEL_FIELD_NUMBER: _ClassVar[int]
@@ -62,6 +62,7 @@ class ModelPolicy(_message.Message):
     ENCODING_PROFILE_FIELD_NUMBER: _ClassVar[int]
     UPSTREAM_FLAVOUR_FIELD_NUMBER: _ClassVar[int]
     CHECK_RESPONSES_FIELD_NUMBER: _ClassVar[int]
+    UPSTREAM_FIELD_NUMBER: _ClassVar[int]
     name: str
     preset: str
     upstream_model: str
@@ -73,7 +74,24 @@ class ModelPolicy(_message.Message):
     encoding_profile: EncodingProfile
     upstream_flavour: UpstreamFlavour
     check_responses: bool
-    def __init__(self, name: _Optional[str] = ..., preset: _Optional[str] = ..., upstream_model: _Optional[str] = ..., tokenizer: _Optional[_Union[Tokenizer, _Mapping]] = ..., max_tokens: _Optional[int] = ..., prompts: _Optional[_Union[Prompts, _Mapping]] = ..., native_dimensions: _Optional[int] = ..., matryoshka: _Optional[_Union[Matryoshka, _Mapping]] = ..., encoding_profile: _Optional[_Union[EncodingProfile, str]] = ..., upstream_flavour: _Optional[_Union[UpstreamFlavour, str]] = ..., check_responses: _Optional[bool] = ...) -> None: ...
+    upstream: Upstream
+    def __init__(self, name: _Optional[str] = ..., preset: _Optional[str] = ..., upstream_model: _Optional[str] = ..., tokenizer: _Optional[_Union[Tokenizer, _Mapping]] = ..., max_tokens: _Optional[int] = ..., prompts: _Optional[_Union[Prompts, _Mapping]] = ..., native_dimensions: _Optional[int] = ..., matryoshka: _Optional[_Union[Matryoshka, _Mapping]] = ..., encoding_profile: _Optional[_Union[EncodingProfile, str]] = ..., upstream_flavour: _Optional[_Union[UpstreamFlavour, str]] = ..., check_responses: _Optional[bool] = ..., upstream: _Optional[_Union[Upstream, _Mapping]] = ...) -> None: ...
+
+class Upstream(_message.Message):
+    __slots__ = ("kind", "native")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    NATIVE_FIELD_NUMBER: _ClassVar[int]
+    kind: str
+    native: NativeCapabilities
+    def __init__(self, kind: _Optional[str] = ..., native: _Optional[_Union[NativeCapabilities, _Mapping]] = ...) -> None: ...
+
+class NativeCapabilities(_message.Message):
+    __slots__ = ("dimensions", "truncate_prompt_tokens")
+    DIMENSIONS_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATE_PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    dimensions: bool
+    truncate_prompt_tokens: bool
+    def __init__(self, dimensions: _Optional[bool] = ..., truncate_prompt_tokens: _Optional[bool] = ...) -> None: ...
 
 class Tokenizer(_message.Message):
     __slots__ = ("hf_id", "path", "revision", "special_tokens")

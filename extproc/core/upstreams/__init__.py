@@ -1,0 +1,42 @@
+"""Upstream adapters: one module per upstream kind, found by name.
+
+A policy names its model's upstream kind (``upstream.kind``); the plan carries the
+name from the request to the response. Adding an upstream is one module exporting
+``ADAPTER`` (an :class:`UpstreamAdapter`), its line in ``ADAPTERS`` and its tests
+(docs/upstreams.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Final
+
+from extproc.core.upstreams import dynamo, vllm
+from extproc.core.upstreams.adapter import Capabilities, UpstreamAdapter, VectorsEncoding
+
+ADAPTERS: Final[Mapping[str, UpstreamAdapter]] = MappingProxyType(
+    {adapter.name: adapter for adapter in (dynamo.ADAPTER, vllm.ADAPTER)}
+)
+
+
+class UnknownUpstreamError(LookupError):
+    """No adapter has this name."""
+
+
+def adapter_for(kind: str) -> UpstreamAdapter:
+    try:
+        return ADAPTERS[kind]
+    except KeyError:
+        known = ", ".join(sorted(ADAPTERS))
+        raise UnknownUpstreamError(f"unknown upstream kind {kind!r} (known: {known})") from None
+
+
+__all__ = [
+    "ADAPTERS",
+    "Capabilities",
+    "UnknownUpstreamError",
+    "UpstreamAdapter",
+    "VectorsEncoding",
+    "adapter_for",
+]

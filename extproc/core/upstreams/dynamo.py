@@ -1,0 +1,37 @@
+"""NVIDIA Dynamo 1.6.x frontend in front of a vLLM embedding worker.
+
+What it answers (docs/upstreams.md): OpenAI-shaped success bodies (no ``id`` or
+``created``; ``usage`` has ``prompt_tokens`` and ``total_tokens``); errors as a flat
+``{"message", "type", "code"}``; every validation error raised in the worker
+(context length, ``dimensions``, an out-of-range ``truncate_prompt_tokens``) as a
+bare 500 whose reason is only in the worker's log; an empty 404 once no worker
+serves the model. Valid ``truncate_prompt_tokens`` values reach the worker and are
+applied; ``dimensions`` works only when the worker's model was started Matryoshka.
+"""
+
+from __future__ import annotations
+
+from extproc.core.upstream_errors import UpstreamError, parse_upstream_error
+from extproc.core.upstreams.adapter import Capabilities, UpstreamAdapter, VectorsEncoding
+
+GENERIC_500_MESSAGE = "Internal server error"
+
+
+class DynamoAdapter(UpstreamAdapter):
+    name = "dynamo"
+    summary = "NVIDIA Dynamo 1.6.x frontend + vLLM embedding worker"
+    defaults = Capabilities(truncate_prompt_tokens=True)
+    vectors_encoding: VectorsEncoding = "base64"
+
+    def parse_error(self, status: int, body: bytes) -> UpstreamError:
+        error = parse_upstream_error(body)
+        if status == 404 and error.message is None:
+            return UpstreamError("empty answer: no Dynamo worker serves the model")
+        if status == 500 and error.message == GENERIC_500_MESSAGE:
+            return UpstreamError(
+                f"{GENERIC_500_MESSAGE}; Dynamo writes the worker's reason only to its logs"
+            )
+        return error
+
+
+ADAPTER = DynamoAdapter()
