@@ -210,10 +210,11 @@ def test_error_responses_have_no_vectors_and_no_problem() -> None:
 def test_identical_answers_are_at_parity() -> None:
     vectors = unit_rows(2)
     result = compare_pair(half(Role.BASELINE, vectors), half(Role.CANDIDATE, vectors))
-    assert result.status_match and not result.status_mismatch
+    assert result.compared.same_class and not result.status_mismatch
     assert [r.cosine for r in result.inputs] == pytest.approx([1.0, 1.0])
     assert all(r.dims_match and r.norm_match and not r.mismatch for r in result.inputs)
-    assert result.token_diff == 0 and not result.request_mismatch and not result.count_mismatch
+    assert result.compared.token_diff == 0 and not result.request_mismatch
+    assert not result.compared.count_mismatch
 
 
 def test_a_dropped_instruction_is_a_cosine_mismatch_with_a_token_difference() -> None:
@@ -224,7 +225,7 @@ def test_a_dropped_instruction_is_a_cosine_mismatch_with_a_token_difference() ->
     )
     assert [r.cosine for r in result.inputs] == pytest.approx([0.82, 0.82], abs=1e-5)
     assert all(r.mismatch for r in result.inputs)
-    assert result.token_diff == -19
+    assert result.compared.token_diff == -19
 
 
 def test_status_class_parity() -> None:
@@ -232,7 +233,7 @@ def test_status_class_parity() -> None:
     assert status_class(200) == "2xx" and status_class(0) == "no answer"
     assert compare_pair(
         half(Role.BASELINE, status=400), half(Role.CANDIDATE, status=422)
-    ).status_match
+    ).compared.same_class
     result = compare_pair(ok, half(Role.CANDIDATE, status=500))
     assert result.status_mismatch and result.inputs == ()
 
@@ -242,7 +243,7 @@ def test_dimension_count_and_norm_mismatches() -> None:
     dims = compare_pair(half(Role.BASELINE, vectors), half(Role.CANDIDATE, vectors[:, :16]))
     assert all(not r.dims_match and r.cosine is None and r.mismatch for r in dims.inputs)
     count = compare_pair(half(Role.BASELINE, vectors), half(Role.CANDIDATE, vectors[:1]))
-    assert count.count_mismatch and count.inputs == ()
+    assert count.compared.count_mismatch and count.inputs == ()
     norms = compare_pair(half(Role.BASELINE, vectors), half(Role.CANDIDATE, vectors * 1.01))
     assert all(not r.norm_match and r.cosine == pytest.approx(1.0) for r in norms.inputs)
 
@@ -280,7 +281,8 @@ def test_noise_explains_a_status_difference_only_when_the_baseline_is_flaky() ->
     flaky = compare_pair(
         half(Role.BASELINE, status=503), half(Role.CANDIDATE), half(Role.NOISE, status=200)
     )
-    assert not flaky.status_match and flaky.status_explained_by_noise and not flaky.status_mismatch
+    assert not flaky.compared.same_class and flaky.status_explained_by_noise
+    assert not flaky.status_mismatch
     real = compare_pair(
         half(Role.BASELINE), half(Role.CANDIDATE, status=500), half(Role.NOISE, status=200)
     )

@@ -124,16 +124,18 @@ def cosine_line(cosines: CosineSet) -> str:
     return text
 
 
+def verdict_lists(verdict: Verdict) -> list[tuple[str, str, tuple[str, ...]]]:
+    """(heading, kind, items) of the verdict's non-empty lists: failures, then warnings
+    (which never change the exit code)."""
+    lists = (("Failures", "fail", verdict.failures), ("Warnings", "warn", verdict.warnings))
+    return [(heading, kind, items) for heading, kind, items in lists if items]
+
+
 def verdict_lines(verdict: Verdict) -> list[str]:
     lines = [f"**Verdict: {verdict.label.upper()}** (exit code {int(verdict.exit_code)})", ""]
-    if verdict.failures:
-        lines.append("Failures:")
-        lines += [f"- {f}" for f in verdict.failures]
-        lines.append("")
-    if verdict.warnings:
-        lines.append("Warnings (do not change the exit code):")
-        lines += [f"- {w}" for w in verdict.warnings]
-        lines.append("")
+    for heading, kind, items in verdict_lists(verdict):
+        note = " (do not change the exit code)" if kind == "warn" else ""
+        lines += [f"{heading}{note}:", *(f"- {item}" for item in items), ""]
     return lines
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from extproc.core.status import is_success
 from extproc.tools import parity
-from extproc.tools.parity import InputComparison, compare_answers
+from extproc.tools.parity import Answer, Comparison, InputComparison, compare_answers
 from extproc.tools.shadow.half import Half, InputKind
 
 
@@ -44,20 +44,13 @@ class InputResult(InputComparison):
 class PairResult:
     request_id: str
     kind: InputKind
-    baseline_status: int
-    candidate_status: int
+    baseline: Answer
+    candidate: Answer
+    compared: Comparison  # status classes, vector count, token difference
+    inputs: tuple[InputResult, ...]  # compared.inputs, judged against the noise
     noise_status: int | None
-    status_match: bool  # the same status class
     status_explained_by_noise: bool
-    inputs: tuple[InputResult, ...]
-    count_mismatch: bool  # both 2xx with usable bodies, different numbers of vectors
-    baseline_problem: str  # why a 2xx body was unusable
-    candidate_problem: str
-    token_diff: int | None  # candidate - baseline usage.prompt_tokens
-    baseline_tokens: int | None
-    candidate_tokens: int | None
-    baseline_latency_s: float
-    candidate_latency_s: float
+    latencies_s: tuple[float, float]  # baseline, candidate
     latency_source: str  # "envoy" (both upstream times known) or "tap"
     request_mismatch: bool  # the two taps saw different request bytes
     texts: tuple[str, ...] = ()
@@ -65,17 +58,16 @@ class PairResult:
     @property
     def status_mismatch(self) -> bool:
         """A status-class difference the noise replica does not explain."""
-        return not self.status_match and not self.status_explained_by_noise
+        return not self.compared.same_class and not self.status_explained_by_noise
 
     @property
     def both_2xx(self) -> bool:
-        return bool(is_success(self.baseline_status) and is_success(self.candidate_status))
+        return bool(is_success(self.baseline.status) and is_success(self.candidate.status))
 
     @property
     def latency_ratio(self) -> float | None:
-        if self.baseline_latency_s <= 0 or self.candidate_latency_s <= 0:
-            return None
-        return self.candidate_latency_s / self.baseline_latency_s
+        baseline, candidate = self.latencies_s
+        return candidate / baseline if baseline > 0 and candidate > 0 else None
 
 
 def compare_pair(
@@ -95,29 +87,19 @@ def compare_pair(
         latencies, source = (baseline.upstream_s, candidate.upstream_s), "envoy"
     else:
         latencies, source = (baseline.latency_s, candidate.latency_s), "tap"
-    b, c = baseline.answer, candidate.answer
+    judged = zip(compared.inputs, noise_cosines, strict=True)
     return PairResult(
         request_id=baseline.request_id,
         kind=baseline.kind,
-        baseline_status=b.status,
-        candidate_status=c.status,
+        baseline=baseline.answer,
+        candidate=candidate.answer,
+        compared=compared,
+        inputs=tuple(_judge(item, noise_cosine, tolerances) for item, noise_cosine in judged),
         noise_status=noise.answer.status if noise is not None else None,
-        status_match=compared.same_class,
         status_explained_by_noise=(
             noise_compared is not None and not compared.same_class and not noise_compared.same_class
         ),
-        inputs=tuple(
-            _judge(item, noise_cosine, tolerances)
-            for item, noise_cosine in zip(compared.inputs, noise_cosines, strict=True)
-        ),
-        count_mismatch=compared.count_mismatch,
-        baseline_problem=b.problem,
-        candidate_problem=c.problem,
-        token_diff=compared.token_diff,
-        baseline_tokens=b.prompt_tokens,
-        candidate_tokens=c.prompt_tokens,
-        baseline_latency_s=latencies[0],
-        candidate_latency_s=latencies[1],
+        latencies_s=latencies,
         latency_source=source,
         request_mismatch=baseline.request_digest != candidate.request_digest,
         texts=baseline.texts or candidate.texts,

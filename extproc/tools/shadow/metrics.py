@@ -10,7 +10,6 @@ from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from extproc.core.status import status_class
 from extproc.tools.shadow.compare import PairResult
 
 COSINE_BUCKETS: Final = (0.0, 0.5, 0.8, 0.9, 0.95, 0.99, 0.995, 0.999, 0.9995, 0.9999, 0.99999, 1.0)
@@ -102,11 +101,9 @@ class ShadowMetrics:
         self.tap_streams = Gauge(_PREFIX + "tap_streams", "Tap streams open.", registry=r)
 
     def observe_pair(self, result: PairResult) -> None:
-        self.pairs.labels(
-            status_class(result.baseline_status), status_class(result.candidate_status)
-        ).inc()
+        self.pairs.labels(result.compared.baseline_class, result.compared.candidate_class).inc()
         self.status_mismatches.inc(result.status_mismatch)
-        self.count_mismatches.inc(result.count_mismatch)
+        self.count_mismatches.inc(result.compared.count_mismatch)
         self.request_mismatches.inc(result.request_mismatch)
         kind = result.kind.value
         for item in result.inputs:
@@ -117,7 +114,7 @@ class ShadowMetrics:
             self.dimension_mismatches.labels(kind).inc(not item.dims_match)
             self.norm_mismatches.labels(kind).inc(item.dims_match and not item.norm_match)
         if result.both_2xx:
-            if result.token_diff is not None:
-                self.token_diff.observe(abs(result.token_diff))
+            if result.compared.token_diff is not None:
+                self.token_diff.observe(abs(result.compared.token_diff))
             if result.latency_ratio is not None:
                 self.latency_ratio.observe(result.latency_ratio)

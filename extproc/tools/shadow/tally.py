@@ -17,7 +17,6 @@ from typing import Any, Final
 
 from ddsketch import DDSketch
 
-from extproc.core.status import status_class
 from extproc.tools.shadow.compare import InputResult, PairResult
 from extproc.tools.shadow.half import InputKind
 
@@ -114,7 +113,7 @@ class Tally:
     def add_pair(self, result: PairResult) -> None:
         self.pairs += 1
         self.pairs_with_noise += result.noise_status is not None
-        key = f"{status_class(result.baseline_status)}/{status_class(result.candidate_status)}"
+        key = f"{result.compared.baseline_class}/{result.compared.candidate_class}"
         self.status_pairs[key] += 1
         if result.status_explained_by_noise:
             self.status_explained_by_noise += 1
@@ -124,18 +123,15 @@ class Tally:
                 {
                     "request_id": result.request_id,
                     "kind": result.kind.value,
-                    "baseline": result.baseline_status,
-                    "candidate": result.candidate_status,
+                    "baseline": result.baseline.status,
+                    "candidate": result.candidate.status,
                 }
             )
             del self.status_examples[:-EXAMPLES_SIZE]
-        self.count_mismatches += result.count_mismatch
+        self.count_mismatches += result.compared.count_mismatch
         self.request_mismatches += result.request_mismatch
-        for role, problem in (
-            ("baseline", result.baseline_problem),
-            ("candidate", result.candidate_problem),
-        ):
-            if problem:
+        for role, answer in (("baseline", result.baseline), ("candidate", result.candidate)):
+            if answer.problem:
                 self.unusable_bodies[role] += 1
 
         kind = self.kinds[result.kind.value]
@@ -147,13 +143,14 @@ class Tally:
                 self._note_worst(result, item, text)
         if not result.both_2xx:
             return
-        if result.baseline_tokens is not None and result.candidate_tokens is not None:
-            kind.tokens.add(result.baseline_tokens, result.candidate_tokens)
+        tokens = (result.baseline.prompt_tokens, result.candidate.prompt_tokens)
+        if tokens[0] is not None and tokens[1] is not None:
+            kind.tokens.add(tokens[0], tokens[1])
         ratio = result.latency_ratio
         if ratio is not None:
             self.latency_ratio.add(ratio)
-        self.baseline_latency_s.add(max(0.0, result.baseline_latency_s))
-        self.candidate_latency_s.add(max(0.0, result.candidate_latency_s))
+        self.baseline_latency_s.add(max(0.0, result.latencies_s[0]))
+        self.candidate_latency_s.add(max(0.0, result.latencies_s[1]))
         self.latency_sources[result.latency_source] += 1
 
     def _note_worst(self, result: PairResult, item: InputResult, text: str | None) -> None:
