@@ -59,6 +59,8 @@ ENVOY_DIR = REPO / "envoy"
 ISTIO_DIR = ENVOY_DIR / "istio"
 GATEWAY_DIR = ENVOY_DIR / "gateway"
 K8S_DIR = REPO / "deploy" / "k8s"
+SHADOW_TAPS = ISTIO_DIR / "envoyfilter-shadow-taps.yaml"
+SHADOW_K8S_DIR = K8S_DIR / "shadow"
 COMPOSE_FILE = REPO / "docker-compose.yml"
 DOCKERFILE = REPO / "Dockerfile"
 MINILM_POLICY = REPO / "extproc" / "policies" / "all-minilm-l6-v2.yaml"
@@ -187,9 +189,11 @@ def test_a_broken_compose_envoy_config_fails_validation(tmp_path: Path) -> None:
 
 
 def envoy_filters() -> list[tuple[str, dict[str, Any]]]:
+    """The contract gateway's EnvoyFilters (shadow mode's taps are checked below)."""
     return [
         (f"{p.name}:{d['metadata']['name']}", d)
         for p in sorted(ISTIO_DIR.glob("*.yaml"))
+        if p != SHADOW_TAPS
         for d in load_all(p)
         if d["kind"] == "EnvoyFilter"
     ]
@@ -1785,3 +1789,184 @@ def test_compose_shadow_envoy_is_shadow_yaml_with_compose_names() -> None:
             cluster["type"] = "STRICT_DNS"
             cluster["dns_lookup_family"] = "V4_PREFERRED"
     assert compose == reference
+
+
+# --------------------------------------------------------------------------- Istio shadow
+
+
+def shadow_taps() -> dict[str, dict[str, Any]]:
+    """The two tap EnvoyFilters, by the workload they select."""
+    return {d["spec"]["workloadSelector"]["labels"]["app"]: d for d in load_all(SHADOW_TAPS)}
+
+
+def gateway_sidecar() -> dict[str, Any]:
+    return next(d for _, d in envoy_filters() if d["metadata"]["name"].endswith("-sidecar"))
+
+
+def tapped_sidecar(tap: dict[str, Any], *, with_gateway: bool) -> dict[str, Any]:
+    """An Istio-shaped sidecar bootstrap (the Dynamo frontend's, with the contract
+    gateway's EnvoyFilter; or the legacy server's, without it) with ``tap`` applied as
+    istiod applies it: the HTTP filter inserted before the named one, the CLUSTER patch
+    merged into the outbound cluster istiod generates for the comparator's Service."""
+    bootstrap = istio_bootstrap(
+        gateway_sidecar(), listen_port=1, admin_port=2, upstream_port=3, extproc_port=4
+    )
+    filters = hcm_of(bootstrap)["http_filters"]
+    if not with_gateway:
+        filters[:] = [f for f in filters if f["name"] != "envoy.filters.http.ext_proc"]
+    clusters = bootstrap["static_resources"]["clusters"]
+    for patch in tap["spec"]["configPatches"]:
+        match, value = patch["match"], patch["patch"]["value"]
+        if patch["applyTo"] == "HTTP_FILTER":
+            assert patch["patch"]["operation"] == "INSERT_BEFORE"
+            before = match["listener"]["filterChain"]["filter"]["subFilter"]["name"]
+            filters.insert([f["name"] for f in filters].index(before), copy.deepcopy(value))
+        else:
+            assert (patch["applyTo"], patch["patch"]["operation"]) == ("CLUSTER", "MERGE")
+            service = match["cluster"]
+            name = f"outbound|{service['portNumber']}||{service['service']}"
+            cluster = copy.deepcopy(next(c for c in clusters if c["name"].startswith("outbound|")))
+            cluster["name"] = cluster["load_assignment"]["cluster_name"] = name
+            clusters.append(proto_merge(cluster, value))
+    return bootstrap
+
+
+def tap_of(tap: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the matcher, the ext_proc settings) of a tap EnvoyFilter."""
+    value = next(
+        p["patch"]["value"] for p in tap["spec"]["configPatches"] if p["applyTo"] == "HTTP_FILTER"
+    )
+    wrapped = value["typed_config"]
+    return wrapped["xds_matcher"], wrapped["extension_config"]["typed_config"]
+
+
+@pytest.mark.parametrize("app", ["legacy-embeddings", "dynamo-frontend"])
+def test_istio_shadow_taps_validate_in_envoy_in_the_right_place(app: str, tmp_path: Path) -> None:
+    tap = shadow_taps()[app]
+    with_gateway = app == "dynamo-frontend"
+    bootstrap = tapped_sidecar(tap, with_gateway=with_gateway)
+    result = envoy_validate(bootstrap, tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    names = [f["name"] for f in hcm_of(bootstrap)["http_filters"]]
+    # On the Dynamo side the tap sees the client's request and the answer a client
+    # would get: it comes before the contract gateway's filter.
+    gateway = ["envoy.filters.http.ext_proc"] if with_gateway else []
+    assert names == ["shadow.tap", *gateway, "envoy.filters.http.router"]
+    if with_gateway:  # applied after the gateway's EnvoyFilter, which it refers to
+        assert tap["spec"]["priority"] > gateway_sidecar()["spec"].get("priority", 0)
+    cluster = tap_of(tap)[1]["grpc_service"]["envoy_grpc"]["cluster_name"]
+    assert cluster in {c["name"] for c in bootstrap["static_resources"]["clusters"]}
+
+
+def test_istio_shadow_taps_are_shadow_yaml_taps() -> None:
+    """The same tap settings as envoy/shadow.yaml but the cluster; one role per side."""
+    shadow = yaml.safe_load((ENVOY_DIR / "shadow.yaml").read_text())
+    reference = next(
+        f["typed_config"]
+        for listener in shadow["static_resources"]["listeners"]
+        for f in listener["filter_chains"][0]["filters"][0]["typed_config"]["http_filters"]
+        if f["name"] == "shadow.tap"
+    )
+    roles = {}
+    for app, tap in shadow_taps().items():
+        settings = copy.deepcopy(tap_of(tap)[1])
+        assert settings["grpc_service"]["envoy_grpc"].pop("cluster_name") == (
+            "outbound|50061||shadow-compare.embeddings.svc.cluster.local"
+        )
+        [role] = settings["grpc_service"].pop("initial_metadata")
+        roles[app] = role["value"]
+        expected = copy.deepcopy(reference)
+        expected["grpc_service"].pop("envoy_grpc")
+        expected["grpc_service"].pop("initial_metadata")
+        settings["grpc_service"].pop("envoy_grpc")
+        assert settings == expected
+    assert roles == {"legacy-embeddings": "baseline", "dynamo-frontend": "candidate"}
+    assert (
+        shadow_taps()["dynamo-frontend"]["spec"]["workloadSelector"]
+        == (gateway_sidecar()["spec"]["workloadSelector"])
+    )
+
+
+def test_istio_taps_tap_exactly_the_mirrored_share() -> None:
+    """The VirtualService mirrors the requests whose x-request-id matches a regex; the
+    legacy tap matches the same ids, the Dynamo tap only mirrored copies (`-shadow`)."""
+    [mirror] = [
+        d
+        for d in load_all(ISTIO_DIR / "virtualservice-mirror.yaml")
+        if d["kind"] == "VirtualService"
+    ]
+    shadowed = next(route for route in mirror["spec"]["http"] if "mirror" in route)
+    mirrored_ids = shadowed["match"][0]["headers"]["x-request-id"]["regex"]
+    assert shadowed["mirror"]["host"].split(".")[0] == "dynamo-frontend"
+    assert shadowed["mirrorPercentage"]["value"] == 100.0
+
+    def predicates(app: str) -> dict[str, str]:
+        matcher, _ = tap_of(shadow_taps()[app])
+        [rule] = matcher["matcher_list"]["matchers"]
+        found = {}
+        for item in rule["predicate"]["not_matcher"]["and_matcher"]["predicate"]:
+            single = item["single_predicate"]
+            match = single["value_match"]
+            found[single["input"]["typed_config"]["header_name"]] = match.get(
+                "exact", match.get("safe_regex", {}).get("regex")
+            )
+        return found
+
+    legacy, dynamo = predicates("legacy-embeddings"), predicates("dynamo-frontend")
+    assert legacy["x-request-id"] == mirrored_ids and legacy[":method"] == "POST"
+    assert dynamo[":authority"].endswith("-shadow(:[0-9]+)?$") and dynamo[":method"] == "POST"
+    shares = [re.fullmatch(mirrored_ids, f"{d:x}0000000-0000") is not None for d in range(16)]
+    assert sum(shares) == 2  # 12.5 %, as the comments say
+
+
+def test_a_broken_istio_shadow_tap_fails_validation(tmp_path: Path) -> None:
+    broken = copy.deepcopy(shadow_taps()["legacy-embeddings"])
+    tap_of(broken)[1]["processing_mode"]["response_body_mode"] = "SOMETIMES"
+    result = envoy_validate(tapped_sidecar(broken, with_gateway=False), tmp_path)
+    assert result.returncode != 0
+
+
+def shadow_k8s_docs() -> dict[str, dict[str, Any]]:
+    return {
+        d["kind"]: d
+        for p in sorted(SHADOW_K8S_DIR.glob("*.yaml"))
+        if p.name != "kustomization.yaml"
+        for d in load_all(p)
+    }
+
+
+@pytest.mark.parametrize("version", K8S_VERSIONS)
+@pytest.mark.parametrize("kind", ["Deployment", "Service"])
+def test_the_comparator_manifests_validate(kind: str, version: str) -> None:
+    kubernetes_validate.validate(shadow_k8s_docs()[kind], version, strict=True)
+
+
+def test_a_broken_comparator_manifest_fails_validation() -> None:
+    broken = copy.deepcopy(shadow_k8s_docs()["Deployment"])
+    broken["spec"]["replicas"] = "one"
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(broken, K8S_VERSIONS[0], strict=True)
+
+
+def test_the_comparator_is_one_replica_behind_the_taps_cluster() -> None:
+    docs = shadow_k8s_docs()
+    deployment, service = docs["Deployment"], docs["Service"]
+    # One process pairs both halves of a request: never two, not even in a rollout.
+    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    [container] = deployment["spec"]["template"]["spec"]["containers"]
+    args = container["args"]
+    assert args[0] == "shadow-compare"
+    grpc_port = int(args[args.index("--listen") + 1].rsplit(":", 1)[1])
+    http_port = int(args[args.index("--http") + 1].rsplit(":", 1)[1])
+    assert container["readinessProbe"]["grpc"] == {"port": grpc_port}
+    ports = {p["name"]: p for p in service["spec"]["ports"]}
+    assert (ports["grpc"]["port"], ports["grpc"]["appProtocol"]) == (50061, "kubernetes.io/h2c")
+    assert ports["http"]["port"] == http_port
+    assert service["metadata"]["name"] == "shadow-compare"
+    assert service["spec"]["selector"].items() <= (
+        deployment["spec"]["template"]["metadata"]["labels"].items()
+    )
+    kustomization = yaml.safe_load((SHADOW_K8S_DIR / "kustomization.yaml").read_text())
+    files = {p.name for p in SHADOW_K8S_DIR.glob("*.yaml")} - {"kustomization.yaml"}
+    assert kustomization_errors(kustomization, files) == []

@@ -22,10 +22,11 @@ import numpy as np
 import orjson
 import pytest
 
+from extproc.core.status import status_class
+from extproc.tools.parity import Answer, ExitCode, Thresholds, cosine
 from extproc.tools.probe import command
-from extproc.tools.probe.answers import AnswerError, error_text, parse_embeddings, status_class
 from extproc.tools.probe.client import EmbeddingsClient, endpoint_url
-from extproc.tools.probe.contract import Cell, Probe, compare_row, observe
+from extproc.tools.probe.contract import Cell, Probe, compare_row, error_text, observe
 from extproc.tools.probe.corpus import (
     CorpusError,
     Item,
@@ -49,9 +50,9 @@ from extproc.tools.probe.latency import (
 )
 from extproc.tools.probe.parity import CosineSet, ParityResult, SideSummary, compare_vectors
 from extproc.tools.probe.report import Meta, ProbeReport, cell, to_markdown
-from extproc.tools.probe.stats import cosine, histogram, percentile, ratio, spread
+from extproc.tools.probe.stats import histogram, percentile, ratio, spread
 from extproc.tools.probe.svg import cosine_histogram, grouped_bars
-from extproc.tools.probe.verdict import ExitCode, Thresholds, decide
+from extproc.tools.probe.verdict import PROBE_THRESHOLDS, decide
 from tests.conftest import QWEN_EOS, QWEN_MODEL, SHIPPED_QWEN_POLICY
 from tests.fake_legacy import DEFAULT_TASK, FakeLegacy, qwen3_query
 from tests.fake_upstream import FakeUpstream
@@ -98,7 +99,7 @@ def test_cosine_spread_histogram_ratio() -> None:
 # --------------------------------------------------------------------- answers, client
 
 
-def test_parse_embeddings_float_base64_and_order() -> None:
+def test_answers_are_read_float_base64_and_in_index_order() -> None:
     v0, v1 = [0.6, 0.8], [1.0, 0.0]
     packed = base64.b64encode(np.array(v1, dtype="<f4").tobytes()).decode()
     body = orjson.dumps(
@@ -107,22 +108,25 @@ def test_parse_embeddings_float_base64_and_order() -> None:
             "usage": {"prompt_tokens": 7},
         }
     )
-    answer = parse_embeddings(body)
-    assert answer.kind == "array" and answer.prompt_tokens == 7 and answer.dimensions == (2,)
-    assert answer.vectors[0].tolist() == pytest.approx(v0)
-    b64 = parse_embeddings(orjson.dumps({"data": [{"index": 0, "embedding": packed}]}))
-    assert b64.kind == "base64 string" and b64.prompt_tokens is None
-    assert b64.vectors[0].tolist() == v1
-    mixed = orjson.dumps({"data": [{"embedding": v1}, {"embedding": packed}]})
-    assert parse_embeddings(mixed).kind == "mixed"
+    answer = Answer.read(200, body)
+    assert answer.encoding == "float" and answer.prompt_tokens == 7 and answer.dims == 2
+    assert answer.vectors is not None and answer.vectors[0].tolist() == pytest.approx(v0)
+    b64 = Answer.read(200, orjson.dumps({"data": [{"index": 0, "embedding": packed}]}))
+    assert b64.encoding == "base64" and b64.prompt_tokens is None
+    assert b64.vectors is not None and b64.vectors[0].tolist() == v1
+    mixed = orjson.dumps(
+        {"data": [{"index": 0, "embedding": v1}, {"index": 1, "embedding": packed}]}
+    )
+    assert Answer.read(200, mixed).encoding == "mixed"
     for bad in (
         b"nope",
         b"{}",
         b'{"data":[{"index":3,"embedding":[1]}]}',
         b'{"data":[{"embedding":"@@"}]}',
     ):
-        with pytest.raises(AnswerError):
-            parse_embeddings(bad)
+        unusable = Answer.read(200, bad)
+        assert unusable.vectors is None and unusable.problem, bad
+    assert Answer.read(503, body).vectors is None  # only a 2xx body is read
 
 
 def test_error_text_reads_every_envelope() -> None:
@@ -201,8 +205,8 @@ def _cell(status: int, *, kind: str = "array", dims: int = 4, tokens: int = 9) -
 def _answer(values: list[float], kind: str = "array") -> Any:
     v = np.array(values, dtype="<f4")
     emb: Any = base64.b64encode(v.tobytes()).decode() if kind == "base64" else v.tolist()
-    return parse_embeddings(
-        orjson.dumps({"data": [{"embedding": emb}], "usage": {"prompt_tokens": 9}})
+    return Answer.read(
+        200, orjson.dumps({"data": [{"index": 0, "embedding": emb}], "usage": {"prompt_tokens": 9}})
     )
 
 
@@ -289,7 +293,10 @@ def test_observe_summarises_cells() -> None:
         HttpResult(
             200,
             orjson.dumps(
-                {"data": [{"embedding": [1.0, 0.0]}] * 2, "usage": {"prompt_tokens": 1234}}
+                {
+                    "data": [{"index": i, "embedding": [1.0, 0.0]} for i in range(2)],
+                    "usage": {"prompt_tokens": 1234},
+                }
             ),
             0.01,
         )
@@ -369,7 +376,7 @@ def test_verdict() -> None:
     errs = decide(_parity([1.0]), [], _latency(errors=3), t)
     assert errs.failures == ("latency: 3 errors on the candidate (e.g. HTTP 503)",)
     base_down = decide(_parity([1.0], base_errors=("batch: connection refused",)), [], None, t)
-    assert base_down.exit_code == ExitCode.INCONCLUSIVE and base_down.label == "INCONCLUSIVE"
+    assert base_down.exit_code == ExitCode.INCONCLUSIVE and base_down.label == "inconclusive"
     warn_row = compare_row(
         INVALID,
         base=_cell(422),
@@ -391,7 +398,7 @@ def _report(verdict_rows: list[Any]) -> ProbeReport:
     meta = Meta(
         "http://b/v1/embeddings", "http://c/v1/embeddings", "m", "corpus", 2, 0, "t", 1.0, False
     )
-    t = Thresholds()
+    t = PROBE_THRESHOLDS
     return ProbeReport(
         meta, t, parity, verdict_rows, latency, decide(parity, verdict_rows, latency, t)
     )

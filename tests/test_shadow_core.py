@@ -1,14 +1,16 @@
 """Shadow mode's sans-I/O core, and its gRPC/HTTP shells in-process (no Envoy).
 
-Halves from bodies, pair comparison, the bounded pair store, sketches, tallies and
-their merge, the verdict, ownership, the wire format, the tap stream state machine,
-the report, the rendered Envoy configs, and two comparator replicas talking gRPC."""
+Halves from bodies, pair comparison, the bounded pair store, the tally and its
+quantiles, the verdict, the tap stream state machine, the report, the rendered
+Envoy configs, and one comparator fed over gRPC and read over HTTP."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import copy
 import subprocess
+import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -18,12 +20,13 @@ import orjson
 import pytest
 from envoy.config.core.v3 import base_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
-from grpc_tools import protoc
 
 from extproc.commands.envoy_config import DEFAULT_TEMPLATE as STANDALONE_TEMPLATE
 from extproc.commands.envoy_config import Upstream, dump, load_template
 from extproc.commands.launcher import envoy_binary
 from extproc.core.policy import GatewayPolicy
+from extproc.core.status import status_class
+from extproc.tools.parity import Thresholds
 from extproc.tools.shadow import (
     Half,
     InputKind,
@@ -32,38 +35,27 @@ from extproc.tools.shadow import (
     Role,
     StoreLimits,
     Tally,
-    Thresholds,
     Tolerances,
     compare_pair,
     extract_half,
     judge,
-    owner,
-    parse_peers,
-    status_class,
     summarize,
 )
-from extproc.tools.shadow.comparator import Comparator
 from extproc.tools.shadow.envoy_render import (
     EMBEDDED_GATEWAY,
     REVERSE_TEMPLATE,
     SHADOW_TEMPLATE,
+    TAP_FILTER,
     ShadowEnvoySettings,
     adopt_gateway,
+    hcm_of,
     render_shadow,
-    without_rewrite,
-    without_shadow,
+    routes_of,
 )
-from extproc.tools.shadow.forwarder import ForwardLimits, HalfRouter
 from extproc.tools.shadow.half import digest
-from extproc.tools.shadow.ownership import PeerSpec
 from extproc.tools.shadow.report import render_report
 from extproc.tools.shadow.server import CompareOptions, serve_compare
-from extproc.tools.shadow.sketch import Sketch
 from extproc.tools.shadow.tap import TapStream
-from extproc.tools.shadow.v1 import shadow_pb2 as pb
-from extproc.tools.shadow.wire import BadHalfError, from_proto, to_proto
-from tests.conftest import REPO
-from tests.harness import free_port
 
 RNG = np.random.default_rng(7)
 
@@ -135,9 +127,14 @@ def test_a_half_keeps_vectors_tokens_kind_and_count() -> None:
     vectors = unit_rows(3)
     raw = RawHalf(Role.BASELINE, "id", request(("x", "y", "z")), 200, body(vectors, tokens=42), 0.5)
     h = extract_half(raw)
-    assert h.vectors.dtype == np.float32 and h.vectors.shape == (3, 16)
-    assert np.array_equal(h.vectors, vectors)
-    assert (h.prompt_tokens, h.inputs, h.kind, h.problem) == (42, 3, InputKind.DOCUMENT, "")
+    assert h.answer.vectors is not None and h.answer.vectors.dtype == np.float32
+    assert np.array_equal(h.answer.vectors, vectors)
+    assert (h.answer.prompt_tokens, h.inputs, h.kind, h.answer.problem) == (
+        42,
+        3,
+        InputKind.DOCUMENT,
+        "",
+    )
     assert h.texts == ()  # no text unless asked for
     assert h.request_digest == digest(raw.request_body)
 
@@ -147,7 +144,9 @@ def test_base64_vectors_and_out_of_order_data_are_read() -> None:
     doc = orjson.loads(body(vectors, as_base64=True))
     doc["data"].reverse()
     raw = RawHalf(Role.CANDIDATE, "id", request(("x", "y", "z")), 200, orjson.dumps(doc), 0.1)
-    assert np.array_equal(extract_half(raw).vectors, vectors)
+    read = extract_half(raw).answer
+    assert read.vectors is not None and np.array_equal(read.vectors, vectors)
+    assert read.encoding == "base64"
 
 
 @pytest.mark.parametrize(
@@ -185,27 +184,24 @@ def test_texts_only_with_keep_text_and_cut() -> None:
 
 
 @pytest.mark.parametrize(
-    ("response", "problem"),
+    "response",
     [
-        (b"not json", "not_json"),
-        (b'{"data": []}', "no_data"),
-        (b'{"object": "list"}', "no_data"),
-        (
-            b'{"data": [{"index": 0, "embedding": [1, 2]}, {"index": 1, "embedding": [1]}]}',
-            "bad_vectors",
-        ),
-        (b'{"data": [{"index": 0, "embedding": "%%%"}]}', "bad_vectors"),
-        (b'{"data": [{"index": 0, "embedding": [NaN]}]}', "not_json"),
+        b"not json",
+        b'{"data": [{"embedding": [1, 2]}]}',
+        b'{"object": "list"}',
+        b'{"data": [{"index": 0, "embedding": [1, 2]}, {"index": 1, "embedding": [1]}]}',
+        b'{"data": [{"index": 0, "embedding": "%%%"}]}',
+        b'{"data": [{"index": 0, "embedding": [NaN]}]}',
     ],
 )
-def test_unusable_2xx_bodies_are_named(response: bytes, problem: str) -> None:
-    h = extract_half(RawHalf(Role.CANDIDATE, "id", request(), 200, response, 0.1))
-    assert h.problem == problem and h.vectors.shape == (0, 0)
+def test_unusable_2xx_bodies_are_named(response: bytes) -> None:
+    answer = extract_half(RawHalf(Role.CANDIDATE, "id", request(), 200, response, 0.1)).answer
+    assert answer.problem and answer.vectors is None
 
 
 def test_error_responses_have_no_vectors_and_no_problem() -> None:
-    h = extract_half(RawHalf(Role.CANDIDATE, "id", request(), 500, b'{"message":"x"}', 0.1))
-    assert (h.status, h.vectors.size, h.problem, h.prompt_tokens) == (500, 0, "", None)
+    a = extract_half(RawHalf(Role.CANDIDATE, "id", request(), 500, b'{"message":"x"}', 0.1)).answer
+    assert (a.status, a.vectors, a.problem, a.prompt_tokens) == (500, None, "", None)
 
 
 # --------------------------------------------------------------------------- comparison
@@ -214,10 +210,11 @@ def test_error_responses_have_no_vectors_and_no_problem() -> None:
 def test_identical_answers_are_at_parity() -> None:
     vectors = unit_rows(2)
     result = compare_pair(half(Role.BASELINE, vectors), half(Role.CANDIDATE, vectors))
-    assert result.status_match and not result.status_mismatch
+    assert result.compared.same_class and not result.status_mismatch
     assert [r.cosine for r in result.inputs] == pytest.approx([1.0, 1.0])
     assert all(r.dims_match and r.norm_match and not r.mismatch for r in result.inputs)
-    assert result.token_diff == 0 and not result.request_mismatch and not result.count_mismatch
+    assert result.compared.token_diff == 0 and not result.request_mismatch
+    assert not result.compared.count_mismatch
 
 
 def test_a_dropped_instruction_is_a_cosine_mismatch_with_a_token_difference() -> None:
@@ -228,15 +225,15 @@ def test_a_dropped_instruction_is_a_cosine_mismatch_with_a_token_difference() ->
     )
     assert [r.cosine for r in result.inputs] == pytest.approx([0.82, 0.82], abs=1e-5)
     assert all(r.mismatch for r in result.inputs)
-    assert result.token_diff == -19
+    assert result.compared.token_diff == -19
 
 
 def test_status_class_parity() -> None:
     ok = half(Role.BASELINE)
-    assert status_class(200) == "2xx" and status_class(0) == "none" and status_class(700) == "other"
+    assert status_class(200) == "2xx" and status_class(0) == "no answer"
     assert compare_pair(
         half(Role.BASELINE, status=400), half(Role.CANDIDATE, status=422)
-    ).status_match
+    ).compared.same_class
     result = compare_pair(ok, half(Role.CANDIDATE, status=500))
     assert result.status_mismatch and result.inputs == ()
 
@@ -246,7 +243,7 @@ def test_dimension_count_and_norm_mismatches() -> None:
     dims = compare_pair(half(Role.BASELINE, vectors), half(Role.CANDIDATE, vectors[:, :16]))
     assert all(not r.dims_match and r.cosine is None and r.mismatch for r in dims.inputs)
     count = compare_pair(half(Role.BASELINE, vectors), half(Role.CANDIDATE, vectors[:1]))
-    assert count.count_mismatch and count.inputs == ()
+    assert count.compared.count_mismatch and count.inputs == ()
     norms = compare_pair(half(Role.BASELINE, vectors), half(Role.CANDIDATE, vectors * 1.01))
     assert all(not r.norm_match and r.cosine == pytest.approx(1.0) for r in norms.inputs)
 
@@ -284,7 +281,8 @@ def test_noise_explains_a_status_difference_only_when_the_baseline_is_flaky() ->
     flaky = compare_pair(
         half(Role.BASELINE, status=503), half(Role.CANDIDATE), half(Role.NOISE, status=200)
     )
-    assert not flaky.status_match and flaky.status_explained_by_noise and not flaky.status_mismatch
+    assert not flaky.compared.same_class and flaky.status_explained_by_noise
+    assert not flaky.status_mismatch
     real = compare_pair(
         half(Role.BASELINE), half(Role.CANDIDATE, status=500), half(Role.NOISE, status=200)
     )
@@ -351,34 +349,6 @@ def test_with_noise_expected_a_pair_waits_for_it_then_completes_without() -> Non
     store.add(half(Role.NOISE, request_id="b"), 3)
     completed, _ = store.add(half(Role.CANDIDATE, request_id="b"), 3)
     assert completed is not None and completed.noise is not None
-
-
-# --------------------------------------------------------------------------- sketches
-
-
-def test_sketch_quantiles_are_within_one_percent() -> None:
-    values = RNG.lognormal(mean=-7, sigma=2, size=5000)
-    sketch = Sketch()
-    for v in values:
-        sketch.add(float(v))
-    for q in (0.01, 0.5, 0.9, 0.99):
-        exact = float(np.quantile(values, q, method="lower"))
-        got = sketch.quantile(q)
-        assert got is not None and abs(got - exact) <= 0.011 * exact + 1e-12, q
-    assert sketch.quantile(0) == values.min() and sketch.quantile(1) == values.max()
-    assert len(sketch.buckets) < 2200
-
-
-def test_sketches_merge_exactly_and_survive_json() -> None:
-    a, b, both = Sketch(), Sketch(), Sketch()
-    for i, v in enumerate(RNG.random(1000)):
-        (a if i % 2 else b).add(float(v))
-        both.add(float(v))
-    a.add(0.0)
-    both.add(0.0)
-    a.merge(Sketch.from_json(orjson.loads(orjson.dumps(b.to_json()))))
-    assert a.to_json() == both.to_json()
-    assert Sketch().quantile(0.5) is None
 
 
 # --------------------------------------------------------------------------- tally and verdict
@@ -450,91 +420,26 @@ def test_status_mismatches_and_queries_fail_the_verdict() -> None:
     assert summary["status"]["examples"][0]["candidate"] == 500
 
 
-def test_tallies_merge_like_one_tally_and_travel_as_json() -> None:
-    results = pair_results(6, cosine=0.9998) + pair_results(2, candidate_status=503)
-    one, left, right = Tally(), Tally(), Tally()
-    for i, result in enumerate(results):
-        one.add_pair(result)
-        (left if i % 2 else right).add_pair(result)
-    one.halves_dropped["expired/baseline"] += 1
-    right.halves_dropped["expired/baseline"] += 1
-    merged = Tally.merged([left, Tally.from_json(orjson.loads(orjson.dumps(right.to_json())))])
-    summary_one, summary_merged = summarize(one), summarize(merged)
-    for key in ("pairs", "inputs", "status", "tokens", "latency", "halves", "expired_halves"):
-        if key == "status":
-            assert summary_one[key]["pairs"] == summary_merged[key]["pairs"]
-        else:
-            assert summary_one[key] == summary_merged[key], key
-    assert summary_one["worst"] == summary_merged["worst"]
-    with pytest.raises(ValueError):
-        Tally.from_json({"format": 99})
-
-
 def test_the_tally_stays_bounded() -> None:
     tally = Tally()
     for result in pair_results(40, cosine=0.99):
         tally.add_pair(result)
     assert len(tally.worst) == 20
-    assert len(orjson.dumps(tally.to_json())) < 20_000
+    assert len(orjson.dumps(summarize(tally))) < 20_000
 
 
-# --------------------------------------------------------------------------- ownership and wire
-
-
-def test_rendezvous_ownership_is_stable_and_spread() -> None:
-    peers = ["10.0.0.1:50061", "10.0.0.2:50061", "10.0.0.3:50061"]
-    ids = [f"req-{i}" for i in range(3000)]
-    owners = {i: owner(i, peers) for i in ids}
-    assert owners == {i: owner(i, list(reversed(peers))) for i in ids}  # order-free
-    shares = [sum(1 for o in owners.values() if o == p) / len(ids) for p in peers]
-    assert all(0.28 < s < 0.39 for s in shares), shares
-    grown = {i: owner(i, [*peers, "10.0.0.4:50061"]) for i in ids}
-    moved = [i for i in ids if grown[i] != owners[i]]
-    assert all(grown[i] == "10.0.0.4:50061" for i in moved)  # only to the newcomer
-    assert 0.18 < len(moved) / len(ids) < 0.32
-
-
-def test_peer_lists() -> None:
-    assert parse_peers("") == PeerSpec()
-    assert parse_peers("a:1, b:2,a:1").static == ("a:1", "b:2")
-    spec = parse_peers("dns:shadow-compare.ns.svc.cluster.local:50061")
-    assert spec.is_dns and spec.dns_port == 50061
-    for bad in ("a", "a:b", "dns:nope"):
-        with pytest.raises(ValueError):
-            parse_peers(bad)
-
-
-def test_halves_round_trip_through_the_peer_message() -> None:
-    full = half(Role.NOISE, unit_rows(3), upstream=0.012)
-    back = from_proto(pb.Half.FromString(to_proto(full).SerializeToString()))
-    assert np.array_equal(back.vectors, full.vectors)
-    assert back == Half(**{**full.__dict__, "vectors": back.vectors})
-    error = half(Role.CANDIDATE, status=500)
-    back = from_proto(to_proto(error))
-    assert back.vectors.shape == (0, 0) and back.prompt_tokens is None and back.upstream_s is None
-    with pytest.raises(BadHalfError):
-        from_proto(pb.Half(request_id="x", role=pb.BASELINE, kind=pb.DOCUMENT, rows=2, dims=2))
-    with pytest.raises(BadHalfError):
-        from_proto(pb.Half(request_id="x"))
-
-
-def test_generated_shadow_code_is_fresh(tmp_path: Path) -> None:
-    proto = "extproc/tools/shadow/v1/shadow.proto"
-    status = protoc.main(
-        [
-            "grpc_tools.protoc",
-            f"-I{REPO / 'protos'}",
-            f"--python_out={tmp_path}",
-            f"--pyi_out={tmp_path}",
-            f"--grpc_python_out={tmp_path}",
-            str(REPO / "protos" / proto),
-        ]
-    )
-    assert status == 0
-    for name in ("shadow_pb2.py", "shadow_pb2.pyi", "shadow_pb2_grpc.py"):
-        fresh = (tmp_path / "extproc" / "tools" / "shadow" / "v1" / name).read_text()
-        committed = (REPO / "extproc" / "tools" / "shadow" / "v1" / name).read_text()
-        assert fresh == committed, name
+def test_cosine_quantiles_are_within_one_percent_of_the_distance() -> None:
+    tally = Tally()
+    cosines = (0.99, 0.995, 0.999, 0.9995, 0.9999)
+    for cosine in cosines:
+        for result in pair_results(4, cosine=cosine):
+            tally.add_pair(result)
+    stats = summarize(tally)["inputs"]["document"]["cosine"]
+    assert stats["min"] == pytest.approx(0.99, abs=1e-6)
+    assert stats["max"] == pytest.approx(0.9999, abs=1e-6)
+    assert 1 - stats["p50"] == pytest.approx(1 - 0.999, rel=0.011)
+    assert 1 - stats["p05"] == pytest.approx(1 - 0.99, rel=0.011)
+    assert stats["min"] <= stats["p01"] <= stats["p05"] <= stats["p50"] <= stats["max"]
 
 
 # --------------------------------------------------------------------------- tap stream
@@ -616,6 +521,38 @@ def test_the_report_has_the_seed_tables_and_the_verdict() -> None:
 
 
 # --------------------------------------------------------------------------- Envoy configs
+
+
+def without_rewrite(config: dict[str, Any]) -> dict[str, Any]:
+    """The same config with the contract gateway's filters removed (all but the tap
+    and the router): the candidate answers raw, as a plain address swap would."""
+    config = copy.deepcopy(config)
+    for listener in config["static_resources"]["listeners"]:
+        hcm = hcm_of(listener)
+        kept = {TAP_FILTER, "envoy.filters.http.router"}
+        removed = {f["name"] for f in hcm["http_filters"]} - kept
+        hcm["http_filters"] = [f for f in hcm["http_filters"] if f["name"] in kept]
+        for route in routes_of(hcm):
+            for name in removed:
+                route.get("typed_per_filter_config", {}).pop(name, None)
+            if not route.get("typed_per_filter_config", True):
+                del route["typed_per_filter_config"]
+    return config
+
+
+def without_shadow(config: dict[str, Any]) -> dict[str, Any]:
+    """The same config with no tap and no mirror: the primary path alone (the
+    reference for the latency shadowing adds)."""
+    config = copy.deepcopy(config)
+    for listener in config["static_resources"]["listeners"]:
+        hcm = hcm_of(listener)
+        hcm["http_filters"] = [f for f in hcm["http_filters"] if f["name"] != TAP_FILTER]
+        for route in routes_of(hcm):
+            route.get("route", {}).pop("request_mirror_policies", None)
+            route.get("typed_per_filter_config", {}).pop(TAP_FILTER, None)
+            if not route.get("typed_per_filter_config", True):
+                del route["typed_per_filter_config"]
+    return config
 
 
 def validate(config: dict[str, Any], path: Path) -> None:
@@ -775,87 +712,42 @@ def _get(url: str) -> tuple[int, bytes]:
         return error.code, error.read()
 
 
-async def test_two_replicas_pair_halves_that_arrive_apart() -> None:
-    """Baseline halves go to replica A, candidate halves to replica B, whoever owns
-    them: every pair still completes, on its owner, after one forward."""
-    ports = [free_port(), free_port()]
-    peers = tuple(f"127.0.0.1:{p}" for p in ports)
+async def test_one_comparator_pairs_tap_streams_and_serves_summary_and_metrics() -> None:
+    """Baseline and candidate halves over gRPC tap streams; /summary, /metrics and
+    /healthz over HTTP (prometheus_client's WSGI app and the summary next to it)."""
     stop = asyncio.Event()
-    ready: list[asyncio.Future[tuple[int, int | None]]] = []
-    servers = []
-    for port in ports:
-        done: asyncio.Future[tuple[int, int | None]] = asyncio.get_running_loop().create_future()
-        options = CompareOptions(
-            listen=f"127.0.0.1:{port}",
-            http="127.0.0.1:0",
-            peers=PeerSpec(static=peers),
-            self_address=f"127.0.0.1:{port}",
-            grace_s=0.1,
-        )
-        servers.append(
-            asyncio.create_task(
-                serve_compare(
-                    options, stop=stop, on_ready=lambda g, h, d=done: d.set_result((g, h))
-                )
-            )
-        )
-        ready.append(done)
+    ready: asyncio.Future[tuple[int, int | None]] = asyncio.get_running_loop().create_future()
+    options = CompareOptions(listen="127.0.0.1:0", http="127.0.0.1:0", grace_s=0.1)
+    server = asyncio.create_task(
+        serve_compare(options, stop=stop, on_ready=lambda g, h: ready.set_result((g, h)))
+    )
     try:
-        (_, http_a), (_, http_b) = await asyncio.wait_for(asyncio.gather(*ready), 10)
+        grpc_port, http_port = await asyncio.wait_for(ready, 10)
         vectors = unit_rows(2)
         n = 12
         for i in range(n):
             messages = envoy_messages(request(), 200, body(vectors))
             messages[0] = ep.ProcessingRequest(request_headers=headers(x_request_id=f"id-{i}"))
-            await _tap(ports[0], "baseline", messages)
-            await _tap(ports[1], "candidate", messages)
-        await _tap(ports[0], "nobody", envoy_messages(request(), 200, b"{}"))
-
-        async def summary(http_port: int | None, scope: str = "") -> dict[str, Any]:
-            status, raw = await asyncio.to_thread(
-                _get, f"http://127.0.0.1:{http_port}/summary{scope}"
-            )
-            assert status == 200
-            doc: dict[str, Any] = orjson.loads(raw)
-            return doc
-
+            await _tap(grpc_port, "baseline", messages)
+            await _tap(grpc_port, "candidate", messages)
+        await _tap(grpc_port, "nobody", envoy_messages(request(), 200, b"{}"))
+        base = f"http://127.0.0.1:{http_port}"
+        summary: dict[str, Any] = {}
         for _ in range(100):
-            merged = await summary(http_a)
-            if merged["pairs"] == n:
+            status, raw = await asyncio.to_thread(_get, f"{base}/summary")
+            assert status == 200
+            summary = orjson.loads(raw)
+            if summary["pairs"] == n:
                 break
             await asyncio.sleep(0.05)
-        assert merged["pairs"] == n and merged["replicas"]["merged"] == 2
-        assert merged["forwarding"]["sent"] == merged["forwarding"]["received"] == n
-        assert merged["tap_problems"] == {"no_role": 1}
-        local = [(await summary(p, "?scope=local"))["pairs"] for p in (http_a, http_b)]
-        assert sum(local) == n and all(local)
-        status, metrics = await asyncio.to_thread(_get, f"http://127.0.0.1:{http_b}/metrics")
-        assert status == 200 and b"extproc_shadow_pairs_total" in metrics
-        assert (await asyncio.to_thread(_get, f"http://127.0.0.1:{http_b}/nope"))[0] == 404
+        assert summary["pairs"] == n and summary["pending_halves"] == 0
+        assert summary["tap_problems"] == {"no_role": 1}
+        assert summary["verdict"]["verdict"] == "ready"
+        status, metrics = await asyncio.to_thread(_get, f"{base}/metrics")
+        assert status == 200 and b'extproc_shadow_pairs_total{baseline_class="2xx"' in metrics
+        assert b'extproc_shadow_halves_total{role="candidate"} 12.0' in metrics
+        assert await asyncio.to_thread(_get, f"{base}/healthz") == (200, b"ok\n")
+        assert (await asyncio.to_thread(_get, f"{base}/nope"))[0] == 404
     finally:
         stop.set()
-        await asyncio.wait_for(asyncio.gather(*servers), 20)
-
-
-async def test_an_unreachable_owner_costs_a_counted_drop_never_a_wait() -> None:
-    comparator = Comparator()
-    dead = f"127.0.0.1:{free_port()}"
-    router = HalfRouter(
-        comparator,
-        self_address="127.0.0.1:1",
-        limits=ForwardLimits(queue_size=5, timeout_s=0.5),
-    )
-    await router.set_peers(["127.0.0.1:1", dead])
-    owned_by_dead = [f"id-{i}" for i in range(200) if not router.owns(f"id-{i}")][:20]
-    started = asyncio.get_running_loop().time()
-    for request_id in owned_by_dead:
-        router.submit(half(Role.BASELINE, request_id=request_id))
-    assert asyncio.get_running_loop().time() - started < 0.05  # submit never waits
-    for _ in range(100):
-        if sum(comparator.tally.forwarding.values()) == len(owned_by_dead):
-            break
-        await asyncio.sleep(0.05)
-    forwarding = comparator.tally.forwarding
-    assert forwarding["queue_full"] > 0 and forwarding["unreachable"] > 0
-    assert forwarding["queue_full"] + forwarding["unreachable"] == len(owned_by_dead)
-    await router.close()
+        await asyncio.wait_for(server, 20)

@@ -7,7 +7,7 @@ The set-up, all on loopback:
   Matryoshka ``dimensions`` applied natively;
 - candidate: ``FakeUpstream`` (fake Dynamo 1.6.1) behind the shipped rewrite filter,
   served by ``extproc serve`` with the shipped Qwen3 policy and the real tokenizer;
-- comparators: ``extproc shadow-compare`` replicas (``python -m extproc.tools.shadow``);
+- the comparator: ``extproc shadow-compare`` (``python -m extproc``);
 - Envoy with the shipped ``envoy/shadow.yaml`` (or ``shadow-reverse.yaml``) rendered
   by :func:`extproc.tools.shadow.envoy_render.render_shadow`.
 
@@ -43,12 +43,11 @@ from extproc.tools.shadow.envoy_render import (
     SHADOW_TEMPLATE,
     ShadowEnvoySettings,
     render_shadow,
-    without_rewrite,
-    without_shadow,
 )
 from tests.conftest import QWEN_MODEL, REPO, SHIPPED_QWEN_POLICY
 from tests.fake_upstream import FakeUpstream
 from tests.harness import Reply, free_port, http
+from tests.test_shadow_core import without_rewrite, without_shadow
 
 READY_TIMEOUT_S = 60.0
 PAIRS_TIMEOUT_S = 30.0
@@ -184,8 +183,8 @@ class Comparator:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.http_port}"
 
-    def summary(self, *, local: bool = False) -> dict[str, Any]:
-        doc: dict[str, Any] = get_json(f"{self.url}/summary{'?scope=local' if local else ''}")
+    def summary(self) -> dict[str, Any]:
+        doc: dict[str, Any] = get_json(f"{self.url}/summary")
         return doc
 
     def metrics(self) -> str:
@@ -193,33 +192,14 @@ class Comparator:
             return str(response.read().decode())
 
 
-def start_comparators(n: int, log_dir: Path, *, extra: list[str] | None = None) -> list[Comparator]:
-    ports = [(free_port(), free_port()) for _ in range(n)]
-    peers = ",".join(f"127.0.0.1:{grpc}" for grpc, _ in ports)
-    started = []
-    for grpc_port, http_port in ports:
-        argv = [
-            sys.executable,
-            "-m",
-            "extproc.tools.shadow",
-            "shadow-compare",
-            "--listen",
-            f"127.0.0.1:{grpc_port}",
-            "--http",
-            f"127.0.0.1:{http_port}",
-            "--ttl",
-            "20",
-            "--grace",
-            "1",
-            *(extra or []),
-        ]
-        if n > 1:
-            argv += ["--peers", peers, "--self", f"127.0.0.1:{grpc_port}"]
-        proc = Proc(argv, log_dir / f"compare-{grpc_port}.log")
-        started.append(Comparator(proc, grpc_port, http_port))
-    for comparator in started:
-        comparator.proc.wait_line("shadow-compare ready")
-    return started
+def start_comparator(log_dir: Path, *, extra: list[str] | None = None) -> Comparator:
+    grpc_port, http_port = free_port(), free_port()
+    listen, http = f"127.0.0.1:{grpc_port}", f"127.0.0.1:{http_port}"
+    options = ["--listen", listen, "--http", http, "--ttl", "20", "--grace", "1", *(extra or [])]
+    argv = [sys.executable, "-m", "extproc", "shadow-compare", *options]
+    comparator = Comparator(Proc(argv, log_dir / f"compare-{grpc_port}.log"), grpc_port, http_port)
+    comparator.proc.wait_line("shadow-compare ready")
+    return comparator
 
 
 def start_envoy(config: dict[str, Any], log_dir: Path, name: str) -> Proc:
@@ -249,7 +229,7 @@ def settings_for(
     baseline: str,
     candidate: str,
     rewrite_port: int,
-    compare: list[int],
+    compare: int,
     noise: str | None = None,
     reverse: bool = False,
     percent: float = 100.0,
@@ -261,7 +241,7 @@ def settings_for(
         shadow_port=free_port(),
         noise_port=free_port(),
         extproc_port=rewrite_port,
-        compare=tuple(("127.0.0.1", port) for port in compare),
+        compare=(("127.0.0.1", compare),),
         baseline=Upstream.from_url(baseline),
         candidate=Upstream.from_url(candidate),
         noise=Upstream.from_url(noise) if noise else None,
@@ -359,7 +339,7 @@ class World:
 
     def settings(
         self,
-        compare: list[int],
+        compare: int,
         *,
         candidate: str | None = None,
         noise: str | None = None,
@@ -411,12 +391,10 @@ def reference(world: World) -> list[Reply]:
 
 
 class Stack:
-    def __init__(
-        self, settings: ShadowEnvoySettings, envoy: Proc, comparators: list[Comparator]
-    ) -> None:
+    def __init__(self, settings: ShadowEnvoySettings, envoy: Proc, comparator: Comparator) -> None:
         self.settings = settings
         self.envoy = envoy
-        self.comparators = comparators
+        self.comparator = comparator
 
     @property
     def url(self) -> str:
@@ -427,11 +405,8 @@ class Stack:
 
         def done() -> bool:
             nonlocal summary
-            summary = self.comparators[0].summary()
-            pending = sum(
-                c.summary(local=True)["replicas"]["pending_here"] for c in self.comparators
-            )
-            return int(summary["pairs"]) >= n and pending == 0
+            summary = self.comparator.summary()
+            return int(summary["pairs"]) >= n and summary["pending_halves"] == 0
 
         try:
             wait_for(done, PAIRS_TIMEOUT_S, f"{n} pairs")
@@ -442,15 +417,14 @@ class Stack:
 
 @pytest.fixture(scope="module")
 def stack(world: World) -> Iterator[Stack]:
-    """Config A with the rewrite on, two comparator replicas behind the tap cluster."""
+    """Config A with the rewrite on, one comparator behind the tap cluster."""
     with ExitStack() as cleanup:
-        comparators = start_comparators(2, world.logs)
-        for c in comparators:
-            cleanup.callback(c.proc.stop)
-        settings = world.settings([c.grpc_port for c in comparators])
+        comparator = start_comparator(world.logs)
+        cleanup.callback(comparator.proc.stop)
+        settings = world.settings(comparator.grpc_port)
         envoy = start_envoy(world.config(settings), world.logs, "shadow")
         cleanup.callback(envoy.stop)
-        yield Stack(settings, envoy, comparators)
+        yield Stack(settings, envoy, comparator)
 
 
 def report(url: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -466,7 +440,7 @@ def report(url: str, *args: str) -> subprocess.CompletedProcess[str]:
 # --------------------------------------------------------------------------- tests
 
 
-def test_parity_with_the_rewrite_on_two_replicas(stack: Stack, reference: list[Reply]) -> None:
+def test_parity_with_the_rewrite_on(stack: Stack, reference: list[Reply]) -> None:
     requests = workload()
     replies = answers(stack.url, requests)
     for request, got, expected in zip(requests, replies, reference, strict=True):
@@ -475,7 +449,6 @@ def test_parity_with_the_rewrite_on_two_replicas(stack: Stack, reference: list[R
     summary = stack.wait_pairs(len(requests))
     assert summary["pairs"] == len(requests)
     assert summary["expired_halves"] == 0, summary["halves"]
-    assert summary["replicas"]["merged"] == 2 and not summary["replicas"]["unreachable"]
     documents, queries = summary["inputs"]["document"], summary["inputs"]["query"]
     assert documents["compared"] >= 30 and queries["compared"] >= 5
     assert documents["cosine"]["min"] > 0.9999
@@ -486,22 +459,11 @@ def test_parity_with_the_rewrite_on_two_replicas(stack: Stack, reference: list[R
     assert summary["request_mismatches"] == 0
     assert summary["tokens"]["different"] == 0
     assert summary["verdict"]["verdict"] == "ready", summary["verdict"]
-    # Both halves of every pair met on one replica: Envoy spread the tap streams
-    # round robin, the replicas forwarded what they did not own.
-    forwarding = summary["forwarding"]
-    assert forwarding.get("sent", 0) > 0, forwarding
-    assert forwarding.get("received") == forwarding["sent"]
-    assert not {"queue_full", "unreachable", "peer_gone", "error"} & forwarding.keys()
-    for comparator in stack.comparators:
-        local = comparator.summary(local=True)
-        assert 0 < local["pairs"] < len(requests)  # each replica owns a share
-    metrics = "".join(c.metrics() for c in stack.comparators)
-    assert 'extproc_shadow_forwarded_halves_total{outcome="sent"}' in metrics
-    assert 'extproc_shadow_halves_total{role="candidate",source="peer"}' in metrics or (
-        'extproc_shadow_halves_total{role="baseline",source="peer"}' in metrics
-    )
+    metrics = stack.comparator.metrics()
+    assert f'extproc_shadow_halves_total{{role="candidate"}} {len(requests)}.0' in metrics
+    assert 'extproc_shadow_pairs_total{baseline_class="4xx",candidate_class="4xx"} 1.0' in metrics
 
-    result = report(stack.comparators[1].url)
+    result = report(stack.comparator.url)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Verdict: ready" in result.stdout
     assert "| Cosine similarity per document" in result.stdout
@@ -513,13 +475,13 @@ def test_the_silent_failure_is_caught_with_the_rewrite_off(world: World) -> None
     plain address swap gives. A second baseline replica (here: the same baseline,
     mirrored to the noise listener) gives the noise; it explains none of this."""
     with ExitStack() as cleanup:
-        (comparator,) = start_comparators(1, world.logs, extra=["--noise"])
+        comparator = start_comparator(world.logs, extra=["--noise"])
         cleanup.callback(comparator.proc.stop)
-        settings = world.settings([comparator.grpc_port], noise=world.baseline)
+        settings = world.settings(comparator.grpc_port, noise=world.baseline)
         config = without_rewrite(world.config(settings))
         envoy = start_envoy(config, world.logs, "no-rewrite")
         cleanup.callback(envoy.stop)
-        stack = Stack(settings, envoy, [comparator])
+        stack = Stack(settings, envoy, comparator)
 
         requests = workload()
         answers(stack.url, requests)
@@ -562,9 +524,9 @@ def test_reverse_config_after_the_cut_over_half_shadowed(
     is the shadow. The mirror carries the client's own bytes (not the rewritten ones).
     At 50 %, only the shadowed half is tapped: every tapped request has its pair."""
     with ExitStack() as cleanup:
-        (comparator,) = start_comparators(1, world.logs)
+        comparator = start_comparator(world.logs)
         cleanup.callback(comparator.proc.stop)
-        settings = world.settings([comparator.grpc_port], reverse=True, percent=50)
+        settings = world.settings(comparator.grpc_port, reverse=True, percent=50)
         config = world.config(settings, reverse=True, gateway=STANDALONE_TEMPLATE)
         envoy = start_envoy(config, world.logs, "reverse")
         cleanup.callback(envoy.stop)
@@ -577,7 +539,7 @@ def test_reverse_config_after_the_cut_over_half_shadowed(
             summary = comparator.summary()
             received = summary["halves"]["received"]
             now = [summary["pairs"], received.get("baseline"), received.get("candidate")]
-            done = now == last and summary["replicas"]["pending_here"] == 0
+            done = now == last and summary["pending_halves"] == 0
             last[:] = now
             return done and now[0] == now[1] == now[2]
 
@@ -603,9 +565,9 @@ def test_a_dead_or_hung_comparator_and_a_slow_or_dead_candidate_change_nothing(
         slow = cleanup.enter_context(FakeUpstream(flavour="dynamo", tokenizer_dir=qwen_dir))
         slow.fault = "slow"
         slow.slow_seconds = 3.0
-        (comparator,) = start_comparators(1, world.logs)
+        comparator = start_comparator(world.logs)
         cleanup.callback(comparator.proc.stop)
-        settings = world.settings([comparator.grpc_port], candidate=slow.url)
+        settings = world.settings(comparator.grpc_port, candidate=slow.url)
         envoy = start_envoy(world.config(settings), world.logs, "faults")
         cleanup.callback(envoy.stop)
         url = primary_url(settings)
@@ -669,13 +631,13 @@ def describe_latency(label: str, timings: dict[str, list[float]]) -> str:
 
 def test_latency_added_to_the_primary_path(stack: Stack, world: World) -> None:
     """Batch-8 document requests, one at a time, through the shadow config (tap +
-    100 % mirror to the rewrite and fake Dynamo, two comparators) and through the same
+    100 % mirror to the rewrite and fake Dynamo, the comparator) and through the same
     config without tap and mirror (same baseline). Paced (50 ms apart, alternating
     request by request) the shadow work of one request is over before the next; back
     to back (blocks of 20) it overlaps the next one on this machine's cores. The
     figures are printed (docs/shadow.md); this machine's other load makes them noisy,
     so only the shadow path's own health is asserted."""
-    plain_settings = world.settings([c.grpc_port for c in stack.comparators])
+    plain_settings = world.settings(stack.comparator.grpc_port)
     plain_config = without_shadow(world.config(plain_settings))
     docs = [d["text"] for d in corpus() if d.get("kind") == "document"]
     body = {"model": QWEN_MODEL, "input": docs[:8]}
@@ -693,7 +655,7 @@ def test_latency_added_to_the_primary_path(stack: Stack, world: World) -> None:
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     lines = [
         f"primary-path latency ({os.cpu_count()} CPUs, load average {load}; "
-        "baseline, candidate, gateway, comparators and Envoy all on this machine)",
+        "baseline, candidate, gateway, comparator and Envoy all on this machine)",
         describe_latency("paced, 50 ms apart", paced),
         describe_latency("back to back", back_to_back),
     ]
@@ -706,13 +668,13 @@ def test_latency_added_to_the_primary_path(stack: Stack, world: World) -> None:
 
 
 def test_extproc_shadow_launcher(world: World, qwen_dir: Path) -> None:
-    """`extproc shadow` (here `python -m extproc.tools.shadow shadow`): one command, one line."""
+    """`extproc shadow` (here `python -m extproc shadow`): one command, one line."""
     listen, http_port = free_port(), free_port()
     proc = Proc(
         [
             sys.executable,
             "-m",
-            "extproc.tools.shadow",
+            "extproc",
             "shadow",
             "--baseline",
             world.baseline,

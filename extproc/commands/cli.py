@@ -9,6 +9,7 @@ import os
 import sys
 from pathlib import Path
 
+from extproc.commands.common import load_contract_or_report
 from extproc.commands.envoy_config import DEFAULT_TEMPLATE, ExtProcTls, Upstream
 from extproc.commands.options import (
     add_envoy_options,
@@ -19,11 +20,8 @@ from extproc.commands.options import (
     add_server_tls_options,
     add_tokenizer_option,
 )
-from extproc.core.contract import Contract, load_contract
-from extproc.core.policy import PolicyError, load_policy_file
 from extproc.core.policy.loader import parse_tokenizer_overrides
 from extproc.core.policy.presets import presets
-from extproc.core.tokens import TokenizerLoadError
 from extproc.service.reload import FileStamp, ReloadSettings, policy_stamp
 from extproc.service.tls import (
     TlsError,
@@ -170,23 +168,6 @@ def _parser() -> argparse.ArgumentParser:
     probe_command.add_parser(sub)
     shadow_command.add_parsers(sub)
     return parser
-
-
-def load_contract_or_report(
-    config: Path, tokenizer_flags: list[str], *, tokenizers: bool = True
-) -> Contract | None:
-    """The policy and its tokenizers, or None after printing file, field and reason."""
-    try:
-        overrides = parse_tokenizer_overrides(",".join(tokenizer_flags))
-        policy = load_policy_file(config, tokenizer_overrides=overrides)
-        if not tokenizers:
-            return Contract(policy=policy, tokenizers={})
-        return load_contract(policy)
-    except PolicyError as exc:
-        print(f"error: {exc.source}: {exc.field}: {exc.reason}", file=sys.stderr)
-    except (TokenizerLoadError, ValueError, OSError) as exc:
-        print(f"error: {config}: tokenizer: {exc}", file=sys.stderr)
-    return None
 
 
 def reload_settings(args: argparse.Namespace, started_from: FileStamp | None) -> ReloadSettings:

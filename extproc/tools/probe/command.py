@@ -20,6 +20,7 @@ from pathlib import Path
 
 import orjson
 
+from extproc.tools.parity import ExitCode, Thresholds
 from extproc.tools.probe.client import DEFAULT_TIMEOUT_S, EmbeddingsClient, endpoint_url
 from extproc.tools.probe.contract import default_probes, run_contract
 from extproc.tools.probe.corpus import Corpus, CorpusError, batches, load_corpus, long_text
@@ -27,7 +28,7 @@ from extproc.tools.probe.html_report import to_html
 from extproc.tools.probe.latency import QUICK_PLAN, LatencyPlan, Request, run_latency
 from extproc.tools.probe.parity import BATCH_SIZE, run_parity
 from extproc.tools.probe.report import Meta, ProbeReport, to_json, to_markdown
-from extproc.tools.probe.verdict import ExitCode, Thresholds, decide
+from extproc.tools.probe.verdict import PROBE_THRESHOLDS, decide
 
 log = logging.getLogger("extproc.tools.probe")
 
@@ -77,7 +78,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument(
         "--min-cosine",
         type=float,
-        default=Thresholds().min_cosine,
+        default=PROBE_THRESHOLDS.min_cosine,
         help="minimum cosine per document and per valid contract probe (default 0.9995)",
     )
     p.add_argument(

@@ -16,21 +16,19 @@ from typing import Any, Literal
 
 import orjson
 
-from extproc.tools.probe.answers import (
-    AnswerError,
-    Embeddings,
-    error_text,
-    parse_embeddings,
-    status_class,
-)
+from extproc.core.status import status_class
+from extproc.core.upstream_errors import parse_upstream_error
+from extproc.tools.parity import Answer, compare_answers
 from extproc.tools.probe.client import EmbeddingsClient, HttpResult
 from extproc.tools.probe.corpus import Item
-from extproc.tools.probe.stats import cosine
 
 Severity = Literal["ok", "warn", "fail"]
 
 CUSTOM_INSTRUCTION = "Given a customer question, retrieve the help-center passage that answers it"
 UNKNOWN_MODEL = "no-such-model-extproc-probe"
+ERROR_TEXT_LIMIT = 70
+# How the table names each encoding the core's parser reports.
+ENCODING_LABELS = {"float": "array", "base64": "base64 string", "mixed": "mixed"}
 
 
 @dataclass(frozen=True)
@@ -148,52 +146,46 @@ def default_probes(
     ]
 
 
-def observe(result: HttpResult) -> tuple[Cell, Embeddings | None]:
-    """Reduce an exchange to a table cell (and the decoded vectors of a 2xx)."""
+def error_text(body: bytes, limit: int = ERROR_TEXT_LIMIT) -> str:
+    """An error body's message (every upstream's envelope, or the text), on one line."""
+    if not body.strip():
+        return "(empty body)"
+    message = parse_upstream_error(body).message or body.decode("utf-8", errors="replace")
+    flat = " ".join(message.split())
+    return flat if len(flat) <= limit else flat[: limit - 1].rstrip() + "…"
+
+
+def observe(result: HttpResult) -> tuple[Cell, Answer | None]:
+    """Reduce an exchange to a table cell (and the read answer of a usable 2xx)."""
     if result.status == 0:
         return Cell(status=0, result=f"no answer ({result.error})"), None
-    if not 200 <= result.status < 300:
+    answer = Answer.read(result.status, result.body)
+    if answer.vectors is None:
+        if answer.problem:
+            return Cell(status=result.status, result=f"unreadable answer: {answer.problem}"), None
         return Cell(status=result.status, result=error_text(result.body)), None
-    try:
-        answer = parse_embeddings(result.body)
-    except AnswerError as exc:
-        return Cell(status=result.status, result=f"unreadable answer: {exc}"), None
-    dims = answer.dimensions
-    shape = f"{len(answer.vectors)}×{dims[0] if len(dims) == 1 else list(dims)}"
-    text = f"{shape} {answer.kind}"
+    kind = ENCODING_LABELS.get(str(answer.encoding), str(answer.encoding))
+    text = f"{answer.count}×{answer.dims} {kind}"
     if answer.prompt_tokens is not None:
         text += f", {answer.prompt_tokens:,} tokens"
     cell = Cell(
         status=result.status,
         result=text,
-        kind=answer.kind,
-        count=len(answer.vectors),
-        dimensions=dims,
+        kind=kind,
+        count=answer.count,
+        dimensions=(int(answer.vectors.shape[1]),),
         prompt_tokens=answer.prompt_tokens,
     )
     return cell, answer
-
-
-def _cosines(a: Embeddings, b: Embeddings) -> tuple[float, ...]:
-    """Per-input cosines, or () when the answers cannot be compared input by input."""
-    if len(a.vectors) != len(b.vectors):
-        return ()
-    values: list[float] = []
-    for va, vb in zip(a.vectors, b.vectors, strict=True):
-        try:
-            values.append(cosine(va, vb))
-        except ValueError:
-            return ()
-    return tuple(values)
 
 
 def compare_row(
     probe: Probe,
     *,
     base: Cell,
-    base_answer: Embeddings | None,
+    base_answer: Answer | None,
     cand: Cell,
-    cand_answer: Embeddings | None,
+    cand_answer: Answer | None,
     min_cosine: float,
 ) -> Row:
     """Judge one probe (pure)."""
@@ -224,7 +216,7 @@ def compare_row(
             elif base.dimensions != cand.dimensions:
                 fails.append(f"dimensions {_dims(base)} vs {_dims(cand)}")
             else:
-                cosines = _cosines(base_answer, cand_answer)
+                cosines = compare_answers(base_answer, cand_answer).cosines
                 cos = min(cosines) if cosines else None
                 if cos is not None and cos < min_cosine:
                     why = f"; {probe.hint}" if probe.hint else ""

@@ -16,6 +16,7 @@ from extproc.tools.probe.report import (
     fmt_dim,
     fmt_num,
     fmt_ratio,
+    verdict_lists,
 )
 from extproc.tools.probe.svg import cosine_histogram, grouped_bars
 
@@ -42,16 +43,15 @@ def _verdict(report: ProbeReport) -> list[str]:
     v = report.verdict
     klass = "ready" if v.ready else "not"
     out = [
-        f'<p class="verdict {klass}">Verdict: <strong>{escape(v.label)}</strong> '
+        f'<p class="verdict {klass}">Verdict: <strong>{escape(v.label.upper())}</strong> '
         f"(exit code {int(v.exit_code)})</p>"
     ]
-    if v.failures:
-        out.append("<h3>Failures</h3><ul>")
-        out += [f'<li class="fail">{_code(f)}</li>' for f in v.failures]
-        out.append("</ul>")
-    if v.warnings:
-        out.append("<h3>Warnings <small>(do not change the exit code)</small></h3><ul>")
-        out += [f'<li class="warn">{_code(w)}</li>' for w in v.warnings]
+    for heading, kind, items in verdict_lists(v):
+        note = " <small>(do not change the exit code)</small>" if kind == "warn" else ""
+        out += [
+            f"<h3>{heading}{note}</h3><ul>",
+            *(f'<li class="{kind}">{_code(i)}</li>' for i in items),
+        ]
         out.append("</ul>")
     return out
 
@@ -203,6 +203,6 @@ def to_html(report: ProbeReport) -> str:
     body += _latency(report.latency, report.latency_skipped)
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-        f"<title>Embeddings parity probe: {escape(report.verdict.label)}</title>"
+        f"<title>Embeddings parity probe: {escape(report.verdict.label.upper())}</title>"
         f"<style>{STYLE}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n"
     )

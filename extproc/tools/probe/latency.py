@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from extproc.tools.probe.answers import AnswerError, parse_embeddings
+from extproc.tools.parity import Answer
 from extproc.tools.probe.client import EmbeddingsClient, HttpResult
 from extproc.tools.probe.stats import median, percentile, ratio
 
@@ -154,12 +154,11 @@ def _check(result: HttpResult, inputs: int) -> Outcome:
     elapsed_ms = result.elapsed_s * 1000.0
     if result.status != 200:
         return Outcome(False, elapsed_ms, f"HTTP {result.status or result.error}")
-    try:
-        answer = parse_embeddings(result.body)
-    except AnswerError as exc:
-        return Outcome(False, elapsed_ms, f"unreadable answer: {exc}")
-    if len(answer.vectors) != inputs:
-        return Outcome(False, elapsed_ms, f"{len(answer.vectors)} vectors for {inputs} inputs")
+    answer = Answer.read(result.status, result.body)
+    if answer.count is None:
+        return Outcome(False, elapsed_ms, f"unreadable answer: {answer.problem}")
+    if answer.count != inputs:
+        return Outcome(False, elapsed_ms, f"{answer.count} vectors for {inputs} inputs")
     return Outcome(True, elapsed_ms)
 
 

@@ -12,10 +12,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from extproc.tools.probe.answers import AnswerError, parse_embeddings
+import numpy as np
+
+from extproc.tools.parity import Answer, cosine
 from extproc.tools.probe.client import EmbeddingsClient
 from extproc.tools.probe.corpus import Item, batches
-from extproc.tools.probe.stats import Spread, Vector, cosine, l2_norm, spread
+from extproc.tools.probe.stats import Spread, Vector, l2_norm, spread
 
 BATCH_SIZE = 8
 
@@ -73,18 +75,17 @@ def embed_items(
             errors.append(f"{label}: {result.status or result.error}")
             tokens = None
             continue
-        try:
-            answer = parse_embeddings(result.body)
-        except AnswerError as exc:
-            errors.append(f"{label}: {exc}")
+        answer = Answer.read(result.status, result.body)
+        if answer.vectors is None:
+            errors.append(f"{label}: {answer.problem}")
             tokens = None
             continue
-        if len(answer.vectors) != len(batch):
-            errors.append(f"{label}: {len(answer.vectors)} vectors for {len(batch)} inputs")
+        if answer.count != len(batch):
+            errors.append(f"{label}: {answer.count} vectors for {len(batch)} inputs")
             tokens = None
             continue
         for item, vector in zip(batch, answer.vectors, strict=True):
-            vectors[item.id] = vector
+            vectors[item.id] = vector.astype(np.float64)
         if tokens is not None and answer.prompt_tokens is not None:
             tokens += answer.prompt_tokens
         else:

@@ -12,10 +12,10 @@ from typing import Any
 
 import orjson
 
+from extproc.tools.parity import Thresholds, Verdict
 from extproc.tools.probe.contract import Cell, Row
 from extproc.tools.probe.latency import FIGURES, Figures, LatencyResult
 from extproc.tools.probe.parity import CosineSet, ParityResult
-from extproc.tools.probe.verdict import Thresholds, Verdict
 
 FIGURE_LABELS = {
     "sequential_p50_ms": "sequential p50",
@@ -68,7 +68,7 @@ def to_dict(report: ProbeReport) -> dict[str, Any]:
     doc = dataclasses.asdict(report)
     doc["verdict"] = {
         "ready": report.verdict.ready,
-        "label": report.verdict.label,
+        "label": report.verdict.label.upper(),
         "exit_code": int(report.verdict.exit_code),
         "failures": list(report.verdict.failures),
         "warnings": list(report.verdict.warnings),
@@ -124,16 +124,18 @@ def cosine_line(cosines: CosineSet) -> str:
     return text
 
 
+def verdict_lists(verdict: Verdict) -> list[tuple[str, str, tuple[str, ...]]]:
+    """(heading, kind, items) of the verdict's non-empty lists: failures, then warnings
+    (which never change the exit code)."""
+    lists = (("Failures", "fail", verdict.failures), ("Warnings", "warn", verdict.warnings))
+    return [(heading, kind, items) for heading, kind, items in lists if items]
+
+
 def verdict_lines(verdict: Verdict) -> list[str]:
-    lines = [f"**Verdict: {verdict.label}** (exit code {int(verdict.exit_code)})", ""]
-    if verdict.failures:
-        lines.append("Failures:")
-        lines += [f"- {f}" for f in verdict.failures]
-        lines.append("")
-    if verdict.warnings:
-        lines.append("Warnings (do not change the exit code):")
-        lines += [f"- {w}" for w in verdict.warnings]
-        lines.append("")
+    lines = [f"**Verdict: {verdict.label.upper()}** (exit code {int(verdict.exit_code)})", ""]
+    for heading, kind, items in verdict_lists(verdict):
+        note = " (do not change the exit code)" if kind == "warn" else ""
+        lines += [f"{heading}{note}:", *(f"- {item}" for item in items), ""]
     return lines
 
 

@@ -15,20 +15,6 @@ import numpy.typing as npt
 Vector = npt.NDArray[np.float64]
 
 
-def cosine(a: Vector, b: Vector) -> float:
-    """Cosine similarity of two vectors of the same length, in float64.
-
-    Raises ValueError when the lengths differ or a vector has zero norm (no direction
-    to compare)."""
-    if a.shape != b.shape:
-        raise ValueError(f"cannot compare vectors of shapes {a.shape} and {b.shape}")
-    na = float(np.linalg.norm(a))
-    nb = float(np.linalg.norm(b))
-    if na == 0.0 or nb == 0.0 or not (math.isfinite(na) and math.isfinite(nb)):
-        raise ValueError("cosine of a zero or non-finite vector")
-    return float(np.dot(a, b)) / (na * nb)
-
-
 def l2_norm(v: Vector) -> float:
     return float(np.linalg.norm(v))
 

@@ -19,77 +19,66 @@ probes that both servers refuse.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from enum import IntEnum
+from typing import Final
 
+from extproc.tools.parity import Check, Thresholds, Verdict
 from extproc.tools.probe.contract import Row
 from extproc.tools.probe.latency import LatencyResult
 from extproc.tools.probe.parity import ParityResult
 
-
-class ExitCode(IntEnum):
-    READY = 0
-    NOT_READY = 1
-    INCONCLUSIVE = 2  # also: bad arguments, unreadable corpus
+# Offline, on a fixed corpus, the probe can afford a stricter bar than live traffic.
+PROBE_THRESHOLDS: Final = Thresholds(min_cosine=0.9995)
 
 
-@dataclass(frozen=True)
-class Thresholds:
-    min_cosine: float = 0.9995
-
-
-@dataclass(frozen=True)
-class Verdict:
-    exit_code: ExitCode
-    failures: tuple[str, ...]
-    warnings: tuple[str, ...]
-
-    @property
-    def ready(self) -> bool:
-        return self.exit_code == ExitCode.READY
-
-    @property
-    def label(self) -> str:
-        return {
-            ExitCode.READY: "READY",
-            ExitCode.NOT_READY: "NOT READY",
-            ExitCode.INCONCLUSIVE: "INCONCLUSIVE",
-        }[self.exit_code]
-
-
-def _parity_checks(parity: ParityResult, t: Thresholds) -> tuple[list[str], list[str], bool]:
-    failures: list[str] = []
+def _parity_checks(parity: ParityResult, t: Thresholds) -> tuple[list[Check], list[str], bool]:
+    failures: list[Check] = []
     warnings: list[str] = []
     base, cand = parity.baseline, parity.candidate
     inconclusive = bool(base.errors) or base.embedded < parity.documents_total
     if inconclusive:
         first = base.errors[0] if base.errors else "missing vectors"
         failures.append(
-            f"parity: the baseline embedded {base.embedded}/{parity.documents_total} "
-            f"documents ({first})"
+            Check(
+                "parity",
+                False,
+                f"the baseline embedded {base.embedded}/{parity.documents_total} "
+                f"documents ({first})",
+            )
         )
     if cand.errors or cand.embedded < parity.documents_total:
         first = cand.errors[0] if cand.errors else "missing vectors"
         failures.append(
-            f"parity: the candidate embedded {cand.embedded}/{parity.documents_total} "
-            f"documents ({first})"
+            Check(
+                "parity",
+                False,
+                f"the candidate embedded {cand.embedded}/{parity.documents_total} "
+                f"documents ({first})",
+            )
         )
     if (
         base.dimension is not None
         and cand.dimension is not None
         and base.dimension != cand.dimension
     ):
-        failures.append(f"parity: dimension {base.dimension} vs {cand.dimension}")
+        failures.append(Check("parity", False, f"dimension {base.dimension} vs {cand.dimension}"))
     docs = parity.documents
     if docs.spread is not None and docs.spread.min < t.min_cosine:
         worst = docs.ids[docs.cosines.index(docs.spread.min)]
         failures.append(
-            f"parity: min cosine on documents {docs.spread.min:.6f} < {t.min_cosine} ({worst})"
+            Check(
+                "parity",
+                False,
+                f"min cosine on documents {docs.spread.min:.6f} < {t.min_cosine} ({worst})",
+            )
         )
     elif docs.spread is None and not inconclusive:
-        failures.append("parity: no document could be compared")
+        failures.append(Check("parity", False, "no document could be compared"))
     if docs.incomparable:
-        failures.append(f"parity: {len(docs.incomparable)} documents have vectors of other lengths")
+        failures.append(
+            Check(
+                "parity", False, f"{len(docs.incomparable)} documents have vectors of other lengths"
+            )
+        )
     if base.prompt_tokens != cand.prompt_tokens and base.prompt_tokens is not None:
         warnings.append(
             f"parity: document prompt tokens {base.prompt_tokens} vs {cand.prompt_tokens}"
@@ -107,23 +96,20 @@ def decide(
     parity: ParityResult,
     rows: list[Row],
     latency: LatencyResult | None,
-    thresholds: Thresholds,
+    thresholds: Thresholds = PROBE_THRESHOLDS,
 ) -> Verdict:
+    """Every failed check, named by section ("parity", "contract", "latency")."""
     failures, warnings, inconclusive = _parity_checks(parity, thresholds)
     for row in rows:
         if row.severity == "fail":
-            failures.append(f"contract: {row.title}: {'; '.join(row.notes)}")
+            failures.append(Check("contract", False, f"{row.title}: {'; '.join(row.notes)}"))
         elif row.severity == "warn":
             warnings.append(f"contract: {row.title}: {'; '.join(row.notes)}")
     if latency is not None:
         for name, side in (("baseline", latency.baseline), ("candidate", latency.candidate)):
             if side.median.errors:
                 example = f" (e.g. {side.error_examples[0]})" if side.error_examples else ""
-                failures.append(f"latency: {side.median.errors} errors on the {name}{example}")
-    if inconclusive:
-        code = ExitCode.INCONCLUSIVE
-    elif failures:
-        code = ExitCode.NOT_READY
-    else:
-        code = ExitCode.READY
-    return Verdict(exit_code=code, failures=tuple(failures), warnings=tuple(warnings))
+                failures.append(
+                    Check("latency", False, f"{side.median.errors} errors on the {name}{example}")
+                )
+    return Verdict(tuple(failures), warnings=tuple(warnings), inconclusive=inconclusive)

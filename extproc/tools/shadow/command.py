@@ -1,9 +1,8 @@
 """Command line of shadow mode: ``extproc shadow-compare | shadow-report | shadow``.
 
 ``add_parsers`` adds the three sub-commands to ``extproc``'s parser; each sets
-``shadow_handler`` to its ``run_*`` function (``run_compare``, ``run_report``,
-``run_shadow``), which takes the parsed arguments and returns the exit status.
-Heavy imports (gRPC, numpy) happen inside the handlers.
+``shadow_handler`` to its ``run_*`` function, which takes the parsed arguments and
+returns the exit status. Heavy imports (gRPC, numpy) happen inside the handlers.
 """
 
 from __future__ import annotations
@@ -15,134 +14,58 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
-    from extproc.core.contract import Contract
-    from extproc.tools.shadow.compare import Tolerances
-    from extproc.tools.shadow.store import StoreLimits
-    from extproc.tools.shadow.verdict import Thresholds
+from extproc.commands.common import load_contract_or_report
+from extproc.commands.options import add_policy_options, add_server_options
 
-SHIPPED_POLICY = Path(__file__).resolve().parents[2] / "policies" / "qwen3-embedding-0.6b.yaml"
-COMMANDS = ("shadow-compare", "shadow-report", "shadow")
+if TYPE_CHECKING:
+    from extproc.tools.parity import Thresholds
+    from extproc.tools.shadow.server import CompareOptions
 
 
 def add_parsers(subparsers: Any) -> None:
     """Add shadow-compare, shadow-report and shadow to ``extproc``'s sub-parsers."""
     compare = subparsers.add_parser(
-        "shadow-compare",
-        help="the shadow-mode comparator: pairs mirrored answers, serves /summary and /metrics",
+        "shadow-compare", help="the comparator: pairs mirrored answers, serves /summary, /metrics"
     )
-    compare.add_argument(
+    arg = compare.add_argument
+    arg(
         "--listen",
         default=os.environ.get("EXTPROC_SHADOW_LISTEN", "0.0.0.0:50061"),
         metavar="HOST:PORT",
-        help="gRPC: Envoy's tap streams and the peer replicas (default 0.0.0.0:50061)",
+        help="gRPC: Envoy's tap streams (default 0.0.0.0:50061)",
     )
-    compare.add_argument(
+    arg(
         "--http",
         default=os.environ.get("EXTPROC_SHADOW_HTTP", "0.0.0.0:9300"),
         metavar="HOST:PORT",
         help="HTTP: /summary (JSON), /metrics (Prometheus), /healthz (default 0.0.0.0:9300)",
     )
-    compare.add_argument(
-        "--peers",
-        default=os.environ.get("EXTPROC_SHADOW_PEERS", ""),
-        help="all replicas' gRPC addresses, HOST:PORT,... or dns:NAME:PORT "
-        "(a headless Service, re-resolved every --peer-refresh seconds); default: alone",
-    )
-    compare.add_argument(
-        "--self",
-        dest="self_address",
-        default=os.environ.get("EXTPROC_SHADOW_SELF"),
-        metavar="HOST:PORT",
-        help="this replica's address as it appears in --peers (e.g. $POD_IP:50061)",
-    )
-    compare.add_argument("--peer-refresh", type=float, default=10.0, metavar="SECONDS")
-    compare.add_argument(
-        "--ttl",
-        type=float,
-        default=30.0,
-        metavar="SECONDS",
-        help="how long a half waits for its other half (default 30)",
-    )
-    compare.add_argument(
-        "--max-pending",
-        type=int,
-        default=10_000,
-        help="request ids waiting for their other half, at most (default 10000)",
-    )
-    compare.add_argument(
-        "--max-pending-bytes",
-        type=int,
-        default=1 << 30,
-        help="memory held by waiting halves, at most (default 1 GiB)",
-    )
-    compare.add_argument(
-        "--max-body-bytes",
-        type=int,
-        default=64 * 1024 * 1024,
-        help="larger tapped bodies are skipped and counted (default 64 MiB)",
-    )
-    compare.add_argument(
-        "--keep-text",
-        action="store_true",
-        help="keep input texts (first 200 characters) in the worst-mismatch list",
-    )
-    compare.add_argument(
-        "--noise",
-        action="store_true",
-        help="expect a third half per request from a noise replica (role noise)",
-    )
-    compare.add_argument("--noise-relative", type=float, default=2.0)
-    compare.add_argument("--noise-absolute", type=float, default=1e-5)
-    _threshold_args(compare)
-    compare.add_argument("--grace", type=float, default=5.0, metavar="SECONDS")
+    arg("--noise", action="store_true", help="expect a third half per request (role noise)")
+    arg("--grace", type=float, default=5.0, metavar="SECONDS")
+    _comparator_args(compare)
     compare.set_defaults(shadow_handler=run_compare)
 
     report = subparsers.add_parser(
-        "shadow-report",
-        help="print a running comparator's tables and verdict; exit 0 when ready",
+        "shadow-report", help="print a running comparator's tables and verdict; exit 0 when ready"
     )
-    report.add_argument(
-        "--url",
-        default="http://127.0.0.1:9300",
-        help="the comparator's HTTP address (any replica: it merges its peers)",
-    )
+    report.add_argument("--url", default="http://127.0.0.1:9300", help="the comparator's HTTP")
     report.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS")
     report.add_argument("--json", action="store_true", help="print the summary JSON instead")
     _threshold_args(report)
     report.set_defaults(shadow_handler=run_report)
 
     shadow = subparsers.add_parser(
-        "shadow",
-        help="shadow mode on one machine: gateway server + comparator + Envoy",
+        "shadow", help="shadow mode on one machine: gateway server + comparator + Envoy"
     )
-    shadow.add_argument(
-        "--baseline", required=True, help="the legacy server, e.g. http://10.0.0.5:8000"
-    )
-    shadow.add_argument("--candidate", required=True, help="the Dynamo/vLLM frontend URL")
-    shadow.add_argument("--noise", default=None, help="a second legacy replica (optional)")
-    shadow.add_argument("--listen", default="127.0.0.1:8080", help="where clients connect")
-    shadow.add_argument(
-        "--percent",
-        type=float,
-        default=100.0,
-        help="share of embeddings requests mirrored (0-100, default 100)",
-    )
-    shadow.add_argument(
-        "--reverse",
-        action="store_true",
-        help="after the cut-over: clients get the candidate, the baseline is the shadow",
-    )
-    shadow.add_argument(
-        "--http",
-        default="127.0.0.1:9300",
-        metavar="HOST:PORT",
-        help="the comparator's /summary and /metrics (default 127.0.0.1:9300)",
-    )
-    shadow.add_argument("--ttl", type=float, default=30.0, metavar="SECONDS")
-    shadow.add_argument("--keep-text", action="store_true")
-    _threshold_args(shadow)
-    shadow.add_argument(
+    arg = shadow.add_argument
+    arg("--baseline", required=True, help="the legacy server, e.g. http://10.0.0.5:8000")
+    arg("--candidate", required=True, help="the Dynamo/vLLM frontend URL")
+    arg("--noise", default=None, help="a second legacy replica (optional)")
+    arg("--listen", default="127.0.0.1:8080", help="where clients connect")
+    arg("--percent", type=float, default=100.0, help="share mirrored (0-100, default 100)")
+    arg("--reverse", action="store_true", help="after the cut-over: the baseline is the shadow")
+    arg("--http", default="127.0.0.1:9300", metavar="HOST:PORT", help="/summary and /metrics")
+    arg(
         "--gateway-template",
         type=Path,
         default=None,
@@ -150,70 +73,39 @@ def add_parsers(subparsers: Any) -> None:
         help="run this gateway config's filters on the candidate side (e.g. "
         "envoy/standalone.yaml) instead of the single filter the shadow configs embed",
     )
-    shadow.add_argument("--upstream-timeout", type=float, default=300.0, metavar="SECONDS")
-    shadow.add_argument("--envoy-log-level", default="warning")
-    shadow.add_argument("--envoy-concurrency", type=int, default=None)
-    shadow.add_argument(
-        "--config",
-        type=Path,
-        default=Path(os.environ.get("EXTPROC_CONFIG", SHIPPED_POLICY)),
-        help="the gateway's policy file (default: $EXTPROC_CONFIG, else the shipped Qwen3 policy)",
-    )
-    shadow.add_argument("--tokenizer", action="append", default=[], metavar="NAME=DIR")
-    shadow.add_argument(
-        "--metrics",
-        default=None,
-        metavar="HOST:PORT",
-        help="the gateway server's Prometheus metrics (default: off)",
-    )
-    shadow.add_argument("--grace", type=float, default=5.0, metavar="SECONDS")
+    arg("--upstream-timeout", type=float, default=300.0, metavar="SECONDS")
+    arg("--envoy-log-level", default="warning")
+    arg("--envoy-concurrency", type=int, default=None)
+    add_policy_options(shadow)
+    add_server_options(shadow, metrics_env="EXTPROC_METRICS", grace_s=5.0)
+    _comparator_args(shadow)
     shadow.set_defaults(shadow_handler=run_shadow)
 
 
+def _comparator_args(parser: argparse.ArgumentParser) -> None:
+    arg = parser.add_argument
+    arg("--ttl", type=float, default=30.0, help="how long a half waits for its pair (default 30 s)")
+    arg("--max-pending", type=int, default=10_000, help="waiting request ids (default 10000)")
+    arg("--max-pending-bytes", type=int, default=1 << 30, help="their memory (default 1 GiB)")
+    arg("--max-body-bytes", type=int, default=64 << 20, help="larger bodies are skipped (64 MiB)")
+    arg("--keep-text", action="store_true", help="keep input texts (200 characters) in /summary")
+    arg("--noise-relative", type=float, default=2.0)
+    arg("--noise-absolute", type=float, default=1e-5)
+    _threshold_args(parser)
+
+
 def _threshold_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--min-cosine",
-        type=float,
-        default=0.999,
-        help="lowest acceptable cosine for documents (default 0.999)",
-    )
-    parser.add_argument(
-        "--min-query-cosine",
-        type=float,
-        default=None,
-        help="lowest acceptable cosine for queries (default: --min-cosine)",
-    )
-    parser.add_argument(
-        "--max-status-mismatches",
-        type=int,
-        default=0,
-        help="status-class mismatches tolerated (default 0)",
-    )
+    arg = parser.add_argument
+    arg("--min-cosine", type=float, default=0.999, help="lowest cosine, documents (0.999)")
+    arg("--min-query-cosine", type=float, help="lowest cosine, queries (--min-cosine)")
+    arg("--max-status-mismatches", type=int, default=0, help="status-class mismatches allowed (0)")
 
 
 def run_compare(args: argparse.Namespace) -> int:
     from extproc.service.server import stop_on_signals
-    from extproc.tools.shadow.ownership import parse_peers
-    from extproc.tools.shadow.server import CompareOptions, serve_compare
+    from extproc.tools.shadow.server import serve_compare
 
-    try:
-        options = CompareOptions(
-            listen=args.listen,
-            http=args.http or None,
-            peers=parse_peers(args.peers),
-            self_address=args.self_address,
-            limits=_limits(args),
-            tolerances=_tolerances(args),
-            thresholds=_thresholds(args),
-            expect_noise=args.noise,
-            keep_text=args.keep_text,
-            max_body_bytes=args.max_body_bytes,
-            peer_refresh_s=args.peer_refresh,
-            grace_s=args.grace,
-        )
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    options = _compare_options(args, args.listen, noise=args.noise)
 
     def ready(grpc_port: int, http_port: int | None) -> None:
         http = f"http://127.0.0.1:{http_port}" if http_port else "off"
@@ -224,9 +116,6 @@ def run_compare(args: argparse.Namespace) -> int:
 
     try:
         asyncio.run(go())
-    except ValueError as exc:  # e.g. --peers without --self
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         return 130
     return 0
@@ -237,7 +126,7 @@ def run_report(args: argparse.Namespace) -> int:
     import orjson
 
     from extproc.tools.shadow.report import fetch_summary, render_report
-    from extproc.tools.shadow.verdict import judge
+    from extproc.tools.shadow.summary import judge
 
     try:
         summary = fetch_summary(args.url, timeout_s=args.timeout)
@@ -257,7 +146,6 @@ def run_report(args: argparse.Namespace) -> int:
 def run_shadow(args: argparse.Namespace) -> int:
     from extproc.commands.envoy_config import Upstream
     from extproc.tools.shadow.launcher import ShadowRunOptions, main_shadow
-    from extproc.tools.shadow.server import CompareOptions
 
     try:
         baseline = Upstream.from_url(args.baseline)
@@ -268,7 +156,7 @@ def run_shadow(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    contract = _load_contract(args.config, args.tokenizer)
+    contract = load_contract_or_report(args.config, args.tokenizer)
     if contract is None:
         return 2
     options = ShadowRunOptions(
@@ -278,15 +166,7 @@ def run_shadow(args: argparse.Namespace) -> int:
         listen=args.listen,
         percent=args.percent,
         reverse=args.reverse,
-        compare=CompareOptions(
-            listen="127.0.0.1:0",
-            http=args.http or None,
-            limits=_limits(args),
-            thresholds=_thresholds(args),
-            tolerances=_tolerances(args),
-            keep_text=args.keep_text,
-            grace_s=args.grace,
-        ),
+        compare=_compare_options(args, "127.0.0.1:0", noise=noise is not None),
         metrics_address=args.metrics,
         grace_seconds=args.grace,
         envoy_log_level=args.envoy_log_level,
@@ -297,37 +177,29 @@ def run_shadow(args: argparse.Namespace) -> int:
     return main_shadow(contract, options)
 
 
-def _load_contract(config: Path, tokenizer_flags: list[str]) -> Contract | None:
-    from extproc.commands.cli import load_contract_or_report  # not at import: cli imports us
-
-    return load_contract_or_report(config, tokenizer_flags)
-
-
-def _limits(args: argparse.Namespace) -> StoreLimits:
+def _compare_options(args: argparse.Namespace, listen: str, *, noise: bool) -> CompareOptions:
+    from extproc.tools.shadow.compare import Tolerances
+    from extproc.tools.shadow.server import CompareOptions
     from extproc.tools.shadow.store import StoreLimits
 
-    return StoreLimits(
-        ttl_s=args.ttl,
-        max_pending=getattr(args, "max_pending", 10_000),
-        max_bytes=getattr(args, "max_pending_bytes", 1 << 30),
-    )
-
-
-def _tolerances(args: argparse.Namespace) -> Tolerances:
-    from extproc.tools.shadow.compare import Tolerances
-
-    return Tolerances(
-        min_cosine=args.min_cosine,
-        noise_relative=getattr(args, "noise_relative", 2.0),
-        noise_absolute=getattr(args, "noise_absolute", 1e-5),
+    return CompareOptions(
+        listen=listen,
+        http=args.http or None,
+        limits=StoreLimits(args.ttl, args.max_pending, args.max_pending_bytes),
+        tolerances=Tolerances(
+            min_cosine=args.min_cosine,
+            noise_relative=args.noise_relative,
+            noise_absolute=args.noise_absolute,
+        ),
+        thresholds=_thresholds(args),
+        expect_noise=noise,
+        keep_text=args.keep_text,
+        max_body_bytes=args.max_body_bytes,
+        grace_s=args.grace,
     )
 
 
 def _thresholds(args: argparse.Namespace) -> Thresholds:
-    from extproc.tools.shadow.verdict import Thresholds
+    from extproc.tools.parity import Thresholds
 
-    return Thresholds(
-        min_cosine=args.min_cosine,
-        min_query_cosine=args.min_query_cosine,
-        max_status_mismatches=args.max_status_mismatches,
-    )
+    return Thresholds(args.min_cosine, args.min_query_cosine, args.max_status_mismatches)

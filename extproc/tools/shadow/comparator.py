@@ -1,22 +1,21 @@
-"""The comparator engine of one replica: pair store + comparison + tally + metrics.
+"""The comparator engine: pair store + comparison + tally + metrics.
 
 Sans-I/O: halves come in with the time (``now``, monotonic seconds), results and
-counts go out. The gRPC tap, the peer service and the expiry timer all call into
-one instance on one event loop, so it needs no locks.
+counts go out. The gRPC tap streams, the expiry timer and the summary all call
+into one instance on one event loop, so it needs no locks.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any, Literal
+from typing import Any
 
+from extproc.tools.parity import Thresholds
 from extproc.tools.shadow.compare import PairResult, Tolerances, compare_pair
 from extproc.tools.shadow.half import Half
 from extproc.tools.shadow.metrics import ShadowMetrics
 from extproc.tools.shadow.store import Completed, Dropped, PairStore, StoreLimits
 from extproc.tools.shadow.summary import summarize
 from extproc.tools.shadow.tally import Tally
-from extproc.tools.shadow.verdict import Thresholds
 
 _LIMITS = StoreLimits()
 _TOLERANCES = Tolerances()
@@ -39,11 +38,9 @@ class Comparator:
         self.tally = Tally()
         self.metrics = metrics if metrics is not None else ShadowMetrics()
 
-    def accept(
-        self, half: Half, now: float, *, source: Literal["tap", "peer"] = "tap"
-    ) -> PairResult | None:
+    def accept(self, half: Half, now: float) -> PairResult | None:
         self.tally.halves_received[half.role.value] += 1
-        self.metrics.halves.labels(half.role.value, source).inc()
+        self.metrics.halves.labels(half.role.value).inc()
         completed, dropped = self.store.add(half, now)
         self._dropped(dropped)
         result = self._compare(completed) if completed is not None else None
@@ -61,14 +58,13 @@ class Comparator:
         self.tally.tap_problems[reason] += 1
         self.metrics.tap_problems.labels(reason).inc()
 
-    def forwarding(self, outcome: str, n: int = 1) -> None:
-        if n:
-            self.tally.forwarding[outcome] += n
-            self.metrics.forwarded.labels(outcome).inc(n)
-
-    def summary(self, peer_tallies: Iterable[Tally] = ()) -> dict[str, Any]:
-        merged = Tally.merged([self.tally, *peer_tallies])
-        return summarize(merged, tolerances=self.tolerances, thresholds=self.thresholds)
+    def summary(self) -> dict[str, Any]:
+        return summarize(
+            self.tally,
+            tolerances=self.tolerances,
+            thresholds=self.thresholds,
+            pending=self.store.pending,
+        )
 
     def _compare(self, completed: Completed) -> PairResult:
         result = compare_pair(

@@ -24,7 +24,6 @@ REVERSE_TEMPLATE: Final = ENVOY_DIR / "shadow-reverse.yaml"
 # (tests/test_shadow_core.py checks it): one ext_proc filter, as meshes use it.
 EMBEDDED_GATEWAY: Final = ENVOY_DIR / "single-filter.yaml"
 TAP_FILTER: Final = "shadow.tap"
-ROUTER_FILTER: Final = "envoy.filters.http.router"
 _EXT_PROC: Final = ".ext_proc.v3.ExternalProcessor"
 _BUFFER: Final = ".buffer.v3.Buffer"
 _TLS_CONTEXT: Final = (
@@ -62,14 +61,14 @@ def adopt_gateway(config: dict[str, Any], gateway: dict[str, Any]) -> dict[str, 
     ``gateway`` but its ``upstream`` (which is the shadow config's ``candidate``)."""
     config = copy.deepcopy(config)
     (source,) = gateway["static_resources"]["listeners"]
-    source_hcm = _hcm(source)
+    source_hcm = hcm_of(source)
     route_config = copy.deepcopy(source_hcm["route_config"])
-    for route in _routes({"route_config": route_config}):
+    for route in routes_of({"route_config": route_config}):
         if route.get("route", {}).get("cluster") == "upstream":
             route["route"]["cluster"] = "candidate"
     for listener in config["static_resources"]["listeners"]:
-        hcm = _hcm(listener)
-        clusters = {route.get("route", {}).get("cluster") for route in _routes(hcm)}
+        hcm = hcm_of(listener)
+        clusters = {route.get("route", {}).get("cluster") for route in routes_of(hcm)}
         if "candidate" in clusters:  # the gateway's listener
             taps = [f for f in hcm["http_filters"] if f["name"] == TAP_FILTER]
             hcm["http_filters"] = taps + copy.deepcopy(source_hcm["http_filters"])
@@ -128,9 +127,9 @@ def render_shadow(
     outer_timeout = f"{settings.upstream_timeout_s + 5:g}s"
     for listener in listeners.values():
         listener["per_connection_buffer_limit_bytes"] = response_limit
-        hcm = _hcm(listener)
+        hcm = hcm_of(listener)
         outer = reverse and listener["name"] == "primary"
-        for route in _routes(hcm):
+        for route in routes_of(hcm):
             if "request_body_buffer_limit" in route:
                 route["request_body_buffer_limit"] = policy.limits.max_request_bytes
             if "route" in route:
@@ -175,50 +174,18 @@ def render_shadow(
     return config
 
 
-def without_rewrite(config: dict[str, Any]) -> dict[str, Any]:
-    """The same config with the contract gateway's filters removed (all but the tap
-    and the router): the candidate answers raw, as a plain address swap would."""
-    config = copy.deepcopy(config)
-    for listener in config["static_resources"]["listeners"]:
-        hcm = _hcm(listener)
-        kept = {TAP_FILTER, ROUTER_FILTER}
-        removed = {f["name"] for f in hcm["http_filters"]} - kept
-        hcm["http_filters"] = [f for f in hcm["http_filters"] if f["name"] in kept]
-        for route in _routes(hcm):
-            for name in removed:
-                route.get("typed_per_filter_config", {}).pop(name, None)
-            if not route.get("typed_per_filter_config", True):
-                del route["typed_per_filter_config"]
-    return config
-
-
-def without_shadow(config: dict[str, Any]) -> dict[str, Any]:
-    """The same config with no tap and no mirror: the primary path alone (the
-    reference for the latency shadowing adds)."""
-    config = copy.deepcopy(config)
-    for listener in config["static_resources"]["listeners"]:
-        hcm = _hcm(listener)
-        hcm["http_filters"] = [f for f in hcm["http_filters"] if f["name"] != TAP_FILTER]
-        for route in _routes(hcm):
-            route.get("route", {}).pop("request_mirror_policies", None)
-            route.get("typed_per_filter_config", {}).pop(TAP_FILTER, None)
-            if not route.get("typed_per_filter_config", True):
-                del route["typed_per_filter_config"]
-    return config
-
-
 def _fraction(percent: float) -> dict[str, Any]:
     if float(percent).is_integer():
         return {"numerator": int(percent), "denominator": "HUNDRED"}
     return {"numerator": round(percent * 10_000), "denominator": "MILLION"}
 
 
-def _hcm(listener: dict[str, Any]) -> dict[str, Any]:
+def hcm_of(listener: dict[str, Any]) -> dict[str, Any]:
     typed: dict[str, Any] = listener["filter_chains"][0]["filters"][0]["typed_config"]
     return typed
 
 
-def _routes(hcm: dict[str, Any]) -> list[dict[str, Any]]:
+def routes_of(hcm: dict[str, Any]) -> list[dict[str, Any]]:
     return [route for vhost in hcm["route_config"]["virtual_hosts"] for route in vhost["routes"]]
 
 

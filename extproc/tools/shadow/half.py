@@ -3,9 +3,10 @@
 A :class:`Half` is built from what the tap saw on one listener: the client's
 request body (the same bytes on both listeners: the mirror copies them), the
 HTTP status and response body the client (or the mirror) got, and the time in
-between. It keeps the vectors as a float32 matrix, the request's input kind and
-count, ``usage.prompt_tokens`` and a digest of the request; never the raw bodies,
-and the input texts only when asked to (``--keep-text``).
+between. It keeps the answer as the parity package reads it (status, float32
+vectors, ``usage.prompt_tokens``), the request's input kind and count and a digest
+of the request; never the raw bodies, and the input texts only when asked to
+(``--keep-text``).
 
 Input kind (per request, so per input): a query when ``input_type`` is in the
 query vocabulary (:data:`extproc.core.prompts.QUERY_TYPES`) or an ``instruction`` is
@@ -14,21 +15,17 @@ present, else a document.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import enum
 import hashlib
 from dataclasses import dataclass
 from typing import Any, Final
 
-import numpy as np
 import orjson
 
 from extproc.core.prompts import QUERY_TYPES
-from extproc.core.vectors import BadVectorsError, FloatMatrix, decode_rows
+from extproc.tools.parity import Answer
 
 TEXT_CHARS: Final = 200  # --keep-text keeps at most this much of each input
-NO_VECTORS: Final[FloatMatrix] = np.zeros((0, 0), dtype=np.float32)
 _OVERHEAD_BYTES: Final = 512  # a Half's size beyond its vectors and texts, roughly
 
 
@@ -38,13 +35,6 @@ class Role(enum.Enum):
     BASELINE = "baseline"  # what clients rely on today
     CANDIDATE = "candidate"  # the new backend, through the contract gateway
     NOISE = "noise"  # a second baseline replica: baseline-vs-baseline noise
-
-    @classmethod
-    def parse(cls, value: str) -> Role | None:
-        try:
-            return cls(value.strip().lower())
-        except ValueError:
-            return None
 
 
 class InputKind(enum.Enum):
@@ -69,21 +59,19 @@ class RawHalf:
 class Half:
     request_id: str
     role: Role
-    status: int
+    answer: Answer  # status, and the vectors and tokens of a usable 2xx body
     latency_s: float
     kind: InputKind
     inputs: int | None  # None: the request did not parse
-    vectors: FloatMatrix  # (rows, dims) float32; (0, 0) when there are none
-    prompt_tokens: int | None
     request_digest: int
-    problem: str = ""  # why a 2xx body was unusable; "" when it was usable (or not 2xx)
     texts: tuple[str, ...] = ()
     upstream_s: float | None = None  # Envoy's x-envoy-upstream-service-time
 
     @property
     def nbytes(self) -> int:
         """Roughly what keeping this half costs, for the store's memory bound."""
-        return int(self.vectors.nbytes) + sum(len(t) for t in self.texts) + _OVERHEAD_BYTES
+        vectors = 0 if self.answer.vectors is None else int(self.answer.vectors.nbytes)
+        return vectors + sum(len(t) for t in self.texts) + _OVERHEAD_BYTES
 
 
 def digest(body: bytes) -> int:
@@ -93,20 +81,14 @@ def digest(body: bytes) -> int:
 def extract_half(raw: RawHalf, *, keep_text: bool = False) -> Half:
     """Pure: the comparable essence of one side's exchange."""
     kind, inputs, texts = _read_request(raw.request_body)
-    vectors, tokens, problem = NO_VECTORS, None, ""
-    if 200 <= raw.status < 300:
-        vectors, tokens, problem = _read_response(raw.response_body)
     return Half(
         request_id=raw.request_id,
         role=raw.role,
-        status=raw.status,
+        answer=Answer.read(raw.status, raw.response_body),
         latency_s=raw.latency_s,
         kind=kind,
         inputs=inputs,
-        vectors=vectors,
-        prompt_tokens=tokens,
         request_digest=digest(raw.request_body),
-        problem=problem,
         texts=texts if keep_text else (),
         upstream_s=raw.upstream_s,
     )
@@ -147,51 +129,3 @@ def _describe(item: Any) -> str:
     if isinstance(item, list):
         return f"<{len(item)} token ids>"
     return f"<{type(item).__name__}>"
-
-
-def _read_response(body: bytes) -> tuple[FloatMatrix, int | None, str]:
-    try:
-        doc = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return NO_VECTORS, None, "not_json"
-    if not isinstance(doc, dict) or not isinstance(doc.get("data"), list):
-        return NO_VECTORS, None, "no_data"
-    tokens = _prompt_tokens(doc.get("usage"))
-    data: list[Any] = doc["data"]
-    if not data:
-        return NO_VECTORS, tokens, "no_data"
-    if not all(isinstance(item, dict) for item in data):
-        return NO_VECTORS, tokens, "bad_vectors"
-    ordered = sorted(data, key=_index)
-    embeddings: list[object] = [item.get("embedding") for item in ordered]
-    try:
-        width = _width(embeddings[0])
-        matrix = decode_rows(embeddings, width)
-    except BadVectorsError:
-        return NO_VECTORS, tokens, "bad_vectors"
-    return matrix, tokens, ""
-
-
-def _index(item: dict[str, Any]) -> int:
-    index = item.get("index")
-    return index if isinstance(index, int) else 0
-
-
-def _width(first: object) -> int:
-    if isinstance(first, list):
-        return len(first)
-    if isinstance(first, str):
-        try:
-            return len(base64.b64decode(first, validate=True)) // 4
-        except (binascii.Error, ValueError):
-            raise BadVectorsError("embedding 0 is not valid base64") from None
-    raise BadVectorsError("embedding 0 is neither a float array nor base64")
-
-
-def _prompt_tokens(usage: Any) -> int | None:
-    if not isinstance(usage, dict):
-        return None
-    tokens = usage.get("prompt_tokens")
-    if isinstance(tokens, int) and not isinstance(tokens, bool) and tokens >= 0:
-        return tokens
-    return None

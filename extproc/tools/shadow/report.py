@@ -14,7 +14,8 @@ from typing import Any
 
 import orjson
 
-from extproc.tools.shadow.verdict import Thresholds, Verdict, judge
+from extproc.tools.parity import Thresholds
+from extproc.tools.shadow.summary import judge
 
 _THRESHOLDS = Thresholds()
 
@@ -32,16 +33,9 @@ def fetch_summary(url: str, *, timeout_s: float = 10.0) -> dict[str, Any]:
 def render_report(summary: Mapping[str, Any], thresholds: Thresholds = _THRESHOLDS) -> str:
     verdict = judge(summary, thresholds)
     lines: list[str] = []
-    replicas = summary.get("replicas", {})
-    scope = ""
-    if replicas:
-        unreachable = replicas.get("unreachable", [])
-        scope = f" from {replicas.get('merged', 1)} comparator replica(s)"
-        if unreachable:
-            scope += f" ({len(unreachable)} unreachable: {', '.join(unreachable)})"
     noise = summary.get("pairs_with_noise", 0)
     lines.append(
-        f"Shadow comparison: {summary.get('pairs', 0):,} request pairs{scope}"
+        f"Shadow comparison: {summary.get('pairs', 0):,} request pairs"
         + (f", {noise:,} with a noise replica" if noise else "")
     )
     lines += ["", "## Vectors", ""]
@@ -56,7 +50,8 @@ def render_report(summary: Mapping[str, Any], thresholds: Thresholds = _THRESHOL
     lines += _latency_table(summary)
     lines += ["", "## Halves", ""]
     lines += _halves_lines(summary)
-    lines += ["", f"Verdict: {verdict.label}", *_checks(verdict)]
+    lines += ["", f"Verdict: {verdict.label}"]
+    lines += [f"  [{'ok' if c.ok else 'FAIL'}] {c.name}: {c.detail}" for c in verdict.checks]
     return "\n".join(lines) + "\n"
 
 
@@ -173,16 +168,15 @@ def _latency_table(summary: Mapping[str, Any]) -> list[str]:
     else:
         how = f"Envoy's upstream service time for {envoy:,} pairs, tap times for {tap:,}"
     rows = [f"Measured by: {how}.", "", "| | p50 | p90 | p99 |", "|---|---|---|---|"]
-    for key, label in (("baseline_s", "Baseline"), ("candidate_s", "Candidate")):
+    for key, label, shown in (
+        ("baseline_s", "Baseline", _ms),
+        ("candidate_s", "Candidate", _ms),
+        ("ratio", "Candidate / baseline", _x),
+    ):
         q = latency.get(key) or {}
         rows.append(
-            f"| {label} | {_ms(q.get('p50'))} | {_ms(q.get('p90'))} | {_ms(q.get('p99'))} |"
+            f"| {label} | " + " | ".join(shown(q.get(p)) for p in ("p50", "p90", "p99")) + " |"
         )
-    ratio = latency.get("ratio") or {}
-    rows.append(
-        f"| Candidate / baseline | {_x(ratio.get('p50'))} | {_x(ratio.get('p90'))} | "
-        f"{_x(ratio.get('p99'))} |"
-    )
     return rows
 
 
@@ -194,18 +188,12 @@ def _halves_lines(summary: Mapping[str, Any]) -> list[str]:
             lines.append(f"- {reason}: {_roles(halves[reason])}")
     if summary.get("tap_problems"):
         lines.append(f"- tap streams without a half: {_roles(summary['tap_problems'])}")
-    if summary.get("forwarding"):
-        lines.append(f"- forwarded between replicas: {_roles(summary['forwarding'])}")
     if summary.get("request_mismatches"):
         lines.append(
             f"- {summary['request_mismatches']:,} pairs whose taps saw different requests "
             "(check that nothing rewrites the request before the mirror)"
         )
     return lines
-
-
-def _checks(verdict: Verdict) -> list[str]:
-    return [f"  [{'ok' if c.ok else 'FAIL'}] {c.name}: {c.detail}" for c in verdict.checks]
 
 
 def _dims(counts: Mapping[str, int] | None) -> str:

@@ -1,10 +1,12 @@
-"""The comparator process (``extproc shadow-compare``): tap + peer gRPC, HTTP, timers.
+"""The comparator process (``extproc shadow-compare``): tap streams, HTTP, expiry.
 
-One event loop runs: the gRPC server (Envoy's tap streams, the peer service,
-gRPC health), the HTTP server (``/summary``, ``/metrics``, ``/healthz``), the
-expiry timer of the pair store and, with ``dns:`` peers, the peer-list refresh.
-On stop: health turns NOT_SERVING, the gRPC server drains for ``grace_s``, the
-links to peers close.
+One event loop owns the :class:`Comparator`: Envoy's tap streams (gRPC, the
+observability-mode ext_proc service) and the pair store's expiry timer call into
+it there. ``/metrics`` is prometheus_client's WSGI app; ``/summary`` (JSON) and
+``/healthz`` sit next to it in the same WSGI app, served by the standard library's
+threaded WSGI server on a thread of its own. A summary is computed on the event
+loop (the HTTP thread only waits for it), so the comparator needs no locks.
+On stop: gRPC health turns NOT_SERVING, the tap streams drain for ``grace_s``.
 """
 
 from __future__ import annotations
@@ -12,69 +14,151 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import socket
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Final
+from socketserver import ThreadingMixIn
+from typing import Final
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
 
 import grpc
 import orjson
+from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import make_wsgi_app
 
 from extproc.service.net import split_host_port
+from extproc.tools.parity import Thresholds
 from extproc.tools.shadow.comparator import Comparator
 from extproc.tools.shadow.compare import Tolerances
-from extproc.tools.shadow.forwarder import MAX_MESSAGE_BYTES, ForwardLimits, HalfRouter
-from extproc.tools.shadow.http_api import Handler, HttpReply, start_http
-from extproc.tools.shadow.ownership import PeerSpec
-from extproc.tools.shadow.peer import SERVICE as PEER_SERVICE
-from extproc.tools.shadow.peer import peer_handler
-from extproc.tools.shadow.services import PROCESSOR_SERVICE, PeerService, TapService
+from extproc.tools.shadow.half import RawHalf, Role, extract_half
 from extproc.tools.shadow.store import StoreLimits
-from extproc.tools.shadow.tally import Tally
-from extproc.tools.shadow.verdict import Thresholds
+from extproc.tools.shadow.tap import ROLE_METADATA, TapStream
 
 log = logging.getLogger("extproc.tools.shadow.server")
 
+PROCESSOR_SERVICE: Final = "envoy.service.ext_proc.v3.ExternalProcessor"
 EXPIRY_PERIOD_S: Final = 1.0
-PEER_TALLY_TIMEOUT_S: Final = 2.0
+SUMMARY_TIMEOUT_S: Final = 10.0
+MAX_MESSAGE_BYTES: Final = 64 * 1024 * 1024
+# Bodies above this are parsed in a worker thread, so that one big batch does not
+# hold up every other stream on the event loop.
+OFFLOAD_BYTES: Final = 256 * 1024
+
+Context = grpc.aio.ServicerContext[ep.ProcessingRequest, ep.ProcessingResponse]
 
 
 @dataclass(frozen=True)
 class CompareOptions:
     listen: str = "127.0.0.1:50061"
     http: str | None = "127.0.0.1:9300"
-    peers: PeerSpec = field(default_factory=PeerSpec)
-    self_address: str | None = None
     limits: StoreLimits = field(default_factory=StoreLimits)
     tolerances: Tolerances = field(default_factory=Tolerances)
     thresholds: Thresholds = field(default_factory=Thresholds)
     expect_noise: bool = False
     keep_text: bool = False
     max_body_bytes: int = 64 * 1024 * 1024
-    peer_refresh_s: float = 10.0
-    forward: ForwardLimits = field(default_factory=ForwardLimits)
     grace_s: float = 5.0
 
 
-def resolve_self(options: CompareOptions, bound_port: int) -> str:
-    """The name this replica has in the peer list."""
-    if options.self_address:
-        return options.self_address
-    if options.peers.static or options.peers.is_dns:
-        raise ValueError("--self HOST:PORT is required with --peers")
-    host, _ = split_host_port(options.listen)
-    return f"{host}:{bound_port}"
+@dataclass(frozen=True)
+class TapService:
+    """Envoy's tap streams: each message goes to a :class:`TapStream`, each finished
+    exchange becomes a half for the comparator. Observability mode: never answers."""
+
+    comparator: Comparator
+    max_body_bytes: int
+    keep_text: bool
+    clock: Callable[[], float] = time.monotonic
+
+    def handler(self) -> grpc.GenericRpcHandler:
+        return grpc.method_handlers_generic_handler(
+            PROCESSOR_SERVICE,
+            {
+                "Process": grpc.stream_stream_rpc_method_handler(
+                    self.process,
+                    request_deserializer=ep.ProcessingRequest.FromString,
+                    response_serializer=ep.ProcessingResponse.SerializeToString,
+                )
+            },
+        )
+
+    async def process(
+        self, requests: AsyncIterator[ep.ProcessingRequest], context: Context
+    ) -> None:
+        comparator = self.comparator
+        metadata = dict(context.invocation_metadata() or ())
+        try:
+            role = Role(str(metadata.get(ROLE_METADATA, "")).strip().lower())
+        except ValueError:
+            comparator.tap_problem("no_role")
+            return
+        stream = TapStream(role, self.max_body_bytes)
+        comparator.metrics.tap_streams.inc()
+        try:
+            async for message in requests:
+                raw = stream.feed(message, self.clock())
+                if raw is not None:
+                    await self._deliver(raw)
+                if stream.finished:
+                    break
+        finally:
+            comparator.metrics.tap_streams.dec()
+            if stream.problem:
+                comparator.tap_problem(stream.problem)
+            elif not stream.finished:
+                comparator.tap_problem("incomplete")
+        # Returning ends the RPC now instead of after Envoy's deferred close.
+
+    async def _deliver(self, raw: RawHalf) -> None:
+        try:
+            if len(raw.request_body) + len(raw.response_body) > OFFLOAD_BYTES:
+                half = await asyncio.to_thread(extract_half, raw, keep_text=self.keep_text)
+            else:
+                half = extract_half(raw, keep_text=self.keep_text)
+            self.comparator.accept(half, self.clock())
+        except Exception as exc:
+            # Type only: exception text may quote request content.
+            log.error("internal error on a %s half: %s", raw.role.value, type(exc).__name__)
+            self.comparator.tap_problem("internal_error")
 
 
-async def resolve_dns(name: str, port: int) -> list[str]:
-    infos = await asyncio.get_running_loop().getaddrinfo(
-        name, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP
-    )
-    addresses = sorted({str(info[4][0]) for info in infos})
-    return [f"[{a}]:{port}" if ":" in a else f"{a}:{port}" for a in addresses]
+class _ThreadingWSGIServer(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        """Prometheus scrapes every few seconds: no access log."""
+
+
+def http_app(comparator: Comparator, loop: asyncio.AbstractEventLoop) -> WSGIApplication:
+    """``/summary`` (JSON, computed on ``loop``), ``/healthz`` and prometheus_client's
+    ``/metrics``."""
+    metrics = make_wsgi_app(comparator.metrics.registry)
+
+    async def summary() -> bytes:
+        return orjson.dumps(comparator.summary(), option=orjson.OPT_INDENT_2)
+
+    def app(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        path = environ.get("PATH_INFO", "")
+        if path == "/metrics":
+            served: Iterable[bytes] = metrics(environ, start_response)
+            return served
+        if path == "/summary":
+            future = asyncio.run_coroutine_threadsafe(summary(), loop)
+            body, kind = future.result(SUMMARY_TIMEOUT_S), "application/json"
+        elif path == "/healthz":
+            body, kind = b"ok\n", "text/plain; charset=utf-8"
+        else:
+            start_response("404 Not Found", [("Content-Type", "text/plain; charset=utf-8")])
+            return [b"not found\n"]
+        start_response("200 OK", [("Content-Type", kind), ("Content-Length", str(len(body)))])
+        return [body]
+
+    return app
 
 
 async def serve_compare(
@@ -93,7 +177,6 @@ async def serve_compare(
     server = grpc.aio.server(
         options=[
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
             # Every Envoy worker multiplexes its tap streams on one connection, and
             # observability-mode streams stay open a few seconds after the response.
             ("grpc.max_concurrent_streams", 10_000),
@@ -103,41 +186,25 @@ async def serve_compare(
     port = server.add_insecure_port(options.listen)
     if port == 0:
         raise OSError(f"cannot listen on {options.listen}")
-    router = HalfRouter(
-        comparator, self_address=resolve_self(options, port), limits=options.forward
-    )
-    tap = TapService(router, max_body_bytes=options.max_body_bytes, keep_text=options.keep_text)
-    peers = PeerService(router)
+    tap = TapService(comparator, options.max_body_bytes, options.keep_text)
     health_servicer = health.aio.HealthServicer()
-    server.add_generic_rpc_handlers((tap.handler(), peer_handler(peers.forward, peers.get_tally)))
+    server.add_generic_rpc_handlers((tap.handler(),))
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
 
-    await router.set_peers(options.peers.static)
-    if options.peers.is_dns:
-        await _refresh_dns(router, options.peers)
-
-    http_server: asyncio.Server | None = None
+    http_server: WSGIServer | None = None
     http_port: int | None = None
     if options.http:
         host, wanted = split_host_port(options.http)
-        http_server = await start_http(host, wanted, _http_handler(router))
-        http_port = int(http_server.sockets[0].getsockname()[1])
+        app = http_app(comparator, asyncio.get_running_loop())
+        http_server = make_server(host, wanted, app, _ThreadingWSGIServer, _QuietHandler)
+        http_port = int(http_server.server_address[1])
+        threading.Thread(target=http_server.serve_forever, name="shadow-http", daemon=True).start()
 
     await server.start()
-    for service in ("", PROCESSOR_SERVICE, PEER_SERVICE):
+    for service in ("", PROCESSOR_SERVICE):
         await health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
-    log.info(
-        "shadow comparator on gRPC port %d, HTTP port %s, as %s among %d replica(s)",
-        port,
-        http_port,
-        router.self_address,
-        len(router.peers),
-    )
-    timers = [asyncio.create_task(_expire_forever(comparator))]
-    if options.peers.is_dns:
-        timers.append(
-            asyncio.create_task(_dns_forever(router, options.peers, options.peer_refresh_s))
-        )
+    log.info("shadow comparator on gRPC port %d, HTTP port %s", port, http_port)
+    expiry = asyncio.create_task(_expire_forever(comparator))
     if on_ready is not None:
         on_ready(port, http_port)
     try:
@@ -145,14 +212,13 @@ async def serve_compare(
     finally:
         log.info("stopping: health NOT_SERVING, draining tap streams for %.0f s", options.grace_s)
         await health_servicer.enter_graceful_shutdown()
-        if http_server is not None:
-            http_server.close()
         await server.stop(options.grace_s)
-        for timer in timers:
-            timer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await timer
-        await router.close()
+        expiry.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await expiry
+        if http_server is not None:
+            await asyncio.to_thread(http_server.shutdown)
+            http_server.server_close()
         log.info("stopped")
 
 
@@ -160,63 +226,3 @@ async def _expire_forever(comparator: Comparator) -> None:
     while True:
         await asyncio.sleep(EXPIRY_PERIOD_S)
         comparator.expire(time.monotonic())
-
-
-async def _dns_forever(router: HalfRouter, spec: PeerSpec, period_s: float) -> None:
-    while True:
-        await asyncio.sleep(period_s)
-        await _refresh_dns(router, spec)
-
-
-async def _refresh_dns(router: HalfRouter, spec: PeerSpec) -> None:
-    assert spec.dns_name is not None
-    try:
-        async with asyncio.timeout(5):
-            peers = await resolve_dns(spec.dns_name, spec.dns_port)
-    except (OSError, TimeoutError) as exc:
-        log.warning(
-            "cannot resolve peers %s: %s (keeping %d)", spec.dns_name, exc, len(router.peers)
-        )
-        return
-    await router.set_peers(peers)
-
-
-def _http_handler(router: HalfRouter) -> Handler:
-    comparator = router.comparator
-
-    async def handle(path: str, query: dict[str, str]) -> HttpReply:
-        if path == "/summary":
-            summary = await cluster_summary(router, local=query.get("scope") == "local")
-            return HttpReply(
-                200, "application/json", orjson.dumps(summary, option=orjson.OPT_INDENT_2)
-            )
-        if path == "/metrics":
-            return HttpReply(200, CONTENT_TYPE_LATEST, generate_latest(comparator.metrics.registry))
-        if path == "/healthz":
-            return HttpReply(200, "text/plain; charset=utf-8", b"ok\n")
-        return HttpReply(404, "text/plain; charset=utf-8", b"not found\n")
-
-    return handle
-
-
-async def cluster_summary(router: HalfRouter, *, local: bool = False) -> dict[str, Any]:
-    """This replica's summary merged with every peer's tally (or its own only)."""
-    tallies: list[Tally] = []
-    unreachable: list[str] = []
-    if not local:
-        documents, unreachable = await router.peer_tallies_json(PEER_TALLY_TIMEOUT_S)
-        for document in documents:
-            try:
-                tallies.append(Tally.from_json(orjson.loads(document)))
-            except (ValueError, KeyError, TypeError):
-                unreachable.append("(unreadable tally)")
-    summary = router.comparator.summary(tallies)
-    summary["replicas"] = {
-        "scope": "local" if local else "cluster",
-        "self": router.self_address,
-        "peers": list(router.peers),
-        "merged": 1 + len(tallies),
-        "unreachable": unreachable,
-        "pending_here": router.comparator.store.pending,
-    }
-    return summary

@@ -1,18 +1,20 @@
-"""The JSON summary a comparator serves at ``/summary``, from a (merged) tally. Pure."""
+"""The JSON summary a comparator serves at ``/summary``, from its tally. Pure."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any, Final
 
-from extproc.tools.shadow.compare import Tolerances
-from extproc.tools.shadow.sketch import Sketch
-from extproc.tools.shadow.tally import KindTally, Tally
-from extproc.tools.shadow.verdict import Thresholds, judge
+from ddsketch import DDSketch
 
-FORMAT: Final = 1
+from extproc.tools.parity import Check, Thresholds, Verdict, cosine_check
+from extproc.tools.shadow.compare import Tolerances
+from extproc.tools.shadow.tally import KindTally, Tally, TokenTally
+
+FORMAT: Final = 2
 DROP_REASONS: Final = ("expired", "evicted", "duplicate", "late")
+TOKEN_SUMS: Final = ("requests", "equal", "baseline_total", "candidate_total")
 _TOLERANCES: Final = Tolerances()
 _THRESHOLDS: Final = Thresholds()
 
@@ -22,8 +24,9 @@ def summarize(
     *,
     tolerances: Tolerances = _TOLERANCES,
     thresholds: Thresholds = _THRESHOLDS,
+    pending: int = 0,
 ) -> dict[str, Any]:
-    tokens = _tokens(tally.kinds.values())
+    kinds = tally.kinds.values()
     halves: dict[str, dict[str, int]] = {"received": dict(tally.halves_received)}
     for reason in DROP_REASONS:
         halves[reason] = {
@@ -35,6 +38,7 @@ def summarize(
         "format": FORMAT,
         "pairs": tally.pairs,
         "pairs_with_noise": tally.pairs_with_noise,
+        "pending_halves": pending,
         "tolerances": asdict(tolerances),
         "inputs": {name: _kind(kind) for name, kind in tally.kinds.items()},
         "status": {
@@ -45,38 +49,83 @@ def summarize(
             "examples": list(tally.status_examples),
         },
         "shape": {
-            "dimension_mismatches": sum(k.dimension_mismatches for k in tally.kinds.values()),
+            "dimension_mismatches": sum(k.dimension_mismatches for k in kinds),
             "count_mismatches": tally.count_mismatches,
             "unusable_bodies": dict(tally.unusable_bodies),
         },
         "request_mismatches": tally.request_mismatches,
-        "tokens": tokens,
+        "tokens": _tokens([kind.tokens for kind in kinds]),
         "latency": {
-            "pairs": tally.latency_ratio.count,
+            "pairs": int(tally.latency_ratio.count),
             "sources": dict(tally.latency_sources),
-            "ratio": _quantiles(tally.latency_ratio, (0.5, 0.9, 0.99)),
-            "baseline_s": _quantiles(tally.baseline_latency_s, (0.5, 0.9, 0.99)),
-            "candidate_s": _quantiles(tally.candidate_latency_s, (0.5, 0.9, 0.99)),
+            "ratio": _quantiles(tally.latency_ratio),
+            "baseline_s": _quantiles(tally.baseline_latency_s),
+            "candidate_s": _quantiles(tally.candidate_latency_s),
         },
         "halves": halves,
         "expired_halves": sum(halves["expired"].values()),
         "tap_problems": dict(tally.tap_problems),
-        "forwarding": dict(tally.forwarding),
         "worst": list(tally.worst),
     }
-    summary["verdict"] = judge(summary, thresholds).to_json()
-    summary["verdict"]["thresholds"] = thresholds.to_json()
+    summary["verdict"] = {
+        **judge(summary, thresholds).to_json(),
+        "thresholds": thresholds.to_json(),
+    }
     return summary
 
 
+def judge(summary: Mapping[str, Any], thresholds: Thresholds = _THRESHOLDS) -> Verdict:
+    """The verdict from a summary's JSON, so that ``extproc shadow-report`` can re-judge
+    a running comparator's summary against its own thresholds."""
+    pairs = int(summary.get("pairs", 0))
+    checks = [Check("data", pairs > 0, f"{pairs} request pairs compared")]
+    inputs = summary.get("inputs", {})
+    for kind, label, threshold in (
+        ("document", "documents", thresholds.min_cosine),
+        ("query", "queries", thresholds.query_cosine),
+    ):
+        stats = inputs.get(kind, {})
+        lowest = stats.get("min_unexplained_cosine")
+        checks.append(
+            cosine_check(
+                label,
+                int(stats.get("compared", 0)),
+                None if lowest is None else float(lowest),
+                threshold,
+                explained=int(stats.get("explained_by_noise", 0)),
+            )
+        )
+    status, shape = summary.get("status", {}), summary.get("shape", {})
+    mismatches, allowed = int(status.get("mismatches", 0)), thresholds.max_status_mismatches
+    which = ", ".join(f"{k} x{n}" for k, n in sorted(status.get("mismatch_pairs", {}).items()))
+    dims, counts = int(shape.get("dimension_mismatches", 0)), int(shape.get("count_mismatches", 0))
+    unusable = int(shape.get("unusable_bodies", {}).get("candidate", 0))
+    same = int(summary.get("request_mismatches", 0))
+    checks += [
+        Check(
+            "status classes",
+            mismatches <= allowed,
+            f"{mismatches} mismatches (baseline/candidate: {which or 'none'}), allowed {allowed}",
+        ),
+        Check(
+            "shapes",
+            dims == 0 and counts == 0 and unusable == 0,
+            f"{dims} dimension mismatches, {counts} vector-count mismatches, "
+            f"{unusable} unusable candidate bodies",
+        ),
+        Check("same requests", same == 0, f"{same} pairs whose taps saw different request bytes"),
+    ]
+    return Verdict(tuple(checks))
+
+
 def _kind(kind: KindTally) -> dict[str, Any]:
-    distance = kind.distance
     cosine: dict[str, float] | None = None
-    if distance.count and kind.min_cosine is not None and kind.max_cosine is not None:
+    if kind.min_cosine is not None and kind.max_cosine is not None:
         cosine = {"min": kind.min_cosine}
         for q in (0.01, 0.05, 0.5):
-            value = distance.quantile(1.0 - q)
-            cosine[f"p{round(q * 100):02d}"] = 1.0 - value if value is not None else kind.min_cosine
+            distance = kind.distance.get_quantile_value(1.0 - q)
+            value = kind.min_cosine if distance is None else 1.0 - float(distance)
+            cosine[f"p{round(q * 100):02d}"] = min(max(value, kind.min_cosine), kind.max_cosine)
         cosine["max"] = kind.max_cosine
     return {
         "requests": kind.requests,
@@ -92,36 +141,20 @@ def _kind(kind: KindTally) -> dict[str, Any]:
             "baseline": list(kind.baseline_norm) if kind.baseline_norm else None,
             "candidate": list(kind.candidate_norm) if kind.candidate_norm else None,
         },
-        "tokens": {
-            "requests": kind.token_requests,
-            "equal": kind.tokens_equal,
-            "baseline_total": kind.baseline_tokens,
-            "candidate_total": kind.candidate_tokens,
-            "max_abs_diff": kind.max_abs_token_diff,
-        },
+        "tokens": _tokens([kind.tokens]),
     }
 
 
-def _tokens(kinds: Iterable[KindTally]) -> dict[str, int]:
-    kinds = list(kinds)
-    requests = sum(k.token_requests for k in kinds)
-    equal = sum(k.tokens_equal for k in kinds)
-    return {
-        "requests": requests,
-        "equal": equal,
-        "different": requests - equal,
-        "baseline_total": sum(k.baseline_tokens for k in kinds),
-        "candidate_total": sum(k.candidate_tokens for k in kinds),
-        "max_abs_diff": max((k.max_abs_token_diff for k in kinds), default=0),
-    }
+def _tokens(tallies: list[TokenTally]) -> dict[str, int]:
+    sums = {name: sum(getattr(t, name) for t in tallies) for name in TOKEN_SUMS}
+    maximum = max(t.max_abs_diff for t in tallies)
+    return {**sums, "different": sums["requests"] - sums["equal"], "max_abs_diff": maximum}
 
 
-def _quantiles(sketch: Sketch, qs: tuple[float, ...]) -> dict[str, float] | None:
+def _quantiles(sketch: DDSketch) -> dict[str, float] | None:
     if sketch.count == 0:
         return None
-    out: dict[str, float] = {}
-    for q in qs:
-        value = sketch.quantile(q)
-        if value is not None:
-            out[f"p{round(q * 100):02d}"] = value
-    return out
+    return {
+        f"p{round(q * 100):02d}": float(sketch.get_quantile_value(q) or 0.0)
+        for q in (0.5, 0.9, 0.99)
+    }

@@ -1,6 +1,6 @@
 """The tap stream: what Envoy's observability-mode ext_proc filter sends, per request.
 
-Rules (Envoy 1.40, verified live; DESIGN.md section 3):
+Rules (Envoy 1.40, verified against a live Envoy; docs/shadow.md, "How it works"):
 
 1. The tap filter runs with ``observability_mode: true``: Envoy sends and never
    waits for a reply, so nothing is ever answered on this stream.

@@ -1,0 +1,34 @@
+"""What the probe and shadow mode share: reading and comparing two servers' answers
+to the same embeddings request, and the verdict model.
+
+``compare`` reads an answer with the core's parsers (:class:`Answer`) and compares
+two of them (status class, vector count, cosine, dimensions and norm per input,
+``usage.prompt_tokens``); ``verdict`` holds the thresholds, checks and exit codes
+both tools report. Pure: no I/O.
+"""
+
+from extproc.tools.parity.compare import (
+    Answer,
+    Comparison,
+    InputComparison,
+    Tolerances,
+    compare_answers,
+    compare_inputs,
+    cosine,
+)
+from extproc.tools.parity.verdict import Check, ExitCode, Thresholds, Verdict, cosine_check
+
+__all__ = [
+    "Answer",
+    "Check",
+    "Comparison",
+    "ExitCode",
+    "InputComparison",
+    "Thresholds",
+    "Tolerances",
+    "Verdict",
+    "compare_answers",
+    "compare_inputs",
+    "cosine",
+    "cosine_check",
+]
