@@ -22,6 +22,13 @@ from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ep_grpc
 from extproc.core.contract import Contract
 from extproc.core.errors import ApiError
 from extproc.service import metrics
+from extproc.service.admission import (
+    AdmissionGate,
+    Budget,
+    Ticket,
+    overloaded_error,
+    response_work_bytes,
+)
 from extproc.service.memory import TRIM_AFTER_BYTES, release_after
 from extproc.service.stream import ExtProcStream, immediate_response
 
@@ -39,6 +46,10 @@ class ExternalProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc
     def __init__(self, contract: Contract) -> None:
         self._contract = contract
         self.active_streams = 0  # read by the server's drain (extproc/service/server.py)
+        limits = contract.policy.limits
+        self._admission = AdmissionGate(
+            Budget(limits.max_inflight_bytes), limits.admission_wait_ms / 1000
+        )
 
     async def Process(  # noqa: N802 - the proto's method name
         self,
@@ -47,12 +58,19 @@ class ExternalProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc
     ) -> AsyncIterator[ep.ProcessingResponse]:
         stream = ExtProcStream(self._contract)
         one_message = _carries_one_message(context)
+        # The request's share of the admission budget, held until this stream ends:
+        # with standalone.yaml the request stream of a rewrite stays open until the
+        # response's stream is done, so the answer's work is covered too.
+        ticket = Ticket()
         metrics.ACTIVE_STREAMS.inc()
         self.active_streams += 1
         try:
             async for request in request_iterator:
                 size = _body_size(request)
-                reply = await self._handle(stream, request, size)
+                if request.WhichOneof("request") == "request_body":
+                    reply = await self._admit_and_handle(stream, request, size, ticket)
+                else:
+                    reply = await self._handle(stream, request, size)
                 yield reply
                 del reply, request  # sent: let a huge body and its answer go before trimming
                 if size >= TRIM_AFTER_BYTES:
@@ -70,8 +88,35 @@ class ExternalProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc
                     # server close.
                     break
         finally:
+            self._admission.release(ticket)
+            metrics.ADMISSION_IN_FLIGHT_BYTES.set(self._admission.in_flight)
             metrics.ACTIVE_STREAMS.dec()
             self.active_streams -= 1
+
+    async def _admit_and_handle(
+        self, stream: ExtProcStream, request: ep.ProcessingRequest, size: int, ticket: Ticket
+    ) -> ep.ProcessingResponse:
+        """Admission control around the request body: its bytes before the work, and
+        the answer's estimated bytes once the plan says the answer will be rewritten
+        (both within one bounded wait). Refused: a 503 ``overloaded`` instead."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._admission.wait_s
+        if not await self._admission.admit(ticket, size):
+            return self._overloaded(stream, "request")
+        metrics.ADMISSION_IN_FLIGHT_BYTES.set(self._admission.in_flight)
+        reply = await self._handle(stream, request, size)
+        if stream.response_follows and stream.plan is not None:
+            extra = response_work_bytes(stream.plan)
+            wait_s = max(deadline - loop.time(), 0.0)
+            if not await self._admission.admit(ticket, extra, wait_s=wait_s):
+                return self._overloaded(stream, "response")
+            metrics.ADMISSION_IN_FLIGHT_BYTES.set(self._admission.in_flight)
+        return reply
+
+    def _overloaded(self, stream: ExtProcStream, stage: str) -> ep.ProcessingResponse:
+        metrics.ADMISSION_REJECTED.labels(stage).inc()
+        retry_after_s = self._contract.policy.limits.retry_after_s
+        return stream.refuse_overloaded(overloaded_error(retry_after_s), retry_after_s)
 
     async def _handle(
         self, stream: ExtProcStream, request: ep.ProcessingRequest, size: int

@@ -1,0 +1,157 @@
+"""Memory under a burst of large batches, and what every client got.
+
+``python -m bench.burst`` starts the fake Dynamo upstream (tests/fake_upstream.py) and
+``extproc run`` in front of it (default policy unless ``--config``), sends
+``--concurrency`` simultaneous requests of ``--inputs`` short inputs with
+``dimensions`` (the rewrite path: the upstream answers base64, the gateway cuts and
+re-normalises), samples the RSS of the ext_proc process and of Envoy every 50 ms, and
+prints one line of figures: idle, peak and 5 s after the burst, plus the answers by
+status. Every request must get a 200 or a 503 envelope with Retry-After; anything else
+is counted as ``lost``. Loopback only; every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import tempfile
+import threading
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+
+from bench.procfs import memory_kb
+from tests.conftest import QWEN_MODEL, SHIPPED_QWEN_POLICY, qwen_tokenizer_dir
+from tests.fake_upstream import FakeUpstream
+from tests.harness import Gateway, http, metric_value, start_gateway
+
+SAMPLE_EVERY_S = 0.05
+SETTLE_S = 5.0
+
+
+@dataclass(frozen=True)
+class BurstResult:
+    idle_mb: tuple[float, float]  # ext_proc, Envoy before the burst
+    peak_mb: tuple[float, float]
+    after_mb: tuple[float, float]  # SETTLE_S after the last answer
+    answers: Counter[str]  # "200", "503-overloaded", ..., "lost"
+    seconds: float
+    rejected_metric: float
+
+    def line(self) -> str:
+        (ei, vi), (ep, vp), (ea, va) = self.idle_mb, self.peak_mb, self.after_mb
+        answers = ", ".join(f"{k}: {v}" for k, v in sorted(self.answers.items()))
+        return (
+            f"ext_proc RSS idle {ei:.0f} MB, peak {ep:.0f} MB, {SETTLE_S:.0f} s after "
+            f"{ea:.0f} MB ({ea / ei:.2f}x idle); Envoy idle {vi:.0f} MB, peak {vp:.0f} MB, "
+            f"after {va:.0f} MB; answers in {self.seconds:.1f} s: {answers}; "
+            f"extproc_admission_rejected_total {self.rejected_metric:.0f}"
+        )
+
+
+def _rss_mb(pid: int) -> float:
+    return memory_kb(pid).get("VmRSS", 0) / 1024
+
+
+def classify(status: int, headers: dict[str, str], body: bytes) -> str:
+    if status == 200:
+        return "200"
+    try:
+        error = orjson.loads(body)["error"]
+    except (orjson.JSONDecodeError, KeyError, TypeError):
+        return "lost"
+    if status == 503 and "retry-after" in headers and error.get("message"):
+        return f"503-{error.get('code')}"
+    return f"{status}-{error.get('code')}"
+
+
+def burst(gateway: Gateway, *, concurrency: int, inputs: int, dimensions: int) -> BurstResult:
+    ext_pid = gateway.process.pid
+    match = re.search(r"envoy pid (\d+)", gateway.ready_line)
+    envoy_pid = int(match.group(1)) if match else 0
+    body = orjson.dumps(
+        {
+            "model": QWEN_MODEL,
+            "input": [f"document number {i} about embeddings" for i in range(inputs)],
+            "dimensions": dimensions,
+        }
+    )
+    # Warm up: tokenizer and first allocations are part of "idle".
+    gateway.embeddings(body[:0] + orjson.dumps({"model": QWEN_MODEL, "input": "x"}))
+    time.sleep(1.0)
+    idle = (_rss_mb(ext_pid), _rss_mb(envoy_pid))
+    peak = list(idle)
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.is_set():
+            peak[0] = max(peak[0], _rss_mb(ext_pid))
+            peak[1] = max(peak[1], _rss_mb(envoy_pid))
+            time.sleep(SAMPLE_EVERY_S)
+
+    def one(_: int) -> str:
+        try:
+            reply = gateway.embeddings(body, timeout=120)
+        except OSError:
+            return "lost"
+        return classify(reply.status, reply.headers, reply.body)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    started = time.monotonic()
+    with ThreadPoolExecutor(concurrency) as pool:
+        answers = Counter(pool.map(one, range(concurrency)))
+    seconds = time.monotonic() - started
+    time.sleep(SETTLE_S)
+    stop.set()
+    sampler.join(5)
+    after = (_rss_mb(ext_pid), _rss_mb(envoy_pid))
+    metrics = http("GET", f"{gateway.metrics_url}/metrics").body.decode()
+    return BurstResult(
+        idle,
+        (peak[0], peak[1]),
+        after,
+        answers,
+        seconds,
+        metric_value(metrics, "extproc_admission_rejected_total"),
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--concurrency", type=int, default=40)
+    parser.add_argument("--inputs", type=int, default=2048)
+    parser.add_argument("--dimensions", type=int, default=256)
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--config", type=Path, default=SHIPPED_QWEN_POLICY)
+    args = parser.parse_args()
+    qwen_dir = qwen_tokenizer_dir()
+    with (
+        FakeUpstream(flavour="dynamo", tokenizer_dir=qwen_dir) as upstream,
+        tempfile.TemporaryDirectory(prefix="burst-") as logs,
+    ):
+        gateway = start_gateway(
+            upstream.url,
+            Path(logs),
+            config=args.config,
+            tokenizer_overrides=f"{QWEN_MODEL}={qwen_dir}",
+        )
+        try:
+            for _ in range(args.rounds):
+                result = burst(
+                    gateway,
+                    concurrency=args.concurrency,
+                    inputs=args.inputs,
+                    dimensions=args.dimensions,
+                )
+                print(result.line(), flush=True)
+        finally:
+            gateway.stop()
+
+
+if __name__ == "__main__":
+    main()
