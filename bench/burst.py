@@ -69,19 +69,26 @@ def classify(status: int, headers: dict[str, str], body: bytes) -> str:
     return f"{status}-{error.get('code')}"
 
 
-def burst(gateway: Gateway, *, concurrency: int, inputs: int, dimensions: int) -> BurstResult:
+def request_body(inputs: int, dimensions: int, input_bytes: int) -> bytes:
+    """``inputs`` distinct English documents of about ``input_bytes`` each; with
+    ``dimensions`` (0: none, the answer passes through untouched)."""
+    text = "The quick brown fox jumps over the lazy dog while the cat sleeps. "
+    filler = (text * (input_bytes // len(text) + 1))[: max(input_bytes - 24, 0)]
+    doc: dict[str, object] = {
+        "model": QWEN_MODEL,
+        "input": [f"document number {i} {filler}" for i in range(inputs)],
+    }
+    if dimensions:
+        doc["dimensions"] = dimensions
+    return orjson.dumps(doc)
+
+
+def burst(gateway: Gateway, *, concurrency: int, body: bytes) -> BurstResult:
     ext_pid = gateway.process.pid
     match = re.search(r"envoy pid (\d+)", gateway.ready_line)
     envoy_pid = int(match.group(1)) if match else 0
-    body = orjson.dumps(
-        {
-            "model": QWEN_MODEL,
-            "input": [f"document number {i} about embeddings" for i in range(inputs)],
-            "dimensions": dimensions,
-        }
-    )
     # Warm up: tokenizer and first allocations are part of "idle".
-    gateway.embeddings(body[:0] + orjson.dumps({"model": QWEN_MODEL, "input": "x"}))
+    gateway.embeddings({"model": QWEN_MODEL, "input": "x"})
     time.sleep(1.0)
     idle = (_rss_mb(ext_pid), _rss_mb(envoy_pid))
     peak = list(idle)
@@ -125,7 +132,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--concurrency", type=int, default=40)
     parser.add_argument("--inputs", type=int, default=2048)
-    parser.add_argument("--dimensions", type=int, default=256)
+    parser.add_argument("--dimensions", type=int, default=256, help="0: no dimensions")
+    parser.add_argument("--input-bytes", type=int, default=36, help="size of each input")
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--config", type=Path, default=SHIPPED_QWEN_POLICY)
     args = parser.parse_args()
@@ -141,13 +149,10 @@ def main() -> None:
             tokenizer_overrides=f"{QWEN_MODEL}={qwen_dir}",
         )
         try:
+            body = request_body(args.inputs, args.dimensions, args.input_bytes)
+            print(f"{args.concurrency} concurrent requests of {len(body):,} bytes", flush=True)
             for _ in range(args.rounds):
-                result = burst(
-                    gateway,
-                    concurrency=args.concurrency,
-                    inputs=args.inputs,
-                    dimensions=args.dimensions,
-                )
+                result = burst(gateway, concurrency=args.concurrency, body=body)
                 print(result.line(), flush=True)
         finally:
             gateway.stop()

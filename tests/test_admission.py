@@ -163,7 +163,7 @@ def test_policy_defaults_and_bounds(tmp_path: Path) -> None:
         return load_policy_file(path).limits
 
     limits = load_policy_file(SHIPPED_QWEN_POLICY).limits
-    assert limits.max_inflight_bytes == DEFAULT_MAX_INFLIGHT_BYTES == 64 * MiB
+    assert limits.max_inflight_bytes == DEFAULT_MAX_INFLIGHT_BYTES == 48 * MiB
     assert limits.admission_wait_ms == DEFAULT_ADMISSION_WAIT_MS
     assert limits.retry_after_s == DEFAULT_RETRY_AFTER_S
     custom = load("  max_inflight_bytes: 2097152\n  admission_wait_ms: 0\n  retryAfterS: 5")

@@ -29,7 +29,7 @@ from extproc.service.admission import (
     overloaded_error,
     response_work_bytes,
 )
-from extproc.service.memory import TRIM_AFTER_BYTES, release_after
+from extproc.service.memory import TRIM_AFTER_BYTES, IdleTrim, release_after
 from extproc.service.stream import ExtProcStream, immediate_response
 
 log = logging.getLogger("extproc.service.servicer")
@@ -50,6 +50,7 @@ class ExternalProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc
         self._admission = AdmissionGate(
             Budget(limits.max_inflight_bytes), limits.admission_wait_ms / 1000
         )
+        self._idle_trim = IdleTrim()
 
     async def Process(  # noqa: N802 - the proto's method name
         self,
@@ -88,8 +89,12 @@ class ExternalProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc
                     # server close.
                     break
         finally:
+            self._idle_trim.note(ticket.cost)
             self._admission.release(ticket)
             metrics.ADMISSION_IN_FLIGHT_BYTES.set(self._admission.in_flight)
+            if self._idle_trim.due(self._admission.in_flight):
+                # Not awaited: this generator may be closing (a cancelled stream).
+                asyncio.get_running_loop().run_in_executor(None, release_after, TRIM_AFTER_BYTES)
             metrics.ACTIVE_STREAMS.dec()
             self.active_streams -= 1
 
