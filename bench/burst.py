@@ -64,9 +64,10 @@ def classify(status: int, headers: dict[str, str], body: bytes) -> str:
         error = orjson.loads(body)["error"]
     except (orjson.JSONDecodeError, KeyError, TypeError):
         return "lost"
-    if status == 503 and "retry-after" in headers and error.get("message"):
-        return f"503-{error.get('code')}"
-    return f"{status}-{error.get('code')}"
+    label = f"{status}-{error.get('code')}"
+    if status == 503 and ("retry-after" not in headers or not error.get("message")):
+        return label + "-unclean"
+    return label
 
 
 def request_body(inputs: int, dimensions: int, input_bytes: int) -> bytes:

@@ -220,3 +220,18 @@ def test_envoys_overload_manager_answers_503_overloaded(
     finally:
         stop(envoy)
     assert upstream.received == []
+
+
+def test_upstream_unreachable_503_says_when_to_retry(qwen_dir: Path, tmp_path: Path) -> None:
+    dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    gw = start_gateway(dead, tmp_path, tokenizer_overrides=f"{QWEN_MODEL}={qwen_dir}")
+    try:
+        for body in (SMALL, {"model": QWEN_MODEL, "input": "x"}):  # both routes
+            reply = gw.embeddings(body)
+            assert reply.status == 503 and reply.headers.get("retry-after") == "1", reply
+            error = reply.json()["error"]
+            assert (error["type"], error["code"]) == ("server_error", "upstream_unavailable")
+            assert error["message"].startswith("The gateway could not get an answer from the")
+            assert "{" not in error["message"]  # no Envoy response-code details
+    finally:
+        assert gw.stop() == 0
