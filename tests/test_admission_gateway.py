@@ -48,30 +48,33 @@ def assert_overloaded(reply: Reply, retry_after: str) -> str:
 
 @pytest.fixture(scope="module")
 def upstream(qwen_dir: Path) -> Iterator[FakeUpstream]:
-    with FakeUpstream(flavour="dynamo", tokenizer_dir=qwen_dir) as fake:
+    """The fake Dynamo; each test starts it afresh (no fault, nothing received)."""
+    with FakeUpstream(tokenizer_dir=qwen_dir) as fake:
         yield fake
 
 
-@pytest.fixture(autouse=True)
-def clean_upstream(upstream: FakeUpstream) -> None:
-    upstream.reset()
+SHAPES = ["standalone", "single-filter"]  # the two shipped Envoy shapes
 
 
-@pytest.fixture(scope="module", params=["standalone", "single-filter"])
+@pytest.fixture(scope="module")
+def small_budget_policy(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    policy = tmp_path_factory.mktemp("admission-policy") / "policy.yaml"
+    policy.write_text(SMALL_BUDGET + SHIPPED_QWEN_POLICY.read_text())
+    return policy
+
+
+@pytest.fixture(scope="module", params=SHAPES)
 def gateway(
     request: pytest.FixtureRequest,
     upstream: FakeUpstream,
     qwen_dir: Path,
-    tmp_path_factory: pytest.TempPathFactory,
+    small_budget_policy: Path,
 ) -> Iterator[Gateway]:
-    logs = tmp_path_factory.mktemp("admission")
-    policy = logs / "policy.yaml"
-    policy.write_text(SMALL_BUDGET + SHIPPED_QWEN_POLICY.read_text())
     template = Path(__file__).resolve().parents[1] / "envoy" / f"{request.param}.yaml"
     gw = start_gateway(
         upstream.url,
-        logs,
-        config=policy,
+        small_budget_policy.parent,
+        config=small_budget_policy,
         tokenizer_overrides=f"{QWEN_MODEL}={qwen_dir}",
         extra_args=["--envoy-template", str(template)],
     )
@@ -88,6 +91,7 @@ def scrape(gateway: Gateway) -> str:
 def test_past_the_budget_a_request_gets_503_overloaded(
     gateway: Gateway, upstream: FakeUpstream
 ) -> None:
+    upstream.reset()
     before = metric_value(scrape(gateway), "extproc_admission_rejected_total")
     upstream.fault = "slow"  # the big request holds its share while the upstream works
     upstream.slow_seconds = 3.0
@@ -117,6 +121,7 @@ def test_past_the_budget_a_request_gets_503_overloaded(
 def test_a_burst_gets_200s_and_503s_and_nothing_else(
     gateway: Gateway, upstream: FakeUpstream
 ) -> None:
+    upstream.reset()
     upstream.fault = "slow"
     upstream.slow_seconds = 0.5
     with ThreadPoolExecutor(12) as pool:
@@ -183,6 +188,7 @@ def test_processor_unreachable_is_a_clean_503(
 ) -> None:
     """Envoy's ext_proc failure (nothing listens on the processor's port) gets the
     same clean answer, not "could not get an answer:  (ext_proc_error_gRPC_error_...)"."""
+    upstream.reset()
     config = render(load_template(), envoy_settings, qwen_policy)
     envoy = start_envoy(config, tmp_path, envoy_settings.admin_port)
     try:
@@ -204,6 +210,7 @@ def test_envoys_overload_manager_answers_503_overloaded(
 ) -> None:
     """A heap budget Envoy is already over: every request is refused by Envoy itself,
     with the envelope and Retry-After."""
+    upstream.reset()
     config = render(load_template(), envoy_settings, qwen_policy)
     monitors = config["overload_manager"]["resource_monitors"]
     (heap,) = [m for m in monitors if m["name"].endswith("fixed_heap")]
