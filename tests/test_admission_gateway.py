@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.procfs import memory_kb
 from extproc.commands.envoy_config import EnvoySettings, Upstream, dump, load_template, render
 from extproc.commands.launcher import envoy_argv
 from extproc.core.policy import GatewayPolicy
@@ -84,6 +85,10 @@ def gateway(
     assert "Traceback" not in log, log
 
 
+def rss_mb(pid: int) -> float:
+    return memory_kb(pid).get("VmRSS", 0) / 1024
+
+
 def scrape(gateway: Gateway) -> str:
     return http("GET", f"{gateway.metrics_url}/metrics").body.decode()
 
@@ -124,6 +129,7 @@ def test_a_burst_gets_200s_and_503s_and_nothing_else(
     upstream.reset()
     upstream.fault = "slow"
     upstream.slow_seconds = 0.5
+    idle_mb = rss_mb(gateway.process.pid)  # `extproc run` serves ext_proc in-process
     with ThreadPoolExecutor(12) as pool:
         replies = list(pool.map(lambda _: gateway.embeddings(BIG, timeout=60), range(12)))
     statuses = sorted(r.status for r in replies)
@@ -135,6 +141,11 @@ def test_a_burst_gets_200s_and_503s_and_nothing_else(
         else:
             assert len(reply.json()["data"]) == 2048
     assert metric_value(scrape(gateway), "extproc_admission_in_flight_bytes") == 0
+    # Memory goes back: within 5 s of the burst, at most 1.5x the size before it.
+    deadline = time.monotonic() + 5
+    while rss_mb(gateway.process.pid) > 1.5 * idle_mb and time.monotonic() < deadline:
+        time.sleep(0.25)
+    assert rss_mb(gateway.process.pid) <= 1.5 * idle_mb, (idle_mb, rss_mb(gateway.process.pid))
 
 
 def start_envoy(
