@@ -24,7 +24,7 @@ from pathlib import Path
 
 import orjson
 
-from bench.procfs import memory_kb
+from bench.procfs import rss_mb
 from tests.conftest import QWEN_MODEL, SHIPPED_QWEN_POLICY, qwen_tokenizer_dir
 from tests.fake_upstream import FakeUpstream
 from tests.harness import Gateway, http, metric_value, start_gateway
@@ -51,10 +51,6 @@ class BurstResult:
             f"after {va:.0f} MB; answers in {self.seconds:.1f} s: {answers}; "
             f"extproc_admission_rejected_total {self.rejected_metric:.0f}"
         )
-
-
-def _rss_mb(pid: int) -> float:
-    return memory_kb(pid).get("VmRSS", 0) / 1024
 
 
 def classify(status: int, headers: dict[str, str], body: bytes) -> str:
@@ -91,14 +87,14 @@ def burst(gateway: Gateway, *, concurrency: int, body: bytes) -> BurstResult:
     # Warm up: tokenizer and first allocations are part of "idle".
     gateway.embeddings({"model": QWEN_MODEL, "input": "x"})
     time.sleep(1.0)
-    idle = (_rss_mb(ext_pid), _rss_mb(envoy_pid))
+    idle = (rss_mb(ext_pid), rss_mb(envoy_pid))
     peak = list(idle)
     stop = threading.Event()
 
     def sample() -> None:
         while not stop.is_set():
-            peak[0] = max(peak[0], _rss_mb(ext_pid))
-            peak[1] = max(peak[1], _rss_mb(envoy_pid))
+            peak[0] = max(peak[0], rss_mb(ext_pid))
+            peak[1] = max(peak[1], rss_mb(envoy_pid))
             time.sleep(SAMPLE_EVERY_S)
 
     def one(_: int) -> str:
@@ -117,7 +113,7 @@ def burst(gateway: Gateway, *, concurrency: int, body: bytes) -> BurstResult:
     time.sleep(SETTLE_S)
     stop.set()
     sampler.join(5)
-    after = (_rss_mb(ext_pid), _rss_mb(envoy_pid))
+    after = (rss_mb(ext_pid), rss_mb(envoy_pid))
     metrics = http("GET", f"{gateway.metrics_url}/metrics").body.decode()
     return BurstResult(
         idle,

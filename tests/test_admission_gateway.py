@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.procfs import memory_kb
+from bench.procfs import rss_mb
 from extproc.commands.envoy_config import EnvoySettings, Upstream, dump, load_template, render
 from extproc.commands.launcher import envoy_argv
 from extproc.core.policy import GatewayPolicy
@@ -83,10 +83,6 @@ def gateway(
     log = gw.log()
     assert gw.stop() == 0, log
     assert "Traceback" not in log, log
-
-
-def rss_mb(pid: int) -> float:
-    return memory_kb(pid).get("VmRSS", 0) / 1024
 
 
 def scrape(gateway: Gateway) -> str:
