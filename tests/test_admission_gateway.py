@@ -94,6 +94,7 @@ def test_past_the_budget_a_request_gets_503_overloaded(
 ) -> None:
     upstream.reset()
     before = metric_value(scrape(gateway), "extproc_admission_rejected_total")
+    waited_before = metric_value(scrape(gateway), "extproc_admission_waited_total")
     upstream.fault = "slow"  # the big request holds its share while the upstream works
     upstream.slow_seconds = 3.0
     with ThreadPoolExecutor(1) as pool:
@@ -114,6 +115,7 @@ def test_past_the_budget_a_request_gets_503_overloaded(
     assert len(upstream.received) == 1  # the refused one never reached it
     text = scrape(gateway)
     assert metric_value(text, "extproc_admission_rejected_total") == before + 1
+    assert metric_value(text, "extproc_admission_waited_total") == waited_before + 1
     assert metric_value(text, "extproc_admission_in_flight_bytes") == 0
     upstream.fault = "none"
     assert gateway.embeddings(SMALL).status == 200  # room again

@@ -111,10 +111,14 @@ class AdmissionGate:
     def in_flight(self) -> int:
         return self.budget.in_flight
 
+    def must_wait(self, ticket: Ticket, extra: int) -> bool:
+        """Would :meth:`admit` queue this request rather than admit it at once?"""
+        return bool(self._queue) or not self.budget.fits(ticket, extra)
+
     async def admit(self, ticket: Ticket, extra: int, *, wait_s: float | None = None) -> bool:
         """Add ``extra`` bytes to ``ticket``, waiting at most ``wait_s`` (default: the
         gate's) behind earlier requests. False: refused, the ticket is unchanged."""
-        if not self._queue and self.budget.fits(ticket, extra):
+        if not self.must_wait(ticket, extra):
             self.budget.take(ticket, extra)
             return True
         waiter = _Waiter(ticket, extra, asyncio.get_running_loop().create_future())

@@ -106,17 +106,21 @@ class ExternalProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc
         (both within one bounded wait). Refused: a 503 ``overloaded`` instead."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._admission.wait_s
-        if not await self._admission.admit(ticket, size):
+        if not await self._admit(ticket, size, self._admission.wait_s):
             return self._overloaded(stream, "request")
-        metrics.ADMISSION_IN_FLIGHT_BYTES.set(self._admission.in_flight)
         reply = await self._handle(stream, request, size)
         if stream.response_follows and stream.plan is not None:
             extra = response_work_bytes(stream.plan)
-            wait_s = max(deadline - loop.time(), 0.0)
-            if not await self._admission.admit(ticket, extra, wait_s=wait_s):
+            if not await self._admit(ticket, extra, max(deadline - loop.time(), 0.0)):
                 return self._overloaded(stream, "response")
-            metrics.ADMISSION_IN_FLIGHT_BYTES.set(self._admission.in_flight)
         return reply
+
+    async def _admit(self, ticket: Ticket, extra: int, wait_s: float) -> bool:
+        if self._admission.must_wait(ticket, extra):
+            metrics.ADMISSION_WAITED.inc()
+        admitted = await self._admission.admit(ticket, extra, wait_s=wait_s)
+        metrics.ADMISSION_IN_FLIGHT_BYTES.set(self._admission.in_flight)
+        return admitted
 
     def _overloaded(self, stream: ExtProcStream, stage: str) -> ep.ProcessingResponse:
         metrics.ADMISSION_REJECTED.labels(stage).inc()
