@@ -22,7 +22,6 @@ from google.protobuf.message import Message
 from extproc.core.policy.model import (
     DEFAULT_MAX_INPUTS,
     DEFAULT_MAX_REQUEST_BYTES,
-    DEFAULT_MAX_TOKENIZE_BYTES,
     DEFAULT_MAX_TOKENIZE_MS,
     EncodingProfile,
     GatewayPolicy,
@@ -161,7 +160,7 @@ def _limits(source: str, raw: Any) -> Limits:
         max_inputs=max_inputs or DEFAULT_MAX_INPUTS,
         max_input_chars=input_chars or total,
         max_total_chars=total,
-        max_tokenize_bytes=tokenize_bytes or DEFAULT_MAX_TOKENIZE_BYTES,
+        max_tokenize_bytes=tokenize_bytes or request_bytes,
         max_tokenize_ms=tokenize_ms or DEFAULT_MAX_TOKENIZE_MS,
     )
 
