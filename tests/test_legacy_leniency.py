@@ -14,6 +14,8 @@ OpenAI's API declare them). For every value of a field, the gateway must:
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, Literal
 
 import orjson
@@ -26,8 +28,11 @@ from extproc.core.contract import Contract
 from extproc.core.errors import ApiError
 from extproc.core.lax import lax_int
 from extproc.core.request_rewrite import Forward, rewrite_request
+from tests.conftest import QWEN_MODEL, REPO, SHIPPED_QWEN_POLICY
+from tests.fake_upstream import FakeUpstream
+from tests.harness import Gateway, start_gateway
 
-MODEL = "Qwen/Qwen3-Embedding-0.6B"
+MODEL = QWEN_MODEL
 BOM = b"\xef\xbb\xbf"
 
 
@@ -259,3 +264,55 @@ def test_lax_int_is_pydantics_int() -> None:
         assert lax_int(value) == want
 
     check()
+
+
+# -- through a real Envoy and the real ext_proc server (`extproc run`) ----------------
+
+
+@pytest.fixture(scope="module")
+def upstream(qwen_dir: Path) -> Iterator[FakeUpstream]:
+    with FakeUpstream(flavour="vllm", tokenizer_dir=qwen_dir) as fake:
+        yield fake
+
+
+@pytest.fixture(scope="module", params=["standalone", "single-filter"])
+def gateway(
+    request: pytest.FixtureRequest,
+    upstream: FakeUpstream,
+    qwen_dir: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Gateway]:
+    template = REPO / "envoy" / f"{request.param}.yaml"
+    gw = start_gateway(
+        upstream.url,
+        tmp_path_factory.mktemp("lenient"),
+        config=SHIPPED_QWEN_POLICY,
+        tokenizer_overrides=f"{QWEN_MODEL}={qwen_dir}",
+        extra_args=["--envoy-template", str(template)],
+    )
+    yield gw
+    assert gw.stop() == 0, gw.log()
+
+
+@pytest.mark.parametrize(
+    ("body", "size"),
+    [
+        pytest.param(orjson.dumps({**BASE, "dimensions": 256.0}), 256, id="dimensions-256.0"),
+        pytest.param(orjson.dumps({**BASE, "dimensions": "256"}), 256, id="dimensions-string"),
+        pytest.param(BOM + orjson.dumps(BASE), 1024, id="byte-order-mark"),
+        pytest.param(orjson.dumps({**BASE, "encoding_format": None}), 1024, id="encoding-null"),
+    ],
+)
+def test_through_envoy(body: bytes, size: int, gateway: Gateway, upstream: FakeUpstream) -> None:
+    upstream.reset()
+    reply = gateway.embeddings(body)
+    assert reply.status == 200, reply.body[:300]
+    (item,) = reply.json()["data"]
+    assert len(item["embedding"]) == size
+    assert abs(sum(x * x for x in item["embedding"]) - 1) < 1e-4
+    (received,) = upstream.received
+    assert not received.body.startswith(BOM)
+    assert received.json is not None
+    assert received.json["input"] == "hello"
+    assert "dimensions" not in received.json
+    assert None not in received.json.values()
