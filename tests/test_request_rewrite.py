@@ -958,3 +958,25 @@ def test_error_messages_never_echo_a_huge_field(
     assert caught.value.param == param
     assert 100 < len(caught.value.message) <= MAX_MESSAGE_CHARS
     assert len(caught.value.envelope()) < MAX_MESSAGE_CHARS + 200
+
+
+@pytest.mark.parametrize("profile", ["legacy", "openai"])
+@pytest.mark.parametrize("rewritten", [False, True], ids=["as-sent", "rewritten"])
+def test_unknown_fields_are_forwarded_as_sent(
+    profile: str, rewritten: bool, qwen_contract: Contract, openai_contract: Contract
+) -> None:
+    """README "The request contract": fields the gateway does not interpret (``foo``,
+    vLLM's ``priority``, Dynamo's ``nvext``) reach the upstream unchanged, in an
+    unchanged body or in a rewritten one; ``user`` is checked to be a string and
+    forwarded; the legacy fields never are."""
+    contract = qwen_contract if profile == "legacy" else openai_contract
+    unknown = {"foo": {"a": [1, "x", None]}, "priority": 3, "nvext": [{"k": True}], "user": "u"}
+    extra = {"input_type": "query", "dimensions": 256} if rewritten else {}
+    body = orjson.dumps(req(**unknown, **extra))
+    forward = run(body, contract)
+    if not rewritten:
+        assert forward.upstream_body is None  # the client's bytes, unknown fields included
+        return
+    doc = upstream_doc(forward)
+    assert {k: doc[k] for k in unknown} == unknown
+    assert_clean_upstream(doc)
