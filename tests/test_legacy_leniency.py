@@ -28,7 +28,7 @@ from extproc.core.contract import Contract
 from extproc.core.errors import ApiError
 from extproc.core.lax import lax_int
 from extproc.core.request_rewrite import Forward, rewrite_request
-from tests.conftest import QWEN_MODEL, REPO, SHIPPED_QWEN_POLICY
+from tests.conftest import QWEN_MODEL, SHIPPED_QWEN_POLICY
 from tests.fake_upstream import FakeUpstream
 from tests.harness import Gateway, start_gateway
 
@@ -270,28 +270,19 @@ def test_lax_int_is_pydantics_int() -> None:
 
 
 @pytest.fixture(scope="module")
-def upstream(qwen_dir: Path) -> Iterator[FakeUpstream]:
+def stack(
+    qwen_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Gateway, FakeUpstream]]:
+    """The shipped policy behind `extproc run`, in front of the fake vLLM (which, like
+    vLLM, would take a forwarded null as the default: the test looks at what it got)."""
     with FakeUpstream(flavour="vllm", tokenizer_dir=qwen_dir) as fake:
-        yield fake
-
-
-@pytest.fixture(scope="module", params=["standalone", "single-filter"])
-def gateway(
-    request: pytest.FixtureRequest,
-    upstream: FakeUpstream,
-    qwen_dir: Path,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[Gateway]:
-    template = REPO / "envoy" / f"{request.param}.yaml"
-    gw = start_gateway(
-        upstream.url,
-        tmp_path_factory.mktemp("lenient"),
-        config=SHIPPED_QWEN_POLICY,
-        tokenizer_overrides=f"{QWEN_MODEL}={qwen_dir}",
-        extra_args=["--envoy-template", str(template)],
-    )
-    yield gw
-    assert gw.stop() == 0, gw.log()
+        overrides = f"{QWEN_MODEL}={qwen_dir}"
+        where = tmp_path_factory.mktemp("lenient")
+        gw = start_gateway(
+            fake.url, where, config=SHIPPED_QWEN_POLICY, tokenizer_overrides=overrides
+        )
+        yield gw, fake
+        assert gw.stop() == 0, gw.log()
 
 
 @pytest.mark.parametrize(
@@ -303,7 +294,8 @@ def gateway(
         pytest.param(orjson.dumps({**BASE, "encoding_format": None}), 1024, id="encoding-null"),
     ],
 )
-def test_through_envoy(body: bytes, size: int, gateway: Gateway, upstream: FakeUpstream) -> None:
+def test_through_envoy(body: bytes, size: int, stack: tuple[Gateway, FakeUpstream]) -> None:
+    gateway, upstream = stack
     upstream.reset()
     reply = gateway.embeddings(body)
     assert reply.status == 200, reply.body[:300]
