@@ -36,9 +36,12 @@ Decisions this corpus pins (request_rewrite.py's docstring has the reasons):
 - Numbers past float64 (1e400, a 401-digit integer) and NaN/Infinity are not
   JSON the gateway reads: 400 ``invalid_json``, ``param`` null (the parser stops
   before any field is known). 1e308 parses, and is then a wrong ``dimensions``.
-- A UTF-8 byte order mark before the body is refused like any other non-JSON byte,
-  as orjson and Dynamo's serde_json do (a FastAPI server - the legacy one, vLLM -
-  would have skipped it).
+- A UTF-8 byte order mark before the body is skipped, as the legacy FastAPI server
+  did (the shipped policy's ``legacy`` profile), and never forwarded: orjson and
+  Dynamo's serde_json refuse it. The ``openai`` profile refuses it (invalid JSON).
+- The shipped policy's ``legacy`` profile reads numbers as the legacy server's lax
+  pydantic model did: ``"256"``, ``256.0``, ``true`` (1) and ``"8"`` are integers,
+  forwarded converted; ``256.5``, ``"256.5"`` and ``1e308`` are not.
 - One text that cannot be cut without tokenizing more than 256 KiB of a single
   "word" (8 MB of letters, emoji, spaces or zero-width spaces) is a 413: it would
   cost ~17 s of CPU (it did: a 504 after Envoy's 15 s message timeout, with the
@@ -112,6 +115,8 @@ class HostileRequest:
     # body byte for byte (nothing for the gateway to change).
     inputs: int = 1
     forwarded_as_sent: bool = False
+    # ANSWERED: the size of the vectors when ``dimensions`` asks for a cut.
+    dimensions: int | None = None
     # FRAMING_ERROR: the Envoy shapes that still answer a complete envelope.
     enveloped_in: frozenset[str] = frozenset()
 
@@ -206,7 +211,6 @@ MALFORMED_JSON: Final = [
     bad_json("trailing-garbage", request_body() + b" x"),
     bad_json("two-documents", request_body() + request_body()),
     bad_json("bare-word", b"hello"),
-    bad_json("utf8-bom-first", b"\xef\xbb\xbf" + request_body()),
     bad_json("utf16-body", request_body().decode().encode("utf-16")),
     bad_json("raw-newline-in-string", with_raw(b'"input":"a\nb"')),
     bad_json("bad-escape", with_raw(b'"input":"\\x41"')),
@@ -279,8 +283,6 @@ WRONG_TYPES: Final = [
     bad_field("input-ids-then-number", "input", input=[[1, 2], 3]),
     bad_field("input-null-item", "input", input=[None]),
     bad_field("input-float-token-id", "input", input=[[1.5]]),
-    bad_field("input-bool-token-id", "input", input=[True]),
-    bad_field("dimensions-string", "dimensions", dimensions="256"),
     bad_field("dimensions-bool", "dimensions", dimensions=True),
     bad_field("dimensions-array", "dimensions", dimensions=[256]),
     bad_field("dimensions-object", "dimensions", dimensions={"n": 256}),
@@ -308,8 +310,6 @@ WRONG_TYPES: Final = [
     bad_field("user-array", "user", user=["u"]),
     bad_field("user-object", "user", user={"id": "u"}),
     bad_field("user-bool", "user", user=True),
-    bad_field("truncate-string", "truncate_prompt_tokens", truncate_prompt_tokens="8"),
-    bad_field("truncate-bool", "truncate_prompt_tokens", truncate_prompt_tokens=True),
     bad_field("truncate-zero", "truncate_prompt_tokens", truncate_prompt_tokens=0),
     bad_field("truncate-minus-2", "truncate_prompt_tokens", truncate_prompt_tokens=-2),
     bad_field("truncate-over-max", "truncate_prompt_tokens", truncate_prompt_tokens=1025),
@@ -662,6 +662,12 @@ ACCEPTED: Final = [
         forwarded_as_sent=True,
     ),
     answered("query-string", _SMALL, path="/v1/embeddings?x=%00", forwarded_as_sent=True),
+    # Refused before the legacy profile read fields as the legacy server's lax model did.
+    answered("utf8-bom-first", b"\xef\xbb\xbf" + request_body()),
+    answered("dimensions-string", request_body(dimensions="256"), dimensions=256),
+    answered("input-bool-token-id", request_body(input=[True])),
+    answered("truncate-string", request_body(truncate_prompt_tokens="8")),
+    answered("truncate-bool", request_body(truncate_prompt_tokens=True)),
 ]
 
 REFUSED: Final = [

@@ -368,7 +368,10 @@ def check_request(body: bytes, core: Core) -> Forward | ApiError:
         assert "encoding_format" not in upstream
     else:
         assert upstream["encoding_format"] == "base64"
-    untouched = set(request) - {"model", "input", "encoding_format", *LEGACY_ONLY}
+    # A top-level null means absent: never forwarded. Every other field goes as sent.
+    assert None not in upstream.values()
+    nulls = {k for k, v in request.items() if v is None}
+    untouched = set(request) - nulls - {"model", "input", "encoding_format", *LEGACY_ONLY}
     assert {k: upstream[k] for k in untouched} == {k: request[k] for k in untouched}
     assert set(upstream) - untouched <= {"model", "input", "encoding_format"}
 

@@ -284,6 +284,15 @@ CUT_TO_THE_LIMIT: dict[str, Callable[[FakeUpstream], list[list[int]]]] = {
 }
 
 
+# The legacy profile's lax reading: what the upstream gets instead of the client's value.
+CONVERTED: dict[str, tuple[str, Any]] = {
+    "utf8-bom-first": ("input", "hello"),
+    "input-bool-token-id": ("input", [1]),
+    "truncate-string": ("truncate_prompt_tokens", 8),
+    "truncate-bool": ("truncate_prompt_tokens", 1),
+}
+
+
 def _ids(cases: list[HostileRequest]) -> list[str]:
     return [case.name for case in cases]
 
@@ -317,7 +326,7 @@ def test_valid_hostile_request_is_answered(
     doc = orjson.loads(reply.body)
     assert [item["index"] for item in doc["data"]] == list(range(case.inputs))
     for item in doc["data"]:
-        assert len(item["embedding"]) == NATIVE_DIMENSIONS
+        assert len(item["embedding"]) == (case.dimensions or NATIVE_DIMENSIONS)
     (received,) = upstream.received
     if case.forwarded_as_sent:
         assert received.body == case.body  # de-chunked by the fake when chunked
@@ -326,6 +335,9 @@ def test_valid_hostile_request_is_answered(
     assert not {"input_type", "instruction", "dimensions"} & set(received.json)
     if case.name in CUT_TO_THE_LIMIT:
         assert received.json["input"] == CUT_TO_THE_LIMIT[case.name](upstream)
+    if case.name in CONVERTED:  # the converted value, never the client's spelling
+        field, value = CONVERTED[case.name]
+        assert received.json[field] == value and type(received.json[field]) is type(value)
 
 
 @pytest.mark.parametrize("case", FRAMING_ERRORS, ids=_ids(FRAMING_ERRORS))

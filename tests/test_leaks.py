@@ -70,7 +70,14 @@ CASES: list[tuple[str, bytes | dict[str, Any], dict[str, str], str | None]] = [
     ("input-ok", body(input=[HOSTILE, "b"]), {}, None),
     ("input-long-ok", body(input=(MARKER + " " + ENGLISH) * 400), {}, None),
     ("input-mixed-types", body(input=[HOSTILE, 1]), {}, None),
-    ("input-over-budget", body(input=[MARKER + ENGLISH * 90] * 300), {}, None),
+    # The byte budget defaults to the body limit: only prompt copies can pass it (here
+    # 2,048 x a ~4 KB Korean instruction, under the character caps).
+    (
+        "input-over-budget",
+        body(input=[MARKER] * 2048, instruction=MARKER + "대한" * 700),
+        {},
+        None,
+    ),
     ("input-no-cut", body(input=[MARKER * 30000]), {}, None),
     ("input-type-unknown", body(input_type=HOSTILE), {}, "input_type"),
     ("input-type-not-string", body(input_type={"x": HOSTILE}), {}, None),

@@ -107,8 +107,9 @@ def test_defaults(qwen_dir: Path) -> None:
     assert limits.max_inputs == 2048
     # The character caps follow the body size: alone they never bind.
     assert limits.max_total_chars == limits.max_input_chars == limits.max_request_bytes
-    assert limits.max_tokenize_bytes == 1024 * 1024
-    assert limits.max_tokenize_ms == 2000
+    # The byte budget follows the body size too: the deadline bounds the work.
+    assert limits.max_tokenize_bytes == limits.max_request_bytes
+    assert limits.max_tokenize_ms == 5000
 
 
 def test_character_caps_follow_the_body_size_and_each_other(qwen_dir: Path) -> None:
@@ -117,6 +118,7 @@ def test_character_caps_follow_the_body_size_and_each_other(qwen_dir: Path) -> N
 
     bigger = limits_of("max_request_bytes: 16777216")
     assert bigger.max_total_chars == bigger.max_input_chars == 16777216
+    assert bigger.max_tokenize_bytes == 16777216
     total_only = limits_of("max_total_chars: 50000")
     assert (total_only.max_total_chars, total_only.max_input_chars) == (50000, 50000)
     every = limits_of(
@@ -207,16 +209,29 @@ def test_a_long_instruction_times_many_inputs_is_refused_before_it_is_copied(
 # -- the tokenization budget -------------------------------------------------------------
 
 
-def test_worst_case_batch_is_refused_before_the_tokenizer_runs(qwen_dir: Path) -> None:
-    """The issue's case: 2,048 inputs each under 1,024 tokens but over 1,023 bytes,
-    ~8 MB in all (~2M tokens, ~10 s of CPU here before the budget)."""
-    contract, counter = make_contract(qwen_dir)
+def test_a_byte_budget_refuses_before_the_tokenizer_runs(qwen_dir: Path) -> None:
+    """2,048 inputs each under 1,024 tokens but over 1,023 bytes, ~8 MB in all (~2M
+    tokens, ~10 s of CPU here), under a configured 1 MiB budget."""
+    contract, counter = make_contract(qwen_dir, "max_tokenize_bytes: 1048576")
     inputs = [english(3900, i) for i in range(2048)]
     error = refused(contract, input=inputs)
     assert (error.status, error.param, error.code) == (413, "input", "request_too_large")
     assert str(1024 * 1024) in error.message
     assert f"at least {sum(len(t) for t in inputs)} bytes" in error.message
     assert counter.calls == 0 and counter.bytes == 0
+
+
+def test_the_default_byte_budget_takes_a_bulk_batch(qwen_dir: Path) -> None:
+    """512 documents of 4,000 characters (2 MB): each over 1,023 bytes, so each is
+    counted, and none is over 1,024 tokens: forwarded as sent. Was: a 413 from the
+    former 1 MiB default budget. The deadline is raised here so that a loaded test
+    machine cannot fail it (tests/test_limits_gateway.py keeps every default)."""
+    contract, counter = make_contract(qwen_dir, "max_tokenize_ms: 10000")
+    assert contract.policy.limits.max_tokenize_bytes == 8 * 1024 * 1024
+    inputs = [english(4000, i) for i in range(512)]
+    forward = run(contract, input=inputs)
+    assert forward.upstream_body is None and forward.stats.truncated_inputs == 0
+    assert counter.bytes == 512 * 4000
 
 
 def test_a_batch_under_the_budget_is_tokenized_and_cut(qwen_dir: Path) -> None:
@@ -345,4 +360,5 @@ def test_encode_refuses_what_cannot_fit_before_calling(tokenizer: ModelTokenizer
 
 def test_shipped_policy_keeps_defaults(qwen_policy: GatewayPolicy) -> None:
     assert "limits" not in SHIPPED_QWEN_POLICY.read_text()
-    assert qwen_policy.limits.max_tokenize_bytes == 1024 * 1024
+    assert qwen_policy.limits.max_tokenize_bytes == qwen_policy.limits.max_request_bytes
+    assert qwen_policy.limits.max_tokenize_ms == 5000

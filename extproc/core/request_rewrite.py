@@ -17,18 +17,27 @@ Because of that, what the gateway validated must be exactly what the upstream wi
 read: a key repeated in any JSON object of the body is a 400 (parsers disagree on
 which copy wins), and a field the gateway does not interpret is forwarded only if it
 could also be re-serialized (nested at most 253 levels below the body).
+
+Field types follow the model's encoding profile. ``openai`` is strict: integers are
+JSON integers, token ids too. ``legacy`` accepts what the legacy server's FastAPI
+request model accepted in pydantic's lax mode (:mod:`extproc.core.lax`: ``256.0``,
+``"256"``, token ids ``[1.0, "2"]``) and a UTF-8 byte order mark before the body; the
+upstream gets the converted values, never the client's spelling. In both profiles a
+top-level ``null`` means the field is absent: it is never forwarded (vLLM refuses
+``"encoding_format": null``, and an absent field is every upstream's default).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
 import orjson
 
 from extproc.core.errors import ApiError, invalid_request, quoted
+from extproc.core.lax import lax_int
 from extproc.core.plan import Encoding, RequestStats, ResponsePlan
 from extproc.core.policy.model import EncodingProfile, GatewayPolicy, Limits, ModelPolicy
 from extproc.core.prompts import prompt_prefix
@@ -44,6 +53,7 @@ from extproc.core.upstreams import adapter_for
 # Fields the legacy contract adds and no upstream understands.
 LEGACY_ONLY_FIELDS: Final = ("dimensions", "input_type", "instruction")
 _JSON_TYPES: Final = ("application/json", "text/json")
+_UTF8_BOM: Final = b"\xef\xbb\xbf"
 # Every top-level field rewrite_request reads and type-checks; others go upstream as sent.
 _INTERPRETED_FIELDS: Final = frozenset(
     {*LEGACY_ONLY_FIELDS, "model", "input", "encoding_format", "truncate_prompt_tokens", "user"}
@@ -102,23 +112,40 @@ def rewrite_request(
     """Validate and rewrite one ``POST /v1/embeddings`` body; raise ApiError for the client."""
     limits = policy.limits
     _check_size(len(body), limits)
-    request = _parse_object(body)
+    bom = body.startswith(_UTF8_BOM)
+    request = _parse_object(body[len(_UTF8_BOM) :] if bom else body)
     model = _model(request, policy)
+    lenient = model.encoding_profile is EncodingProfile.LEGACY
+    if bom and not lenient:
+        raise invalid_request(
+            "The request body starts with a byte order mark; send plain UTF-8 JSON.",
+            code="invalid_json",
+        )
     tokenizer = tokenizers[model.name]
+    # Fields whose value the upstream must get converted (legacy profile only).
+    converted: dict[str, Any] = {}
 
     raw_input = request.get("input", _MISSING)
     if raw_input is _MISSING:
         raise invalid_request("Missing required parameter: 'input'.", param="input")
-    texts, id_lists = _inputs(raw_input, limits.max_inputs, tokenizer.vocab_size)
+    texts, id_lists, ids_converted = _inputs(
+        raw_input, limits.max_inputs, tokenizer.vocab_size, lenient=lenient
+    )
     count = len(texts) if texts is not None else len(id_lists or ())
+    if ids_converted:
+        assert id_lists is not None
+        converted["input"] = id_lists if isinstance(raw_input[0], list) else id_lists[0]
 
     client_encoding = _client_encoding(request.get("encoding_format"), model)
-    dimensions = _dimensions(request.get("dimensions"), model)
+    dimensions = _dimensions(request.get("dimensions"), model, lenient=lenient)
     input_type = _optional_str(request, "input_type")
     instruction = _optional_str(request, "instruction")
     if instruction is not None and not instruction.strip():
         raise invalid_request("`instruction` must not be empty.", param="instruction")
-    _check_truncate_prompt_tokens(request.get("truncate_prompt_tokens"), model)
+    truncate = request.get("truncate_prompt_tokens")
+    truncate_to = _truncate_prompt_tokens(truncate, model, lenient=lenient)
+    if truncate_to is not None and type(truncate) is not int:
+        converted["truncate_prompt_tokens"] = truncate_to
     # OpenAI's end-user id is forwarded as sent; Dynamo and vLLM both refuse a
     # non-string with their own 400 - after it reached them. Answered here instead.
     _optional_str(request, "user")
@@ -162,8 +189,12 @@ def rewrite_request(
 
     requested_encoding = request.get("encoding_format")
     sent_encoding = requested_encoding if requested_encoding is not None else Encoding.FLOAT.value
+    nulls = any(value is None for value in request.values())
     changed = (
-        bool(stripped)
+        bom
+        or nulls
+        or bool(converted)
+        or bool(stripped)
         or new_input is not None
         or model.upstream_model != model.name
         or sent_encoding != upstream_encoding.value
@@ -171,7 +202,9 @@ def rewrite_request(
     if not changed:
         return Forward(upstream_body=None, plan=plan, stats=stats)
 
-    upstream = {k: v for k, v in request.items() if k not in LEGACY_ONLY_FIELDS}
+    # null means absent: never forwarded (an absent field is every upstream's default).
+    upstream = {k: v for k, v in request.items() if k not in LEGACY_ONLY_FIELDS and v is not None}
+    upstream.update(converted)
     upstream["model"] = model.upstream_model
     if new_input is not None:
         upstream["input"] = new_input
@@ -294,11 +327,19 @@ def _model(request: dict[str, Any], policy: GatewayPolicy) -> ModelPolicy:
 
 
 def _inputs(
-    raw: Any, max_inputs: int, vocab_size: int
-) -> tuple[list[str] | None, list[list[int]] | None]:
-    """Exactly one of (texts, token-id lists) comes back, never empty."""
+    raw: Any, max_inputs: int, vocab_size: int, *, lenient: bool
+) -> tuple[list[str] | None, list[list[int]] | None, bool]:
+    """(texts, token-id lists, whether any token id was converted): exactly one of the
+    first two comes back, never empty.
+
+    The forms are OpenAI's: a string, strings, one token-id sequence, token-id
+    sequences. ``lenient`` reads token ids as the legacy server's lax model would
+    (``1.0``, ``"1"``, ``true``); strings are never numbers' spellings: an array of
+    strings is texts.
+    """
+    to_int = lax_int if lenient else _strict_int
     if isinstance(raw, str):
-        return [raw], None
+        return [raw], None, False
     if not isinstance(raw, list):
         raise invalid_request(
             f"'input' must be a string, an array of strings, or token ids; got {_json_type(raw)}.",
@@ -306,43 +347,65 @@ def _inputs(
         )
     if not raw:
         raise invalid_request("'input' must not be an empty array.", param="input")
-    # One token-id sequence is one input, however long (it is cut to max_tokens):
-    # counting its ids as inputs refused e.g. 3,000 ids with "at most 2048"
-    # (tests/test_fuzz_core.py).
-    if len(raw) > max_inputs and not _is_int(raw[0]):
+    first = raw[0]
+    if isinstance(first, list):
+        nested = True
+    elif isinstance(first, str) and all(isinstance(item, str) for item in raw):
+        _check_input_count(len(raw), max_inputs)
+        return raw, None, False
+    elif to_int(first) is not None:
+        nested = False
+    elif isinstance(first, str):
+        nested = False  # strings, then something else: refused below
+    else:
         raise invalid_request(
-            f"'input' has {len(raw)} items; at most {max_inputs} are allowed per request.",
+            f"input[0] must be a string, a token id or an array of token ids, "
+            f"not {_json_type(first)}.",
             param="input",
         )
-    first = raw[0]
-    if isinstance(first, str):
-        for index, item in enumerate(raw):
-            if not isinstance(item, str):
-                raise invalid_request(
-                    f"input[{index}] must be a string like the other items, "
-                    f"not {_json_type(item)}.",
-                    param="input",
-                )
-        return raw, None
-    if _is_int(first):  # one token-id sequence
-        return None, [_token_ids(raw, "input", vocab_size)]
-    if isinstance(first, list):
-        return None, [_token_ids(item, f"input[{i}]", vocab_size) for i, item in enumerate(raw)]
-    raise invalid_request(
-        f"input[0] must be a string, a token id or an array of token ids, not {_json_type(first)}.",
-        param="input",
-    )
+    if not nested:
+        # One token-id sequence is one input, however long (it is cut to max_tokens):
+        # counting its ids as inputs refused e.g. 3,000 ids with "at most 2048".
+        if isinstance(first, str) and (not lenient or to_int(first) is None):
+            index = next(i for i, item in enumerate(raw) if not isinstance(item, str))
+            raise invalid_request(
+                f"input[{index}] must be a string like the other items, "
+                f"not {_json_type(raw[index])}.",
+                param="input",
+            )
+        ids = _token_ids(raw, "input", vocab_size, to_int)
+        return None, [ids], _any_converted(raw)
+    _check_input_count(len(raw), max_inputs)
+    lists = [_token_ids(item, f"input[{i}]", vocab_size, to_int) for i, item in enumerate(raw)]
+    return None, lists, any(_any_converted(item) for item in raw)
 
 
-def _token_ids(raw: Any, where: str, vocab_size: int) -> list[int]:
+def _check_input_count(count: int, max_inputs: int) -> None:
+    if count > max_inputs:
+        raise invalid_request(
+            f"'input' has {count} items; at most {max_inputs} are allowed per request.",
+            param="input",
+        )
+
+
+def _any_converted(ids: list[Any]) -> bool:
+    """True unless every id already is a JSON integer (bool is an int to Python)."""
+    return any(type(token) is not int for token in ids)
+
+
+def _token_ids(
+    raw: Any, where: str, vocab_size: int, to_int: Callable[[Any], int | None]
+) -> list[int]:
     if not isinstance(raw, list):
         raise invalid_request(f"{where} must be an array of token ids.", param="input")
     if not raw:
         raise invalid_request(f"{where} must not be an empty array of token ids.", param="input")
-    for index, token in enumerate(raw):
-        if not _is_int(token):
+    ids: list[int] = []
+    for index, item in enumerate(raw):
+        token = to_int(item)
+        if token is None:
             raise invalid_request(
-                f"{where}[{index}] must be an integer token id, not {_json_type(token)}.",
+                f"{where}[{index}] must be an integer token id, not {_json_type(item)}.",
                 param="input",
             )
         if not 0 <= token < vocab_size:
@@ -351,7 +414,8 @@ def _token_ids(raw: Any, where: str, vocab_size: int) -> list[int]:
                 f"(valid: 0 to {vocab_size - 1}).",
                 param="input",
             )
-    return raw
+        ids.append(token)
+    return ids
 
 
 def _client_encoding(raw: Any, model: ModelPolicy) -> Encoding:
@@ -368,19 +432,21 @@ def _client_encoding(raw: Any, model: ModelPolicy) -> Encoding:
     return Encoding(raw)
 
 
-def _dimensions(raw: Any, model: ModelPolicy) -> int | None:
+def _dimensions(raw: Any, model: ModelPolicy, *, lenient: bool) -> int | None:
     if raw is None:
         return None
-    if not _is_int(raw):
+    dimensions = lax_int(raw) if lenient else _strict_int(raw)
+    if dimensions is None:
         raise invalid_request(
             f"'dimensions' must be an integer, not {_json_type(raw)}.", param="dimensions"
         )
-    if not model.accepts_dimensions(raw):
+    if not model.accepts_dimensions(dimensions):
         raise invalid_request(
-            f"'dimensions' must be {model.dimensions_rule()} for model {model.name!r}; got {raw}.",
+            f"'dimensions' must be {model.dimensions_rule()} for model {model.name!r}; "
+            f"got {_shown(raw)}.",
             param="dimensions",
         )
-    return int(raw)
+    return dimensions
 
 
 def _optional_str(request: dict[str, Any], field: str) -> str | None:
@@ -390,15 +456,17 @@ def _optional_str(request: dict[str, Any], field: str) -> str | None:
     raise invalid_request(f"'{field}' must be a string, not {_json_type(value)}.", param=field)
 
 
-def _check_truncate_prompt_tokens(raw: Any, model: ModelPolicy) -> None:
+def _truncate_prompt_tokens(raw: Any, model: ModelPolicy, *, lenient: bool) -> int | None:
     """vLLM's extension: forwarded, but a bad value is our 400, not Dynamo's 500."""
     if raw is None:
-        return
-    if not _is_int(raw) or not (raw == -1 or 1 <= raw <= model.max_tokens):
+        return None
+    value = lax_int(raw) if lenient else _strict_int(raw)
+    if value is None or not (value == -1 or 1 <= value <= model.max_tokens):
         raise invalid_request(
             f"'truncate_prompt_tokens' must be -1 or an integer from 1 to {model.max_tokens}.",
             param="truncate_prompt_tokens",
         )
+    return value
 
 
 def _check_text_sizes(
@@ -525,6 +593,17 @@ def _fit_inputs(
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _strict_int(value: Any) -> int | None:
+    return value if _is_int(value) else None
+
+
+def _shown(value: Any) -> str:
+    """A client's scalar as JSON spells it, cut short (messages quote no more)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return (repr(value) if isinstance(value, str) else str(value))[:40]
 
 
 def _json_type(value: Any) -> str:

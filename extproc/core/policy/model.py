@@ -15,13 +15,16 @@ from extproc.core.upstreams import Capabilities
 
 DEFAULT_MAX_REQUEST_BYTES = 8 * 1024 * 1024
 DEFAULT_MAX_INPUTS = 2048
-# Tokenization budget per request. 1 MiB of English is ~1 s of tokenizing on this
-# 2-core CPU (~1 us a byte of one core's time), and it admits a batch of 2,048
-# documents of ~500 bytes that has to be sent as token ids because one input is over
-# max_tokens. Text that costs more per byte (measured up to ~16 us: random scripts,
-# endless words) meets the wall-clock bound first.
-DEFAULT_MAX_TOKENIZE_BYTES = 1024 * 1024
-DEFAULT_MAX_TOKENIZE_MS = 2000
+# Tokenization budget per request. By default the byte budget is the body limit
+# (Limits.max_tokenize_bytes, set by the loader from max_request_bytes): it refuses
+# no batch the body limit admits, so bulk batches of long documents (512 x 4,000
+# characters, which must all be counted since each is over max_tokens in bytes) are
+# served. What bounds the work is the wall-clock deadline, checked between tokenizer
+# calls of ~64 KiB: English costs ~1 us a byte of one core's time here (2 MB: ~1 s
+# of CPU, spread over every core), other text up to ~16 us. 5 s admits the 2 MB
+# batch with room for a loaded machine and ends a hostile 8 MB body after at most
+# one more call, well before Envoy's 15 s message timeout.
+DEFAULT_MAX_TOKENIZE_MS = 5000
 # Admission control (per ext_proc process). 48 MiB of work in flight is two of the
 # largest rewrites (2,048 inputs, a 1,024-d answer cut to `dimensions`: ~18 MiB of
 # bodies each, ~55 MB of RSS while processed) plus room for ordinary requests:
@@ -131,7 +134,7 @@ class Limits:
     max_inputs: int = DEFAULT_MAX_INPUTS
     max_input_chars: int = DEFAULT_MAX_REQUEST_BYTES  # one text input, as sent
     max_total_chars: int = DEFAULT_MAX_REQUEST_BYTES  # all text inputs, prompts included
-    max_tokenize_bytes: int = DEFAULT_MAX_TOKENIZE_BYTES
+    max_tokenize_bytes: int = DEFAULT_MAX_REQUEST_BYTES  # default: max_request_bytes
     max_tokenize_ms: int = DEFAULT_MAX_TOKENIZE_MS
     max_inflight_bytes: int = DEFAULT_MAX_INFLIGHT_BYTES  # admission budget, per process
     admission_wait_ms: int = DEFAULT_ADMISSION_WAIT_MS  # bounded wait for room
