@@ -557,7 +557,6 @@ FRAMING_ERRORS: Final = [
         headers=(("Content Type", "application/json"),),
         framing=Framing.CONTENT_LENGTH,
     ),
-    framing_error("http-1.0", _SMALL, 426, version="HTTP/1.0", framing=Framing.CONTENT_LENGTH),
     framing_error("http-9.9", _SMALL, 426, version="HTTP/9.9", framing=Framing.CONTENT_LENGTH),
 ]
 
@@ -662,6 +661,8 @@ ACCEPTED: Final = [
         forwarded_as_sent=True,
     ),
     answered("query-string", _SMALL, path="/v1/embeddings?x=%00", forwarded_as_sent=True),
+    # nginx's default `proxy_http_version 1.0` in front of the gateway speaks it.
+    answered("http-1.0", _SMALL, version="HTTP/1.0", forwarded_as_sent=True),
 ]
 
 REFUSED: Final = [
