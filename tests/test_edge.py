@@ -1,0 +1,318 @@
+"""The edges of the HTTP surface, through a real Envoy and the real ext_proc server
+(`extproc run`) in front of tests/fake_upstream.py, for each gateway shape
+(envoy/standalone.yaml and envoy/single-filter.yaml):
+
+- every spelling of the embeddings endpoint goes through the contract or gets a
+  404 envelope; none reaches the upstream (or, with --legacy, the legacy server) raw;
+- compressed request bodies are refused with a 415 envelope, never read as text
+  nor forwarded mislabelled; the upstream is asked for identity; clients that
+  accept gzip or br get compressed answers (standalone.yaml);
+- HTTP/1.0 is answered; Envoy's own refusals (431, no Host, a path it cannot
+  normalise) carry a non-empty envelope.
+
+413 and 408 envelopes are asserted by tests/test_hostile_input.py, 502/503/504 by
+tests/test_faults_upstream.py.
+"""
+
+from __future__ import annotations
+
+import gzip
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+import pytest
+
+from tests.conftest import QWEN_MODEL, REPO, SHIPPED_QWEN_POLICY
+from tests.fake_upstream import FakeUpstream
+from tests.harness import Gateway, start_gateway
+from tests.test_hostile_input import WireReply, exchange, port_of
+
+SHAPES = ("standalone", "single-filter")
+QUERY = {"model": QWEN_MODEL, "input": "What is the capital city of France?", "input_type": "query"}
+INSTRUCTION = b"Instruct: "
+
+
+def post(
+    path: str,
+    body: bytes,
+    *,
+    headers: tuple[tuple[str, str], ...] = (),
+    version: str = "HTTP/1.1",
+    host: str | None = "gw",
+) -> bytes:
+    lines = [f"POST {path} {version}", *([f"Host: {host}"] if host is not None else [])]
+    lines += ["Content-Type: application/json", f"Content-Length: {len(body)}"]
+    lines += [f"{name}: {value}" for name, value in headers]
+    lines.append("Connection: close")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
+
+
+def envelope(reply: WireReply, status: int) -> dict[str, Any]:
+    assert reply.status == status, reply
+    error = reply.envelope()  # complete, JSON, the four keys, a non-empty message
+    return error
+
+
+# -- fixtures -----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def upstream(qwen_dir: Path) -> Iterator[FakeUpstream]:
+    with FakeUpstream(flavour="dynamo", tokenizer_dir=qwen_dir) as fake:
+        yield fake
+
+
+@pytest.fixture(scope="module")
+def legacy(qwen_dir: Path) -> Iterator[FakeUpstream]:
+    """Stands for the legacy server of a split migration: records what reaches it."""
+    with FakeUpstream(flavour="vllm", tokenizer_dir=qwen_dir) as fake:
+        yield fake
+
+
+@pytest.fixture(autouse=True)
+def clean(upstream: FakeUpstream, legacy: FakeUpstream) -> None:
+    upstream.reset()
+    legacy.reset()
+
+
+@pytest.fixture(scope="module", params=SHAPES)
+def shape(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture(scope="module")
+def gateway(
+    shape: str,
+    upstream: FakeUpstream,
+    legacy: FakeUpstream,
+    qwen_dir: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Gateway]:
+    # With --legacy, every path but the embeddings endpoint goes to `legacy`: a
+    # spelling of the endpoint that slipped past the embeddings routes would show there.
+    gw = start_gateway(
+        upstream.url,
+        tmp_path_factory.mktemp(f"edge-{shape}"),
+        config=SHIPPED_QWEN_POLICY,
+        tokenizer_overrides=f"{QWEN_MODEL}={qwen_dir}",
+        extra_args=["--envoy-template", str(REPO / "envoy" / f"{shape}.yaml")]
+        + ["--legacy", legacy.url],
+    )
+    yield gw
+    assert gw.stop() == 0, gw.log()
+
+
+def ask(gateway: Gateway, wire: bytes) -> WireReply:
+    return exchange(port_of(gateway), wire, timeout=60.0)
+
+
+# -- every spelling ----------------------------------------------------------------------
+
+THROUGH_THE_CONTRACT = ["/v1/embeddings", "/embeddings", "/v1/embeddings?x=1", "/embeddings?a=b&c"]
+NOT_AN_ENDPOINT = [
+    "/V1/embeddings",
+    "/v1/Embeddings",
+    "/V1/EMBEDDINGS",
+    "/Embeddings",
+    "/v1/embeddings;x=1",
+    "/embeddings;x=1",
+    "/v1/embeddings%3Bx=1",
+    "/v1/embeddings.json",
+    "/v1/embeddings%2",
+    "/embeddings/",
+    "/embeddings/x",
+    "/v1/embeddings/",
+]
+
+
+@pytest.mark.parametrize("path", THROUGH_THE_CONTRACT)
+def test_spelling_through_the_contract(
+    path: str, shape: str, gateway: Gateway, upstream: FakeUpstream, legacy: FakeUpstream
+) -> None:
+    reply = ask(gateway, post(path, orjson.dumps(QUERY)))
+    assert reply.status == 200, reply
+    assert len(orjson.loads(reply.body)["data"]) == 1
+    (received,) = upstream.received
+    assert INSTRUCTION in received.body  # the contract ran: the query got its instruction
+    assert "input_type" not in received.json
+    # The upstream gets the canonical path; standalone.yaml also drops the query
+    # string (the endpoint takes none), the one-filter shape forwards it as sent.
+    query = path.partition("?")[2]
+    expected = "/v1/embeddings" if shape == "standalone" or not query else f"/v1/embeddings?{query}"
+    assert received.path == expected
+    assert legacy.received == []
+
+
+@pytest.mark.parametrize("path", THROUGH_THE_CONTRACT)
+def test_spelling_validates_the_body(
+    path: str, gateway: Gateway, upstream: FakeUpstream, legacy: FakeUpstream
+) -> None:
+    error = envelope(ask(gateway, post(path, b'{"model": 5, "input": "x"}')), 400)
+    assert error["param"] == "model"
+    assert upstream.received == [] and legacy.received == []
+
+
+@pytest.mark.parametrize("path", NOT_AN_ENDPOINT)
+def test_other_spelling_is_a_404_envelope(
+    path: str, gateway: Gateway, upstream: FakeUpstream, legacy: FakeUpstream
+) -> None:
+    error = envelope(ask(gateway, post(path, orjson.dumps(QUERY))), 404)
+    assert error["code"] == "unknown_url"
+    assert upstream.received == [] and legacy.received == []
+
+
+def test_alias_wrong_method_is_a_405(gateway: Gateway, upstream: FakeUpstream) -> None:
+    reply = ask(gateway, b"GET /embeddings HTTP/1.1\r\nHost: gw\r\nConnection: close\r\n\r\n")
+    assert envelope(reply, 405)["code"] == "method_not_allowed"
+    assert upstream.received == []
+
+
+def test_upstream_error_on_the_alias_is_enveloped(gateway: Gateway, upstream: FakeUpstream) -> None:
+    upstream.fault = "http500"
+    reply = ask(gateway, post("/embeddings", orjson.dumps(QUERY)))
+    assert reply.status is not None and reply.status >= 500, reply
+    assert reply.envelope()["type"] == "server_error"
+    assert len(upstream.received) == 1
+
+
+def test_other_paths_still_reach_the_legacy_server(
+    gateway: Gateway, upstream: FakeUpstream, legacy: FakeUpstream
+) -> None:
+    reply = ask(gateway, b"GET /v1/models HTTP/1.1\r\nHost: gw\r\nConnection: close\r\n\r\n")
+    assert reply.status == 200, reply
+    assert [r.path for r in legacy.received] == ["/v1/models"] and upstream.received == []
+
+
+# -- compression ---------------------------------------------------------------------
+
+BODY = orjson.dumps(QUERY)
+# A decompression bomb: 16 MiB of spaces in JSON (twice the body limit), ~16 KiB sent.
+BOMB = gzip.compress(BODY[:-1] + b" " * (16 << 20) + b"}", compresslevel=9)
+
+
+@pytest.mark.parametrize(
+    "coding,body",
+    [
+        ("gzip", gzip.compress(BODY)),
+        ("GZIP", gzip.compress(BODY)),
+        ("gzip", BOMB),
+        ("gzip", BODY),  # mislabelled: a plain body said to be gzip
+        ("br", BODY),
+        ("deflate", BODY),
+        ("zstd", BODY),
+        ("gzip, identity", BODY),
+    ],
+    ids=["gzip", "gzip-upper-case", "gzip-bomb", "mislabelled", "br", "deflate", "zstd", "chain"],
+)
+def test_compressed_body_is_refused_with_415(
+    coding: str, body: bytes, gateway: Gateway, upstream: FakeUpstream
+) -> None:
+    reply = ask(gateway, post("/v1/embeddings", body, headers=(("Content-Encoding", coding),)))
+    assert envelope(reply, 415)["code"] == "unsupported_content_encoding"
+    assert upstream.received == []
+
+
+def test_identity_coding_is_accepted(gateway: Gateway, upstream: FakeUpstream) -> None:
+    reply = ask(gateway, post("/v1/embeddings", BODY, headers=(("Content-Encoding", "identity"),)))
+    assert reply.status == 200, reply
+    (received,) = upstream.received
+    assert "content-encoding" not in {k.lower() for k in received.headers}
+
+
+def test_upstream_is_asked_for_identity(gateway: Gateway, upstream: FakeUpstream) -> None:
+    """The gateway may read the answer: whatever the client accepts, the upstream is
+    asked for an uncompressed one."""
+    headers = (("Accept-Encoding", "gzip, br;q=0.9, zstd"),)
+    ask(gateway, post("/v1/embeddings", BODY, headers=headers))
+    (received,) = upstream.received
+    assert {k.lower(): v for k, v in received.headers.items()}["accept-encoding"] == "identity"
+
+
+def _batch(dimensions: int | None = None) -> bytes:
+    doc: dict[str, Any] = {"model": QWEN_MODEL, "input": [f"document {i}" for i in range(8)]}
+    if dimensions is not None:
+        doc["dimensions"] = dimensions
+    return orjson.dumps(doc)
+
+
+def _vectors(body: bytes) -> np.ndarray[Any, Any]:
+    return np.array([item["embedding"] for item in orjson.loads(body)["data"]], dtype=np.float32)
+
+
+@pytest.mark.parametrize("dimensions", [None, 256], ids=["plain", "dimensions-rewritten"])
+def test_client_accepting_gzip_gets_a_compressed_answer(
+    dimensions: int | None, shape: str, gateway: Gateway
+) -> None:
+    """standalone.yaml compresses the final (rewritten) answer; the one-filter shape
+    leaves compression to the mesh and answers identity - never a body labelled gzip
+    that is not."""
+    plain = ask(gateway, post("/v1/embeddings", _batch(dimensions)))
+    packed = ask(
+        gateway,
+        post("/v1/embeddings", _batch(dimensions), headers=(("Accept-Encoding", "gzip"),)),
+    )
+    assert plain.status == packed.status == 200, (plain, packed)
+    assert "content-encoding" not in plain.headers
+    if shape == "single-filter":
+        assert "content-encoding" not in packed.headers
+        assert np.array_equal(_vectors(packed.body), _vectors(plain.body))
+        return
+    assert packed.headers["content-encoding"] == "gzip"
+    assert np.array_equal(_vectors(gzip.decompress(packed.body)), _vectors(plain.body))
+    assert len(packed.body) < len(plain.body) * 0.6
+
+
+def test_client_accepting_br_gets_brotli(shape: str, gateway: Gateway) -> None:
+    plain = ask(gateway, post("/v1/embeddings", _batch()))
+    packed = ask(gateway, post("/v1/embeddings", _batch(), headers=(("Accept-Encoding", "br"),)))
+    assert packed.status == 200, packed
+    if shape == "single-filter":
+        assert "content-encoding" not in packed.headers
+        return
+    assert packed.headers["content-encoding"] == "br"
+    assert len(packed.body) < len(plain.body) * 0.6
+
+
+# -- HTTP/1.0 and Envoy's own refusals ---------------------------------------------------
+
+
+@pytest.mark.parametrize("host", ["gw", None], ids=["with-host", "without-host"])
+def test_http_1_0_is_answered(host: str | None, gateway: Gateway, upstream: FakeUpstream) -> None:
+    reply = ask(gateway, post("/v1/embeddings", BODY, version="HTTP/1.0", host=host))
+    assert reply.status == 200, reply
+    assert len(orjson.loads(reply.body)["data"]) == 1
+    (received,) = upstream.received
+    assert INSTRUCTION in received.body
+
+
+@pytest.mark.parametrize(
+    "wire",
+    [
+        post("/v1/embeddings", BODY, headers=(("X-Big", "a" * 70_000),)),
+        post("/v1/embeddings", BODY, headers=tuple((f"X-H{i}", "a" * 600) for i in range(120))),
+    ],
+    ids=["one-huge-header", "many-headers"],
+)
+def test_headers_too_large_is_a_431_envelope(
+    wire: bytes, gateway: Gateway, upstream: FakeUpstream
+) -> None:
+    envelope(ask(gateway, wire), 431)
+    assert upstream.received == []
+
+
+@pytest.mark.parametrize(
+    "wire",
+    [
+        post("/v1/embeddings", BODY, host=None),
+        post("/v1/embeddings%00", BODY),
+        post("/v1/%00embeddings", BODY),
+    ],
+    ids=["no-host", "nul-at-the-end", "nul-inside"],
+)
+def test_envoy_refusal_has_a_message(wire: bytes, gateway: Gateway, upstream: FakeUpstream) -> None:
+    error = envelope(ask(gateway, wire), 400)
+    assert error["type"] == "invalid_request_error"
+    assert upstream.received == []
