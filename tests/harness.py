@@ -151,3 +151,23 @@ def metric_value(metrics_text: str, name: str, **labels: str) -> float:
         if all(found.get(k, "").strip('"') == v for k, v in labels.items()):
             total += float(value)
     return total
+
+
+def start_shipped_gateway(
+    upstream_url: str,
+    log_dir: Path,
+    tokenizer_dir: Path,
+    shape: str,
+    extra_args: list[str] | None = None,
+) -> Gateway:
+    """`extproc run` with the shipped Qwen3 policy, the real Qwen3 tokenizer from
+    ``tokenizer_dir`` and the shipped Envoy shape ``shape`` (a name in envoy/)."""
+    from tests.conftest import QWEN_MODEL, REPO, SHIPPED_QWEN_POLICY
+
+    return start_gateway(
+        upstream_url,
+        log_dir,
+        config=SHIPPED_QWEN_POLICY,
+        tokenizer_overrides=f"{QWEN_MODEL}={tokenizer_dir}",
+        extra_args=[*(extra_args or []), "--envoy-template", str(REPO / "envoy" / f"{shape}.yaml")],
+    )

@@ -39,6 +39,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from http.client import HTTPConnection
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -545,6 +546,22 @@ def test_istio_sidecar_filter_runs_on_embeddings_only_and_fails_closed(
     )
     assert (reply.status, reply.json()["error"]["param"]) == (400, "dimensions")
     assert len(upstream.received) == before
+    # The gateway's 400 keeps the client's connection (the NETWORK_FILTER patch): a
+    # 400 then a 200 on one HTTP/1.1 connection.
+    conn = HTTPConnection("127.0.0.1", int(url.rsplit(":", 1)[1]), timeout=30)
+    try:
+        statuses = []
+        for body in (b"{not json", json.dumps(query).encode()):
+            conn.request("POST", "/v1/embeddings", body, {"content-type": "application/json"})
+            if not statuses:
+                sock = conn.sock
+            answer = conn.getresponse()
+            answer.read()
+            statuses.append((answer.status, answer.getheader("connection")))
+            assert conn.sock is sock, statuses  # not closed and silently reopened
+        assert statuses == [(400, None), (200, None)]
+    finally:
+        conn.close()
     # Any other method or path: the filter is skipped, the body reaches the upstream as sent.
     for method, path in (("POST", "/v1/models"), ("GET", "/v1/embeddings"), ("GET", "/v1/models")):
         reply = http(method, f"{url}{path}", query if method == "POST" else None)

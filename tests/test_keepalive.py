@@ -19,9 +19,10 @@ from pathlib import Path
 import orjson
 import pytest
 
-from tests.conftest import QWEN_MODEL, REPO, SHIPPED_QWEN_POLICY
+from extproc.core.policy import GatewayPolicy
+from tests.conftest import QWEN_MODEL
 from tests.fake_upstream import FakeUpstream
-from tests.harness import Gateway, start_gateway
+from tests.harness import Gateway, start_shipped_gateway
 
 ANSWER_TIMEOUT_S = 30.0
 # Envoy closes a connection it has marked for closing 1 s after the answer
@@ -94,33 +95,33 @@ class OneConnection:
         return self.answer()
 
 
-@pytest.fixture(scope="module")
-def upstream(qwen_dir: Path) -> Iterator[FakeUpstream]:
-    with FakeUpstream(flavour="dynamo", tokenizer_dir=qwen_dir) as fake:
-        yield fake
+@dataclass(frozen=True)
+class Served:
+    gateway: Gateway
+    upstream: FakeUpstream
 
 
 @pytest.fixture(scope="module", params=["standalone", "single-filter"])
-def gateway(
-    request: pytest.FixtureRequest,
-    upstream: FakeUpstream,
-    qwen_dir: Path,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[Gateway]:
-    gw = start_gateway(
-        upstream.url,
-        tmp_path_factory.mktemp("keepalive"),
-        config=SHIPPED_QWEN_POLICY,
-        tokenizer_overrides=f"{QWEN_MODEL}={qwen_dir}",
-        extra_args=["--envoy-template", str(REPO / "envoy" / f"{request.param}.yaml")],
-    )
-    yield gw
-    assert gw.stop() == 0, gw.log()
+def served(
+    request: pytest.FixtureRequest, qwen_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Served]:
+    """The Dynamo fake and `extproc run` in front of it, for each shipped Envoy shape."""
+    with FakeUpstream(flavour="dynamo", tokenizer_dir=qwen_dir) as fake:
+        log_dir = tmp_path_factory.mktemp("keepalive")
+        gateway = start_shipped_gateway(fake.url, log_dir, qwen_dir, request.param)
+        yield Served(gateway, fake)
+        assert gateway.stop() == 0, gateway.log()
 
 
 @pytest.fixture
-def connection(gateway: Gateway) -> Iterator[OneConnection]:
-    conn = OneConnection(gateway.url)
+def upstream(served: Served) -> FakeUpstream:
+    served.upstream.reset()
+    return served.upstream
+
+
+@pytest.fixture
+def connection(served: Served) -> Iterator[OneConnection]:
+    conn = OneConnection(served.gateway.url)
     yield conn
     conn.close()
 
@@ -128,7 +129,6 @@ def connection(gateway: Gateway) -> Iterator[OneConnection]:
 def test_a_gateway_400_then_a_200_on_one_connection(
     connection: OneConnection, upstream: FakeUpstream
 ) -> None:
-    upstream.reset()
     rejected = connection.request(b"{not json")
     assert rejected.status == 400, rejected
     assert orjson.loads(rejected.body)["error"]["code"] == "invalid_json"
@@ -144,7 +144,6 @@ def test_every_kind_of_gateway_answer_keeps_the_connection(
     connection: OneConnection, upstream: FakeUpstream
 ) -> None:
     """400 (bad field, empty body), 404 (unknown model), 405, 415: all read whole."""
-    upstream.reset()
     cases: list[tuple[str, bytes, str, int]] = [
         (
             "POST",
@@ -169,11 +168,16 @@ def test_every_kind_of_gateway_answer_keeps_the_connection(
 def test_a_413_after_the_body_was_read_whole_keeps_the_connection(
     connection: OneConnection, upstream: FakeUpstream
 ) -> None:
-    """Over the policy's max_request_bytes but within Envoy's buffer: the gateway
-    reads it whole and answers 413 itself."""
-    upstream.reset()
+    """Over the policy's max_request_bytes but within Envoy's buffer, chunked: with
+    no declared length to judge by, the gateway reads it whole, then answers 413.
+    (With a Content-Length over the limit, single-filter.yaml answers from the
+    request headers, racing the body's arrival; either outcome is correct.)"""
     body = orjson.dumps({"model": QWEN_MODEL, "input": "x" * (9 * 1024 * 1024)})
-    answer = connection.request(body)
+    connection.sock.sendall(
+        b"POST /v1/embeddings HTTP/1.1\r\nHost: gateway\r\nContent-Type: application/json\r\n"
+        b"Transfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)
+    )
+    answer = connection.answer()
     assert answer.status == 413, answer
     assert orjson.loads(answer.body)["error"]["code"] == "request_too_large"
     assert answer.headers.get("connection") != "close", answer.headers
@@ -182,24 +186,30 @@ def test_a_413_after_the_body_was_read_whole_keeps_the_connection(
 
 
 def test_a_413_before_the_body_was_read_whole_closes(
-    connection: OneConnection, upstream: FakeUpstream
+    connection: OneConnection, upstream: FakeUpstream, qwen_policy: GatewayPolicy
 ) -> None:
-    """Over Envoy's buffer limit: Envoy answers before the body has arrived, and
-    cannot know where the next request would start."""
-    upstream.reset()
-    body = orjson.dumps({"model": QWEN_MODEL, "input": "x" * (40 * 1024 * 1024)})
+    """A body declared bigger than Envoy's buffer, of which only a part past that
+    limit is ever sent: the answer (Envoy's 413, or the gateway's from the declared
+    length) necessarily comes before the body is whole, and the connection closes:
+    nobody knows where a next request would start."""
+    declared = qwen_policy.max_response_bytes() + 8 * 2**20
+    sent = qwen_policy.max_response_bytes() + 2 * 2**20
+    head = (
+        "POST /v1/embeddings HTTP/1.1\r\nHost: gateway\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {declared}\r\n\r\n"
+    ).encode()
 
     def write() -> None:
-        # Envoy answers once the body passes its buffer limit and stops reading.
+        # Envoy stops reading once it has answered: the write may block, then break.
         with contextlib.suppress(OSError):
-            connection.send("POST", "/v1/embeddings", body, "application/json")
+            connection.sock.sendall(head + b'{"input": "' + b"x" * sent)
 
     writer = threading.Thread(target=write, daemon=True)
     writer.start()
     answer = connection.answer()
     assert answer.status == 413, answer
     assert orjson.loads(answer.body)["error"]["code"] == "request_too_large"
-    assert answer.headers.get("connection") == "close", answer.headers
+    assert answer.headers.get("connection") == "close", answer
     assert connection.closed_within(CLOSE_BOUND_S)
     writer.join(ANSWER_TIMEOUT_S)
     assert upstream.received == []

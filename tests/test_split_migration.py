@@ -15,6 +15,8 @@ import hashlib
 import http.client
 import os
 import statistics
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -36,9 +38,9 @@ from extproc.commands.envoy_config import (
     with_legacy,
 )
 from extproc.core.policy import GatewayPolicy
-from tests.conftest import QWEN_MODEL, REPO, SHIPPED_QWEN_POLICY
+from tests.conftest import QWEN_MODEL, REPO
 from tests.fake_upstream import FakeUpstream
-from tests.harness import Gateway, start_gateway
+from tests.harness import Gateway, free_port, start_shipped_gateway
 
 WAIT_S = 30.0
 UPLOAD_BYTES = 6 * 1024 * 1024
@@ -260,17 +262,9 @@ def gateway(
     qwen_dir: Path,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Gateway]:
-    gw = start_gateway(
-        dynamo.url,
-        tmp_path_factory.mktemp("split"),
-        config=SHIPPED_QWEN_POLICY,
-        tokenizer_overrides=f"{QWEN_MODEL}={qwen_dir}",
-        extra_args=[
-            "--legacy",
-            legacy.url,
-            "--envoy-template",
-            str(REPO / "envoy" / f"{request.param}.yaml"),
-        ],
+    log_dir = tmp_path_factory.mktemp("split")
+    gw = start_shipped_gateway(
+        dynamo.url, log_dir, qwen_dir, request.param, ["--legacy", legacy.url]
     )
     yield gw
     assert gw.stop() == 0, gw.log()
@@ -423,7 +417,9 @@ def test_streamed_answer_reaches_the_client_chunk_by_chunk(
         assert reply.status == 200
         assert reply.getheader("transfer-encoding") == "chunked"
         started = time.monotonic()
-        first = reply.read1(len(STREAM_CHUNKS[0]))
+        first = b""
+        while len(first) < len(STREAM_CHUNKS[0]) and (piece := reply.read1(64)):
+            first += piece
         assert first == STREAM_CHUNKS[0]
         assert time.monotonic() - started < WAIT_S / 2
         legacy.state.stream_release.set()
@@ -488,6 +484,25 @@ def test_upload_time_through_the_gateway_vs_direct(gateway: Gateway, legacy: Leg
     assert through < direct * 10 + 2.0
 
 
+def test_an_unreachable_legacy_server_is_a_503_envelope(
+    dynamo: FakeUpstream, qwen_dir: Path, tmp_path: Path
+) -> None:
+    """Envoy's own answer (not the legacy server's), so it gets the envelope; the
+    embeddings route is unaffected."""
+    dead = f"http://127.0.0.1:{free_port()}"
+    gw = start_shipped_gateway(dynamo.url, tmp_path, qwen_dir, "standalone", ["--legacy", dead])
+    try:
+        reply = send(gw.url, "GET", "/v1/models")
+        assert reply.status == 503
+        error = orjson.loads(reply.body)["error"]
+        assert (error["type"], error["code"]) == ("server_error", "upstream_unavailable")
+        body = orjson.dumps({"model": QWEN_MODEL, "input": "hello"})
+        ok = send(gw.url, "POST", "/v1/embeddings", body, {"content-type": "application/json"})
+        assert ok.status == 200
+    finally:
+        assert gw.stop() == 0, gw.log()
+
+
 # -- the rendered config -------------------------------------------------------------
 
 
@@ -528,3 +543,16 @@ def test_with_legacy_refuses_a_config_without_a_passthrough_route() -> None:
         vhost["routes"] = [r for r in vhost["routes"] if r["name"] != "passthrough"]
     with pytest.raises(ValueError, match="passthrough"):
         with_legacy(config, Upstream.from_url("http://legacy:9000"))
+
+
+def test_a_bad_legacy_url_stops_the_command() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "extproc", "run", "--upstream", "http://127.0.0.1:1"]
+        + ["--legacy", "ftp://legacy"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert "--legacy" in result.stderr and "ftp://legacy" in result.stderr

@@ -117,8 +117,9 @@ def with_legacy(config: dict[str, Any], legacy: Upstream) -> dict[str, Any]:
     reranking, audio, ...) reaches the legacy server as the client sent it. The
     pass-through route already runs no gateway filter (no ext_proc, no buffer, no
     custom_response, no Lua), so bodies stream both ways and the legacy server's
-    status, headers and body come back unchanged. Works on any shipped template
-    (found by the route's name), so the YAML files stay valid on their own.
+    status and body come back unchanged. The route keeps its timeout (the
+    upstream's). Works on any shipped template (found by the route's name), so the
+    YAML files stay valid on their own.
     """
     config = copy.deepcopy(config)
     routes = [
@@ -133,6 +134,12 @@ def with_legacy(config: dict[str, Any], legacy: Upstream) -> dict[str, Any]:
     clusters: list[dict[str, Any]] = config["static_resources"]["clusters"]
     if any(c["name"] == LEGACY_CLUSTER for c in clusters):
         raise ValueError(f"the config already has a {LEGACY_CLUSTER!r} cluster")
+    clusters.append(legacy_cluster(legacy))
+    return config
+
+
+def legacy_cluster(legacy: Upstream) -> dict[str, Any]:
+    """The ``legacy`` cluster: plain HTTP/1.1 (TLS for https URLs), resolved by DNS."""
     cluster: dict[str, Any] = {
         "name": LEGACY_CLUSTER,
         "type": "STRICT_DNS",
@@ -144,8 +151,7 @@ def with_legacy(config: dict[str, Any], legacy: Upstream) -> dict[str, Any]:
     _point(cluster, legacy.host, legacy.port)
     if legacy.tls:
         cluster["transport_socket"] = _upstream_tls(legacy.host)
-    clusters.append(cluster)
-    return config
+    return cluster
 
 
 def _upstream_tls(host: str) -> dict[str, Any]:
