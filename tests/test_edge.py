@@ -60,16 +60,24 @@ def envelope(reply: WireReply, status: int) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def upstream(qwen_dir: Path) -> Iterator[FakeUpstream]:
-    with FakeUpstream(flavour="dynamo", tokenizer_dir=qwen_dir) as fake:
-        yield fake
+def fakes(qwen_dir: Path) -> Iterator[tuple[FakeUpstream, FakeUpstream]]:
+    """The embeddings upstream (a Dynamo fake) and, standing for the legacy server of
+    a split migration, a vLLM fake: each records what reaches it."""
+    with (
+        FakeUpstream(flavour="dynamo", tokenizer_dir=qwen_dir) as dynamo,
+        FakeUpstream(flavour="vllm", tokenizer_dir=qwen_dir) as legacy_server,
+    ):
+        yield dynamo, legacy_server
 
 
 @pytest.fixture(scope="module")
-def legacy(qwen_dir: Path) -> Iterator[FakeUpstream]:
-    """Stands for the legacy server of a split migration: records what reaches it."""
-    with FakeUpstream(flavour="vllm", tokenizer_dir=qwen_dir) as fake:
-        yield fake
+def upstream(fakes: tuple[FakeUpstream, FakeUpstream]) -> FakeUpstream:
+    return fakes[0]
+
+
+@pytest.fixture(scope="module")
+def legacy(fakes: tuple[FakeUpstream, FakeUpstream]) -> FakeUpstream:
+    return fakes[1]
 
 
 @pytest.fixture(autouse=True)
@@ -93,13 +101,15 @@ def gateway(
 ) -> Iterator[Gateway]:
     # With --legacy, every path but the embeddings endpoint goes to `legacy`: a
     # spelling of the endpoint that slipped past the embeddings routes would show there.
+    options = ["--envoy-template", str(REPO / "envoy" / f"{shape}.yaml"), "--legacy", legacy.url]
+    folder = tmp_path_factory.mktemp(f"edge-{shape}")
+    overrides = f"{QWEN_MODEL}={qwen_dir}"
     gw = start_gateway(
         upstream.url,
-        tmp_path_factory.mktemp(f"edge-{shape}"),
+        folder,
         config=SHIPPED_QWEN_POLICY,
-        tokenizer_overrides=f"{QWEN_MODEL}={qwen_dir}",
-        extra_args=["--envoy-template", str(REPO / "envoy" / f"{shape}.yaml")]
-        + ["--legacy", legacy.url],
+        tokenizer_overrides=overrides,
+        extra_args=options,
     )
     yield gw
     assert gw.stop() == 0, gw.log()
