@@ -1194,13 +1194,19 @@ def test_envoy_gateway_policies_match_standalone() -> None:
     assert alias["matches"] == [
         {"path": {"type": "Exact", "value": "/embeddings"}, "method": "POST"}
     ]
+    identity = {
+        "type": "RequestHeaderModifier",
+        "requestHeaderModifier": {"set": [{"name": "accept-encoding", "value": "identity"}]},
+    }
+    assert rule["filters"] == [identity]  # the gateway reads the answer: never compressed
     assert alias["filters"] == [
         {
             "type": "URLRewrite",
             "urlRewrite": {
                 "path": {"type": "ReplaceFullPath", "replaceFullPath": "/v1/embeddings"}
             },
-        }
+        },
+        identity,
     ]
     # Buffers: EG's default is 32 KiB; the listener must hold the largest allowed request
     # and the largest response the gateway rewrites (standalone.yaml's listener limit).
