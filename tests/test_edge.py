@@ -17,6 +17,10 @@ tests/test_faults_upstream.py.
 from __future__ import annotations
 
 import gzip
+import shutil
+import socket
+import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,7 +31,7 @@ import pytest
 
 from tests.conftest import QWEN_MODEL, REPO, SHIPPED_QWEN_POLICY
 from tests.fake_upstream import FakeUpstream
-from tests.harness import Gateway, start_gateway
+from tests.harness import Gateway, free_port, start_gateway
 from tests.test_hostile_input import WireReply, exchange, port_of
 
 SHAPES = ("standalone", "single-filter")
@@ -287,6 +291,75 @@ def test_client_accepting_br_gets_brotli(shape: str, gateway: Gateway) -> None:
 
 
 # -- HTTP/1.0 and Envoy's own refusals ---------------------------------------------------
+
+
+def _nginx_conf(folder: Path, port: int, gateway_port: int) -> str:
+    """nginx as a reverse proxy in front of the gateway, with nginx's defaults: it
+    speaks HTTP/1.0 to the gateway (`proxy_http_version` is 1.0 unless set)."""
+    temp = "\n".join(
+        f"    {kind}_temp_path {folder}/{kind};"
+        for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
+    )
+    return f"""
+daemon off;
+master_process off;
+pid {folder}/nginx.pid;
+error_log {folder}/nginx-error.log warn;
+events {{ worker_connections 64; }}
+http {{
+    access_log off;
+{temp}
+    client_max_body_size 16m;
+    server {{
+        listen 127.0.0.1:{port};
+        location / {{ proxy_pass http://127.0.0.1:{gateway_port}; }}
+    }}
+}}
+"""
+
+
+@pytest.fixture(scope="module")
+def nginx(gateway: Gateway, tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+    """The port of an nginx (Debian's, as in bench/) in front of the gateway."""
+    binary = shutil.which("nginx")
+    if binary is None:
+        pytest.fail("nginx is not installed (scripts/test installs it: bench/setup.sh)")
+    folder = tmp_path_factory.mktemp("nginx")
+    port = free_port()
+    conf = folder / "nginx.conf"
+    conf.write_text(_nginx_conf(folder, port, port_of(gateway)))
+    process = subprocess.Popen(
+        [binary, "-c", str(conf), "-p", str(folder)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert process.poll() is None, (folder / "nginx-error.log").read_text()
+                assert time.monotonic() < deadline, "nginx did not listen within 20 s"
+                time.sleep(0.05)
+        yield port
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+def test_nginx_in_front_with_its_default_http_1_0(
+    nginx: int, gateway: Gateway, upstream: FakeUpstream
+) -> None:
+    reply = exchange(nginx, post("/v1/embeddings", BODY), timeout=60.0)
+    assert reply.status == 200, reply
+    assert len(orjson.loads(reply.body)["data"]) == 1
+    (received,) = upstream.received
+    assert INSTRUCTION in received.body
+    refused = exchange(nginx, post("/v1/embeddings", b'{"model": 5, "input": "x"}'), timeout=60.0)
+    assert envelope(refused, 400)["param"] == "model"
 
 
 @pytest.mark.parametrize("host", ["gw", None], ids=["with-host", "without-host"])
