@@ -8,7 +8,9 @@
   nor forwarded mislabelled; the upstream is asked for identity; clients that
   accept gzip or br get compressed answers (standalone.yaml);
 - HTTP/1.0 is answered; Envoy's own refusals (431, no Host, a path it cannot
-  normalise) carry a non-empty envelope.
+  normalise) carry a non-empty envelope;
+- an HTTP/2 request body followed by trailers is refused (ext_proc would hand the
+  body over as not the end of the stream, and the gateway would let it through).
 
 413 and 408 envelopes are asserted by tests/test_hostile_input.py, 502/503/504 by
 tests/test_faults_upstream.py.
@@ -19,6 +21,7 @@ from __future__ import annotations
 import gzip
 import shutil
 import socket
+import struct
 import subprocess
 import time
 from collections.abc import Iterator
@@ -398,4 +401,86 @@ def test_headers_too_large_is_a_431_envelope(
 def test_envoy_refusal_has_a_message(wire: bytes, gateway: Gateway, upstream: FakeUpstream) -> None:
     error = envelope(ask(gateway, wire), 400)
     assert error["type"] == "invalid_request_error"
+    assert upstream.received == []
+
+
+# -- HTTP/2 request trailers --------------------------------------------------------------
+# A minimal h2c client (prior knowledge), written frame by frame: no HTTP library at
+# hand sends request trailers. HPACK literals without indexing, no Huffman coding.
+
+DATA, HEADERS, RST_STREAM, SETTINGS, GOAWAY = 0, 1, 3, 4, 7
+END_STREAM, END_HEADERS, ACK = 0x1, 0x4, 0x1
+
+
+def _frame(kind: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
+    return (
+        struct.pack(">I", len(payload))[1:]
+        + bytes([kind, flags])
+        + struct.pack(">I", stream)
+        + payload
+    )
+
+
+def _hpack(*fields: tuple[str, str]) -> bytes:
+    block = b""
+    for name, value in fields:
+        raw_name, raw_value = name.encode(), value.encode()
+        assert len(raw_name) < 127 and len(raw_value) < 127
+        block += b"\x00" + bytes([len(raw_name)]) + raw_name + bytes([len(raw_value)]) + raw_value
+    return block
+
+
+def h2_post(port: int, path: str, body: bytes, *, trailers: bool) -> bytes:
+    """POST on stream 1, then (optionally) trailers; the answer's DATA (bounded wait)."""
+    head = _hpack(
+        (":method", "POST"),
+        (":scheme", "http"),
+        (":path", path),
+        (":authority", "gw"),
+        ("content-type", "application/json"),
+    )
+    wire = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + _frame(SETTINGS, 0, 0)
+    wire += _frame(HEADERS, END_HEADERS, 1, head)
+    wire += _frame(DATA, 0 if trailers else END_STREAM, 1, body)
+    if trailers:
+        wire += _frame(HEADERS, END_HEADERS | END_STREAM, 1, _hpack(("x-checksum", "1")))
+    deadline = time.monotonic() + 30.0
+    with socket.create_connection(("127.0.0.1", port), timeout=30.0) as sock:
+        sock.sendall(wire)
+        buffer, answer = b"", b""
+        while time.monotonic() < deadline:
+            while len(buffer) < 9 or len(buffer) < 9 + int.from_bytes(buffer[:3], "big"):
+                sock.settimeout(max(0.1, deadline - time.monotonic()))
+                chunk = sock.recv(65536)
+                assert chunk, f"connection closed; got {answer!r}"
+                buffer += chunk
+            size, kind, flags = int.from_bytes(buffer[:3], "big"), buffer[3], buffer[4]
+            stream = int.from_bytes(buffer[5:9], "big") & 0x7FFFFFFF
+            payload, buffer = buffer[9 : 9 + size], buffer[9 + size :]
+            if kind == SETTINGS and not flags & ACK:
+                sock.sendall(_frame(SETTINGS, ACK, 0))
+            assert kind not in (RST_STREAM, GOAWAY), (kind, payload)
+            if stream == 1 and kind == DATA:
+                answer += payload
+            if stream == 1 and kind in (DATA, HEADERS) and flags & END_STREAM:
+                return answer
+    raise AssertionError(f"no complete answer in 30 s; got {answer!r}")
+
+
+def test_http2_request_without_trailers_goes_through_the_contract(
+    gateway: Gateway, upstream: FakeUpstream
+) -> None:
+    answer = h2_post(port_of(gateway), "/v1/embeddings", BODY, trailers=False)
+    assert len(orjson.loads(answer)["data"]) == 1
+    (received,) = upstream.received
+    assert INSTRUCTION in received.body
+
+
+@pytest.mark.parametrize("body", [BODY, b'{"model": 5, "input": "x"}'], ids=["valid", "invalid"])
+def test_http2_request_with_trailers_is_refused(
+    body: bytes, gateway: Gateway, upstream: FakeUpstream
+) -> None:
+    answer = h2_post(port_of(gateway), "/v1/embeddings", body, trailers=True)
+    error = orjson.loads(answer)["error"]
+    assert error["type"] == "invalid_request_error" and "trailers" in error["message"]
     assert upstream.received == []
