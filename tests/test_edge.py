@@ -280,6 +280,17 @@ def test_client_accepting_gzip_gets_a_compressed_answer(
     assert len(packed.body) < len(plain.body) * 0.6
 
 
+def test_http_1_0_compressed_answer_ends_with_the_connection(shape: str, gateway: Gateway) -> None:
+    """HTTP/1.0 has no chunked coding: a compressed answer (no length known up front)
+    is delimited by closing the connection, and decodes to the same vectors."""
+    plain = ask(gateway, post("/v1/embeddings", _batch(), version="HTTP/1.0"))
+    gzip_ok = (("Accept-Encoding", "gzip"),)
+    packed = ask(gateway, post("/v1/embeddings", _batch(), version="HTTP/1.0", headers=gzip_ok))
+    assert plain.status == packed.status == 200 and packed.complete, packed
+    body = gzip.decompress(packed.body) if shape == "standalone" else packed.body
+    assert np.array_equal(_vectors(body), _vectors(plain.body))
+
+
 def test_client_accepting_br_gets_brotli(shape: str, gateway: Gateway) -> None:
     plain = ask(gateway, post("/v1/embeddings", _batch()))
     packed = ask(gateway, post("/v1/embeddings", _batch(), headers=(("Accept-Encoding", "br"),)))
