@@ -3,7 +3,7 @@
 Expectations are computed independently: token counts and ids come from the real
 Qwen3 ``tokenizer.json`` run directly with Hugging Face ``tokenizers`` (not through
 the gateway's ModelTokenizer), and the Qwen3-Embedding prompt format is spelled out
-here from the model card / DESIGN.md section 4.
+here from the model card (docs/upstreams.md).
 """
 
 from __future__ import annotations
@@ -793,7 +793,7 @@ def test_shipped_policy_facts(qwen_policy: GatewayPolicy) -> None:
     assert model.accepts_dimensions(32) and not model.accepts_dimensions(31)
 
 
-# -- hostile input (issue #6): found by tests/test_hostile_input.py ------------------
+# -- hostile input (the corpus in tests/hostile_corpus.py) ------------------
 
 
 def nested_arrays(levels: int) -> Any:

@@ -87,8 +87,8 @@ def check_content_type(content_type: str | None) -> None:
 def check_declared_length(content_length: str | None, limits: Limits) -> None:
     """Refuse a body whose declared size is over the limit before it is buffered."""
     # ASCII digits only: str.isdigit() also takes '²' (a latin-1 header byte), which
-    # int() refuses, and int() refuses more than 4,300 digits; both raised ValueError
-    # (tests/test_fuzz_core.py). A value with more digits than any limit is over it.
+    # int() refuses, and int() refuses more than 4,300 digits: neither may raise here.
+    # A value with more digits than any limit is over it.
     if content_length is not None and content_length.isascii() and content_length.isdigit():
         digits = content_length.lstrip("0") or "0"
         _check_size(int(digits) if len(digits) <= 20 else 10**20, limits)

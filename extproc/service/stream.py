@@ -1,6 +1,6 @@
 """The per-stream ext_proc state machine: one HTTP request, one gRPC stream.
 
-Rules (Envoy 1.40, verified live; see DESIGN.md section 3):
+Rules (Envoy 1.40, verified live; the Envoy behaviour they rely on: docs/envoy-facts.md):
 
 1. Envoy sends, in order, whichever of these the filter's processing mode asks
    for: request_headers, request_body, response_headers, response_body (trailers
@@ -292,7 +292,7 @@ class ExtProcStream:
         None when the attribute is missing or unusable."""
         code = _attribute(request, RESPONSE_CODE_ATTR)
         # Three ASCII digits only: "²".isdigit() is true and int() refuses it, as it
-        # refuses 4,301 digits (tests/test_fuzz_stream.py).
+        # refuses 4,301 digits.
         if code is None or not (code.isascii() and code.isdigit() and len(code) == 3):
             return None
         return self._decide(int(code), request)
