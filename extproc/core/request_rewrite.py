@@ -9,7 +9,8 @@ vLLM understand:
 - inputs over ``max_tokens`` are cut with the model's tokenizer; when any input of
   a batch is cut the batch is sent as token ids, so the upstream sees exactly the
   tokens the legacy server kept (an upstream never adds special tokens to ids);
-- ``dimensions`` below native is stripped and emulated on the response;
+- ``dimensions`` below native is forwarded to an upstream the policy says cuts
+  itself (``upstream.native.dimensions``), else stripped and emulated on the response;
 - ``encoding_format`` is set to what makes the response work cheapest.
 
 When nothing changes, ``upstream_body`` is ``None``: the body is forwarded as sent.
@@ -135,7 +136,11 @@ def rewrite_request(
     except TokenizeBudgetError as exc:
         raise _over_budget(exc, limits, model) from None
 
-    emulate = dimensions is not None and dimensions != model.native_dimensions
+    below_native = dimensions is not None and dimensions != model.native_dimensions
+    # An upstream that cuts itself gets `dimensions` forwarded and answers the vectors
+    # the client asked for, in the client's encoding: no response rewrite.
+    forward_dimensions = below_native and model.upstream.native.dimensions
+    emulate = below_native and not forward_dimensions
     if emulate:
         upstream_encoding = Encoding(adapter_for(model.upstream.kind).vectors_encoding)
     else:
@@ -150,7 +155,8 @@ def rewrite_request(
         dimensions=dimensions if emulate else None,
         check_only=model.check_responses,
     )
-    stripped = [f for f in LEGACY_ONLY_FIELDS if f in request]
+    kept = ("dimensions",) if forward_dimensions else ()
+    stripped = [f for f in LEGACY_ONLY_FIELDS if f in request and f not in kept]
     stats = RequestStats(
         inputs=count,
         prompted=bool(prefix),
@@ -171,7 +177,7 @@ def rewrite_request(
     if not changed:
         return Forward(upstream_body=None, plan=plan, stats=stats)
 
-    upstream = {k: v for k, v in request.items() if k not in LEGACY_ONLY_FIELDS}
+    upstream = {k: v for k, v in request.items() if k not in stripped}
     upstream["model"] = model.upstream_model
     if new_input is not None:
         upstream["input"] = new_input
