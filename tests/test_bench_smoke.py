@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-CASES = {"A", "B", "N-a", "N-b", "S-a", "S-b"}
+CASES = {"A", "B", "N-a", "N-b", "S-a", "S-b", "S-n"}
 QUICK_WORKLOADS = {"seed-c1", "sat-c16"}
 BOUND_S = 150  # the run bounds itself at --max-runtime 110 s
 
@@ -75,6 +75,8 @@ def test_quick_benchmark_writes_sane_json(tmp_path: Path) -> None:
         assert rows[("N-b", workload)]["ext_proc_msgs_per_req"] == 4
         assert rows[("S-a", workload)]["ext_proc_msgs_per_req"] <= 4
         assert rows[("S-b", workload)]["ext_proc_msgs_per_req"] <= 4
+        # The upstream cuts `dimensions` itself: no response phase.
+        assert rows[("S-n", workload)]["ext_proc_msgs_per_req"] == 1
     assert "S shipped, full rewrite" in run.stdout
     assert "issue" not in run.stdout.lower()  # the output names no tracker entries
 
@@ -92,3 +94,34 @@ def test_run_py_still_runs_as_a_file() -> None:
     )
     assert run.returncode == 0, run.stderr
     assert "--quick" in run.stdout and "--workloads" in run.stdout
+
+
+def test_native_cases_forward_dimensions(tmp_path: Path) -> None:
+    """S-n and F-n: the upstream's native port answers the 256-d vectors itself, so the
+    shipped gateway and its floor each take one ext_proc message per request."""
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench.run",
+            *("--cases", "S-n,F-n", "--workloads", "seed-c1"),
+            *("--duration", "1", "--repetitions", "1", "--warmup", "0"),
+            *("--results-dir", str(tmp_path), "--max-runtime", "80"),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=110,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+    output = run.stdout + run.stderr
+    assert run.returncode == 0, output
+    (result_file,) = tmp_path.glob("*.json")
+    result = json.loads(result_file.read_text())
+    assert set(result["probes"]) == {"S-n/8", "F-n/8"}
+    for probe in result["probes"].values():
+        assert probe["ok"] and probe["dimensions"] == [256], probe
+        assert probe["ext_proc_msgs"] == 1, probe
+    rows = {r["case"]: r for r in result["summary"]}
+    assert rows["S-n"]["requests"] > 0 and rows["S-n"]["extproc_cpu_ms_per_req"] > 0
