@@ -20,9 +20,10 @@ import pytest
 
 from extproc.core.contract import Contract, load_contract
 from extproc.core.errors import ApiError
-from extproc.core.plan import Encoding
+from extproc.core.plan import Encoding, ResponsePlan
 from extproc.core.policy import load_policy_text
 from extproc.core.request_rewrite import Forward, rewrite_request
+from extproc.core.response_rewrite import rewrite_response
 from tests.fake_upstream import FakeUpstream
 from tests.harness import Gateway, http, start_gateway
 
@@ -31,7 +32,7 @@ NATIVE = 1024
 DOCS = ["The harbour lights flickered.", "A ferry crossed the bay at dusk."]
 
 
-def policy_yaml(*, native: bool, profile: str = "LEGACY") -> str:
+def policy_yaml(*, native: bool, profile: str = "LEGACY", check: bool = False) -> str:
     declared = ", native: {dimensions: true}" if native else ""
     return (
         "models:\n"
@@ -39,12 +40,15 @@ def policy_yaml(*, native: bool, profile: str = "LEGACY") -> str:
         "    preset: qwen3-embedding-0.6b\n"
         "    max_tokens: 1024\n"
         f"    encoding_profile: {profile}\n"
+        f"    check_responses: {str(check).lower()}\n"
         f"    upstream: {{kind: vllm{declared}}}\n"
     )
 
 
-def contract(qwen_dir: Path, *, native: bool, profile: str = "LEGACY") -> Contract:
-    text = policy_yaml(native=native, profile=profile)
+def contract(
+    qwen_dir: Path, *, native: bool, profile: str = "LEGACY", check: bool = False
+) -> Contract:
+    text = policy_yaml(native=native, profile=profile, check=check)
     return load_contract(load_policy_text(text, tokenizer_overrides={MODEL: qwen_dir}))
 
 
@@ -143,6 +147,29 @@ def test_openai_profile_forwards_the_clients_encoding(
     assert forward.upstream_body is None
     assert forward.plan.upstream_encoding is Encoding(encoding)
     assert not forward.plan.needs_response
+
+
+def upstream_answer(count: int, width: int) -> bytes:
+    rows = np.eye(count, width, dtype=np.float32)  # unit vectors
+    data = [
+        {"object": "embedding", "index": i, "embedding": r.tolist()} for i, r in enumerate(rows)
+    ]
+    usage = {"prompt_tokens": count, "total_tokens": count}
+    return orjson.dumps({"object": "list", "data": data, "model": MODEL, "usage": usage})
+
+
+def test_checked_answers_are_read_at_the_forwarded_width(qwen_dir: Path) -> None:
+    """With check_responses the answer is still read, against the size asked for."""
+    checked = contract(qwen_dir, native=True, check=True)
+    body = {"model": MODEL, "input": DOCS, "dimensions": 256}
+    plan = run(body, checked).plan
+    assert plan.needs_response and not plan.rewrites_vectors
+    assert plan.native_dimensions == 256
+    assert ResponsePlan.from_json(plan.to_json()) == plan
+    assert rewrite_response(plan, 200, upstream_answer(len(DOCS), 256)) is None
+    # The upstream ignored `dimensions`: whole vectors are not what was asked.
+    wrong = rewrite_response(plan, 200, upstream_answer(len(DOCS), NATIVE))
+    assert wrong is not None and wrong.status == 502
 
 
 @pytest.mark.parametrize("dimensions", [0, 31, 1025, -1, "256", 256.0, True])

@@ -139,8 +139,8 @@ def rewrite_request(
     below_native = dimensions is not None and dimensions != model.native_dimensions
     # An upstream that cuts itself gets `dimensions` forwarded and answers the vectors
     # the client asked for, in the client's encoding: no response rewrite.
-    forward_dimensions = below_native and model.upstream.native.dimensions
-    emulate = below_native and not forward_dimensions
+    forwarded = dimensions if below_native and model.upstream.native.dimensions else None
+    emulate = below_native and forwarded is None
     if emulate:
         upstream_encoding = Encoding(adapter_for(model.upstream.kind).vectors_encoding)
     else:
@@ -148,14 +148,15 @@ def rewrite_request(
     plan = ResponsePlan(
         model=model.name,
         input_count=count,
-        native_dimensions=model.native_dimensions,
+        # The width the upstream answers: what a checked response is read against.
+        native_dimensions=model.native_dimensions if forwarded is None else forwarded,
         upstream_kind=model.upstream.kind,
         client_encoding=client_encoding,
         upstream_encoding=upstream_encoding,
         dimensions=dimensions if emulate else None,
         check_only=model.check_responses,
     )
-    kept = ("dimensions",) if forward_dimensions else ()
+    kept = () if forwarded is None else ("dimensions",)
     stripped = [f for f in LEGACY_ONLY_FIELDS if f in request and f not in kept]
     stats = RequestStats(
         inputs=count,
