@@ -25,11 +25,16 @@ wheel's binary, default concurrency, as ``extproc run`` starts it):
 - F  floor of S: the shipped config in front of ``floor_processor.py``, a do-nothing
      grpc.aio processor that reproduces S's message pattern without any work.
 - Z  floor of N: the naive config in front of the same do-nothing processor.
+- S-n  the shipped config and a second ``extproc serve`` whose policy declares that
+     the upstream cuts ``dimensions`` itself (``upstream.native.dimensions``), in
+     front of the instant upstream's native port (it answers 256-d vectors to
+     ``"dimensions": 256``): the full rewrite with ``dimensions`` forwarded.
+- F-n  floor of S-n: the same Envoy and upstream in front of the do-nothing processor.
 
 N, S, F and Z each run two requests: (a) needs no rewrite (model + 8 documents), (b) the
 full rewrite (``input_type: "query"`` + ``dimensions: 256``: the instruction is
 applied, the truncation check runs, the upstream is asked for base64 and the
-vectors are cut and re-normalised). A and B run (a).
+vectors are cut and re-normalised). A and B run (a); S-n and F-n run (b).
 
 Per repetition (3 by default, alternating: every case of a workload runs before the
 next repetition, in a rotated order), wrk runs the workload against each case.
@@ -263,7 +268,8 @@ class Measurement:
 
 def start_stack(args: argparse.Namespace, stack: Stack, started: float) -> None:
     needs_big = any(WORKLOADS[w].inputs > upstream_mod.SMALL_BATCH for w in args.workload_keys)
-    stack.start(args.upstream, with_big_bodies=needs_big)
+    native = any(case.native for case in args.cases)
+    stack.start(args.upstream, with_big_bodies=needs_big, native=native)
     assert stack.upstream is not None
     print(
         f"bench: upstream {stack.upstream.kind} :{stack.upstream.port}, ext_proc "

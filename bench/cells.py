@@ -48,7 +48,10 @@ class CellRunner:
     ) -> dict[str, Any]:
         envoy = self.stack.envoys.get(case.target)
         assert self.stack.upstream is not None and self.stack.extproc is not None
-        processor = self.stack.floor if case.floor else self.stack.extproc
+        if case.floor:
+            processor = self.stack.floor
+        else:
+            processor = self.stack.extproc_native if case.native else self.stack.extproc
         assert processor is not None
         groups = {"upstream": self.stack.upstream.pids(), "extproc": [processor.pid]}
         if envoy:

@@ -7,10 +7,14 @@
 - N: envoy/single-filter.yaml with every phase sent and both bodies buffered on every
   request (the naive gateway).
 - F, Z: S and N pointed at the do-nothing floor processor.
+- S-n, F-n (with a ``NativeTarget``): S and F rendered with the native policy, in
+  front of the upstream's native port (it cuts ``dimensions`` itself); S-n's
+  ext_proc is the server started with that policy.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,26 +24,52 @@ from extproc.commands.envoy_config import EnvoySettings, Upstream, load_template
 from extproc.core.policy import load_policy_file
 
 EXT_PROC_FILTER = "envoy.filters.http.ext_proc"
-FLOORS = ("F", "Z")
+FLOORS = ("F", "Z", "F-n")
+
+
+@dataclass(frozen=True)
+class NativeTarget:
+    """What S-n and F-n point at: the upstream's native port, the ext_proc server
+    started with the native policy, that policy, and the floor's native port."""
+
+    upstream_port: int
+    extproc_port: int
+    policy_path: Path
+    floor_port: int = 0
 
 
 def envoy_configs(
-    upstream_port: int, extproc_port: int, policy_path: Path, floor_port: int = 0
+    upstream_port: int,
+    extproc_port: int,
+    policy_path: Path,
+    floor_port: int = 0,
+    native: NativeTarget | None = None,
 ) -> dict[str, tuple[dict[str, Any], int, int]]:
-    """B, N, S (and F, Z with a floor port): (config, listen port, admin port) each."""
-    policy = load_policy_file(policy_path)
+    """B, N, S (and F, Z with a floor port; S-n, F-n with ``native``): (config, listen
+    port, admin port) each."""
+    policies = {False: load_policy_file(policy_path)}
+    if native is not None:
+        policies[True] = load_policy_file(native.policy_path)
     shipped = load_template()
     single = load_template(REPO / "envoy" / "single-filter.yaml")
+    names = ["B", "N", "S", *(("F", "Z") if floor_port else ())]
+    if native is not None:
+        names += ["S-n", *(("F-n",) if floor_port else ())]
     configs = {}
-    for name in ("B", "N", "S", *FLOORS) if floor_port else ("B", "N", "S"):
+    for name in names:
+        is_native = name.endswith("-n")
+        to_upstream = native.upstream_port if native and is_native else upstream_port
+        to_extproc = native.extproc_port if native and is_native else extproc_port
+        to_floor = native.floor_port if native and is_native else floor_port
         settings = EnvoySettings(
             listen_host="127.0.0.1",
             listen_port=free_port(),
             admin_port=free_port(),
-            extproc_port=floor_port if name in FLOORS else extproc_port,
-            upstream=Upstream("127.0.0.1", upstream_port, tls=False),
+            extproc_port=to_floor if name in FLOORS else to_extproc,
+            upstream=Upstream("127.0.0.1", to_upstream, tls=False),
         )
-        config = render(shipped if name in ("S", "F") else single, settings, policy)
+        template = shipped if name in ("S", "F", "S-n", "F-n") else single
+        config = render(template, settings, policies[is_native])
         if name == "B":
             strip_ext_proc(config)
         elif name in ("N", "Z"):

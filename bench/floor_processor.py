@@ -14,7 +14,11 @@ The benchmark runs the shipped and the naive Envoy configs against this processo
 (cases F and Z): what remains is the cost of the gRPC streams and messages alone, the
 bound that no amount of work saved inside the gateway can go below.
 
-    python bench/floor_processor.py --listen 127.0.0.1:50061
+On ``--listen-native`` (optional, same process) it answers as the shipped server does
+for a model whose upstream cuts ``dimensions`` itself: ``"dimensions"`` marks nothing,
+every request body gets an empty reply (case F-n, the floor of S-n).
+
+    python bench/floor_processor.py --listen 127.0.0.1:50061 [--listen-native HOST:PORT]
 """
 
 from __future__ import annotations
@@ -34,13 +38,15 @@ _MAX_MESSAGE = 64 * 1024 * 1024
 _REWRITE_MARK = b'"dimensions"'
 
 
-def floor_reply(request: ep.ProcessingRequest) -> ep.ProcessingResponse:
+def floor_reply(
+    request: ep.ProcessingRequest, *, marks_rewrites: bool = True
+) -> ep.ProcessingResponse:
     kind = request.WhichOneof("request")
     reply = ep.ProcessingResponse()
     if kind == "request_body":
         reply.request_body.SetInParent()  # an empty reply must still name its kind
         common = reply.request_body.response
-        if _REWRITE_MARK in request.request_body.body:
+        if marks_rewrites and _REWRITE_MARK in request.request_body.body:
             reply.dynamic_metadata.update({"embgw": {"respond": "rewrite", "plan": "{}"}})
             common.clear_route_cache = True
             # Envoy honours clear_route_cache only in a reply that mutates headers.
@@ -62,14 +68,17 @@ def floor_reply(request: ep.ProcessingRequest) -> ep.ProcessingResponse:
 
 
 class FloorProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc]
+    def __init__(self, *, marks_rewrites: bool = True) -> None:
+        self.marks_rewrites = marks_rewrites
+
     async def Process(  # noqa: N802 - the proto's method name
         self, request_iterator: AsyncIterator[ep.ProcessingRequest], context: Any
     ) -> AsyncIterator[ep.ProcessingResponse]:
         async for request in request_iterator:
-            yield floor_reply(request)
+            yield floor_reply(request, marks_rewrites=self.marks_rewrites)
 
 
-async def serve(address: str) -> None:
+async def _start(address: str, processor: FloorProcessor) -> grpc.aio.Server:
     server = grpc.aio.server(
         options=[
             ("grpc.max_receive_message_length", _MAX_MESSAGE),
@@ -78,22 +87,32 @@ async def serve(address: str) -> None:
             ("grpc.so_reuseport", 0),
         ]
     )
-    ep_grpc.add_ExternalProcessorServicer_to_server(FloorProcessor(), server)
+    ep_grpc.add_ExternalProcessorServicer_to_server(processor, server)
     if server.add_insecure_port(address) == 0:
         raise OSError(f"cannot listen on {address}")
     await server.start()
+    return server
+
+
+async def serve(address: str, native_address: str | None = None) -> None:
+    servers = [await _start(address, FloorProcessor())]
+    if native_address:
+        servers.append(await _start(native_address, FloorProcessor(marks_rewrites=False)))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
-    await server.stop(1)
+    for server in servers:
+        await server.stop(1)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--listen", required=True, help="HOST:PORT")
-    asyncio.run(serve(parser.parse_args().listen))
+    parser.add_argument("--listen-native", help="HOST:PORT of the F-n floor (optional)")
+    args = parser.parse_args()
+    asyncio.run(serve(args.listen, args.listen_native))
 
 
 if __name__ == "__main__":

@@ -83,8 +83,11 @@ def qwen_tokenizer_dir() -> Path:
     return path
 
 
-def extproc_command(command: str, listen_port: int, grace_s: int, *extra: str) -> list[str]:
-    """`extproc serve|run` on 127.0.0.1 with the shipped Qwen3 policy and its tokenizer."""
+def extproc_command(
+    command: str, listen_port: int, grace_s: int, *extra: str, policy: Path = POLICY
+) -> list[str]:
+    """`extproc serve|run` on 127.0.0.1 with the shipped Qwen3 policy (or ``policy``)
+    and its tokenizer."""
     return [
         sys.executable,
         "-m",
@@ -94,7 +97,7 @@ def extproc_command(command: str, listen_port: int, grace_s: int, *extra: str) -
         "--listen",
         f"127.0.0.1:{listen_port}",
         "--config",
-        str(POLICY),
+        str(policy),
         "--tokenizer",
         f"{MODEL}={qwen_tokenizer_dir()}",
         "--grace",

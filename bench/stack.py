@@ -1,6 +1,7 @@
 """The processes the benchmark measures, started once per run, each on its own so that
 /proc gives its CPU time and RSS: an instant upstream, `extproc serve`, the do-nothing
-floor processor, and one Envoy per configuration (B, N, S, F, Z)."""
+floor processor, and one Envoy per configuration (B, N, S, F, Z); for the native
+cases also a second `extproc serve` with the native policy and Envoys S-n, F-n."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import yaml
 
 from bench import upstream as upstream_mod
 from bench.envoy_admin import Envoy
-from bench.envoy_configs import envoy_configs
+from bench.envoy_configs import NativeTarget, envoy_configs
 from bench.processes import (
     READY_TIMEOUT_S,
     die_with_parent,
@@ -22,7 +23,7 @@ from bench.processes import (
     stop_process,
     wait_for_port,
 )
-from bench.workloads import HERE, POLICY
+from bench.workloads import HERE, POLICY, native_policy
 from extproc.commands.launcher import envoy_binary
 
 
@@ -36,43 +37,64 @@ class Stack:
         self.extproc_port = 0
         self.floor: subprocess.Popen[bytes] | None = None
         self.floor_port = 0
+        # The ext_proc server with the native policy (S-n), when a native case runs.
+        self.extproc_native: subprocess.Popen[bytes] | None = None
+        self.native: NativeTarget | None = None
         self.envoys: dict[str, Envoy] = {}
 
-    def start(self, upstream_kind: str, with_big_bodies: bool) -> None:
+    def start(self, upstream_kind: str, with_big_bodies: bool, native: bool = False) -> None:
         bodies = self.workdir / "upstream"
         small, big = upstream_mod.SMALL_BATCH, upstream_mod.BIG_BATCH
         upstream_mod.write_bodies(bodies, (small, big) if with_big_bodies else (small,))
         self.upstream = upstream_mod.start(
-            bodies, free_port(), upstream_kind, preexec=die_with_parent
+            bodies,
+            free_port(),
+            upstream_kind,
+            preexec=die_with_parent,
+            native_port=free_port() if native else 0,
         )
         self.extproc_port = free_port()
         self.extproc = spawn(
             extproc_command("serve", self.extproc_port, 2), self.workdir / "extproc.log"
         )
+        if native:
+            policy = native_policy(self.workdir)
+            self.native = NativeTarget(
+                self.upstream.native_port, free_port(), policy, floor_port=free_port()
+            )
+            self.extproc_native = spawn(
+                extproc_command("serve", self.native.extproc_port, 2, policy=policy),
+                self.workdir / "extproc-native.log",
+            )
         self.floor_port = free_port()
-        self.floor = spawn(
-            [
-                sys.executable,
-                str(HERE / "floor_processor.py"),
-                "--listen",
-                f"127.0.0.1:{self.floor_port}",
-            ],
-            self.workdir / "floor.log",
-        )
+        floor_ports = [self.floor_port]
+        argv = [sys.executable, str(HERE / "floor_processor.py"), "--listen"]
+        argv.append(f"127.0.0.1:{self.floor_port}")
+        if self.native is not None:
+            floor_ports.append(self.native.floor_port)
+            argv += ["--listen-native", f"127.0.0.1:{self.native.floor_port}"]
+        self.floor = spawn(argv, self.workdir / "floor.log")
         self._start_envoys()
-        try:
-            wait_for_port(self.extproc_port, self.extproc, READY_TIMEOUT_S, "extproc serve")
-        except (RuntimeError, TimeoutError) as exc:
-            text = (self.workdir / "extproc.log").read_text(errors="replace")
-            raise RuntimeError(f"{exc}\n{text}") from exc
-        wait_for_port(self.floor_port, self.floor, READY_TIMEOUT_S, "floor processor")
+        servers = [(self.extproc_port, self.extproc, "extproc.log")]
+        if self.native is not None and self.extproc_native is not None:
+            servers.append((self.native.extproc_port, self.extproc_native, "extproc-native.log"))
+        for port, process, log_name in servers:
+            try:
+                wait_for_port(port, process, READY_TIMEOUT_S, "extproc serve")
+            except (RuntimeError, TimeoutError) as exc:
+                text = (self.workdir / log_name).read_text(errors="replace")
+                raise RuntimeError(f"{exc}\n{text}") from exc
+        for port in floor_ports:
+            wait_for_port(port, self.floor, READY_TIMEOUT_S, "floor processor")
         for envoy in self.envoys.values():
             envoy.wait_ready(READY_TIMEOUT_S)
 
     def _start_envoys(self) -> None:
         assert self.upstream is not None
         binary = envoy_binary()
-        configs = envoy_configs(self.upstream.port, self.extproc_port, POLICY, self.floor_port)
+        configs = envoy_configs(
+            self.upstream.port, self.extproc_port, POLICY, self.floor_port, self.native
+        )
         for name, (config, port, admin_port) in configs.items():
             path = self.workdir / f"envoy-{name}.yaml"
             path.write_text(yaml.safe_dump(config, sort_keys=False))
@@ -85,6 +107,8 @@ class Stack:
         pids = list(self.upstream.pids()) if self.upstream else []
         if self.extproc:
             pids.append(self.extproc.pid)
+        if self.extproc_native:
+            pids.append(self.extproc_native.pid)
         if self.floor:
             pids.append(self.floor.pid)
         pids += [e.process.pid for e in self.envoys.values()]
@@ -95,6 +119,8 @@ class Stack:
             stop_process(envoy.process)
         if self.extproc is not None:
             stop_process(self.extproc)
+        if self.extproc_native is not None:
+            stop_process(self.extproc_native)
         if self.floor is not None:
             stop_process(self.floor)
         if self.upstream is not None:

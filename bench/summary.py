@@ -104,8 +104,11 @@ def _ratio(
     limit: float,
     le: bool,
 ) -> dict[str, Any] | None:
-    """Shipped S over naive N for one figure; what[0] names the request, "a" or "b"."""
-    s, n = rows.get(("S-" + what[0], wl)), rows.get(("N-" + what[0], wl))
+    """Shipped S over naive N for one figure; what[0] names the request, "a" or "b",
+    or "n": the full rewrite against an upstream that cuts itself (S-n, F-n) over the
+    naive full rewrite (N-b)."""
+    naive = "b" if what[0] == "n" else what[0]
+    s, n = rows.get(("S-" + what[0], wl)), rows.get(("N-" + naive, wl))
     if not s or not n or s[key] is None or n[key] in (None, 0):
         return None
     value = s[key] / n[key]
@@ -140,6 +143,7 @@ def targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ] + [
         ("b: full rewrite, req/s", "sat-c16", "req_per_s", 2.0, False),
         ("b: full rewrite, ext_proc CPU/req", "sat-c16", "extproc_cpu_ms_per_req", 0.5, True),
+        ("n: native dimensions, req/s", "sat-c16", "req_per_s", 1.8, False),
     ]
     out = []
     for what, wl, key, limit, le in wanted:

@@ -21,6 +21,12 @@ Bodies are computed once, here, and written to files that the server loads at st
 - ``base64-<n>.json``: the same vectors as base64 of their little-endian float32
   bytes (Dynamo's answer to ``"encoding_format":"base64"``; the gateway asks for it
   when it must cut vectors to ``dimensions``).
+- ``float-<n>-d256.json``, ``base64-<n>-d256.json``: the same vectors cut to their
+  first 256 components and re-normalised, what an upstream started Matryoshka answers
+  to ``"dimensions": 256``. Served only on the second, "native" port (when started
+  with one), to a request that asks for 256. The first port ignores ``dimensions``
+  (where a real upstream not started Matryoshka would refuse it), so the cases that
+  forward the field untouched (the floors) keep receiving whole vectors.
 
 The server knows two batch sizes only: a request body over ``BIG_REQUEST_BYTES`` gets
 the ``BIG_BATCH`` (2,048) answer, anything else the 8-vector one. The harness checks,
@@ -51,6 +57,8 @@ import orjson
 HERE = Path(__file__).resolve().parent
 MODEL = "Qwen/Qwen3-Embedding-0.6B"
 DIMENSIONS = 1024
+CUT_DIMENSIONS = 256  # what the native port answers to `"dimensions": 256`
+CUT_SUFFIX = f"-d{CUT_DIMENSIONS}"
 SMALL_BATCH = 8
 BIG_BATCH = 2048
 BIG_REQUEST_BYTES = 65536  # 8 docs ~ 3.5 KB, 2,048 docs ~ 850 KB
@@ -64,10 +72,11 @@ def _float32_json(values: np.ndarray) -> bytes:
     return b"[" + b",".join(str(v).encode() for v in values) + b"]"
 
 
-def embeddings_body(n: int, encoding: str, seed: int = 7) -> bytes:
-    """The upstream's answer for a batch of ``n`` inputs (``float`` or ``base64``)."""
+def embeddings_body(n: int, encoding: str, seed: int = 7, dimensions: int = DIMENSIONS) -> bytes:
+    """The upstream's answer for a batch of ``n`` inputs (``float`` or ``base64``),
+    cut to ``dimensions`` and re-normalised when that is below the native size."""
     rng = np.random.default_rng(seed)
-    vectors = rng.standard_normal((n, DIMENSIONS)).astype(np.float32)
+    vectors = rng.standard_normal((n, DIMENSIONS)).astype(np.float32)[:, :dimensions]
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
     items = []
     for i, vector in enumerate(vectors):
@@ -94,10 +103,11 @@ def write_bodies(
     written = {}
     for n in sizes:
         for encoding in ("float", "base64"):
-            name = f"{encoding}-{n}.json"
-            body = embeddings_body(n, encoding)
-            (directory / name).write_bytes(body)
-            written[name] = len(body)
+            for dimensions, suffix in ((DIMENSIONS, ""), (CUT_DIMENSIONS, CUT_SUFFIX)):
+                name = f"{encoding}-{n}{suffix}.json"
+                body = embeddings_body(n, encoding, dimensions=dimensions)
+                (directory / name).write_bytes(body)
+                written[name] = len(body)
     return written
 
 
@@ -105,8 +115,19 @@ def nginx_available() -> bool:
     return shutil.which("nginx") is not None and NJS_MODULE.is_file()
 
 
-def _nginx_conf(directory: Path, port: int) -> str:
+def _nginx_conf(directory: Path, port: int, native_port: int) -> str:
     d = str(directory)
+    native = (
+        f"""
+    server {{
+        listen 127.0.0.1:{native_port} backlog=4096;
+        location = /v1/embeddings {{ js_content up.embeddings_cut; }}
+        {_BODIES_LOCATION.format(d=d)}
+        location / {{ return 404; }}
+    }}"""
+        if native_port
+        else ""
+    )
     return f"""
 load_module {NJS_MODULE};
 daemon off;
@@ -135,17 +156,20 @@ http {{
     server {{
         listen 127.0.0.1:{port} backlog=4096;
         location = /v1/embeddings {{ js_content up.embeddings; }}
-        location /_bodies/ {{
+        {_BODIES_LOCATION.format(d=d)}
+        location / {{ return 404; }}
+    }}{native}
+}}
+"""
+
+
+_BODIES_LOCATION = """location /_bodies/ {{
             internal;
             alias {d}/;
             default_type application/json;
             # The static module answers POST with 405; this re-serves it as GET.
             error_page 405 =200 $uri;
-        }}
-        location / {{ return 404; }}
-    }}
-}}
-"""
+        }}"""
 
 
 @dataclass
@@ -153,6 +177,7 @@ class UpstreamProcess:
     kind: str  # "nginx" or "node"
     process: subprocess.Popen[bytes]
     port: int
+    native_port: int = 0  # answers `dimensions` itself; 0 when not started
 
     def pids(self) -> list[int]:
         """The server's PIDs: nginx's master and its workers, or node."""
@@ -181,24 +206,28 @@ def start(
     directory: Path,
     port: int,
     kind: str = "auto",
+    *,
     preexec: Callable[[], None] | None = None,
     ready_timeout: float = 15.0,
+    native_port: int = 0,
 ) -> UpstreamProcess:
-    """Start the upstream on 127.0.0.1:port serving the bodies in ``directory``."""
+    """Start the upstream on 127.0.0.1:port serving the bodies in ``directory``, and
+    on ``native_port`` (unless 0) the same as an upstream that cuts ``dimensions``."""
     if kind == "auto":
         kind = "nginx" if nginx_available() else "node"
     log = (directory / f"{kind}.log").open("wb")
     if kind == "nginx":
         for sub in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"):
             (directory / sub).mkdir(exist_ok=True)
-        small = ("float-8", "base64-8")
+        small = [f"{e}-8{cut}" for e in ("float", "base64") for cut in ("", CUT_SUFFIX)]
         bodies = {name: (directory / f"{name}.json").read_text() for name in small}
         (directory / "bodies-8.json").write_bytes(orjson.dumps(bodies))
         conf = directory / "nginx.conf"
-        conf.write_text(_nginx_conf(directory, port))
+        conf.write_text(_nginx_conf(directory, port, native_port))
         argv = ["nginx", "-p", str(directory), "-c", str(conf), "-e", str(directory / "err.log")]
     elif kind == "node":
-        argv = ["node", str(HERE / "upstream_node.js"), str(directory), str(port)]
+        node_ports = [str(port), *([str(native_port)] if native_port else [])]
+        argv = ["node", str(HERE / "upstream_node.js"), str(directory), *node_ports]
     else:
         raise ValueError(f"unknown upstream kind {kind!r}")
     process = subprocess.Popen(
@@ -209,15 +238,18 @@ def start(
         preexec_fn=preexec,  # noqa: PLW1509 (no threads)
     )
     log.close()
-    upstream = UpstreamProcess(kind, process, port)
+    upstream = UpstreamProcess(kind, process, port, native_port)
     deadline = time.monotonic() + ready_timeout
+    waiting = [p for p in (port, native_port) if p]
     while time.monotonic() < deadline:
         if process.poll() is not None:
             text = (directory / f"{kind}.log").read_text(errors="replace")
             raise RuntimeError(f"{kind} upstream exited with {process.returncode}: {text}")
         with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return upstream
+            if s.connect_ex(("127.0.0.1", waiting[0])) == 0:
+                waiting.pop(0)
+        if not waiting:
+            return upstream
         time.sleep(0.05)
     upstream.stop()
     raise TimeoutError(f"{kind} upstream not listening on {port} after {ready_timeout} s")

@@ -8,6 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import yaml
+
+from bench.upstream import CUT_DIMENSIONS
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -15,7 +18,7 @@ MODEL = "Qwen/Qwen3-Embedding-0.6B"
 POLICY = REPO / "extproc" / "policies" / "qwen3-embedding-0.6b.yaml"
 CORPUS = REPO / "extproc" / "data" / "corpus.jsonl"
 WORST_INPUTS = 2048
-REWRITE_DIMENSIONS = 256
+REWRITE_DIMENSIONS = CUT_DIMENSIONS  # the instant upstream's native port answers this size
 UPSTREAM_DIMENSIONS = 1024
 
 
@@ -27,6 +30,9 @@ class Case:
     request: str  # "plain" (a) or "rewrite" (b)
     uses_extproc: bool
     floor: bool = False  # served by floor_processor.py instead of `extproc serve`
+    # The upstream cuts `dimensions` itself (the instant upstream's native port) and
+    # the policy says so (`upstream.native.dimensions`): `dimensions` is forwarded.
+    native: bool = False
 
 
 CASES = [
@@ -40,6 +46,8 @@ CASES = [
     Case("F-b", "F floor of S, full rewr.", "F", "rewrite", True, floor=True),
     Case("Z-a", "Z floor of N, no rewrite", "Z", "plain", True, floor=True),
     Case("Z-b", "Z floor of N, full rewr.", "Z", "rewrite", True, floor=True),
+    Case("S-n", "S shipped, native dims", "S-n", "rewrite", True, native=True),
+    Case("F-n", "F floor of S, native dims", "F-n", "rewrite", True, floor=True, native=True),
 ]
 
 
@@ -80,9 +88,24 @@ def request_body(kind: str, inputs: int) -> bytes:
 
 
 def expected_dimensions(case: Case) -> int:
-    """Only the real gateway cuts vectors; the floors and the upstream send them whole."""
-    rewritten = case.request == "rewrite" and case.uses_extproc and not case.floor
+    """Only the real gateway, or an upstream that cuts itself, cuts vectors; the
+    floors and the upstream otherwise send them whole."""
+    if case.request != "rewrite":
+        return UPSTREAM_DIMENSIONS
+    rewritten = case.native or (case.uses_extproc and not case.floor)
     return REWRITE_DIMENSIONS if rewritten else UPSTREAM_DIMENSIONS
+
+
+def native_policy(directory: Path) -> Path:
+    """The shipped policy with every model declaring that its upstream cuts
+    `dimensions` itself; written to ``directory``."""
+    doc = yaml.safe_load(POLICY.read_text(encoding="utf-8"))
+    for model in doc["models"]:
+        upstream = model.setdefault("upstream", {})
+        upstream.setdefault("native", {})["dimensions"] = True
+    path = directory / "policy-native.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+    return path
 
 
 def write_request_bodies(directory: Path, workload_keys: list[str]) -> dict[tuple[str, int], Path]:

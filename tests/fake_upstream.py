@@ -54,8 +54,10 @@ Plain vLLM 0.32 (``flavour="vllm"``):
 - errors come as ``{"error":{"message","type","param","code"}}``:
   - ``dimensions`` on a model that is not Matryoshka gives 400 ``Model '<served>' does not
     support Matryoshka embeddings; dimensions must be unset (received dimensions=N).`` With
-    ``is_matryoshka`` set, a d outside the range gives 400 ``Model '<served>' only supports
-    dimensions in range [1, E], got N.``
+    ``is_matryoshka=True`` this is vLLM 0.32 started with
+    ``--hf-overrides '{"is_matryoshka": true}'``: 1 <= d <= dim gives 200 with the first d
+    components re-normalised (what the gateway's emulation computes), and a d outside the
+    range gives 400 ``Model '<served>' only supports dimensions in range [1, E], got N.``
   - too long gives 400 ``This model's maximum context length is L tokens. However, your
     prompt contains at least L+1 input tokens...`` (param ``input_tokens``). The character
     pre-check gives ``...your prompt contains C characters (more than 18L characters...``

@@ -14,38 +14,39 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-CASES = {"A", "B", "N-a", "N-b", "S-a", "S-b"}
+CASES = {"A", "B", "N-a", "N-b", "S-a", "S-b", "S-n"}
 QUICK_WORKLOADS = {"seed-c1", "sat-c16"}
-BOUND_S = 150  # the run bounds itself at --max-runtime 110 s
 
 
-def test_quick_benchmark_writes_sane_json(tmp_path: Path) -> None:
+def run_bench(
+    results: Path, *args: str, max_runtime_s: int
+) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    """`python -m bench.run ARGS` bounded by --max-runtime (and 40 s more); the run
+    and the JSON it wrote."""
     # scripts/test installs wrk and nginx (bench/setup.sh); missing tools are a failure.
     assert shutil.which("wrk") is not None, "wrk is missing: run bench/setup.sh"
     run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bench.run",
-            "--quick",
-            "--results-dir",
-            str(tmp_path),
-            "--max-runtime",
-            "110",
-        ],
+        [sys.executable, "-m", "bench.run", *args, "--results-dir", str(results)]
+        + ["--max-runtime", str(max_runtime_s)],
         cwd=REPO,
         capture_output=True,
         text=True,
-        timeout=BOUND_S,
+        timeout=max_runtime_s + 40,
         stdin=subprocess.DEVNULL,
         check=False,
     )
+    assert run.returncode == 0, run.stdout + run.stderr
+    (result_file,) = results.glob("*.json")
+    result: dict[str, Any] = json.loads(result_file.read_text())
+    return run, result
+
+
+def test_quick_benchmark_writes_sane_json(tmp_path: Path) -> None:
+    run, result = run_bench(tmp_path, "--quick", max_runtime_s=110)
     output = run.stdout + run.stderr
-    assert run.returncode == 0, output
-    (result_file,) = tmp_path.glob("*.json")
-    result = json.loads(result_file.read_text())
 
     assert result["complete"], output
     assert result["machine"]["cores"] == os.cpu_count()
@@ -75,6 +76,8 @@ def test_quick_benchmark_writes_sane_json(tmp_path: Path) -> None:
         assert rows[("N-b", workload)]["ext_proc_msgs_per_req"] == 4
         assert rows[("S-a", workload)]["ext_proc_msgs_per_req"] <= 4
         assert rows[("S-b", workload)]["ext_proc_msgs_per_req"] <= 4
+        # The upstream cuts `dimensions` itself: no response phase.
+        assert rows[("S-n", workload)]["ext_proc_msgs_per_req"] == 1
     assert "S shipped, full rewrite" in run.stdout
     assert "issue" not in run.stdout.lower()  # the output names no tracker entries
 
@@ -92,3 +95,20 @@ def test_run_py_still_runs_as_a_file() -> None:
     )
     assert run.returncode == 0, run.stderr
     assert "--quick" in run.stdout and "--workloads" in run.stdout
+
+
+def test_native_cases_forward_dimensions(tmp_path: Path) -> None:
+    """S-n and F-n: the upstream's native port answers the 256-d vectors itself, so the
+    shipped gateway and its floor each take one ext_proc message per request."""
+    _, result = run_bench(
+        tmp_path,
+        *("--cases", "S-n,F-n", "--workloads", "seed-c1"),
+        *("--duration", "1", "--repetitions", "1", "--warmup", "0"),
+        max_runtime_s=80,
+    )
+    assert set(result["probes"]) == {"S-n/8", "F-n/8"}
+    for probe in result["probes"].values():
+        assert probe["ok"] and probe["dimensions"] == [256], probe
+        assert probe["ext_proc_msgs"] == 1, probe
+    rows = {r["case"]: r for r in result["summary"]}
+    assert rows["S-n"]["requests"] > 0 and rows["S-n"]["extproc_cpu_ms_per_req"] > 0

@@ -22,9 +22,11 @@ class Encoding(enum.Enum):
 class ResponsePlan:
     """The contract the client expects back, and what the upstream was asked for.
 
-    ``dimensions`` is set only when the gateway emulates Matryoshka (cut and
-    re-normalise); a request for the native size needs no work. ``upstream_kind``
-    names the upstream adapter that reads the answer.
+    ``native_dimensions`` is the width of the vectors the upstream answers: the
+    model's native size, or the size forwarded to an upstream that cuts Matryoshka
+    vectors itself. ``dimensions`` is set only when the gateway emulates Matryoshka
+    (cut and re-normalise); a request for the native size needs no work.
+    ``upstream_kind`` names the upstream adapter that reads the answer.
     """
 
     model: str

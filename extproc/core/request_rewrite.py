@@ -9,7 +9,8 @@ vLLM understand:
 - inputs over ``max_tokens`` are cut with the model's tokenizer; when any input of
   a batch is cut the batch is sent as token ids, so the upstream sees exactly the
   tokens the legacy server kept (an upstream never adds special tokens to ids);
-- ``dimensions`` below native is stripped and emulated on the response;
+- ``dimensions`` below native is forwarded to an upstream the policy says cuts
+  itself (``upstream.native.dimensions``), else stripped and emulated on the response;
 - ``encoding_format`` is set to what makes the response work cheapest.
 
 When nothing changes, ``upstream_body`` is ``None``: the body is forwarded as sent.
@@ -162,7 +163,11 @@ def rewrite_request(
     except TokenizeBudgetError as exc:
         raise _over_budget(exc, limits, model) from None
 
-    emulate = dimensions is not None and dimensions != model.native_dimensions
+    below_native = dimensions is not None and dimensions != model.native_dimensions
+    # An upstream that cuts itself gets `dimensions` forwarded and answers the vectors
+    # the client asked for, in the client's encoding: no response rewrite.
+    forwarded = dimensions if below_native and model.upstream.native.dimensions else None
+    emulate = below_native and forwarded is None
     if emulate:
         upstream_encoding = Encoding(adapter_for(model.upstream.kind).vectors_encoding)
     else:
@@ -170,14 +175,16 @@ def rewrite_request(
     plan = ResponsePlan(
         model=model.name,
         input_count=count,
-        native_dimensions=model.native_dimensions,
+        # The width the upstream answers: what a checked response is read against.
+        native_dimensions=model.native_dimensions if forwarded is None else forwarded,
         upstream_kind=model.upstream.kind,
         client_encoding=client_encoding,
         upstream_encoding=upstream_encoding,
         dimensions=dimensions if emulate else None,
         check_only=model.check_responses,
     )
-    stripped = [f for f in LEGACY_ONLY_FIELDS if f in request]
+    kept = () if forwarded is None else ("dimensions",)
+    stripped = [f for f in LEGACY_ONLY_FIELDS if f in request and f not in kept]
     stats = RequestStats(
         inputs=count,
         prompted=bool(prefix),
@@ -195,6 +202,8 @@ def rewrite_request(
         or nulls
         or bool(converted)
         or bool(stripped)
+        # A forwarded size the client spelled leniently ("256", 256.0) goes up as an int.
+        or (forwarded is not None and type(request.get("dimensions")) is not int)
         or new_input is not None
         or model.upstream_model != model.name
         or sent_encoding != upstream_encoding.value
@@ -203,8 +212,10 @@ def rewrite_request(
         return Forward(upstream_body=None, plan=plan, stats=stats)
 
     # null means absent: never forwarded (an absent field is every upstream's default).
-    upstream = {k: v for k, v in request.items() if k not in LEGACY_ONLY_FIELDS and v is not None}
+    upstream = {k: v for k, v in request.items() if k not in stripped and v is not None}
     upstream.update(converted)
+    if forwarded is not None:
+        upstream["dimensions"] = forwarded  # the validated integer, never the client's spelling
     upstream["model"] = model.upstream_model
     if new_input is not None:
         upstream["input"] = new_input

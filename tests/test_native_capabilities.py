@@ -1,0 +1,321 @@
+"""A model whose upstream cuts Matryoshka vectors itself (``upstream.native.dimensions``).
+
+The request side validates ``dimensions`` exactly as for an emulating policy and then
+forwards it, so the plan has no response work: one ext_proc message per valid request.
+The unit half compares the two policies on the same bodies; the gateway half runs a real
+Envoy and the real ext_proc server in front of the fake upstream in vLLM mode started
+Matryoshka, and counts Envoy's ext_proc messages.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+import pytest
+
+from extproc.core.contract import Contract, load_contract
+from extproc.core.errors import ApiError
+from extproc.core.plan import Encoding, ResponsePlan
+from extproc.core.policy import load_policy_text
+from extproc.core.request_rewrite import Forward, rewrite_request
+from extproc.core.response_rewrite import rewrite_response
+from tests.fake_upstream import FakeUpstream
+from tests.harness import Gateway, http, start_gateway
+
+MODEL = "Qwen/Qwen3-Embedding-0.6B"
+NATIVE = 1024
+DOCS = ["The harbour lights flickered.", "A ferry crossed the bay at dusk."]
+
+
+def policy_yaml(*, native: bool, profile: str = "LEGACY", check: bool = False) -> str:
+    declared = ", native: {dimensions: true}" if native else ""
+    return (
+        "models:\n"
+        f"  - name: {MODEL}\n"
+        "    preset: qwen3-embedding-0.6b\n"
+        "    max_tokens: 1024\n"
+        f"    encoding_profile: {profile}\n"
+        f"    check_responses: {str(check).lower()}\n"
+        f"    upstream: {{kind: vllm{declared}}}\n"
+    )
+
+
+def contract(
+    qwen_dir: Path, *, native: bool, profile: str = "LEGACY", check: bool = False
+) -> Contract:
+    text = policy_yaml(native=native, profile=profile, check=check)
+    return load_contract(load_policy_text(text, tokenizer_overrides={MODEL: qwen_dir}))
+
+
+@pytest.fixture(scope="module")
+def native(qwen_dir: Path) -> Contract:
+    return contract(qwen_dir, native=True)
+
+
+@pytest.fixture(scope="module")
+def emulated(qwen_dir: Path) -> Contract:
+    return contract(qwen_dir, native=False)
+
+
+@pytest.fixture(scope="module")
+def native_openai(qwen_dir: Path) -> Contract:
+    return contract(qwen_dir, native=True, profile="OPENAI")
+
+
+def run(body: Mapping[str, Any], on: Contract) -> Forward:
+    return rewrite_request(orjson.dumps(body), on.policy, on.tokenizers)
+
+
+def sent(forward: Forward, body: Mapping[str, Any]) -> dict[str, Any]:
+    """What the upstream receives: the rewritten body, or the client's as sent."""
+    if forward.upstream_body is None:
+        return dict(body)
+    doc = orjson.loads(forward.upstream_body)
+    assert isinstance(doc, dict)
+    return doc
+
+
+# -- the plan --------------------------------------------------------------------
+
+
+def test_declared_capability_reaches_the_model(native: Contract, emulated: Contract) -> None:
+    assert native.policy.models[MODEL].upstream.native.dimensions
+    assert not emulated.policy.models[MODEL].upstream.native.dimensions
+
+
+@pytest.mark.parametrize("dimensions", [32, 256, 1023])
+def test_dimensions_forwarded_and_no_response_work(
+    native: Contract, emulated: Contract, dimensions: int
+) -> None:
+    body = {"model": MODEL, "input": DOCS, "dimensions": dimensions}
+    forward = run(body, native)
+    # Nothing else to change: the client's bytes go upstream as sent.
+    assert forward.upstream_body is None
+    assert sent(forward, body)["dimensions"] == dimensions
+    assert forward.plan.dimensions is None
+    assert not forward.plan.needs_response
+    assert not forward.stats.dimensions_emulated
+    assert forward.stats.fields_stripped == 0
+    # The same request on an emulating policy strips the field and cuts the answer.
+    cut = run(body, emulated)
+    assert "dimensions" not in sent(cut, body)
+    assert cut.plan.dimensions == dimensions and cut.plan.needs_response
+
+
+@pytest.mark.parametrize("spelling", ["256", 256.0, " 256 "])
+def test_lenient_spelling_is_forwarded_as_the_integer(native: Contract, spelling: Any) -> None:
+    body = {"model": MODEL, "input": DOCS, "dimensions": spelling}
+    forward = run(body, native)
+    assert forward.upstream_body is not None
+    assert sent(forward, body)["dimensions"] == 256
+    assert type(sent(forward, body)["dimensions"]) is int
+    assert not forward.plan.needs_response
+
+
+def test_query_prompt_still_applied_with_dimensions_forwarded(native: Contract) -> None:
+    body = {"model": MODEL, "input": "capital of France?", "input_type": "query", "dimensions": 256}
+    forward = run(body, native)
+    doc = sent(forward, body)
+    assert doc["dimensions"] == 256
+    assert "input_type" not in doc
+    assert doc["input"][0].startswith("Instruct: ")
+    assert forward.stats.fields_stripped == 1
+    assert not forward.plan.needs_response
+
+
+def test_native_size_is_stripped_not_forwarded(native: Contract) -> None:
+    """A request for the native size needs no cut: it is stripped as on every policy,
+    so an upstream started without Matryoshka never sees it."""
+    body = {"model": MODEL, "input": DOCS, "dimensions": NATIVE}
+    forward = run(body, native)
+    assert "dimensions" not in sent(forward, body)
+    assert not forward.plan.needs_response
+
+
+def test_legacy_profile_asks_the_upstream_for_floats(native: Contract) -> None:
+    """The legacy contract answers float arrays whatever the client asked: the upstream
+    is asked for floats, so its answer goes back untouched."""
+    body = {"model": MODEL, "input": DOCS, "dimensions": 256, "encoding_format": "base64"}
+    forward = run(body, native)
+    doc = sent(forward, body)
+    assert "encoding_format" not in doc and doc["dimensions"] == 256
+    assert forward.plan.client_encoding is forward.plan.upstream_encoding is Encoding.FLOAT
+    assert not forward.plan.needs_response
+
+
+@pytest.mark.parametrize("encoding", ["float", "base64"])
+def test_openai_profile_forwards_the_clients_encoding(
+    native_openai: Contract, encoding: str
+) -> None:
+    body = {"model": MODEL, "input": DOCS, "dimensions": 64, "encoding_format": encoding}
+    forward = run(body, native_openai)
+    assert forward.upstream_body is None
+    assert forward.plan.upstream_encoding is Encoding(encoding)
+    assert not forward.plan.needs_response
+
+
+def upstream_answer(count: int, width: int) -> bytes:
+    rows = np.eye(count, width, dtype=np.float32)  # unit vectors
+    data = [
+        {"object": "embedding", "index": i, "embedding": r.tolist()} for i, r in enumerate(rows)
+    ]
+    usage = {"prompt_tokens": count, "total_tokens": count}
+    return orjson.dumps({"object": "list", "data": data, "model": MODEL, "usage": usage})
+
+
+def test_checked_answers_are_read_at_the_forwarded_width(qwen_dir: Path) -> None:
+    """With check_responses the answer is still read, against the size asked for."""
+    checked = contract(qwen_dir, native=True, check=True)
+    body = {"model": MODEL, "input": DOCS, "dimensions": 256}
+    plan = run(body, checked).plan
+    assert plan.needs_response and not plan.rewrites_vectors
+    assert plan.native_dimensions == 256
+    assert ResponsePlan.from_json(plan.to_json()) == plan
+    assert rewrite_response(plan, 200, upstream_answer(len(DOCS), 256)) is None
+    # The upstream ignored `dimensions`: whole vectors are not what was asked.
+    wrong = rewrite_response(plan, 200, upstream_answer(len(DOCS), NATIVE))
+    assert wrong is not None and wrong.status == 502
+
+
+@pytest.mark.parametrize("dimensions", [0, 31, 1025, -1, "256.5", 256.5, True])
+def test_invalid_dimensions_get_the_same_400(
+    native: Contract, emulated: Contract, dimensions: Any
+) -> None:
+    body = {"model": MODEL, "input": DOCS, "dimensions": dimensions}
+    errors = []
+    for on in (native, emulated):
+        with pytest.raises(ApiError) as caught:
+            run(body, on)
+        errors.append(caught.value)
+    a, b = errors
+    assert a.status == b.status == 400
+    assert a.envelope() == b.envelope()
+    assert a.param == "dimensions"
+
+
+def test_gateway_truncation_kept_with_dimensions_forwarded(
+    native: Contract, emulated: Contract
+) -> None:
+    """The gateway's own token-id truncation is unchanged (docs/upstreams.md says why
+    forwarding `truncate_prompt_tokens` cannot replace it)."""
+    long_text = "a" + " a" * 3000
+    body = {"model": MODEL, "input": [long_text, "short"], "dimensions": 128}
+    on_native, on_emulated = run(body, native), run(body, emulated)
+    doc = sent(on_native, body)
+    assert doc["input"] == sent(on_emulated, body)["input"]
+    assert isinstance(doc["input"][0], list) and len(doc["input"][0]) == 1024
+    assert "truncate_prompt_tokens" not in doc
+    assert on_native.stats.truncated_inputs == on_emulated.stats.truncated_inputs == 1
+
+
+# -- through a real Envoy ----------------------------------------------------------
+
+ADMIN = re.compile(r"admin 127\.0\.0\.1:(\d+)")
+
+
+def msgs_sent(gw: Gateway) -> int:
+    """Envoy's count of ext_proc messages sent, summed over the listener's filters."""
+    match = ADMIN.search(gw.ready_line)
+    assert match, gw.ready_line
+    url = f"http://127.0.0.1:{match.group(1)}/stats?format=json&filter=ext_proc.stream_msgs_sent"
+    reply = http("GET", url, timeout=5)
+    assert reply.status == 200
+    return sum(int(s.get("value", 0)) for s in reply.json()["stats"])
+
+
+@pytest.fixture(scope="module")
+def matryoshka_vllm(qwen_dir: Path) -> Iterator[FakeUpstream]:
+    with FakeUpstream(flavour="vllm", tokenizer_dir=qwen_dir, is_matryoshka=True) as fake:
+        yield fake
+
+
+def _gateway(
+    upstream: FakeUpstream, qwen_dir: Path, folder: Path, *, native: bool, envoy: str
+) -> Gateway:
+    path = folder / ("native.yaml" if native else "emulated.yaml")
+    path.write_text(policy_yaml(native=native))
+    return start_gateway(
+        upstream.url,
+        folder,
+        config=path,
+        tokenizer_overrides=f"{MODEL}={qwen_dir}",
+        extra_args=["--envoy-template", str(Path(__file__).parents[1] / "envoy" / envoy)],
+    )
+
+
+# ext_proc messages of a request whose response needs no work: the buffered request
+# body alone in standalone.yaml; request headers, body and response headers in the
+# one-filter mesh shape (its header comment).
+NO_RESPONSE_WORK = {"standalone.yaml": 1, "single-filter.yaml": 3}
+
+
+@pytest.fixture(scope="module", params=sorted(NO_RESPONSE_WORK))
+def gateways(
+    request: pytest.FixtureRequest,
+    matryoshka_vllm: FakeUpstream,
+    qwen_dir: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[Gateway, Gateway, int]]:
+    """(native, emulated, messages of a request with no response work) in front of the
+    same upstream, in both shipped Envoy shapes."""
+    folder = tmp_path_factory.mktemp("native")
+    envoy = str(request.param)
+    native_gw = _gateway(matryoshka_vllm, qwen_dir, folder, native=True, envoy=envoy)
+    try:
+        emulated_gw = _gateway(matryoshka_vllm, qwen_dir, folder, native=False, envoy=envoy)
+    except BaseException:
+        native_gw.stop()
+        raise
+    yield native_gw, emulated_gw, NO_RESPONSE_WORK[envoy]
+    assert native_gw.stop() == 0, native_gw.log()
+    assert emulated_gw.stop() == 0, emulated_gw.log()
+
+
+def vectors(doc: Any) -> np.ndarray[Any, Any]:
+    rows = sorted(doc["data"], key=lambda d: d["index"])
+    return np.asarray([r["embedding"] for r in rows], dtype=np.float64)
+
+
+@pytest.mark.parametrize("dimensions", [128, 256])
+def test_native_path_one_message_same_vectors(
+    gateways: tuple[Gateway, Gateway, int], matryoshka_vllm: FakeUpstream, dimensions: int
+) -> None:
+    native_gw, emulated_gw, plain = gateways
+    body = {"model": MODEL, "input": DOCS, "input_type": "query", "dimensions": dimensions}
+
+    before = msgs_sent(native_gw)
+    matryoshka_vllm.reset()
+    got = native_gw.embeddings(body)
+    assert got.status == 200, got.body
+    assert msgs_sent(native_gw) - before == plain
+    # The upstream did the cut: it was asked for `dimensions`.
+    (received,) = matryoshka_vllm.received
+    assert orjson.loads(received.body)["dimensions"] == dimensions
+
+    before = msgs_sent(emulated_gw)
+    want = emulated_gw.embeddings(body)
+    assert want.status == 200, want.body
+    assert msgs_sent(emulated_gw) - before > plain  # the response is read and cut
+
+    a, b = vectors(got.json()), vectors(want.json())
+    assert a.shape == b.shape == (len(DOCS), dimensions)
+    np.testing.assert_allclose(np.linalg.norm(a, axis=1), 1.0, atol=1e-6)
+    np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
+    assert got.json()["usage"] == want.json()["usage"]
+
+
+def test_native_path_refuses_like_the_emulated_one(
+    gateways: tuple[Gateway, Gateway, int],
+) -> None:
+    native_gw, emulated_gw, _ = gateways
+    body = {"model": MODEL, "input": DOCS, "dimensions": 16}
+    before = msgs_sent(native_gw)
+    got, want = native_gw.embeddings(body), emulated_gw.embeddings(body)
+    assert got.status == want.status == 400
+    assert got.json() == want.json()
+    assert msgs_sent(native_gw) - before <= 2  # answered from the request phase
