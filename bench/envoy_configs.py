@@ -6,7 +6,9 @@
   ext_proc.
 - N: envoy/single-filter.yaml with every phase sent and both bodies buffered on every
   request (the naive gateway).
-- F, Z: S and N pointed at the do-nothing floor processor.
+- T: S without its `precheck` filter: the previous emulated-rewrite pattern, two
+  one-message streams (the request's; then the response's, opened after a re-route).
+- F, Z, U: S, N and T pointed at the do-nothing floor processor.
 """
 
 from __future__ import annotations
@@ -20,18 +22,19 @@ from extproc.commands.envoy_config import EnvoySettings, Upstream, load_template
 from extproc.core.policy import load_policy_file
 
 EXT_PROC_FILTER = "envoy.filters.http.ext_proc"
-FLOORS = ("F", "Z")
+PRECHECK_FILTER = "precheck"
+FLOORS = ("F", "Z", "U")
 
 
 def envoy_configs(
     upstream_port: int, extproc_port: int, policy_path: Path, floor_port: int = 0
 ) -> dict[str, tuple[dict[str, Any], int, int]]:
-    """B, N, S (and F, Z with a floor port): (config, listen port, admin port) each."""
+    """B, N, S, T (and F, Z, U with a floor port): (config, listen port, admin port)."""
     policy = load_policy_file(policy_path)
     shipped = load_template()
     single = load_template(REPO / "envoy" / "single-filter.yaml")
     configs = {}
-    for name in ("B", "N", "S", *FLOORS) if floor_port else ("B", "N", "S"):
+    for name in ("B", "N", "S", "T", *FLOORS) if floor_port else ("B", "N", "S", "T"):
         settings = EnvoySettings(
             listen_host="127.0.0.1",
             listen_port=free_port(),
@@ -39,8 +42,10 @@ def envoy_configs(
             extproc_port=floor_port if name in FLOORS else extproc_port,
             upstream=Upstream("127.0.0.1", upstream_port, tls=False),
         )
-        config = render(shipped if name in ("S", "F") else single, settings, policy)
-        if name == "B":
+        config = render(shipped if name in ("S", "F", "T", "U") else single, settings, policy)
+        if name in ("T", "U"):
+            strip_precheck(config)
+        elif name == "B":
             strip_ext_proc(config)
         elif name in ("N", "Z"):
             make_naive(config)
@@ -70,6 +75,16 @@ def make_naive(config: dict[str, Any]) -> None:
             typed["allow_mode_override"] = False
             return
     raise ValueError("no ext_proc filter in the template")
+
+
+def strip_precheck(config: dict[str, Any]) -> None:
+    """The shipped config as it was before the precheck: every rewrite is noticed by
+    extproc.request only, and its response gets a second stream."""
+    hcm = _hcm(config)
+    hcm["http_filters"] = [f for f in hcm["http_filters"] if f["name"] != PRECHECK_FILTER]
+    for vhost in hcm["route_config"]["virtual_hosts"]:
+        for route in vhost["routes"]:
+            route.get("typed_per_filter_config", {}).pop(PRECHECK_FILTER, None)
 
 
 def strip_ext_proc(config: dict[str, Any]) -> None:

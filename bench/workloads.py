@@ -23,10 +23,11 @@ UPSTREAM_DIMENSIONS = 1024
 class Case:
     key: str
     label: str
-    target: str  # "upstream" or an Envoy name: "B", "N", "S", "F", "Z"
+    target: str  # "upstream" or an Envoy name: "B", "N", "S", "T", "F", "Z", "U"
     request: str  # "plain" (a) or "rewrite" (b)
     uses_extproc: bool
     floor: bool = False  # served by floor_processor.py instead of `extproc serve`
+    comparison: bool = False  # a pattern no shipped config uses any more, run with the floors
 
 
 CASES = [
@@ -40,6 +41,8 @@ CASES = [
     Case("F-b", "F floor of S, full rewr.", "F", "rewrite", True, floor=True),
     Case("Z-a", "Z floor of N, no rewrite", "Z", "plain", True, floor=True),
     Case("Z-b", "Z floor of N, full rewr.", "Z", "rewrite", True, floor=True),
+    Case("T-b", "T two streams, full rewr.", "T", "rewrite", True, comparison=True),
+    Case("U-b", "U floor of T, full rewr.", "U", "rewrite", True, floor=True),
 ]
 
 
