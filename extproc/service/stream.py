@@ -6,9 +6,11 @@ Rules (Envoy 1.40, verified live; see DESIGN.md section 3):
    for: request_headers, request_body, response_headers, response_body (trailers
    never, with our configs). Each message gets exactly one reply, of the same kind.
    One state machine serves both shipped shapes: envoy/single-filter.yaml (one
-   stream sees the whole exchange) and envoy/standalone.yaml (the request body on
-   one stream; the response, when it must change, on a second stream whose first
-   message carries the plan as dynamic metadata, namespace ``embgw``).
+   stream sees the whole exchange) and envoy/standalone.yaml (the request body,
+   then, when the response must change and Envoy's precheck saw it coming, the
+   response body on the same stream with the status as an attribute; when the
+   precheck missed it, the response on a second stream whose first message
+   carries the plan as dynamic metadata, namespace ``embgw``).
 2. Request headers, when sent, are checked first: a bodyless POST, a non-JSON
    content type or a declared content-length over the limit is answered at once,
    before any body is buffered. When they are skipped, content type and request
