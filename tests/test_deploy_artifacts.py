@@ -1189,9 +1189,28 @@ def test_envoy_gateway_policies_match_standalone() -> None:
     # The policy attaches to the POST /v1/embeddings route only.
     assert [r["name"] for r in docs["EnvoyExtensionPolicy"]["spec"]["targetRefs"]] == ["embeddings"]
     routes = {d["metadata"]["name"]: d for _, d in CRD_DOCS if d["kind"] == "HTTPRoute"}
-    [rule] = routes["embeddings"]["spec"]["rules"]
+    rule, alias = routes["embeddings"]["spec"]["rules"]
     assert rule["matches"] == [
         {"path": {"type": "Exact", "value": "/v1/embeddings"}, "method": "POST"}
+    ]
+    # The /embeddings alias rides the same route (so the same policy), rewritten to
+    # the endpoint for the upstream.
+    assert alias["matches"] == [
+        {"path": {"type": "Exact", "value": "/embeddings"}, "method": "POST"}
+    ]
+    identity = {
+        "type": "RequestHeaderModifier",
+        "requestHeaderModifier": {"set": [{"name": "accept-encoding", "value": "identity"}]},
+    }
+    assert rule["filters"] == [identity]  # the gateway reads the answer: never compressed
+    assert alias["filters"] == [
+        {
+            "type": "URLRewrite",
+            "urlRewrite": {
+                "path": {"type": "ReplaceFullPath", "replaceFullPath": "/v1/embeddings"}
+            },
+        },
+        identity,
     ]
     # Buffers: EG's default is 32 KiB; the listener must hold the largest allowed request
     # and the largest response the gateway rewrites (standalone.yaml's listener limit).

@@ -726,7 +726,13 @@ def test_the_rewrite_sits_after_the_tap_on_the_candidate_side(qwen_policy: Gatew
             f["name"]
             for f in chosen["filter_chains"][0]["filters"][0]["typed_config"]["http_filters"]
         ]
-        expected = ["shadow.tap", "envoy.filters.http.ext_proc", "envoy.filters.http.router"]
+        # request_path: the gateway's canonical path and trailer refusal (single-filter.yaml).
+        expected = [
+            "shadow.tap",
+            "envoy.filters.http.ext_proc",
+            "request_path",
+            "envoy.filters.http.router",
+        ]
         assert names == (expected if template == SHADOW_TEMPLATE else expected[1:])
 
 

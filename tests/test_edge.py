@@ -1,0 +1,495 @@
+"""The edges of the HTTP surface, through a real Envoy and the real ext_proc server
+(`extproc run`) in front of tests/fake_upstream.py, for each gateway shape
+(envoy/standalone.yaml and envoy/single-filter.yaml):
+
+- every spelling of the embeddings endpoint goes through the contract or gets a
+  404 envelope; none reaches the upstream (or, with --legacy, the legacy server) raw;
+- compressed request bodies are refused with a 415 envelope, never read as text
+  nor forwarded mislabelled; the upstream is asked for identity; clients that
+  accept gzip or br get compressed answers (standalone.yaml);
+- HTTP/1.0 is answered; Envoy's own refusals (431, no Host, a path it cannot
+  normalise) carry a non-empty envelope;
+- an HTTP/2 request body followed by trailers is refused (ext_proc would hand the
+  body over as not the end of the stream, and the gateway would let it through).
+
+413 and 408 envelopes are asserted by tests/test_hostile_input.py, 502/503/504 by
+tests/test_faults_upstream.py.
+"""
+
+from __future__ import annotations
+
+import gzip
+import shutil
+import socket
+import struct
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+import pytest
+
+from tests.conftest import QWEN_MODEL, REPO, SHIPPED_QWEN_POLICY
+from tests.fake_upstream import FakeUpstream
+from tests.harness import Gateway, free_port, start_gateway
+from tests.test_hostile_input import WireReply, exchange, port_of
+
+SHAPES = ("standalone", "single-filter")
+QUERY = {"model": QWEN_MODEL, "input": "What is the capital city of France?", "input_type": "query"}
+INSTRUCTION = b"Instruct: "
+
+
+def post(
+    path: str,
+    body: bytes,
+    *,
+    headers: tuple[tuple[str, str], ...] = (),
+    version: str = "HTTP/1.1",
+    host: str | None = "gw",
+) -> bytes:
+    lines = [f"POST {path} {version}", *([f"Host: {host}"] if host is not None else [])]
+    lines += ["Content-Type: application/json", f"Content-Length: {len(body)}"]
+    lines += [f"{name}: {value}" for name, value in headers]
+    lines.append("Connection: close")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
+
+
+def envelope(reply: WireReply, status: int) -> dict[str, Any]:
+    assert reply.status == status, reply
+    error = reply.envelope()  # complete, JSON, the four keys, a non-empty message
+    return error
+
+
+# -- fixtures -----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def fakes(qwen_dir: Path) -> Iterator[tuple[FakeUpstream, FakeUpstream]]:
+    """The embeddings upstream (a Dynamo fake) and, standing for the legacy server of
+    a split migration, a vLLM fake: each records what reaches it."""
+    with (
+        FakeUpstream(flavour="dynamo", tokenizer_dir=qwen_dir) as dynamo,
+        FakeUpstream(flavour="vllm", tokenizer_dir=qwen_dir) as legacy_server,
+    ):
+        yield dynamo, legacy_server
+
+
+@pytest.fixture(scope="module")
+def upstream(fakes: tuple[FakeUpstream, FakeUpstream]) -> FakeUpstream:
+    return fakes[0]
+
+
+@pytest.fixture(scope="module")
+def legacy(fakes: tuple[FakeUpstream, FakeUpstream]) -> FakeUpstream:
+    return fakes[1]
+
+
+@pytest.fixture(autouse=True)
+def clean(upstream: FakeUpstream, legacy: FakeUpstream) -> None:
+    upstream.reset()
+    legacy.reset()
+
+
+@pytest.fixture(scope="module", params=SHAPES)
+def shape(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture(scope="module")
+def gateway(
+    shape: str,
+    upstream: FakeUpstream,
+    legacy: FakeUpstream,
+    qwen_dir: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Gateway]:
+    # With --legacy, every path but the embeddings endpoint goes to `legacy`: a
+    # spelling of the endpoint that slipped past the embeddings routes would show there.
+    options = ["--envoy-template", str(REPO / "envoy" / f"{shape}.yaml"), "--legacy", legacy.url]
+    folder = tmp_path_factory.mktemp(f"edge-{shape}")
+    overrides = f"{QWEN_MODEL}={qwen_dir}"
+    gw = start_gateway(
+        upstream.url,
+        folder,
+        config=SHIPPED_QWEN_POLICY,
+        tokenizer_overrides=overrides,
+        extra_args=options,
+    )
+    yield gw
+    assert gw.stop() == 0, gw.log()
+
+
+def ask(gateway: Gateway, wire: bytes) -> WireReply:
+    return exchange(port_of(gateway), wire, timeout=60.0)
+
+
+# -- every spelling ----------------------------------------------------------------------
+
+THROUGH_THE_CONTRACT = ["/v1/embeddings", "/embeddings", "/v1/embeddings?x=1", "/embeddings?a=b&c"]
+NOT_AN_ENDPOINT = [
+    "/V1/embeddings",
+    "/v1/Embeddings",
+    "/V1/EMBEDDINGS",
+    "/Embeddings",
+    "/v1/embeddings;x=1",
+    "/embeddings;x=1",
+    "/v1/embeddings%3Bx=1",
+    "/v1/embeddings.json",
+    "/v1/embeddings%2",
+    "/embeddings/",
+    "/embeddings/x",
+    "/v1/embeddings/",
+]
+
+
+@pytest.mark.parametrize("path", THROUGH_THE_CONTRACT)
+def test_spelling_through_the_contract(
+    path: str, gateway: Gateway, upstream: FakeUpstream, legacy: FakeUpstream
+) -> None:
+    reply = ask(gateway, post(path, orjson.dumps(QUERY)))
+    assert reply.status == 200, reply
+    assert len(orjson.loads(reply.body)["data"]) == 1
+    (received,) = upstream.received
+    assert INSTRUCTION in received.body  # the contract ran: the query got its instruction
+    assert "input_type" not in received.json
+    # The upstream gets the canonical path, without the query string (the endpoint
+    # takes none).
+    assert received.path == "/v1/embeddings"
+    assert legacy.received == []
+
+
+@pytest.mark.parametrize("path", THROUGH_THE_CONTRACT)
+def test_spelling_validates_the_body(
+    path: str, gateway: Gateway, upstream: FakeUpstream, legacy: FakeUpstream
+) -> None:
+    error = envelope(ask(gateway, post(path, b'{"model": 5, "input": "x"}')), 400)
+    assert error["param"] == "model"
+    assert upstream.received == [] and legacy.received == []
+
+
+@pytest.mark.parametrize("path", NOT_AN_ENDPOINT)
+def test_other_spelling_is_a_404_envelope(
+    path: str, gateway: Gateway, upstream: FakeUpstream, legacy: FakeUpstream
+) -> None:
+    error = envelope(ask(gateway, post(path, orjson.dumps(QUERY))), 404)
+    assert error["code"] == "unknown_url"
+    assert upstream.received == [] and legacy.received == []
+
+
+def test_alias_wrong_method_is_a_405(gateway: Gateway, upstream: FakeUpstream) -> None:
+    reply = ask(gateway, b"GET /embeddings HTTP/1.1\r\nHost: gw\r\nConnection: close\r\n\r\n")
+    assert envelope(reply, 405)["code"] == "method_not_allowed"
+    assert upstream.received == []
+
+
+def test_upstream_error_on_the_alias_is_enveloped(gateway: Gateway, upstream: FakeUpstream) -> None:
+    upstream.fault = "http500"
+    reply = ask(gateway, post("/embeddings", orjson.dumps(QUERY)))
+    assert reply.status is not None and reply.status >= 500, reply
+    assert reply.envelope()["type"] == "server_error"
+    assert len(upstream.received) == 1
+
+
+def test_other_paths_still_reach_the_legacy_server(
+    gateway: Gateway, upstream: FakeUpstream, legacy: FakeUpstream
+) -> None:
+    reply = ask(gateway, b"GET /v1/models HTTP/1.1\r\nHost: gw\r\nConnection: close\r\n\r\n")
+    assert reply.status == 200, reply
+    assert [r.path for r in legacy.received] == ["/v1/models"] and upstream.received == []
+
+
+# -- compression ---------------------------------------------------------------------
+
+BODY = orjson.dumps(QUERY)
+# A decompression bomb: 16 MiB of spaces in JSON (twice the body limit), ~16 KiB sent.
+BOMB = gzip.compress(BODY[:-1] + b" " * (16 << 20) + b"}", compresslevel=9)
+
+
+@pytest.mark.parametrize(
+    "coding,body",
+    [
+        ("gzip", gzip.compress(BODY)),
+        ("GZIP", gzip.compress(BODY)),
+        ("gzip", BOMB),
+        ("gzip", BODY),  # mislabelled: a plain body said to be gzip
+        ("br", BODY),
+        ("deflate", BODY),
+        ("zstd", BODY),
+        ("gzip, identity", BODY),
+    ],
+    ids=["gzip", "gzip-upper-case", "gzip-bomb", "mislabelled", "br", "deflate", "zstd", "chain"],
+)
+def test_compressed_body_is_refused_with_415(
+    coding: str, body: bytes, gateway: Gateway, upstream: FakeUpstream
+) -> None:
+    reply = ask(gateway, post("/v1/embeddings", body, headers=(("Content-Encoding", coding),)))
+    assert envelope(reply, 415)["code"] == "unsupported_content_encoding"
+    assert upstream.received == []
+
+
+def test_identity_coding_is_accepted(gateway: Gateway, upstream: FakeUpstream) -> None:
+    reply = ask(gateway, post("/v1/embeddings", BODY, headers=(("Content-Encoding", "identity"),)))
+    assert reply.status == 200, reply
+    (received,) = upstream.received
+    assert "content-encoding" not in {k.lower() for k in received.headers}
+
+
+def test_upstream_is_asked_for_identity(gateway: Gateway, upstream: FakeUpstream) -> None:
+    """The gateway may read the answer: whatever the client accepts, the upstream is
+    asked for an uncompressed one."""
+    headers = (("Accept-Encoding", "gzip, br;q=0.9, zstd"),)
+    ask(gateway, post("/v1/embeddings", BODY, headers=headers))
+    (received,) = upstream.received
+    assert {k.lower(): v for k, v in received.headers.items()}["accept-encoding"] == "identity"
+
+
+def _batch(dimensions: int | None = None) -> bytes:
+    doc: dict[str, Any] = {"model": QWEN_MODEL, "input": [f"document {i}" for i in range(8)]}
+    if dimensions is not None:
+        doc["dimensions"] = dimensions
+    return orjson.dumps(doc)
+
+
+def _vectors(body: bytes) -> np.ndarray[Any, Any]:
+    return np.array([item["embedding"] for item in orjson.loads(body)["data"]], dtype=np.float32)
+
+
+@pytest.mark.parametrize("dimensions", [None, 256], ids=["plain", "dimensions-rewritten"])
+def test_client_accepting_gzip_gets_a_compressed_answer(
+    dimensions: int | None, shape: str, gateway: Gateway
+) -> None:
+    """standalone.yaml compresses the final (rewritten) answer; the one-filter shape
+    leaves compression to the mesh and answers identity - never a body labelled gzip
+    that is not."""
+    plain = ask(gateway, post("/v1/embeddings", _batch(dimensions)))
+    packed = ask(
+        gateway,
+        post("/v1/embeddings", _batch(dimensions), headers=(("Accept-Encoding", "gzip"),)),
+    )
+    assert plain.status == packed.status == 200, (plain, packed)
+    assert "content-encoding" not in plain.headers
+    if shape == "single-filter":
+        assert "content-encoding" not in packed.headers
+        assert np.array_equal(_vectors(packed.body), _vectors(plain.body))
+        return
+    assert packed.headers["content-encoding"] == "gzip"
+    assert np.array_equal(_vectors(gzip.decompress(packed.body)), _vectors(plain.body))
+    assert len(packed.body) < len(plain.body) * 0.6
+
+
+def test_http_1_0_compressed_answer_ends_with_the_connection(shape: str, gateway: Gateway) -> None:
+    """HTTP/1.0 has no chunked coding: a compressed answer (no length known up front)
+    is delimited by closing the connection, and decodes to the same vectors."""
+    plain = ask(gateway, post("/v1/embeddings", _batch(), version="HTTP/1.0"))
+    gzip_ok = (("Accept-Encoding", "gzip"),)
+    packed = ask(gateway, post("/v1/embeddings", _batch(), version="HTTP/1.0", headers=gzip_ok))
+    assert plain.status == packed.status == 200 and packed.complete, packed
+    body = gzip.decompress(packed.body) if shape == "standalone" else packed.body
+    assert np.array_equal(_vectors(body), _vectors(plain.body))
+
+
+def test_client_accepting_br_gets_brotli(shape: str, gateway: Gateway) -> None:
+    plain = ask(gateway, post("/v1/embeddings", _batch()))
+    packed = ask(gateway, post("/v1/embeddings", _batch(), headers=(("Accept-Encoding", "br"),)))
+    assert packed.status == 200, packed
+    if shape == "single-filter":
+        assert "content-encoding" not in packed.headers
+        return
+    assert packed.headers["content-encoding"] == "br"
+    assert len(packed.body) < len(plain.body) * 0.6
+
+
+# -- HTTP/1.0 and Envoy's own refusals ---------------------------------------------------
+
+
+def _nginx_conf(folder: Path, port: int, gateway_port: int) -> str:
+    """nginx as a reverse proxy in front of the gateway, with nginx's defaults: it
+    speaks HTTP/1.0 to the gateway (`proxy_http_version` is 1.0 unless set)."""
+    temp = "\n".join(
+        f"    {kind}_temp_path {folder}/{kind};"
+        for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
+    )
+    return f"""
+daemon off;
+master_process off;
+pid {folder}/nginx.pid;
+error_log {folder}/nginx-error.log warn;
+events {{ worker_connections 64; }}
+http {{
+    access_log off;
+{temp}
+    client_max_body_size 16m;
+    server {{
+        listen 127.0.0.1:{port};
+        location / {{ proxy_pass http://127.0.0.1:{gateway_port}; }}
+    }}
+}}
+"""
+
+
+@pytest.fixture(scope="module")
+def nginx(gateway: Gateway, tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+    """The port of an nginx (Debian's, as in bench/) in front of the gateway."""
+    binary = shutil.which("nginx")
+    if binary is None:
+        pytest.fail("nginx is not installed (scripts/test installs it: bench/setup.sh)")
+    folder = tmp_path_factory.mktemp("nginx")
+    port = free_port()
+    conf = folder / "nginx.conf"
+    conf.write_text(_nginx_conf(folder, port, port_of(gateway)))
+    process = subprocess.Popen(
+        [binary, "-c", str(conf), "-p", str(folder)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert process.poll() is None, (folder / "nginx-error.log").read_text()
+                assert time.monotonic() < deadline, "nginx did not listen within 20 s"
+                time.sleep(0.05)
+        yield port
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+def test_nginx_in_front_with_its_default_http_1_0(
+    nginx: int, gateway: Gateway, upstream: FakeUpstream
+) -> None:
+    reply = exchange(nginx, post("/v1/embeddings", BODY), timeout=60.0)
+    assert reply.status == 200, reply
+    assert len(orjson.loads(reply.body)["data"]) == 1
+    (received,) = upstream.received
+    assert INSTRUCTION in received.body
+    refused = exchange(nginx, post("/v1/embeddings", b'{"model": 5, "input": "x"}'), timeout=60.0)
+    assert envelope(refused, 400)["param"] == "model"
+
+
+@pytest.mark.parametrize("host", ["gw", None], ids=["with-host", "without-host"])
+def test_http_1_0_is_answered(host: str | None, gateway: Gateway, upstream: FakeUpstream) -> None:
+    reply = ask(gateway, post("/v1/embeddings", BODY, version="HTTP/1.0", host=host))
+    assert reply.status == 200, reply
+    assert len(orjson.loads(reply.body)["data"]) == 1
+    (received,) = upstream.received
+    assert INSTRUCTION in received.body
+
+
+@pytest.mark.parametrize(
+    "wire",
+    [
+        post("/v1/embeddings", BODY, headers=(("X-Big", "a" * 70_000),)),
+        post("/v1/embeddings", BODY, headers=tuple((f"X-H{i}", "a" * 600) for i in range(120))),
+    ],
+    ids=["one-huge-header", "many-headers"],
+)
+def test_headers_too_large_is_a_431_envelope(
+    wire: bytes, gateway: Gateway, upstream: FakeUpstream
+) -> None:
+    envelope(ask(gateway, wire), 431)
+    assert upstream.received == []
+
+
+@pytest.mark.parametrize(
+    "wire",
+    [
+        post("/v1/embeddings", BODY, host=None),
+        post("/v1/embeddings%00", BODY),
+        post("/v1/%00embeddings", BODY),
+    ],
+    ids=["no-host", "nul-at-the-end", "nul-inside"],
+)
+def test_envoy_refusal_has_a_message(wire: bytes, gateway: Gateway, upstream: FakeUpstream) -> None:
+    error = envelope(ask(gateway, wire), 400)
+    assert error["type"] == "invalid_request_error"
+    assert upstream.received == []
+
+
+# -- HTTP/2 request trailers --------------------------------------------------------------
+# A minimal h2c client (prior knowledge), written frame by frame: no HTTP library at
+# hand sends request trailers. HPACK literals without indexing, no Huffman coding.
+
+DATA, HEADERS, RST_STREAM, SETTINGS, GOAWAY = 0, 1, 3, 4, 7
+END_STREAM, END_HEADERS, ACK = 0x1, 0x4, 0x1
+
+
+def _frame(kind: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
+    return (
+        struct.pack(">I", len(payload))[1:]
+        + bytes([kind, flags])
+        + struct.pack(">I", stream)
+        + payload
+    )
+
+
+def _hpack(*fields: tuple[str, str]) -> bytes:
+    block = b""
+    for name, value in fields:
+        raw_name, raw_value = name.encode(), value.encode()
+        assert len(raw_name) < 127 and len(raw_value) < 127
+        block += b"\x00" + bytes([len(raw_name)]) + raw_name + bytes([len(raw_value)]) + raw_value
+    return block
+
+
+def h2_post(port: int, path: str, body: bytes, *, trailers: bool) -> bytes:
+    """POST on stream 1, then (optionally) trailers; the answer's DATA (bounded wait)."""
+    head = _hpack(
+        (":method", "POST"),
+        (":scheme", "http"),
+        (":path", path),
+        (":authority", "gw"),
+        ("content-type", "application/json"),
+    )
+    wire = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + _frame(SETTINGS, 0, 0)
+    wire += _frame(HEADERS, END_HEADERS, 1, head)
+    wire += _frame(DATA, 0 if trailers else END_STREAM, 1, body)
+    if trailers:
+        wire += _frame(HEADERS, END_HEADERS | END_STREAM, 1, _hpack(("x-checksum", "1")))
+    deadline = time.monotonic() + 30.0
+    with socket.create_connection(("127.0.0.1", port), timeout=30.0) as sock:
+        sock.sendall(wire)
+        buffer, answer = b"", b""
+        while time.monotonic() < deadline:
+            while len(buffer) < 9 or len(buffer) < 9 + int.from_bytes(buffer[:3], "big"):
+                sock.settimeout(max(0.1, deadline - time.monotonic()))
+                chunk = sock.recv(65536)
+                assert chunk, f"connection closed; got {answer!r}"
+                buffer += chunk
+            size, kind, flags = int.from_bytes(buffer[:3], "big"), buffer[3], buffer[4]
+            stream = int.from_bytes(buffer[5:9], "big") & 0x7FFFFFFF
+            payload, buffer = buffer[9 : 9 + size], buffer[9 + size :]
+            if kind == SETTINGS and not flags & ACK:
+                sock.sendall(_frame(SETTINGS, ACK, 0))
+            assert kind not in (RST_STREAM, GOAWAY), (kind, payload)
+            if stream == 1 and kind == DATA:
+                answer += payload
+            if stream == 1 and kind in (DATA, HEADERS) and flags & END_STREAM:
+                return answer
+    raise AssertionError(f"no complete answer in 30 s; got {answer!r}")
+
+
+def test_http2_request_without_trailers_goes_through_the_contract(
+    gateway: Gateway, upstream: FakeUpstream
+) -> None:
+    answer = h2_post(port_of(gateway), "/v1/embeddings", BODY, trailers=False)
+    assert len(orjson.loads(answer)["data"]) == 1
+    (received,) = upstream.received
+    assert INSTRUCTION in received.body
+
+
+@pytest.mark.parametrize("body", [BODY, b'{"model": 5, "input": "x"}'], ids=["valid", "invalid"])
+def test_http2_request_with_trailers_is_refused(
+    body: bytes, gateway: Gateway, upstream: FakeUpstream
+) -> None:
+    answer = h2_post(port_of(gateway), "/v1/embeddings", body, trailers=True)
+    error = orjson.loads(answer)["error"]
+    assert error["type"] == "invalid_request_error" and "trailers" in error["message"]
+    assert upstream.received == []
