@@ -56,6 +56,22 @@ STREAM_SECONDS = Histogram(
     "Wall time from the first message to the last reply of a stream (includes upstream).",
     buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
 )
+ADMISSION_REJECTED = Counter(
+    "extproc_admission_rejected_total",
+    "Requests answered 503 overloaded: the process's budget of work in flight stayed "
+    "full for the whole admission wait. By stage: request (body received), response "
+    "(the answer to rewrite would not fit).",
+    ["stage"],
+)
+ADMISSION_WAITED = Counter(
+    "extproc_admission_waited_total",
+    "Requests that had to wait for room in the budget (admitted or not).",
+)
+ADMISSION_IN_FLIGHT_BYTES = Gauge(
+    "extproc_admission_in_flight_bytes",
+    "Bytes of work admitted and not yet finished (request bodies plus the estimated "
+    "answers of rewrites); at most limits.max_inflight_bytes, or one request's work.",
+)
 TLS_RELOADS = Counter(
     "extproc_tls_reloads_total",
     "Changes of the TLS files seen while serving: reloaded (new connections use them), "

@@ -21,7 +21,14 @@ from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ep_grpc
 
 from extproc.core.errors import ApiError
 from extproc.service import metrics
-from extproc.service.memory import TRIM_AFTER_BYTES, release_after
+from extproc.service.admission import (
+    AdmissionGate,
+    Budget,
+    Ticket,
+    overloaded_error,
+    response_work_bytes,
+)
+from extproc.service.memory import TRIM_AFTER_BYTES, IdleTrim, release_after
 from extproc.service.reload import ContractHolder
 from extproc.service.stream import ExtProcStream, immediate_response
 
@@ -39,6 +46,12 @@ class ExternalProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc
     def __init__(self, contracts: ContractHolder) -> None:
         self._contracts = contracts
         self.active_streams = 0  # read by the server's drain (extproc/service/server.py)
+        # Sized once, from the policy at start: a reloaded policy keeps this budget.
+        limits = contracts.current.policy.limits
+        self._admission = AdmissionGate(
+            Budget(limits.max_inflight_bytes), limits.admission_wait_ms / 1000
+        )
+        self._idle_trim = IdleTrim()
 
     async def Process(  # noqa: N802 - the proto's method name
         self,
@@ -48,12 +61,19 @@ class ExternalProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc
         # Taken once: a policy reloaded while this stream runs applies to later ones.
         stream = ExtProcStream(self._contracts.current)
         one_message = _carries_one_message(context)
+        # The request's share of the admission budget, held until this stream ends:
+        # with standalone.yaml the request stream of a rewrite stays open until the
+        # response's stream is done, so the answer's work is covered too.
+        ticket = Ticket()
         metrics.ACTIVE_STREAMS.inc()
         self.active_streams += 1
         try:
             async for request in request_iterator:
                 size = _body_size(request)
-                reply = await self._handle(stream, request, size)
+                if request.WhichOneof("request") == "request_body":
+                    reply = await self._admit_and_handle(stream, request, size, ticket)
+                else:
+                    reply = await self._handle(stream, request, size)
                 yield reply
                 del reply, request  # sent: let a huge body and its answer go before trimming
                 if size >= TRIM_AFTER_BYTES:
@@ -71,8 +91,43 @@ class ExternalProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc
                     # server close.
                     break
         finally:
+            self._idle_trim.note(ticket.cost)
+            self._admission.release(ticket)
+            metrics.ADMISSION_IN_FLIGHT_BYTES.set(self._admission.in_flight)
+            if self._idle_trim.due(self._admission.in_flight):
+                # Not awaited: this generator may be closing (a cancelled stream).
+                asyncio.get_running_loop().run_in_executor(None, release_after, TRIM_AFTER_BYTES)
             metrics.ACTIVE_STREAMS.dec()
             self.active_streams -= 1
+
+    async def _admit_and_handle(
+        self, stream: ExtProcStream, request: ep.ProcessingRequest, size: int, ticket: Ticket
+    ) -> ep.ProcessingResponse:
+        """Admission control around the request body: its bytes before the work, and
+        the answer's estimated bytes once the plan says the answer will be rewritten
+        (both within one bounded wait). Refused: a 503 ``overloaded`` instead."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._admission.wait_s
+        if not await self._admit(ticket, size, self._admission.wait_s):
+            return self._overloaded(stream, "request")
+        reply = await self._handle(stream, request, size)
+        if stream.response_follows and stream.plan is not None:
+            extra = response_work_bytes(stream.plan)
+            if not await self._admit(ticket, extra, max(deadline - loop.time(), 0.0)):
+                return self._overloaded(stream, "response")
+        return reply
+
+    async def _admit(self, ticket: Ticket, extra: int, wait_s: float) -> bool:
+        if self._admission.must_wait(ticket, extra):
+            metrics.ADMISSION_WAITED.inc()
+        admitted = await self._admission.admit(ticket, extra, wait_s=wait_s)
+        metrics.ADMISSION_IN_FLIGHT_BYTES.set(self._admission.in_flight)
+        return admitted
+
+    def _overloaded(self, stream: ExtProcStream, stage: str) -> ep.ProcessingResponse:
+        metrics.ADMISSION_REJECTED.labels(stage).inc()
+        retry_after_s = stream.contract.policy.limits.retry_after_s
+        return stream.refuse_overloaded(overloaded_error(retry_after_s), retry_after_s)
 
     async def _handle(
         self, stream: ExtProcStream, request: ep.ProcessingRequest, size: int

@@ -42,6 +42,9 @@ Rules (Envoy 1.40, verified live; see DESIGN.md section 3):
    counted, never raised: a confused Envoy must not get a crashed stream, and a
    neutral reply to a response-phase message can only leave the upstream's own
    answer in place.
+7. Admission control (extproc/service/admission.py, applied by the servicer) may
+   refuse a request body instead of rule 3: a 503 ``overloaded`` envelope with
+   ``Retry-After``, the stream DONE, nothing forwarded.
 """
 
 from __future__ import annotations
@@ -202,6 +205,17 @@ class ExtProcStream:
         return ep.ProcessingResponse(
             immediate_response=immediate_response(error.status, error.envelope())
         )
+
+    def refuse_overloaded(self, error: ApiError, retry_after_s: int) -> ep.ProcessingResponse:
+        """Rule 7: the process is at capacity. Not a client mistake, so counted only by
+        the admission metrics (the servicer's), not as a rejection."""
+        self.phase = Phase.DONE
+        self.plan = None
+        reply = ep.ProcessingResponse(
+            immediate_response=immediate_response(error.status, error.envelope())
+        )
+        _set(reply.immediate_response.headers, "retry-after", str(retry_after_s))
+        return reply
 
     # -- response phase --------------------------------------------------------
 

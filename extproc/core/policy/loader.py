@@ -21,10 +21,13 @@ from google.protobuf.message import Message
 
 from extproc.core.policy.errors import PolicyError
 from extproc.core.policy.model import (
+    DEFAULT_ADMISSION_WAIT_MS,
+    DEFAULT_MAX_INFLIGHT_BYTES,
     DEFAULT_MAX_INPUTS,
     DEFAULT_MAX_REQUEST_BYTES,
     DEFAULT_MAX_TOKENIZE_BYTES,
     DEFAULT_MAX_TOKENIZE_MS,
+    DEFAULT_RETRY_AFTER_S,
     EncodingProfile,
     GatewayPolicy,
     Limits,
@@ -48,6 +51,12 @@ MIN_TOKENIZE_BYTES = 8 * 1024
 # Tokenizing must end well before Envoy's ext_proc message_timeout (15 s in envoy/*.yaml):
 # past it Envoy answers 504 while the tokenizer still runs.
 MAX_TOKENIZE_MS_CEILING = 10_000
+# Admission: a budget under 1 MiB would refuse ordinary traffic; 4 GiB - 1 is the
+# field's range. The wait stays under the same message_timeout as tokenizing.
+MIN_INFLIGHT_BYTES = 1024 * 1024
+MAX_INFLIGHT_BYTES_CEILING = 2**32 - 1
+MAX_ADMISSION_WAIT_MS = 10_000
+MAX_RETRY_AFTER_S = 3600
 TOKENIZER_OVERRIDES_ENV = "EXTPROC_TOKENIZER_OVERRIDES"
 _FIELD_RE = re.compile(r"\{(\w*)\}")
 
@@ -140,6 +149,9 @@ def _limits(source: str, raw: Any) -> Limits:
     input_chars = value("max_input_chars", 1, MAX_REQUEST_BYTES_CEILING)
     tokenize_bytes = value("max_tokenize_bytes", MIN_TOKENIZE_BYTES, MAX_REQUEST_BYTES_CEILING)
     tokenize_ms = value("max_tokenize_ms", 1, MAX_TOKENIZE_MS_CEILING)
+    inflight = value("max_inflight_bytes", MIN_INFLIGHT_BYTES, MAX_INFLIGHT_BYTES_CEILING)
+    wait_ms = value("admission_wait_ms", 0, MAX_ADMISSION_WAIT_MS)
+    retry_after = value("retry_after_s", 1, MAX_RETRY_AFTER_S)
     request_bytes = max_bytes or DEFAULT_MAX_REQUEST_BYTES
     # The character caps follow the body size unless set: see Limits.
     total = total_chars or request_bytes
@@ -156,6 +168,9 @@ def _limits(source: str, raw: Any) -> Limits:
         max_total_chars=total,
         max_tokenize_bytes=tokenize_bytes or DEFAULT_MAX_TOKENIZE_BYTES,
         max_tokenize_ms=tokenize_ms or DEFAULT_MAX_TOKENIZE_MS,
+        max_inflight_bytes=inflight or DEFAULT_MAX_INFLIGHT_BYTES,
+        admission_wait_ms=DEFAULT_ADMISSION_WAIT_MS if wait_ms is None else wait_ms,
+        retry_after_s=retry_after or DEFAULT_RETRY_AFTER_S,
     )
 
 

@@ -1,0 +1,253 @@
+"""Clean overload through a real Envoy: admission control in the ext_proc server
+(a small budget in a test policy, so it is cheap), Envoy-side processor failures and
+Envoy's own overload manager all answer a 503 ``overloaded`` envelope with
+Retry-After, and every client gets an answer."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from bench.procfs import rss_mb
+from extproc.commands.envoy_config import EnvoySettings, Upstream, dump, load_template, render
+from extproc.commands.launcher import envoy_argv
+from extproc.core.policy import GatewayPolicy
+from tests.conftest import QWEN_MODEL, SHIPPED_QWEN_POLICY
+from tests.fake_upstream import FakeUpstream
+from tests.harness import Gateway, Reply, free_port, http, metric_value, start_gateway
+
+ENVELOPE_KEYS = {"message", "type", "param", "code"}
+# 2,048 inputs cut to 256-d: ~18 MiB of estimated work, far over this budget, so such
+# a request is admitted only alone.
+SMALL_BUDGET = """limits:
+  max_inflight_bytes: 1048576
+  admission_wait_ms: 100
+  retry_after_s: 2
+"""
+BIG = {"model": QWEN_MODEL, "input": [f"doc {i}" for i in range(2048)], "dimensions": 256}
+SMALL = {"model": QWEN_MODEL, "input": "hello", "dimensions": 256}
+
+
+def assert_overloaded(reply: Reply, retry_after: str) -> str:
+    """A 503 envelope, code overloaded, a clean message, Retry-After."""
+    assert reply.status == 503, reply.body[:300]
+    assert reply.headers.get("retry-after") == retry_after, reply.headers
+    assert reply.headers.get("content-type") == "application/json"
+    error = reply.json()["error"]
+    assert set(error) == ENVELOPE_KEYS
+    assert (error["type"], error["code"]) == ("server_error", "overloaded")
+    message = str(error["message"])
+    # No Envoy internals, no empty slot: what the old 5xx mapper showed under load.
+    assert "ext_proc" not in message and "  " not in message and "()" not in message
+    return message
+
+
+@pytest.fixture(scope="module")
+def upstream(qwen_dir: Path) -> Iterator[FakeUpstream]:
+    """The fake Dynamo; each test starts it afresh (no fault, nothing received)."""
+    with FakeUpstream(tokenizer_dir=qwen_dir) as fake:
+        yield fake
+
+
+SHAPES = ["standalone", "single-filter"]  # the two shipped Envoy shapes
+
+
+@pytest.fixture(scope="module")
+def small_budget_policy(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    policy = tmp_path_factory.mktemp("admission-policy") / "policy.yaml"
+    policy.write_text(SMALL_BUDGET + SHIPPED_QWEN_POLICY.read_text())
+    return policy
+
+
+@pytest.fixture(scope="module", params=SHAPES)
+def gateway(
+    request: pytest.FixtureRequest,
+    upstream: FakeUpstream,
+    qwen_dir: Path,
+    small_budget_policy: Path,
+) -> Iterator[Gateway]:
+    template = Path(__file__).resolve().parents[1] / "envoy" / f"{request.param}.yaml"
+    gw = start_gateway(
+        upstream.url,
+        small_budget_policy.parent,
+        config=small_budget_policy,
+        tokenizer_overrides=f"{QWEN_MODEL}={qwen_dir}",
+        extra_args=["--envoy-template", str(template)],
+    )
+    yield gw
+    log = gw.log()
+    assert gw.stop() == 0, log
+    assert "Traceback" not in log, log
+
+
+def scrape(gateway: Gateway) -> str:
+    return http("GET", f"{gateway.metrics_url}/metrics").body.decode()
+
+
+def test_past_the_budget_a_request_gets_503_overloaded(
+    gateway: Gateway, upstream: FakeUpstream
+) -> None:
+    upstream.reset()
+    before = metric_value(scrape(gateway), "extproc_admission_rejected_total")
+    waited_before = metric_value(scrape(gateway), "extproc_admission_waited_total")
+    upstream.fault = "slow"  # the big request holds its share while the upstream works
+    upstream.slow_seconds = 3.0
+    with ThreadPoolExecutor(1) as pool:
+        big = pool.submit(gateway.embeddings, BIG, timeout=60)
+        deadline = time.monotonic() + 20
+        while not upstream.received and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert upstream.received, "the big request never reached the upstream"
+        held = metric_value(scrape(gateway), "extproc_admission_in_flight_bytes")
+        assert held > 1024 * 1024  # alone, over the whole budget
+        started = time.monotonic()
+        refused = gateway.embeddings(SMALL, timeout=30)
+        waited = time.monotonic() - started
+        message = assert_overloaded(refused, "2")
+        assert message == "The gateway is at capacity; retry after 2 s."
+        assert waited < 2.5, waited  # a bounded wait (100 ms) then the answer, not a queue
+        assert big.result().status == 200
+    assert len(upstream.received) == 1  # the refused one never reached it
+    text = scrape(gateway)
+    assert metric_value(text, "extproc_admission_rejected_total") == before + 1
+    assert metric_value(text, "extproc_admission_waited_total") == waited_before + 1
+    assert metric_value(text, "extproc_admission_in_flight_bytes") == 0
+    upstream.fault = "none"
+    assert gateway.embeddings(SMALL).status == 200  # room again
+
+
+def test_a_burst_gets_200s_and_503s_and_nothing_else(
+    gateway: Gateway, upstream: FakeUpstream
+) -> None:
+    upstream.reset()
+    upstream.fault = "slow"
+    upstream.slow_seconds = 0.5
+    idle_mb = rss_mb(gateway.process.pid)  # `extproc run` serves ext_proc in-process
+    with ThreadPoolExecutor(12) as pool:
+        replies = list(pool.map(lambda _: gateway.embeddings(BIG, timeout=60), range(12)))
+    statuses = sorted(r.status for r in replies)
+    assert set(statuses) <= {200, 503}, statuses
+    assert statuses.count(200) >= 1 and statuses.count(503) >= 1, statuses
+    for reply in replies:
+        if reply.status == 503:
+            assert_overloaded(reply, "2")
+        else:
+            assert len(reply.json()["data"]) == 2048
+    assert metric_value(scrape(gateway), "extproc_admission_in_flight_bytes") == 0
+    # Memory goes back: within 5 s of the burst, at most 1.5x the size before it.
+    deadline = time.monotonic() + 5
+    while rss_mb(gateway.process.pid) > 1.5 * idle_mb and time.monotonic() < deadline:
+        time.sleep(0.25)
+    assert rss_mb(gateway.process.pid) <= 1.5 * idle_mb, (idle_mb, rss_mb(gateway.process.pid))
+
+
+def start_envoy(
+    config: dict[str, object], tmp_path: Path, admin_port: int
+) -> subprocess.Popen[bytes]:
+    path = tmp_path / "envoy.yaml"
+    path.write_text(dump(config))
+    log = (tmp_path / "envoy.log").open("wb")
+    envoy = subprocess.Popen(
+        envoy_argv(path, "warning", 1),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+    )
+    log.close()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            if http("GET", f"http://127.0.0.1:{admin_port}/ready", timeout=1).status == 200:
+                return envoy
+        except OSError:
+            pass
+        assert envoy.poll() is None, (tmp_path / "envoy.log").read_text()
+        time.sleep(0.1)
+    envoy.kill()
+    envoy.wait(5)
+    raise TimeoutError("Envoy not ready in 30 s")
+
+
+@pytest.fixture
+def envoy_settings(upstream: FakeUpstream) -> EnvoySettings:
+    return EnvoySettings(
+        "127.0.0.1", free_port(), free_port(), free_port(), Upstream.from_url(upstream.url)
+    )
+
+
+def stop(envoy: subprocess.Popen[bytes]) -> None:
+    envoy.terminate()
+    try:
+        envoy.wait(10)
+    except subprocess.TimeoutExpired:
+        envoy.kill()
+        envoy.wait(5)
+
+
+def test_processor_unreachable_is_a_clean_503(
+    envoy_settings: EnvoySettings,
+    qwen_policy: GatewayPolicy,
+    tmp_path: Path,
+    upstream: FakeUpstream,
+) -> None:
+    """Envoy's ext_proc failure (nothing listens on the processor's port) gets the
+    same clean answer, not "could not get an answer:  (ext_proc_error_gRPC_error_...)"."""
+    upstream.reset()
+    config = render(load_template(), envoy_settings, qwen_policy)
+    envoy = start_envoy(config, tmp_path, envoy_settings.admin_port)
+    try:
+        url = f"http://127.0.0.1:{envoy_settings.listen_port}/v1/embeddings"
+        assert_overloaded(http("POST", url, SMALL), "1")
+        stats = http("GET", f"http://127.0.0.1:{envoy_settings.admin_port}/stats?filter=ext_proc")
+        # Envoy counts its side of the failure (README, Operations: counters to watch).
+        assert b"http.embeddings.ext_proc.streams_failed: 1" in stats.body, stats.body
+    finally:
+        stop(envoy)
+    assert upstream.received == []
+
+
+def test_envoys_overload_manager_answers_503_overloaded(
+    envoy_settings: EnvoySettings,
+    qwen_policy: GatewayPolicy,
+    tmp_path: Path,
+    upstream: FakeUpstream,
+) -> None:
+    """A heap budget Envoy is already over: every request is refused by Envoy itself,
+    with the envelope and Retry-After."""
+    upstream.reset()
+    config = render(load_template(), envoy_settings, qwen_policy)
+    monitors = config["overload_manager"]["resource_monitors"]
+    (heap,) = [m for m in monitors if m["name"].endswith("fixed_heap")]
+    heap["typed_config"]["max_heap_size_bytes"] = 1024 * 1024
+    envoy = start_envoy(config, tmp_path, envoy_settings.admin_port)
+    try:
+        url = f"http://127.0.0.1:{envoy_settings.listen_port}/v1/embeddings"
+        deadline = time.monotonic() + 10  # the monitor refreshes every 0.25 s
+        reply = http("POST", url, SMALL)
+        while reply.status != 503 and time.monotonic() < deadline:
+            time.sleep(0.25)
+            reply = http("POST", url, SMALL)
+        assert_overloaded(reply, "1")
+    finally:
+        stop(envoy)
+    assert upstream.received == []
+
+
+def test_upstream_unreachable_503_says_when_to_retry(qwen_dir: Path, tmp_path: Path) -> None:
+    dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    gw = start_gateway(dead, tmp_path, tokenizer_overrides=f"{QWEN_MODEL}={qwen_dir}")
+    try:
+        for body in (SMALL, {"model": QWEN_MODEL, "input": "x"}):  # both routes
+            reply = gw.embeddings(body)
+            assert reply.status == 503 and reply.headers.get("retry-after") == "1", reply
+            error = reply.json()["error"]
+            assert (error["type"], error["code"]) == ("server_error", "upstream_unavailable")
+            assert error["message"].startswith("The gateway could not get an answer from the")
+            assert "{" not in error["message"]  # no Envoy response-code details
+    finally:
+        assert gw.stop() == 0
