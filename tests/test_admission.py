@@ -20,7 +20,6 @@ from extproc.core.policy.model import (
     DEFAULT_MAX_INFLIGHT_BYTES,
     DEFAULT_RETRY_AFTER_S,
     Limits,
-    UpstreamFlavour,
 )
 from extproc.service.admission import (
     AdmissionGate,
@@ -134,7 +133,7 @@ def plan(**overrides: object) -> ResponsePlan:
         "model": "m",
         "input_count": 2048,
         "native_dimensions": 1024,
-        "flavour": UpstreamFlavour.DYNAMO,
+        "upstream_kind": "dynamo",
         "client_encoding": Encoding.FLOAT,
         "upstream_encoding": Encoding.BASE64,
         "dimensions": 256,

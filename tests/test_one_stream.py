@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.conftest import QWEN_MODEL, REPO, SHIPPED_QWEN_POLICY
+from tests.conftest import QWEN_MODEL
 from tests.fake_upstream import FakeUpstream
-from tests.harness import Gateway, Reply, start_gateway
+from tests.harness import Gateway, Reply, start_shipped_gateway
 
 TEXTS = ["Seoul is the capital of South Korea.", "Paris is the capital of France."]
 MARKER_IN_TEXT = "The dimensions of the box are 2 by 3."
@@ -41,12 +41,8 @@ def upstream(qwen_dir: Path) -> Iterator[FakeUpstream]:
 def gateway(
     upstream: FakeUpstream, qwen_dir: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Gateway]:
-    gw = start_gateway(
-        upstream.url,
-        tmp_path_factory.mktemp("one-stream"),
-        config=SHIPPED_QWEN_POLICY,
-        tokenizer_overrides=f"{QWEN_MODEL}={qwen_dir}",
-        extra_args=["--envoy-template", str(REPO / "envoy" / "standalone.yaml")],
+    gw = start_shipped_gateway(
+        upstream.url, tmp_path_factory.mktemp("one-stream"), qwen_dir, "standalone"
     )
     yield gw
     assert gw.stop() == 0, gw.log()
