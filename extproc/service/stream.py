@@ -31,10 +31,10 @@ Rules (Envoy 1.40, verified live; see DESIGN.md section 3):
    enveloped by the Envoy config's local_reply_config and pass untouched.
 5. On the response body the answer is rewritten, with ``:status``,
    content-type and content-length set in the same reply.
-   5b. When the response headers were skipped (standalone.yaml's
-   extproc.response: one message instead of two), the body message carries the
-   status as the ``response.code`` attribute and rule 4's decision is taken
-   here. Envoy ignores header mutations in this reply, so the client's status
+   5b. When the response headers were skipped (standalone.yaml: extproc.request
+   on its one-stream route, or extproc.response; one message instead of two), the
+   body message carries the status as the ``response.code`` attribute and rule
+   4's decision is taken here. Envoy ignores header mutations in this reply, so the client's status
    also goes out as dynamic metadata (``embgw.status``) for the Lua filter that
    holds the headers. A body without that attribute is an anomaly (rule 6).
 6. Anything out of order (a message after DONE, a body before its headers where
@@ -261,8 +261,8 @@ class ExtProcStream:
             return neutral
         headers_skipped = self.phase in (Phase.AWAIT_REQUEST, Phase.AWAIT_RESPONSE_HEADERS)
         if headers_skipped and body.end_of_stream:
-            # Rule 5b: the response headers were skipped (standalone.yaml's
-            # extproc.response); the status came as an attribute of this message.
+            # Rule 5b: the response headers were skipped (standalone.yaml); the status
+            # came as an attribute of this message.
             decided = self._take_status_attribute(request)
             if decided is None:
                 return self._anomaly("response_body", neutral)
