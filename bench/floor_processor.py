@@ -7,7 +7,9 @@ config sends exactly the messages it sends for the real gateway:
 
 - a request body containing ``"dimensions"`` (a byte search, no parsing) is answered
   with the ``embgw`` metadata and a route-cache clear, as for a request whose vectors
-  change: Envoy then re-routes it to the rewrite route and opens the response stream;
+  change: with standalone.yaml's precheck (F) the response body then comes on the same
+  stream; without it (U) Envoy re-routes the request to the rewrite route and opens the
+  response stream;
 - a response body is answered with ``embgw.status = "200"`` for the Lua filter.
 
 The benchmark runs the shipped and the naive Envoy configs against this processor too

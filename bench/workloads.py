@@ -26,13 +26,14 @@ UPSTREAM_DIMENSIONS = 1024
 class Case:
     key: str
     label: str
-    target: str  # "upstream" or an Envoy name: "B", "N", "S", "F", "Z"
+    target: str  # "upstream" or an Envoy name: "B", "N", "S", "T", "F", "Z", "U"
     request: str  # "plain" (a) or "rewrite" (b)
     uses_extproc: bool
     floor: bool = False  # served by floor_processor.py instead of `extproc serve`
     # The upstream cuts `dimensions` itself (the instant upstream's native port) and
     # the policy says so (`upstream.native.dimensions`): `dimensions` is forwarded.
     native: bool = False
+    comparison: bool = False  # a pattern no shipped config uses any more, run with the floors
 
 
 CASES = [
@@ -48,6 +49,8 @@ CASES = [
     Case("Z-b", "Z floor of N, full rewr.", "Z", "rewrite", True, floor=True),
     Case("S-n", "S shipped, native dims", "S-n", "rewrite", True, native=True),
     Case("F-n", "F floor of S, native dims", "F-n", "rewrite", True, floor=True, native=True),
+    Case("T-b", "T two streams, full rewr.", "T", "rewrite", True, comparison=True),
+    Case("U-b", "U floor of T, full rewr.", "U", "rewrite", True, floor=True),
 ]
 
 

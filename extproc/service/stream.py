@@ -6,9 +6,11 @@ Rules (Envoy 1.40, verified live; the Envoy behaviour they rely on: docs/envoy-f
    for: request_headers, request_body, response_headers, response_body (trailers
    never, with our configs). Each message gets exactly one reply, of the same kind.
    One state machine serves both shipped shapes: envoy/single-filter.yaml (one
-   stream sees the whole exchange) and envoy/standalone.yaml (the request body on
-   one stream; the response, when it must change, on a second stream whose first
-   message carries the plan as dynamic metadata, namespace ``embgw``).
+   stream sees the whole exchange) and envoy/standalone.yaml (the request body,
+   then, when the response must change and Envoy's precheck saw it coming, the
+   response body on the same stream with the status as an attribute; when the
+   precheck missed it, the response on a second stream whose first message
+   carries the plan as dynamic metadata, namespace ``embgw``).
 2. Request headers, when sent, are checked first: a bodyless POST, a non-JSON
    content type or a declared content-length over the limit is answered at once,
    before any body is buffered. When they are skipped, content type and request
@@ -29,10 +31,10 @@ Rules (Envoy 1.40, verified live; the Envoy behaviour they rely on: docs/envoy-f
    enveloped by the Envoy config's local_reply_config and pass untouched.
 5. On the response body the answer is rewritten, with ``:status``,
    content-type and content-length set in the same reply.
-   5b. When the response headers were skipped (standalone.yaml's
-   extproc.response: one message instead of two), the body message carries the
-   status as the ``response.code`` attribute and rule 4's decision is taken
-   here. Envoy ignores header mutations in this reply, so the client's status
+   5b. When the response headers were skipped (standalone.yaml: extproc.request
+   on its one-stream route, or extproc.response; one message instead of two), the
+   body message carries the status as the ``response.code`` attribute and rule
+   4's decision is taken here. Envoy ignores header mutations in this reply, so the client's status
    also goes out as dynamic metadata (``embgw.status``) for the Lua filter that
    holds the headers. A body without that attribute is an anomaly (rule 6).
 6. Anything out of order (a message after DONE, a body before its headers where
@@ -259,8 +261,8 @@ class ExtProcStream:
             return neutral
         headers_skipped = self.phase in (Phase.AWAIT_REQUEST, Phase.AWAIT_RESPONSE_HEADERS)
         if headers_skipped and body.end_of_stream:
-            # Rule 5b: the response headers were skipped (standalone.yaml's
-            # extproc.response); the status came as an attribute of this message.
+            # Rule 5b: the response headers were skipped (standalone.yaml); the status
+            # came as an attribute of this message.
             decided = self._take_status_attribute(request)
             if decided is None:
                 return self._anomaly("response_body", neutral)
