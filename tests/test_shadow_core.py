@@ -586,6 +586,38 @@ def shadow_settings(**overrides: Any) -> ShadowEnvoySettings:
 
 
 @pytest.mark.parametrize("template", [SHADOW_TEMPLATE, REVERSE_TEMPLATE], ids=["A", "B"])
+def test_shadow_legacy_takes_every_other_path(
+    template: Path, qwen_policy: GatewayPolicy, tmp_path: Path
+) -> None:
+    """`extproc shadow --legacy URL`: the clients' pass-through route goes to the legacy
+    server (as `extproc run --legacy` does); the embeddings routes do not move."""
+    plain = render_shadow(load_template(template), shadow_settings(), qwen_policy)
+    legacy = Upstream.from_url("http://legacy.example:9000")
+    config = render_shadow(load_template(template), shadow_settings(legacy=legacy), qwen_policy)
+    validate(config, tmp_path / "legacy.yaml")
+
+    def primary_routes(rendered: dict[str, Any]) -> dict[str, str]:
+        (primary,) = [
+            item for item in rendered["static_resources"]["listeners"] if item["name"] == "primary"
+        ]
+        return {
+            r["name"]: r["route"]["cluster"] for r in routes_of(hcm_of(primary)) if "route" in r
+        }
+
+    before, after = primary_routes(plain), primary_routes(config)
+    assert after["passthrough"] == "legacy" != before["passthrough"]
+    assert {k: v for k, v in after.items() if k != "passthrough"} == {
+        k: v for k, v in before.items() if k != "passthrough"
+    }
+    (cluster,) = [c for c in config["static_resources"]["clusters"] if c["name"] == "legacy"]
+    endpoint = cluster["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]
+    assert endpoint["address"]["socket_address"] == {
+        "address": "legacy.example",
+        "port_value": 9000,
+    }
+
+
+@pytest.mark.parametrize("template", [SHADOW_TEMPLATE, REVERSE_TEMPLATE], ids=["A", "B"])
 def test_rendered_shadow_configs_validate(
     template: Path, qwen_policy: GatewayPolicy, tmp_path: Path
 ) -> None:

@@ -61,6 +61,13 @@ def add_parsers(subparsers: Any) -> None:
     arg("--baseline", required=True, help="the legacy server, e.g. http://10.0.0.5:8000")
     arg("--candidate", required=True, help="the Dynamo/vLLM frontend URL")
     arg("--noise", default=None, help="a second legacy replica (optional)")
+    arg(
+        "--legacy",
+        default=None,
+        metavar="URL",
+        help="split migration: every path but the embeddings one goes to this server, "
+        "untouched (default: the baseline in forward mode, the candidate's gateway in reverse)",
+    )
     arg("--listen", default="127.0.0.1:8080", help="where clients connect")
     arg("--percent", type=float, default=100.0, help="share mirrored (0-100, default 100)")
     arg("--reverse", action="store_true", help="after the cut-over: the baseline is the shadow")
@@ -151,6 +158,7 @@ def run_shadow(args: argparse.Namespace) -> int:
         baseline = Upstream.from_url(args.baseline)
         candidate = Upstream.from_url(args.candidate)
         noise = Upstream.from_url(args.noise) if args.noise else None
+        legacy = Upstream.from_url(args.legacy) if args.legacy else None
         if not 0 <= args.percent <= 100:
             raise ValueError("--percent must be within 0..100")
     except ValueError as exc:
@@ -163,6 +171,7 @@ def run_shadow(args: argparse.Namespace) -> int:
         baseline=baseline,
         candidate=candidate,
         noise=noise,
+        legacy=legacy,
         listen=args.listen,
         percent=args.percent,
         reverse=args.reverse,

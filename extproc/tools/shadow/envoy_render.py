@@ -14,7 +14,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from extproc.commands.envoy_config import DEFAULT_TEMPLATE, Upstream
+from extproc.commands.envoy_config import (
+    DEFAULT_TEMPLATE,
+    LEGACY_CLUSTER,
+    PASSTHROUGH_ROUTE,
+    Upstream,
+    legacy_cluster,
+)
 from extproc.core.policy.model import GatewayPolicy
 
 ENVOY_DIR: Final = DEFAULT_TEMPLATE.parent
@@ -51,6 +57,8 @@ class ShadowEnvoySettings:
     percent: float = 100.0
     candidate_gateway_port: int = 0  # config B only: the gateway's loopback listener
     upstream_timeout_s: float = 300.0
+    # Split migration: the clients' non-embeddings paths go to this server untouched.
+    legacy: Upstream | None = None
 
 
 def adopt_gateway(config: dict[str, Any], gateway: dict[str, Any]) -> dict[str, Any]:
@@ -171,7 +179,20 @@ def render_shadow(
     clusters["extproc"]["per_connection_buffer_limit_bytes"] = message_limit
     _point(clusters["extproc"], [(_LOOPBACK, settings.extproc_port)])
     _point(clusters["shadow_compare"], list(settings.compare))
+    if settings.legacy is not None:
+        _route_primary_passthrough_to_legacy(config, listeners["primary"], settings.legacy)
     return config
+
+
+def _route_primary_passthrough_to_legacy(
+    config: dict[str, Any], primary: dict[str, Any], legacy: Upstream
+) -> None:
+    """The clients' listener sends every non-embeddings path (``passthrough``) to the
+    legacy server, untouched and streamed, as ``extproc run --legacy`` does: without it
+    that route goes to the baseline (forward mode) or the candidate gateway (reverse)."""
+    (route,) = [r for r in routes_of(hcm_of(primary)) if r.get("name") == PASSTHROUGH_ROUTE]
+    route["route"]["cluster"] = LEGACY_CLUSTER
+    config["static_resources"]["clusters"].append(legacy_cluster(legacy))
 
 
 def _fraction(percent: float) -> dict[str, Any]:

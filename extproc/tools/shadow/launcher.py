@@ -36,6 +36,7 @@ class ShadowRunOptions:
     percent: float = 100.0
     reverse: bool = False
     noise: Upstream | None = None
+    legacy: Upstream | None = None  # split migration: every other path goes here
     compare: CompareOptions = field(default_factory=lambda: CompareOptions(listen="127.0.0.1:0"))
     metrics_address: str | None = None  # the gateway server's Prometheus
     grace_seconds: float = 5.0
@@ -90,6 +91,7 @@ async def run_shadow(contract: Contract, options: ShadowRunOptions) -> int:
             percent=options.percent,
             candidate_gateway_port=free_port() if options.reverse else 0,
             upstream_timeout_s=options.upstream_timeout_s,
+            legacy=options.legacy,
         )
         template = options.template or template_path(reverse=options.reverse)
         gateway_config = (
