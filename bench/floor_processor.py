@@ -78,6 +78,11 @@ class FloorProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc]
     ) -> AsyncIterator[ep.ProcessingResponse]:
         async for request in request_iterator:
             yield floor_reply(request, marks_rewrites=self.marks_rewrites)
+            if not self.marks_rewrites and request.WhichOneof("request") == "request_body":
+                # As the shipped server does when no response work follows (the native
+                # path): it ends the stream itself, so a route that would also buffer
+                # the response (the precheck's one-stream route) sends nothing more.
+                break
 
 
 async def _start(address: str, processor: FloorProcessor) -> grpc.aio.Server:
