@@ -4,12 +4,14 @@ integration tier) a real Envoy + ext_proc started by `extproc run`."""
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from extproc.core.contract import Contract, load_contract
 from extproc.core.policy import GatewayPolicy, load_policy_file
+from tests.fake_upstream import FakeUpstream
 
 REPO = Path(__file__).resolve().parent.parent
 SHIPPED_QWEN_POLICY = REPO / "extproc" / "policies" / "qwen3-embedding-0.6b.yaml"
@@ -42,3 +44,11 @@ def qwen_policy(qwen_dir: Path) -> GatewayPolicy:
 @pytest.fixture(scope="session")
 def qwen_contract(qwen_policy: GatewayPolicy) -> Contract:
     return load_contract(qwen_policy)
+
+
+@pytest.fixture(scope="module")
+def upstream(qwen_dir: Path) -> Iterator[FakeUpstream]:
+    """The fake Dynamo 1.6.1 frontend, one per test module (a module that needs another
+    upstream defines its own ``upstream`` fixture, which takes precedence)."""
+    with FakeUpstream(flavour="dynamo", tokenizer_dir=qwen_dir) as fake:
+        yield fake

@@ -6,7 +6,7 @@ model. It gives back the status codes, error bodies and response shapes that
 ``docs/upstreams.md`` records, and its vectors are made up but deterministic, so
 gateway tests can work out the expected answer with :meth:`FakeUpstream.embed_ids`.
 
-Measured behaviours it reproduces (the probe letters are those of ``docs/upstreams.md``).
+Measured behaviours it reproduces (the answers are tabled in ``docs/upstreams.md``; the letters below only label them).
 
 Dynamo 1.6.1 frontend + vLLM embedding worker (``flavour="dynamo"``):
 

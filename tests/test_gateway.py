@@ -32,12 +32,6 @@ QWEN3_PROMPT = (
 ENVELOPE_KEYS = {"message", "type", "param", "code"}
 
 
-@pytest.fixture(scope="module")
-def upstream(qwen_dir: Path) -> Iterator[FakeUpstream]:
-    with FakeUpstream(flavour="dynamo", tokenizer_dir=qwen_dir) as fake:
-        yield fake
-
-
 @pytest.fixture(scope="module", params=["standalone", "single-filter"])
 def gateway(
     request: pytest.FixtureRequest,

@@ -223,12 +223,6 @@ def assert_no_leak(data: bytes) -> None:
 # -- fixtures -------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def upstream(qwen_dir: Path) -> Iterator[FakeUpstream]:
-    with FakeUpstream(flavour="dynamo", tokenizer_dir=qwen_dir) as fake:
-        yield fake
-
-
 @pytest.fixture(autouse=True)
 def clean_upstream(upstream: FakeUpstream) -> None:
     upstream.reset()

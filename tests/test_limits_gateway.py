@@ -27,12 +27,6 @@ ENGLISH = "The quick brown fox jumps over the lazy dog while the cat sleeps. "
 
 
 @pytest.fixture(scope="module")
-def upstream(qwen_dir: Path) -> Iterator[FakeUpstream]:
-    with FakeUpstream(flavour="dynamo", tokenizer_dir=qwen_dir) as fake:
-        yield fake
-
-
-@pytest.fixture(scope="module")
 def gateway(
     upstream: FakeUpstream, qwen_dir: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Gateway]:

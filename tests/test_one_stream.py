@@ -32,12 +32,6 @@ class Streams:
 
 
 @pytest.fixture(scope="module")
-def upstream(qwen_dir: Path) -> Iterator[FakeUpstream]:
-    with FakeUpstream(flavour="dynamo", tokenizer_dir=qwen_dir) as fake:
-        yield fake
-
-
-@pytest.fixture(scope="module")
 def gateway(
     upstream: FakeUpstream, qwen_dir: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Gateway]:

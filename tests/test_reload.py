@@ -274,12 +274,6 @@ async def test_a_stream_in_flight_finishes_on_the_policy_it_started_with(
 # -- through a real Envoy ------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def upstream(qwen_dir: Path) -> Iterator[FakeUpstream]:
-    with FakeUpstream(flavour="dynamo", tokenizer_dir=qwen_dir) as fake:
-        yield fake
-
-
 class ConfigMapVolume:
     """A Kubernetes ConfigMap volume: ``policy.yaml -> ..data/policy.yaml``, ``..data ->
     ..<version>``; an update writes a new version directory and re-points ``..data``

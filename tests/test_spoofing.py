@@ -62,12 +62,6 @@ FORGED_ENVOY = {
 ENVOY_OWN = {"x-envoy-expected-rq-timeout-ms": "300000", "x-envoy-external-address": "127.0.0.1"}
 
 
-@pytest.fixture(scope="module")
-def upstream(qwen_dir: Path) -> Iterator[FakeUpstream]:
-    with FakeUpstream(flavour="dynamo", tokenizer_dir=qwen_dir) as fake:
-        yield fake
-
-
 @pytest.fixture(scope="module", params=["standalone", "single-filter"])
 def gateway(
     request: pytest.FixtureRequest,

@@ -17,7 +17,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -340,12 +340,6 @@ def test_reload_decisions() -> None:
 
 
 # -- 4. `extproc run` with TLS + mTLS through a real Envoy --------------------------
-
-
-@pytest.fixture(scope="module")
-def upstream(qwen_dir: Path) -> Iterator[FakeUpstream]:
-    with FakeUpstream(flavour="dynamo", tokenizer_dir=qwen_dir) as fake:
-        yield fake
 
 
 def mtls_args(pki: Pki, envoy_client: Pair) -> list[str]:

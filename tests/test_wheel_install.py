@@ -20,7 +20,6 @@ import subprocess
 import sys
 import time
 import zipfile
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -132,12 +131,6 @@ def venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Venv:
     installed = Venv(root, workdir)
     installed.pip("install", str(wheel))
     return installed
-
-
-@pytest.fixture(scope="module")
-def upstream(qwen_dir: Path) -> Iterator[FakeUpstream]:
-    with FakeUpstream(flavour="dynamo", tokenizer_dir=qwen_dir) as fake:
-        yield fake
 
 
 def test_the_wheel_ships_templates_policies_corpus_and_types(wheel: Path) -> None:
