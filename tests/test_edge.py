@@ -9,8 +9,8 @@
   accept gzip or br get compressed answers (standalone.yaml);
 - HTTP/1.0 is answered; Envoy's own refusals (431, no Host, a path it cannot
   normalise) carry a non-empty envelope;
-- an HTTP/2 request body followed by trailers is refused (ext_proc would hand the
-  body over as not the end of the stream, and the gateway would let it through).
+- an HTTP/2 request body followed by trailers goes through the contract like any
+  other (ext_proc hands it over as not the end of the stream; it is the whole body).
 
 413 and 408 envelopes are asserted by tests/test_hostile_input.py, 502/503/504 by
 tests/test_faults_upstream.py.
@@ -440,7 +440,8 @@ def _hpack(*fields: tuple[str, str]) -> bytes:
 
 
 def h2_post(port: int, path: str, body: bytes, *, trailers: bool) -> bytes:
-    """POST on stream 1, then (optionally) trailers; the answer's DATA (bounded wait)."""
+    """POST on stream 1, then (optionally) trailers; the answer's DATA (bounded wait).
+    An empty ``body`` before trailers is sent as no DATA frame at all."""
     head = _hpack(
         (":method", "POST"),
         (":scheme", "http"),
@@ -450,7 +451,8 @@ def h2_post(port: int, path: str, body: bytes, *, trailers: bool) -> bytes:
     )
     wire = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + _frame(SETTINGS, 0, 0)
     wire += _frame(HEADERS, END_HEADERS, 1, head)
-    wire += _frame(DATA, 0 if trailers else END_STREAM, 1, body)
+    if body or not trailers:
+        wire += _frame(DATA, 0 if trailers else END_STREAM, 1, body)
     if trailers:
         wire += _frame(HEADERS, END_HEADERS | END_STREAM, 1, _hpack(("x-checksum", "1")))
     deadline = time.monotonic() + 30.0
@@ -485,11 +487,40 @@ def test_http2_request_without_trailers_goes_through_the_contract(
     assert INSTRUCTION in received.body
 
 
-@pytest.mark.parametrize("body", [BODY, b'{"model": 5, "input": "x"}'], ids=["valid", "invalid"])
-def test_http2_request_with_trailers_is_refused(
-    body: bytes, gateway: Gateway, upstream: FakeUpstream
+@pytest.mark.parametrize("dimensions", [None, 256], ids=["plain", "dimensions-rewritten"])
+def test_http2_request_with_trailers_goes_through_the_contract(
+    dimensions: int | None, gateway: Gateway, upstream: FakeUpstream
 ) -> None:
+    """The body before the trailers is the whole body: the upstream gets it rewritten
+    (the query's instruction; `dimensions` stripped) and the client the contract's
+    answer (256-d vectors when asked for)."""
+    body = orjson.dumps({**QUERY, **({"dimensions": dimensions} if dimensions else {})})
     answer = h2_post(port_of(gateway), "/v1/embeddings", body, trailers=True)
+    (item,) = orjson.loads(answer)["data"]
+    assert len(item["embedding"]) == (dimensions or 1024)
+    (received,) = upstream.received
+    assert INSTRUCTION in received.body
+    assert "input_type" not in received.json and "dimensions" not in received.json
+
+
+def test_http2_invalid_request_with_trailers_is_refused(
+    gateway: Gateway, upstream: FakeUpstream
+) -> None:
+    answer = h2_post(
+        port_of(gateway), "/v1/embeddings", b'{"model": 5, "input": "x"}', trailers=True
+    )
     error = orjson.loads(answer)["error"]
-    assert error["type"] == "invalid_request_error" and "trailers" in error["message"]
+    assert error["type"] == "invalid_request_error" and error["param"] == "model"
     assert upstream.received == []
+
+
+def test_http2_empty_body_with_trailers_is_an_empty_post(
+    gateway: Gateway, upstream: FakeUpstream
+) -> None:
+    """Headers, then trailers, no DATA: Envoy sends ext_proc no body message (there is
+    none to buffer), so the request reaches the upstream as an empty POST, whose 400
+    comes back in the envelope. Nothing of the contract is skipped: there is no body."""
+    answer = h2_post(port_of(gateway), "/v1/embeddings", b"", trailers=True)
+    assert orjson.loads(answer)["error"]["type"] == "invalid_request_error"
+    (received,) = upstream.received
+    assert received.body == b""

@@ -530,15 +530,46 @@ def test_response_body_first(stream: ExtProcStream) -> None:
     assert stream.phase is Phase.AWAIT_REQUEST
 
 
-@pytest.mark.parametrize("kind", ["request_body", "response_body"])
-def test_streamed_chunk_is_neutral(kind: str, stream: ExtProcStream) -> None:
-    if kind == "response_body":
-        stream.handle(request_body(DIMS))
-        stream.handle(response_headers(200))
-        reply = stream.handle(response_body(b'{"data":', eos=False))
-    else:
-        reply = stream.handle(request_body(b'{"model":', eos=False))
-    assert reply == NEUTRAL[kind]
+# -- a body followed by trailers (end_of_stream false) ---------------------------------
+# BUFFERED mode sends the whole body in one message; end_of_stream is false only
+# because trailers follow (docs/envoy-facts.md). The contract applies all the same.
+
+
+def test_request_body_before_trailers_is_rewritten(stream: ExtProcStream) -> None:
+    reply = stream.handle(request_body(QUERY, eos=False))
+    common = reply.request_body.response
+    assert orjson.loads(common.body_mutation.body)["input"] in ([QUERY_PROMPT], QUERY_PROMPT)
+    assert (
+        set_headers(common.header_mutation)["content-length"]
+        == str(len(common.body_mutation.body)).encode()
+    )
+    assert stream.phase is Phase.AWAIT_RESPONSE_HEADERS
+
+
+def test_bad_request_body_before_trailers_is_refused(stream: ExtProcStream) -> None:
+    reply = stream.handle(request_body(b'{"model": 5, "input": "x"}', eos=False))
+    assert assert_immediate(reply, 400)["param"] == "model"
+    assert_finished(stream)
+
+
+def test_response_body_before_trailers_is_rewritten(stream: ExtProcStream) -> None:
+    stream.handle(request_body(DIMS))
+    stream.handle(response_headers(200))
+    reply = stream.handle(response_body(b64_body(unit_rows(2)), eos=False))
+    doc = orjson.loads(reply.response_body.response.body_mutation.body)
+    assert [len(item["embedding"]) for item in doc["data"]] == [256, 256]
+    assert stream.phase is Phase.DONE
+
+
+def test_second_body_message_is_neutral(stream: ExtProcStream) -> None:
+    """Only a second body message is out of order (a STREAMED chunk, were one ever
+    configured): the first one was the whole body."""
+    first = stream.handle(request_body(QUERY, eos=False))
+    assert first.request_body.response.HasField("body_mutation")
+    plan = stream.plan
+    second = stream.handle(request_body(b'"more"', eos=True))
+    assert second == NEUTRAL["request_body"]
+    assert stream.plan is plan
 
 
 @pytest.mark.parametrize(
@@ -648,6 +679,16 @@ def test_skipped_headers_local_reply_left_alone(stream: ExtProcStream) -> None:
     reply = stream.handle(skipped_headers_body(b"{}", 504, details="upstream_response_timeout"))
     assert reply == ep.ProcessingResponse(response_body=ep.BodyResponse())
     assert stream.phase is Phase.PASS_THROUGH
+
+
+def test_skipped_headers_body_before_trailers_is_rewritten(stream: ExtProcStream) -> None:
+    stream.handle(request_body(DIMS))
+    message = skipped_headers_body(b64_body(unit_rows(2)), 200)
+    message.response_body.end_of_stream = False
+    reply = stream.handle(message)
+    doc = orjson.loads(reply.response_body.response.body_mutation.body)
+    assert [len(item["embedding"]) for item in doc["data"]] == [256, 256]
+    assert status_metadata(reply) == "200"
 
 
 @pytest.mark.parametrize("status", [None, "abc", -1])

@@ -5,6 +5,11 @@ Rules (Envoy 1.40, verified live; the Envoy behaviour they rely on: docs/envoy-f
 1. Envoy sends, in order, whichever of these the filter's processing mode asks
    for: request_headers, request_body, response_headers, response_body (trailers
    never, with our configs). Each message gets exactly one reply, of the same kind.
+   Every body mode the configs name is BUFFERED, so each body comes as ONE message
+   holding the whole body. Its ``end_of_stream`` is false when trailers follow the
+   body (an HTTP/2 client's, an upstream's): Envoy sends the buffered body when
+   the trailers arrive, before them. Such a body is still the whole body and goes
+   through the contract like any other; the trailers then pass unchanged.
    One state machine serves both shipped shapes: envoy/single-filter.yaml (one
    stream sees the whole exchange) and envoy/standalone.yaml (the request body,
    then, when the response must change and Envoy's precheck saw it coming, the
@@ -37,8 +42,9 @@ Rules (Envoy 1.40, verified live; the Envoy behaviour they rely on: docs/envoy-f
    4's decision is taken here. Envoy ignores header mutations in this reply, so the client's status
    also goes out as dynamic metadata (``embgw.status``) for the Lua filter that
    holds the headers. A body without that attribute is an anomaly (rule 6).
-6. Anything out of order (a message after DONE, a body before its headers where
-   that cannot happen) is answered with a neutral reply of the same kind and
+6. Anything out of order (a message after DONE, a second body message, a body
+   before its headers where that cannot happen) is answered with a neutral reply
+   of the same kind and
    counted, never raised: a confused Envoy must not get a crashed stream, and a
    neutral reply to a response-phase message can only leave the upstream's own
    answer in place.
@@ -163,8 +169,9 @@ class ExtProcStream:
         return ep.ProcessingResponse(request_headers=ep.HeadersResponse())
 
     def _on_request_body(self, body: ep.HttpBody) -> ep.ProcessingResponse:
-        if self.phase is not Phase.AWAIT_REQUEST or not body.end_of_stream:
-            # Only BUFFERED bodies (one message, end_of_stream) are configured.
+        if self.phase is not Phase.AWAIT_REQUEST:
+            # A BUFFERED body is one message (rule 1), whatever its end_of_stream
+            # says: a second one is out of order.
             return self._anomaly(
                 "request_body", ep.ProcessingResponse(request_body=ep.BodyResponse())
             )
@@ -260,7 +267,7 @@ class ExtProcStream:
             # send it even though the headers decided nothing changes.
             return neutral
         headers_skipped = self.phase in (Phase.AWAIT_REQUEST, Phase.AWAIT_RESPONSE_HEADERS)
-        if headers_skipped and body.end_of_stream:
+        if headers_skipped:
             # Rule 5b: the response headers were skipped (standalone.yaml); the status
             # came as an attribute of this message.
             decided = self._take_status_attribute(request)
@@ -268,7 +275,7 @@ class ExtProcStream:
                 return self._anomaly("response_body", neutral)
             if decided is Phase.PASS_THROUGH:
                 return neutral
-        if self.phase is not Phase.AWAIT_RESPONSE_BODY or not body.end_of_stream:
+        if self.phase is not Phase.AWAIT_RESPONSE_BODY:
             return self._anomaly("response_body", neutral)
         started = time.perf_counter()
         self.phase = Phase.DONE
