@@ -390,6 +390,7 @@ class _Upstream(ThreadingHTTPServer):
     def __init__(self) -> None:
         super().__init__(("127.0.0.1", 0), _UpstreamHandler)
         self.received: list[tuple[str, str, bytes]] = []
+        self.headers: list[dict[str, str]] = []  # of each request in `received`
 
 
 class _UpstreamHandler(BaseHTTPRequestHandler):
@@ -398,6 +399,7 @@ class _UpstreamHandler(BaseHTTPRequestHandler):
     def _answer(self) -> None:
         length = int(self.headers.get("content-length") or 0)
         self.server.received.append((self.command, self.path, self.rfile.read(length)))
+        self.server.headers.append({k.lower(): v for k, v in self.headers.items()})
         body = json.dumps(
             {
                 "object": "list",
@@ -570,8 +572,32 @@ def test_istio_sidecar_filter_runs_on_embeddings_only_and_fails_closed(
         assert statuses == [(400, None), (200, None)]
     finally:
         conn.close()
-    # Any other method or path: the filter is skipped, the body reaches the upstream as sent.
-    for method, path in (("POST", "/v1/models"), ("GET", "/v1/embeddings"), ("GET", "/v1/models")):
+    # The alias with a query string goes through the contract; the upstream gets the
+    # canonical path, asked for an uncompressed answer whatever the client accepts.
+    reply = http("POST", f"{url}/embeddings?x=1", query, headers={"accept-encoding": "gzip"})
+    assert reply.status == 200, reply.body
+    assert upstream.received[-1][:2] == ("POST", "/v1/embeddings")
+    assert upstream.headers[-1]["accept-encoding"] == "identity"
+    # Every other spelling, method or coding is the server's answer, never forwarded.
+    before = len(upstream.received)
+    refused = [
+        ("POST", "/V1/Embeddings", {}, 404),
+        ("POST", "/v1/embeddings;x=1", {}, 404),
+        ("POST", "/embeddings/x", {}, 404),
+        ("GET", "/v1/embeddings", {}, 405),
+        ("POST", "/v1/embeddings", {"content-encoding": "gzip"}, 415),
+    ]
+    for method, path, headers, status in refused:
+        body = query if method == "POST" else None
+        reply = http(method, f"{url}{path}", body, headers=headers)
+        assert (reply.status, reply.json()["error"]["type"]) == (status, "invalid_request_error")
+    assert len(upstream.received) == before
+    # Any other path: the filter is skipped, the body reaches the upstream as sent.
+    for method, path in (
+        ("POST", "/v1/models"),
+        ("POST", "/v1/embeddingsx"),
+        ("GET", "/v1/models"),
+    ):
         reply = http(method, f"{url}{path}", query if method == "POST" else None)
         assert reply.status == 200
         assert upstream.received[-1][:2] == (method, path)
@@ -1190,32 +1216,25 @@ def test_envoy_gateway_policies_match_standalone() -> None:
     assert ext["failOpen"] is ref["failure_mode_allow"] is False
     assert ext["statusOnError"] == 503 and ref["status_on_error"]["code"] == "ServiceUnavailable"
     assert ext["messageTimeout"] == ref["message_timeout"]
-    # The policy attaches to the POST /v1/embeddings route only.
+    # The policy attaches to the embeddings route only: one rule whose regex takes
+    # every spelling of the endpoint to the filter, which the server answers
+    # (test_envoy_gateway_sends_every_spelling_to_the_filter). No route filter: the
+    # server sets the upstream's path and Accept-Encoding itself, as in
+    # single-filter.yaml (a URLRewrite would add x-envoy-original-path).
     assert [r["name"] for r in docs["EnvoyExtensionPolicy"]["spec"]["targetRefs"]] == ["embeddings"]
     routes = {d["metadata"]["name"]: d for _, d in CRD_DOCS if d["kind"] == "HTTPRoute"}
-    rule, alias = routes["embeddings"]["spec"]["rules"]
-    assert rule["matches"] == [
-        {"path": {"type": "Exact", "value": "/v1/embeddings"}, "method": "POST"}
+    (rule,) = routes["embeddings"]["spec"]["rules"]
+    (match,) = rule["matches"]
+    assert match["path"]["type"] == "RegularExpression" and "method" not in match
+    assert "filters" not in rule
+    [sf_route] = [
+        r
+        for r in hcm_of(single_filter())["route_config"]["virtual_hosts"][0]["routes"]
+        if r["name"] == "embeddings"
     ]
-    # The /embeddings alias rides the same route (so the same policy), rewritten to
-    # the endpoint for the upstream.
-    assert alias["matches"] == [
-        {"path": {"type": "Exact", "value": "/embeddings"}, "method": "POST"}
-    ]
-    identity = {
-        "type": "RequestHeaderModifier",
-        "requestHeaderModifier": {"set": [{"name": "accept-encoding", "value": "identity"}]},
-    }
-    assert rule["filters"] == [identity]  # the gateway reads the answer: never compressed
-    assert alias["filters"] == [
-        {
-            "type": "URLRewrite",
-            "urlRewrite": {
-                "path": {"type": "ReplaceFullPath", "replaceFullPath": "/v1/embeddings"}
-            },
-        },
-        identity,
-    ]
+    # The same spellings as single-filter.yaml's ext_proc route (which sees paths with
+    # slashes already merged), one more `/+` aside.
+    assert match["path"]["value"].replace("/+", "/") == sf_route["match"]["safe_regex"]["regex"]
     # Buffers: EG's default is 32 KiB; the listener must hold the largest allowed request
     # and the largest response the gateway rewrites (standalone.yaml's listener limit).
     policy = load_policy_file(SHIPPED_QWEN_POLICY)
@@ -1265,21 +1284,36 @@ def istio_destination(vs: dict[str, Any], method: str, path: str) -> str | None:
     return None
 
 
-def gateway_api_backend(routes: list[dict[str, Any]], method: str, path: str) -> str | None:
+def gateway_api_route(routes: list[dict[str, Any]], method: str, path: str) -> tuple[str, str]:
+    """(route name, backend) a request takes. Envoy Gateway's order: Exact, then
+    RegularExpression (a full match of the path, RE2), then the longest PathPrefix;
+    then a rule with a method match."""
+
     def prefix_matches(prefix: str) -> bool:
         elements = [e for e in prefix.split("/") if e]
         return [e for e in path.split("/") if e][: len(elements)] == elements
 
+    kinds = {"PathPrefix": 0, "RegularExpression": 1, "Exact": 2}
     candidates = []
     for route in routes:
         for rule in route["spec"]["rules"]:
             for m in rule["matches"]:
                 kind, value = m["path"]["type"], m["path"]["value"]
-                hit = path == value if kind == "Exact" else prefix_matches(value)
+                if kind == "Exact":
+                    hit = path == value
+                elif kind == "RegularExpression":
+                    hit = re.fullmatch(value, path) is not None
+                else:
+                    hit = prefix_matches(value)
                 if hit and m.get("method", method) == method:
-                    rank = (kind == "Exact", len(value), "method" in m)
-                    candidates.append((rank, rule["backendRefs"][0]["name"]))
-    return max(candidates)[1] if candidates else None
+                    rank = (kinds[kind], len(value), "method" in m)
+                    target = (route["metadata"]["name"], rule["backendRefs"][0]["name"])
+                    candidates.append((rank, target))
+    return max(candidates)[1] if candidates else ("", "")
+
+
+def gateway_api_backend(routes: list[dict[str, Any]], method: str, path: str) -> str | None:
+    return gateway_api_route(routes, method, path)[1] or None
 
 
 def istio_split_errors(vs: dict[str, Any]) -> list[str]:
@@ -1317,6 +1351,48 @@ def test_envoy_gateway_routes_split_embeddings_from_the_rest() -> None:
     # Only the embeddings route carries the ext_proc policy; the legacy rule has none.
     policy = next(d for _, d in CRD_DOCS if d["kind"] == "EnvoyExtensionPolicy")
     assert [r["name"] for r in policy["spec"]["targetRefs"]] == ["embeddings"]
+
+
+# Paths as the mesh hands them over (normalised, query string apart).
+ENDPOINT_SPELLINGS = [
+    "/v1/embeddings",
+    "/embeddings",
+    "/V1/Embeddings",
+    "/EMBEDDINGS",
+    "/v1/embeddings;x=1",
+    "/v1/embeddings%3Bx=1",
+    "/v1/embeddings.json",
+    "/v1/embeddings/",
+    "/embeddings/x",
+    "//v1//embeddings",
+]
+NOT_THE_ENDPOINT = ["/v1/embeddingsx", "/v1/models", "/health", "/v1/rerank", "/embedding"]
+
+
+def test_envoy_gateway_sends_every_spelling_to_the_filter() -> None:
+    """Every spelling of the endpoint, with any method, takes the route the ext_proc
+    policy targets (the server answers it: contract, 404, 405 or 415); other paths
+    take the pass-through route, with no ext_proc message."""
+    routes = gateway_http_routes()
+    for method in ("POST", "GET"):
+        for path in ENDPOINT_SPELLINGS:
+            assert gateway_api_route(routes, method, path)[0] == "embeddings", (method, path)
+        for path in NOT_THE_ENDPOINT:
+            assert gateway_api_route(routes, method, path)[0] == "embeddings-passthrough", path
+
+
+def test_istio_matchers_send_every_spelling_to_the_filter() -> None:
+    """The same for the Istio EnvoyFilters' matchers (on `:path`, query included)."""
+    for name, doc in envoy_filters():
+        value = doc["spec"]["configPatches"][0]["patch"]["value"]
+        predicate = value["typed_config"]["xds_matcher"]["matcher_list"]["matchers"][0]
+        single = predicate["predicate"]["not_matcher"]["single_predicate"]
+        assert single["input"]["typed_config"]["header_name"] == ":path", name
+        regex = re.compile(single["value_match"]["safe_regex"]["regex"])
+        for path in ENDPOINT_SPELLINGS + [p + "?x=1" for p in ENDPOINT_SPELLINGS]:
+            assert regex.search(path), (name, path)
+        for path in NOT_THE_ENDPOINT:
+            assert not regex.search(path), (name, path)
 
 
 def test_broken_split_routes_fail_the_route_check() -> None:

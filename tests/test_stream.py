@@ -276,13 +276,87 @@ def test_request_headers(
     reply = stream.handle(request_headers(headers, eos=eos))
     if status is None:
         assert reply.WhichOneof("response") == "request_headers"
-        assert reply.request_headers == ep.HeadersResponse()
+        mutation = reply.request_headers.response.header_mutation
+        assert set_headers(mutation) == {"accept-encoding": b"identity"}
+        assert list(mutation.remove_headers) == []
         assert stream.phase is Phase.AWAIT_REQUEST
         follow = stream.handle(request_body(PLAIN, content_type=None))
         assert follow.WhichOneof("response") == "request_body"
     else:
         assert_immediate(reply, status)
         assert stream.phase is Phase.DONE
+
+
+# Rule 2 and 2b: the one-filter shape's matchers send every spelling of the endpoint.
+POST_JSON = {":method": "POST", "content-type": "application/json"}
+
+
+@pytest.mark.parametrize(
+    ("path", "upstream"),
+    [
+        ("/v1/embeddings", None),
+        ("/embeddings", b"/v1/embeddings"),
+        ("/v1/embeddings?x=1", b"/v1/embeddings"),
+        ("/embeddings?a=b&c", b"/v1/embeddings"),
+        ("//v1//embeddings", b"/v1/embeddings"),
+    ],
+)
+def test_endpoint_spellings_go_to_the_canonical_path(
+    path: str, upstream: bytes | None, stream: ExtProcStream
+) -> None:
+    reply = stream.handle(request_headers({**POST_JSON, ":path": path}))
+    assert set_headers(reply.request_headers.response.header_mutation).get(":path") == upstream
+    follow = stream.handle(request_body(QUERY))
+    assert follow.request_body.response.HasField("body_mutation")
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/V1/embeddings",
+        "/v1/Embeddings",
+        "/Embeddings?x=1",
+        "/v1/embeddings;x=1",
+        "/v1/embeddings%3Bx=1",
+        "/v1/embeddings.json",
+        "/v1/embeddings/",
+        "/embeddings/x",
+        "/v2/embeddings",
+    ],
+)
+def test_other_spellings_are_a_404(path: str, stream: ExtProcStream) -> None:
+    reply = stream.handle(request_headers({**POST_JSON, ":path": path}))
+    assert assert_immediate(reply, 404)["code"] == "unknown_url"
+    assert_finished(stream)
+
+
+def test_a_path_below_the_endpoint_is_a_404_whatever_the_method(stream: ExtProcStream) -> None:
+    reply = stream.handle(
+        request_headers({":method": "GET", ":path": "/v1/embeddings/x"}, eos=True)
+    )
+    assert assert_immediate(reply, 404)["code"] == "unknown_url"
+
+
+@pytest.mark.parametrize("coding", ["gzip", "GZIP", "br", "deflate", "zstd", "gzip, identity", ""])
+def test_compressed_body_is_a_415(coding: str, stream: ExtProcStream) -> None:
+    headers = {**POST_JSON, ":path": "/v1/embeddings", "content-encoding": coding}
+    reply = stream.handle(request_headers(headers))
+    assert assert_immediate(reply, 415)["code"] == "unsupported_content_encoding"
+
+
+@pytest.mark.parametrize("coding", ["identity", "Identity", " identity\t"])
+def test_identity_coding_is_accepted_and_not_forwarded(coding: str, stream: ExtProcStream) -> None:
+    headers = {**POST_JSON, ":path": "/v1/embeddings", "content-encoding": coding}
+    reply = stream.handle(request_headers(headers))
+    assert list(reply.request_headers.response.header_mutation.remove_headers) == [
+        "content-encoding"
+    ]
+
+
+def test_a_body_without_content_type_gets_the_json_one(stream: ExtProcStream) -> None:
+    reply = stream.handle(request_headers({":method": "POST", ":path": "/v1/embeddings"}))
+    mutation = reply.request_headers.response.header_mutation
+    assert set_headers(mutation)["content-type"] == b"application/json"
 
 
 def test_content_type_from_headers_applies_to_the_body(stream: ExtProcStream) -> None:

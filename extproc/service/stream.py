@@ -16,10 +16,19 @@ Rules (Envoy 1.40, verified live; the Envoy behaviour they rely on: docs/envoy-f
    response body on the same stream with the status as an attribute; when the
    precheck missed it, the response on a second stream whose first message
    carries the plan as dynamic metadata, namespace ``embgw``).
-2. Request headers, when sent, are checked first: a bodyless POST, a non-JSON
-   content type or a declared content-length over the limit is answered at once,
-   before any body is buffered. When they are skipped, content type and request
-   id arrive as attributes of the body message.
+2. Request headers, when sent, are checked first: a path that is not a spelling
+   of the endpoint (404), another method (405), a compressed body (415), a
+   bodyless POST, a non-JSON content type or a declared content-length over the
+   limit is answered at once, before any body is buffered
+   (extproc/core/request_target.py). When they are skipped (standalone.yaml, whose
+   routes and Lua filter take these decisions), content type and request id
+   arrive as attributes of the body message.
+   2b. The reply to accepted request headers tells the upstream what the one-filter
+   shape has no other way to tell it: the canonical ``:path`` (no query string;
+   Envoy lets ext_proc set ``:path``, and the route already chosen stays),
+   ``accept-encoding: identity`` (the gateway may read the answer), no
+   ``content-encoding`` (only ``identity`` got here) and, when the client sent
+   none, the JSON content type the upstream needs.
 3. On the request body the whole request is validated and rewritten. A client
    mistake is an ``immediate_response`` (4xx envelope) and the stream is DONE:
    nothing reaches the upstream. Otherwise the reply carries the new body (with
@@ -67,9 +76,15 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
 from envoy.type.v3 import http_status_pb2
 
 from extproc.core.contract import Contract
-from extproc.core.errors import ApiError, invalid_request
+from extproc.core.errors import ApiError
 from extproc.core.plan import ResponsePlan
 from extproc.core.request_rewrite import check_content_type, check_declared_length, rewrite_request
+from extproc.core.request_target import (
+    check_content_encoding,
+    check_has_body,
+    check_method,
+    upstream_path,
+)
 from extproc.core.response_rewrite import ClientAnswer, needs_response_body, rewrite_response
 from extproc.core.status import is_success
 from extproc.service import metrics
@@ -150,23 +165,27 @@ class ExtProcStream:
         values = _header_map(headers.headers)
         self.content_type = values.get("content-type", self.content_type)
         self.request_id = values.get("x-request-id", self.request_id)
+        path = values.get(":path")
         try:
-            if values.get(":method", "POST") != "POST":
-                raise ApiError(
-                    405,
-                    "Use POST for /v1/embeddings.",
-                    type="invalid_request_error",
-                    code="method_not_allowed",
-                )
-            if headers.end_of_stream:
-                raise invalid_request(
-                    "The request body is empty; send a JSON object.", code="invalid_json"
-                )
+            target = None if path is None else upstream_path(path)
+            check_method(values.get(":method", "POST"))
+            check_content_encoding(values.get("content-encoding"))
+            check_has_body(headers.end_of_stream)
             check_content_type(self.content_type)
             check_declared_length(values.get("content-length"), self.contract.policy.limits)
         except ApiError as error:
             return self._reject(error)
-        return ep.ProcessingResponse(request_headers=ep.HeadersResponse())
+        reply = ep.ProcessingResponse(request_headers=ep.HeadersResponse())
+        # What the upstream is told (rule 2b); the route stays the one Envoy chose.
+        mutation = reply.request_headers.response.header_mutation
+        if target is not None and target != path:
+            _set(mutation, ":path", target)
+        _set(mutation, "accept-encoding", "identity")
+        if "content-encoding" in values:
+            mutation.remove_headers.append("content-encoding")
+        if self.content_type is None:
+            _set(mutation, "content-type", "application/json")
+        return reply
 
     def _on_request_body(self, body: ep.HttpBody) -> ep.ProcessingResponse:
         if self.phase is not Phase.AWAIT_REQUEST:
