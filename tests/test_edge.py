@@ -19,11 +19,13 @@ tests/test_faults_upstream.py.
 from __future__ import annotations
 
 import gzip
+import re
 import shutil
 import socket
 import struct
 import subprocess
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -199,6 +201,44 @@ def test_other_paths_still_reach_the_legacy_server(
     reply = ask(gateway, b"GET /v1/models HTTP/1.1\r\nHost: gw\r\nConnection: close\r\n\r\n")
     assert reply.status == 200, reply
     assert [r.path for r in legacy.received] == ["/v1/models"] and upstream.received == []
+
+
+def ext_proc_messages_sent(gateway: Gateway) -> int:
+    """Envoy's own count of the ext_proc messages it has sent (admin /stats)."""
+    admin = re.search(r"admin 127\.0\.0\.1:(\d+)", gateway.ready_line)
+    assert admin is not None, gateway.ready_line
+    url = f"http://127.0.0.1:{admin[1]}/stats?filter=ext_proc.stream_msgs_sent"
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        text = answer.read().decode()
+    return sum(int(n) for n in re.findall(r"stream_msgs_sent: (\d+)", text))
+
+
+@pytest.mark.parametrize(
+    ("wire", "status", "messages"),
+    [
+        (post("/v1/embeddings", orjson.dumps(QUERY)), 200, 3),  # headers, body, response headers
+        (post("/embeddings?x=1", orjson.dumps(QUERY)), 200, 3),
+        (post("/v1/embeddings", orjson.dumps({**QUERY, "dimensions": 256})), 200, 4),
+        (post("/v1/embeddings", b'{"model": 5, "input": "x"}'), 400, 2),
+        (post("/V1/Embeddings", orjson.dumps(QUERY)), 404, 1),
+        (
+            post("/v1/embeddings", orjson.dumps(QUERY), headers=(("Content-Encoding", "gzip"),)),
+            415,
+            1,
+        ),
+    ],
+    ids=["plain", "alias-query", "dimensions", "bad-body", "other-spelling", "gzip"],
+)
+def test_one_filter_messages_per_request(
+    wire: bytes, status: int, messages: int, shape: str, gateway: Gateway
+) -> None:
+    """The one-filter shape's cost: what the server answers from the request headers
+    costs one message; the request headers are never skipped (docs/envoy-facts.md)."""
+    if shape != "single-filter":
+        pytest.skip("standalone.yaml's budget is bench/README.md's")
+    before = ext_proc_messages_sent(gateway)
+    assert ask(gateway, wire).status == status
+    assert ext_proc_messages_sent(gateway) - before == messages
 
 
 # -- compression ---------------------------------------------------------------------
