@@ -53,10 +53,9 @@ Rules (Envoy 1.40, verified live; the Envoy behaviour they rely on: docs/envoy-f
    holds the headers. A body without that attribute is an anomaly (rule 6).
 6. Anything out of order (a message after DONE, a second body message, a body
    before its headers where that cannot happen) is answered with a neutral reply
-   of the same kind and
-   counted, never raised: a confused Envoy must not get a crashed stream, and a
-   neutral reply to a response-phase message can only leave the upstream's own
-   answer in place.
+   of the same kind and counted, never raised: a confused Envoy must not get a
+   crashed stream, and a neutral reply to a response-phase message can only leave
+   the upstream's own answer in place.
 7. Admission control (extproc/service/admission.py, applied by the servicer) may
    refuse a request body instead of rule 3: a 503 ``overloaded`` envelope with
    ``Retry-After``, the stream DONE, nothing forwarded.
