@@ -21,10 +21,9 @@ from pathlib import Path
 
 import orjson
 
+from extproc.commands.default_upstream import SETUP_SCRIPT
 from tests.harness import free_port, http
 
-REPO = Path(__file__).resolve().parent.parent
-SETUP_SCRIPT = REPO / "scripts" / "setup-real-upstream.sh"
 SERVED_MODEL = "all-MiniLM-L6-v2"
 MAX_MODEL_LEN = 256
 START_TIMEOUT_S = 420.0  # cold CPU start is ~35-90 s; leave room for a loaded CI machine

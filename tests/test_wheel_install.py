@@ -13,11 +13,14 @@ every step is bounded.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import queue
 import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
 import zipfile
 from dataclasses import dataclass
@@ -34,6 +37,8 @@ from tests.harness import start_gateway
 BUILD_TIMEOUT_S = 300.0
 INSTALL_TIMEOUT_S = 600.0
 SERVE_READY_TIMEOUT_S = 90.0
+# vLLM's start on 2 busy cores (35-75 s quiet) plus the gateway's.
+DEFAULT_UPSTREAM_TIMEOUT_S = 600.0
 DISTRIBUTION = "embeddings-contract-gateway"
 # The configs the commands render (`extproc run`, `extproc shadow`).
 RENDERED_TEMPLATES = ("standalone.yaml", "single-filter.yaml", "shadow.yaml", "shadow-reverse.yaml")
@@ -143,6 +148,9 @@ def test_the_wheel_ships_templates_policies_corpus_and_types(wheel: Path) -> Non
         assert policies and {f"extproc/policies/{p}" for p in policies} <= names
         assert "extproc/py.typed" in names
         assert "extproc/data/corpus.jsonl" in names
+        # The default upstream's recipe (`extproc run` without --upstream).
+        shipped = archive.read("extproc/data/setup-real-upstream.sh")
+        assert shipped == (REPO / "extproc" / "data" / "setup-real-upstream.sh").read_bytes()
     assert {name.split("/")[0] for name in names} == {
         "extproc",
         f"{DISTRIBUTION.replace('-', '_')}-0.1.0.dist-info",
@@ -221,3 +229,57 @@ def test_the_run_extra_serves_a_matryoshka_request(
         assert "dimensions" not in received.json
     finally:
         assert gateway.stop() == 0, gateway.log()
+
+
+@pytest.mark.e2e
+def test_the_run_extra_without_an_upstream_starts_the_default_one(venv: Venv) -> None:
+    """The README's run command without --upstream, from the installed wheel: plain vLLM
+    on this CPU (environment from the recipe shipped in the package; scripts/test has
+    prepared it), the gateway in front with the MiniLM policy, and the demonstration:
+    vLLM refuses the legacy request, the gateway answers it. SIGTERM stops both."""
+    listen = f"127.0.0.1:{free_port()}"
+    process = subprocess.Popen(
+        [venv.extproc, "run", "--listen", listen],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env=venv.clean_env(),
+        cwd=venv.workdir,
+        stdin=subprocess.DEVNULL,
+        text=True,
+    )
+    lines: queue.Queue[str] = queue.Queue()
+
+    def pump() -> None:
+        for line in process.stdout or ():
+            lines.put(line)
+
+    reader = threading.Thread(target=pump)
+    reader.start()
+    seen: list[str] = []
+    try:
+        deadline = time.monotonic() + DEFAULT_UPSTREAM_TIMEOUT_S
+        while not any(line.startswith("Gateway at ") for line in seen):
+            assert time.monotonic() < deadline, "".join(seen)[-3000:]
+            assert process.poll() is None or not lines.empty(), "".join(seen)[-3000:]
+            with contextlib.suppress(queue.Empty):
+                seen.append(lines.get(timeout=1.0))
+        output = "".join(seen)
+        direct = re.search(r"vLLM directly +: HTTP (\d+)", output)
+        through = re.search(r"through the gateway: HTTP (\d+), (\d+)-d vector, (\d+) tokens", output)
+        assert direct and direct[1] == "400", output
+        assert through and through.groups() == ("200", "384", "256"), output
+        vllm_pid = re.search(r"vLLM starting on \S+ \(pid (\d+)", output)
+        assert vllm_pid, output
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=90)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=30)
+        reader.join(timeout=10)
+        if process.stdout is not None:
+            process.stdout.close()
+    assert process.returncode == 0, "".join(seen)[-3000:]
+    with pytest.raises(ProcessLookupError):
+        os.kill(int(vllm_pid[1]), 0)  # stopped with the gateway, not left behind

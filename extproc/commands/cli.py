@@ -6,12 +6,15 @@ import argparse
 import asyncio
 import logging
 import os
+import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from extproc.commands.common import load_contract_or_report
 from extproc.commands.envoy_config import DEFAULT_TEMPLATE, ExtProcTls, Upstream
 from extproc.commands.options import (
+    SHIPPED_POLICY,
     add_envoy_options,
     add_file_options,
     add_policy_options,
@@ -91,7 +94,11 @@ def _parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="ext_proc plus a real Envoy in front of --upstream")
     run.add_argument(
-        "--upstream", required=True, help="the Dynamo/vLLM frontend, e.g. http://127.0.0.1:8000"
+        "--upstream",
+        default=None,
+        help="the Dynamo/vLLM frontend, e.g. http://127.0.0.1:8000 (default: plain vLLM "
+        "started here on the CPU, serving all-MiniLM-L6-v2 with its policy; prepared once, "
+        "several minutes the first time)",
     )
     run.add_argument(
         "--legacy",
@@ -111,6 +118,8 @@ def _parser() -> argparse.ArgumentParser:
         "envoy/single-filter.yaml is the one-filter variant meshes use)",
     )
     add_policy_options(run)
+    # Resolved in _run: the default depends on whether --upstream was given.
+    run.set_defaults(config=None)
     add_reload_option(run)
     add_server_options(run, metrics_env="EXTPROC_METRICS", grace_s=30.0)
     add_server_tls_options(run)
@@ -252,7 +261,7 @@ def _run(args: argparse.Namespace) -> int:
     from extproc.commands.launcher import RunOptions, main_run
 
     try:
-        upstream = Upstream.from_url(args.upstream)
+        upstream = None if args.upstream is None else Upstream.from_url(args.upstream)
     except ValueError as exc:
         print(f"error: --upstream: {exc}", file=sys.stderr)
         return 2
@@ -272,25 +281,76 @@ def _run(args: argparse.Namespace) -> int:
     except TlsError as exc:
         print(f"error: TLS: {exc}", file=sys.stderr)
         return 2
-    started_from = policy_stamp(args.config)
-    contract = load_contract_or_report(args.config, args.tokenizer)
-    if contract is None:
-        return 2
-    options = RunOptions(
-        upstream=upstream,
-        listen=args.listen,
-        metrics_address=args.metrics,
-        grace_seconds=args.grace,
-        envoy_log_level=args.envoy_log_level,
-        envoy_concurrency=args.envoy_concurrency,
-        upstream_timeout_s=args.upstream_timeout,
-        legacy=legacy,
-        server_tls=server_tls,
-        envoy_tls=envoy_tls,
-        reload=reload_settings(args, started_from),
-        envoy_template=args.envoy_template,
+
+    def serve_in_front_of(target: Upstream, on_ready: Callable[[str], None] | None) -> int:
+        started_from = policy_stamp(args.config)
+        contract = load_contract_or_report(args.config, args.tokenizer)
+        if contract is None:
+            return 2
+        options = RunOptions(
+            upstream=target,
+            listen=args.listen,
+            metrics_address=args.metrics,
+            grace_seconds=args.grace,
+            envoy_log_level=args.envoy_log_level,
+            envoy_concurrency=args.envoy_concurrency,
+            upstream_timeout_s=args.upstream_timeout,
+            legacy=legacy,
+            server_tls=server_tls,
+            envoy_tls=envoy_tls,
+            reload=reload_settings(args, started_from),
+            envoy_template=args.envoy_template,
+            on_ready=on_ready,
+        )
+        return main_run(contract, options)
+
+    if upstream is not None:
+        if args.config is None:
+            args.config = Path(os.environ.get("EXTPROC_CONFIG", SHIPPED_POLICY))
+        return serve_in_front_of(upstream, None)
+    return _run_with_default_upstream(args, serve_in_front_of)
+
+
+def _run_with_default_upstream(
+    args: argparse.Namespace,
+    serve_in_front_of: Callable[[Upstream, Callable[[str], None] | None], int],
+) -> int:
+    """No --upstream: plain vLLM on this CPU (extproc/commands/default_upstream.py),
+    with the MiniLM policy unless --config names another; the demonstration request
+    once the gateway is ready; vLLM stopped when the gateway stops."""
+    from extproc.commands import default_upstream as default
+
+    default.note(
+        f"no --upstream: starting plain vLLM on the CPU serving {default.SERVED_MODEL} "
+        "(its environment is prepared once: several minutes and ~2.6 GB the first time)"
     )
-    return main_run(contract, options)
+    # A SIGTERM before the gateway's own handlers are in place must still stop vLLM.
+    previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    try:
+        environment = default.prepare()
+        if args.config is None:
+            args.config = default.POLICY
+        args.tokenizer = [*args.tokenizer, f"{default.SERVED_MODEL}={environment.model_dir}"]
+        with default.running_vllm(environment) as vllm:
+            default.note(
+                f"vLLM starting on {vllm.url} (pid {vllm.process.pid}, log {vllm.log_path})"
+            )
+            took = vllm.wait_ready()
+            default.note(f"vLLM ready in {took:.0f} s")
+
+            def demo(gateway_url: str) -> None:
+                default.show_demo(vllm.url, gateway_url)
+
+            return serve_in_front_of(Upstream.from_url(vllm.url), demo)
+    except default.DefaultUpstreamError as exc:
+        print(f"error: default upstream: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 def _check_config(args: argparse.Namespace) -> int:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import importlib.util
 import logging
 import os
@@ -61,6 +62,9 @@ class RunOptions:
     server_tls: TlsSettings | None = None
     envoy_tls: ExtProcTls | None = None
     reload: ReloadSettings | None = None  # live policy reload (None: the policy is fixed)
+    # Called in a worker thread with the gateway's base URL once Envoy is ready (the
+    # default upstream's demonstration request); the gateway serves on meanwhile.
+    on_ready: Callable[[str], None] | None = None
 
 
 def envoy_binary() -> str:
@@ -142,10 +146,12 @@ async def run_envoy(
     ready_line: Callable[[int], str],
     stop: asyncio.Event,
     servers: Iterable[asyncio.Future[Any]] = (),
+    on_ready: Callable[[], None] | None = None,
 ) -> int:
     """Envoy on a rendered ``config`` until ``stop`` is set (exit status 0), Envoy
     exits or one of ``servers`` ends (1). Prints ``ready_line(envoy_pid)`` once Envoy
-    is LIVE on ``admin_port``; Envoy is stopped before this returns."""
+    is LIVE on ``admin_port``, then runs ``on_ready`` in a worker thread; Envoy is
+    stopped before this returns."""
     with tempfile.TemporaryDirectory(prefix="extproc-envoy-") as workdir:
         config_path = Path(workdir) / "envoy.yaml"
         config_path.write_text(dump(config), encoding="utf-8")
@@ -156,6 +162,8 @@ async def run_envoy(
                 log.error("Envoy did not become ready within %.0f s", ENVOY_READY_TIMEOUT_S)
                 return 1
             print(ready_line(envoy.pid), flush=True)
+            if on_ready is not None:
+                _keep(asyncio.create_task(_in_thread(on_ready)))
             envoy_exit = asyncio.create_task(envoy.wait())
             stopped = asyncio.create_task(stop.wait())
             watched: set[asyncio.Future[Any]] = {envoy_exit, stopped, *servers}
@@ -205,6 +213,8 @@ async def run(contract: Contract, options: RunOptions) -> int:
                 f"models: {', '.join(contract.policy.models)})"
             )
 
+        base_url = f"http://{shown_host}:{listen_port}"
+        hook = options.on_ready
         return await run_envoy(
             config,
             admin_port=settings.admin_port,
@@ -213,11 +223,28 @@ async def run(contract: Contract, options: RunOptions) -> int:
             ready_line=ready_line,
             stop=stop,
             servers=(server,),
+            on_ready=None if hook is None else functools.partial(hook, base_url),
         )
     finally:
         server_stop.set()
         with contextlib.suppress(asyncio.CancelledError):
             await server
+
+
+_BACKGROUND: set[asyncio.Task[None]] = set()
+
+
+def _keep(task: asyncio.Task[None]) -> None:
+    """Hold a fire-and-forget task until it is done (the loop keeps only weak references)."""
+    _BACKGROUND.add(task)
+    task.add_done_callback(_BACKGROUND.discard)
+
+
+async def _in_thread(work: Callable[[], None]) -> None:
+    try:
+        await asyncio.to_thread(work)
+    except Exception as exc:  # the gateway serves on whatever the hook hit
+        log.warning("after-ready step failed: %s", type(exc).__name__)
 
 
 def _legacy_note(legacy: Upstream | None) -> str:
