@@ -253,6 +253,7 @@ def test_one_filter_messages_per_request(
 
 BODY = orjson.dumps(QUERY)
 DECODED = "standalone"  # the shape that decodes
+INVALID = "invalid_compressed_body"
 
 
 def _encode(coding: str, body: bytes) -> bytes:
@@ -431,22 +432,79 @@ def _corrupt(coding: str) -> bytes:
     return bytes(packed)
 
 
-@pytest.mark.parametrize("coding", ["gzip", "br"])
+def _bad_crc(coding: str) -> bytes:
+    packed = bytearray(gzip.compress(BODY))
+    packed[-8:-4] = bytes(4)  # the CRC-32 only: the data decodes whole
+    return bytes(packed)
+
+
+MISMATCH = "do not match the CRC-32 and length at the end of the gzip data"
+
+
 @pytest.mark.parametrize(
-    "make,says",
+    "coding,make,code,says",
     [
-        (lambda coding: BODY, ("decoded to nothing",)),  # a plain body labelled compressed
-        (lambda coding: _encode(coding, b""), ("decoded to nothing",)),
-        (_truncated, ("not valid JSON",)),
+        # gzip: the decoded bytes are checked against the stream's CRC-32 and length
+        # (Envoy's decoder checks neither), so every broken stream is named as such.
+        ("gzip", lambda coding: BODY, INVALID, (MISMATCH,)),  # a plain body labelled gzip
+        ("gzip", _truncated, INVALID, (MISMATCH,)),
+        ("gzip", _corrupt, INVALID, (MISMATCH,)),
+        ("gzip", _bad_crc, INVALID, (MISMATCH,)),
+        ("gzip", lambda coding: gzip.compress(BODY) + b"garbage", INVALID, (MISMATCH,)),
+        (
+            "gzip",
+            lambda coding: gzip.compress(BODY[:40]) + gzip.compress(BODY[40:]),
+            INVALID,
+            (MISMATCH,),
+        ),
+        (
+            "gzip",
+            lambda coding: gzip.compress(BODY) + gzip.compress(b" {}"),
+            INVALID,
+            ("more than one gzip member",),
+        ),
+        # ... and what passes the check is the client's JSON, as compressed.
+        (
+            "gzip",
+            lambda coding: gzip.compress(b""),
+            "invalid_json",
+            ("holds nothing once decoded",),
+        ),
+        (
+            "gzip",
+            lambda coding: gzip.compress(BODY[:40]),
+            "invalid_json",
+            ("is not valid JSON once decoded",),
+        ),
+        # br has no checksum: what it decoded to is all there is to say.
+        ("br", lambda coding: BODY, INVALID, ("decoded to nothing",)),
+        ("br", lambda coding: brotli.compress(b""), INVALID, ("decoded to nothing",)),
+        ("br", _truncated, INVALID, ("not valid JSON",)),
         # Where the decoder gives up decides how much came out before.
-        (_corrupt, ("not valid JSON", "decoded to nothing")),
-        (lambda coding: _encode(coding, b'{"model": "' + QWEN_MODEL.encode()), ("not valid JSON",)),
+        ("br", _corrupt, INVALID, ("not valid JSON", "decoded to nothing")),
+        ("br", lambda coding: brotli.compress(BODY[:40]), INVALID, ("not valid JSON",)),
     ],
-    ids=["mislabelled", "empty", "truncated", "corrupt", "json-cut-before-compression"],
+    ids=[
+        "gzip-mislabelled",
+        "gzip-truncated",
+        "gzip-corrupt",
+        "gzip-bad-crc",
+        "gzip-trailing-bytes",
+        "gzip-two-members",
+        "gzip-second-member-after-json",
+        "gzip-empty",
+        "gzip-json-cut-before-compression",
+        "br-mislabelled",
+        "br-empty",
+        "br-truncated",
+        "br-corrupt",
+        "br-json-cut-before-compression",
+    ],
 )
 def test_body_that_does_not_decode_to_json_is_a_400_naming_the_coding(
     coding: str,
     make: Any,
+    code: str,
     says: tuple[str, ...],
     *,
     shape: str,
@@ -454,15 +512,16 @@ def test_body_that_does_not_decode_to_json_is_a_400_naming_the_coding(
     upstream: FakeUpstream,
 ) -> None:
     """Envoy's decoders report no failure per request: a body that is not in the
-    coding decodes to nothing, one cut short or corrupt to a cut-off body. The gateway
-    says so instead of "not valid JSON" alone, and forwards nothing."""
+    coding decodes to nothing, one cut short or corrupt to a cut-off body, and gzip's
+    stops after its first member without checking it. The gateway says which (not
+    "not valid JSON" when the compression is at fault), and forwards nothing."""
     sent = make(coding)
     reply = ask(gateway, _coded(BODY, coding, sent=sent))
     if shape != DECODED:
         _refused_by_the_one_filter_shape(reply, upstream)
         return
     error = envelope(reply, 400)
-    assert error["code"] == "invalid_compressed_body", error
+    assert error["code"] == code, error
     assert f"Content-Encoding: {coding}, {len(sent)} byte" in error["message"]
     assert any(text in error["message"] for text in says), error
     assert upstream.received == []
@@ -493,13 +552,13 @@ def _gzip_bomb(sent_bytes: int) -> bytes:
     return b"".join(parts)
 
 
-def _ratio_below_50(decoded_bytes: int) -> bytes:
-    """A body that expands 16- to 50-fold (under the gzip bound) to ``decoded_bytes``:
-    runs of one letter between random hex."""
+def _expands_11_fold(decoded_bytes: int) -> bytes:
+    """A body that expands ~11-fold with gzip (under its 20-fold bound) to
+    ``decoded_bytes``: runs of one letter between random hex."""
     rng = np.random.default_rng(7)
     chunks, size = [], 0
     while size < decoded_bytes:
-        chunk = rng.bytes(64).hex().encode() + b"a" * 2000
+        chunk = rng.bytes(64).hex().encode() + b"a" * 800
         chunks.append(chunk)
         size += len(chunk)
     return b'{"model": "' + QWEN_MODEL.encode() + b'", "input": "' + b"".join(chunks) + b'"}'
@@ -508,35 +567,40 @@ def _ratio_below_50(decoded_bytes: int) -> bytes:
 @pytest.mark.parametrize(
     "coding,sent,says",
     [
-        # A megabyte of gzip that would expand to ~230 MB: over the 512 KiB a gzip
-        # body may have as sent, refused before any decoding.
-        ("gzip", lambda: _gzip_bomb(1 << 20), "at most 524288 bytes as sent"),
+        # Over what a body may have as sent (1.25 MiB of gzip, 256 KiB of br): refused
+        # before any decoding.
+        (
+            "gzip",
+            lambda: np.random.default_rng(1).bytes(1_400_000),
+            "at most 1310720 bytes as sent",
+        ),
         (
             "br",
             lambda: brotli.compress(np.random.default_rng(1).bytes(300_000)),
             "at most 262144 bytes as sent",
         ),
-        # Within the size as sent, but expanding past the decoder's bound (16 KiB of
-        # gzip for 16 MiB; a few bytes of br for 16 MiB): cut off there, and said so.
+        # Within it, but expanding past the decoder's bound: cut off there, and said
+        # so. A megabyte of gzip that would expand to ~230 MB; 16 KiB for 16 MiB; a
+        # few bytes of br for 16 MiB.
+        ("gzip", lambda: _gzip_bomb(1 << 20), "expands more than 20-fold"),
         (
             "gzip",
             lambda: gzip.compress(BODY[:-1] + b" " * (16 << 20) + b"}"),
-            "expands more than 50-fold",
+            "expands more than 20-fold",
         ),
-        ("gzip", lambda: _gzip_bomb(400_000), "expands more than 50-fold"),
         (
             "br",
             lambda: brotli.compress(BODY[:-1] + b" " * (16 << 20) + b"}"),
             "expands more than 100-fold",
         ),
         # Within both bounds, but over the body limit once decoded (8 MiB).
-        ("gzip", lambda: gzip.compress(_ratio_below_50(9 << 20)), "once decoded"),
+        ("gzip", lambda: gzip.compress(_expands_11_fold(9 << 20)), "once decoded"),
     ],
     ids=[
-        "gzip-1MB-bomb",
+        "gzip-over-1.25MiB",
         "br-over-256KiB",
+        "gzip-1MB-bomb",
         "gzip-16KiB-bomb",
-        "gzip-400KB-bomb",
         "br-bomb",
         "gzip-9MiB-decoded",
     ],
@@ -554,12 +618,12 @@ def test_decompression_bomb_is_a_413(
     assert upstream.received == []
 
 
-def test_ratio_of_the_over_the_limit_body_is_under_the_gzip_bound() -> None:
-    """The last bomb case above must be what it says: under 512 KiB as sent, under
-    50-fold, over 8 MiB decoded."""
-    decoded = _ratio_below_50(9 << 20)
+def test_the_over_the_limit_body_is_within_the_gzip_bounds() -> None:
+    """The last bomb case above must be what it says: within 1.25 MiB as sent, under
+    20-fold, over 8 MiB decoded."""
+    decoded = _expands_11_fold(9 << 20)
     packed = gzip.compress(decoded)
-    assert len(packed) <= 524288 and 16 < len(decoded) / len(packed) < 50
+    assert len(packed) <= 1310720 and 8 < len(decoded) / len(packed) < 20
     assert len(decoded) > 8 << 20
 
 

@@ -240,7 +240,7 @@ def test_answers_to_compressed_bodies_keep_the_connection(
         (GOOD_BODY, "gzip", 400, "invalid_compressed_body"),  # not gzip at all
         (gzip.compress(GOOD_BODY)[:-12], "gzip", 400, "invalid_compressed_body"),
         (bomb, "gzip", 413, "request_too_large"),
-        (b"\0" * 600_000, "gzip", 413, "request_too_large"),  # over 512 KiB as sent
+        (b"\0" * 1_400_000, "gzip", 413, "request_too_large"),  # over 1.25 MiB as sent
         (GOOD_BODY, "deflate", 415, "unsupported_content_encoding"),
         (GOOD_BODY, "gzip, br", 415, "unsupported_content_encoding"),
     ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import gzip
 from collections.abc import Mapping
 from typing import Any
 
@@ -672,6 +673,17 @@ def test_decoded_body_that_is_no_json_names_the_coding(
     error = assert_immediate(stream.handle(decoded_body(body, "br", 104)), status)
     assert says in error["message"], error
     assert error["code"] == ("invalid_compressed_body" if status == 400 else "request_too_large")
+    assert_finished(stream)
+
+
+def test_decoded_gzip_body_is_checked_against_its_trailer(stream: ExtProcStream) -> None:
+    packed = gzip.compress(orjson.dumps(QUERY))
+    message = decoded_body(orjson.dumps(QUERY) + b" ", "gzip", len(packed))
+    message.metadata_context.filter_metadata["embgw.request"].update(
+        {"gzip_trailer": packed[-8:].hex()}
+    )
+    error = assert_immediate(stream.handle(message), 400)
+    assert error["code"] == "invalid_compressed_body" and "CRC-32" in error["message"]
     assert_finished(stream)
 
 

@@ -96,9 +96,7 @@ def check_declared_length(content_length: str | None, limits: Limits) -> None:
         _check_size(int(digits) if len(digits) <= 20 else 10**20, limits)
 
 
-def _check_size(size: int, limits: Limits, coding: BodyCoding | None = None) -> None:
-    if coding is not None:
-        coding.check_size(size, limits.max_request_bytes)
+def _check_size(size: int, limits: Limits) -> None:
     if size > limits.max_request_bytes:
         raise ApiError(
             413,
@@ -119,7 +117,9 @@ def rewrite_request(
 
     ``coding``: how the body was sent, when Envoy decoded it (its errors say so)."""
     limits = policy.limits
-    _check_size(len(body), limits, coding)
+    if coding is not None:
+        coding.check(body, limits.max_request_bytes)
+    _check_size(len(body), limits)
     bom = body.startswith(_UTF8_BOM)
     request = _parse_object(body[len(_UTF8_BOM) :] if bom else body, coding)
     model = _model(request, policy)
