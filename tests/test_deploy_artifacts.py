@@ -52,6 +52,7 @@ import yaml
 from extproc.commands.envoy_config import LEGACY_CLUSTER, Upstream, with_legacy
 from extproc.commands.launcher import envoy_binary
 from extproc.core.policy import load_policy_file, load_policy_text
+from extproc.core.request_coding import MAX_INFLATE_RATIO
 from tests.conftest import QWEN_MODEL, REPO, SHIPPED_QWEN_POLICY
 from tests.harness import free_port, http
 
@@ -176,6 +177,35 @@ def test_compose_envoy_keeps_the_standalone_filter_setup() -> None:
         ref = {k: v for k, v in ref_clusters[name].items() if k not in ("load_assignment", "type")}
         assert mine == ref, name
         assert cluster["type"] == "STRICT_DNS"
+
+
+def test_request_decoding_bounds_match_the_core() -> None:
+    """What standalone.yaml decodes (compose.yaml is held equal to it above) is what
+    extproc/core/request_coding.py judges decoded bodies by: gzip's max_inflate_ratio
+    (brotli's is fixed in Envoy, so not configurable), and for each coding the most
+    bytes as sent (request_coding) times its ratio stays within 25 MiB, under what a
+    plain body may hold (the listener's buffer limit)."""
+    config = standalone()
+    filters = {f["name"]: f for f in hcm_of(config)["http_filters"]}
+    libraries = {
+        name: filters[f"decompressor.{name}"]["typed_config"]["decompressor_library"]
+        for name in ("gzip", "brotli")
+    }
+    assert libraries["gzip"]["typed_config"]["max_inflate_ratio"] == MAX_INFLATE_RATIO["gzip"]
+    assert "max_inflate_ratio" not in libraries["brotli"]["typed_config"]
+    assert MAX_INFLATE_RATIO["br"] == 100  # Envoy 1.40's fixed brotli bound
+    lua = filters["request_coding"]["typed_config"]["extension_config"]["typed_config"]
+    source = lua["default_source_code"]["inline_string"]
+    table = re.search(r"local most_sent = \{([^}]*)\}", source)
+    assert table is not None, source
+    most_sent = {coding: int(n) for coding, n in re.findall(r"(\w+) = (\d+)", table[1])}
+    assert most_sent.keys() == MAX_INFLATE_RATIO.keys()
+    buffer_limit = config["static_resources"]["listeners"][0]["per_connection_buffer_limit_bytes"]
+    for coding, most in most_sent.items():
+        assert most * MAX_INFLATE_RATIO[coding] <= min(25 << 20, buffer_limit), coding
+    for decoder in ("decompressor.gzip", "decompressor.brotli"):
+        direction = filters[decoder]["typed_config"]["response_direction_config"]
+        assert direction["common_config"]["enabled"]["default_value"] is False
 
 
 def test_a_broken_compose_envoy_config_fails_validation(tmp_path: Path) -> None:

@@ -4,9 +4,12 @@
 
 - every spelling of the embeddings endpoint goes through the contract or gets a
   404 envelope; none reaches the upstream (or, with --legacy, the legacy server) raw;
-- compressed request bodies are refused with a 415 envelope, never read as text
-  nor forwarded mislabelled; the upstream is asked for identity; clients that
-  accept gzip or br get compressed answers (standalone.yaml);
+- gzip and br request bodies are decoded by Envoy (standalone.yaml: answered as the
+  plain body would be; one that does not decode to JSON is a 400 naming its coding,
+  a decompression bomb a 413, with keep-alive; HTTP/2 too) or refused with a 415
+  from the request headers (single-filter.yaml); every other coding is a 415; none
+  is read as text nor forwarded mislabelled. The upstream is asked for identity;
+  clients that accept gzip or br get compressed answers (standalone.yaml);
 - HTTP/1.0 is answered; Envoy's own refusals (431, no Host, a path it cannot
   normalise) carry a non-empty envelope;
 - an HTTP/2 request body followed by trailers goes through the contract like any
@@ -26,10 +29,12 @@ import struct
 import subprocess
 import time
 import urllib.request
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import brotli
 import numpy as np
 import orjson
 import pytest
@@ -241,32 +246,397 @@ def test_one_filter_messages_per_request(
     assert ext_proc_messages_sent(gateway) - before == messages
 
 
-# -- compression ---------------------------------------------------------------------
+# -- compressed request bodies -------------------------------------------------------
+# standalone.yaml decodes gzip and br request bodies (Envoy's decompressor filters, on
+# the embeddings routes, after `request_coding` has read the body whole); the one-filter
+# shape cannot carry a decoder and refuses them from the request headers (415).
 
 BODY = orjson.dumps(QUERY)
-# A decompression bomb: 16 MiB of spaces in JSON (twice the body limit), ~16 KiB sent.
-BOMB = gzip.compress(BODY[:-1] + b" " * (16 << 20) + b"}", compresslevel=9)
+DECODED = "standalone"  # the shape that decodes
+INVALID = "invalid_compressed_body"
+
+
+def _encode(coding: str, body: bytes) -> bytes:
+    return brotli.compress(body) if coding.strip().lower() == "br" else gzip.compress(body)
+
+
+def _coded(body: bytes, coding: str, *, sent: bytes | None = None) -> bytes:
+    return post(
+        "/v1/embeddings",
+        _encode(coding, body) if sent is None else sent,
+        headers=(("Content-Encoding", coding),),
+    )
+
+
+def _refused_by_the_one_filter_shape(reply: WireReply, upstream: FakeUpstream) -> None:
+    assert envelope(reply, 415)["code"] == "unsupported_content_encoding"
+    assert upstream.received == []
 
 
 @pytest.mark.parametrize(
-    "coding,body",
-    [
-        ("gzip", gzip.compress(BODY)),
-        ("GZIP", gzip.compress(BODY)),
-        ("gzip", BOMB),
-        ("gzip", BODY),  # mislabelled: a plain body said to be gzip
-        ("br", BODY),
-        ("deflate", BODY),
-        ("zstd", BODY),
-        ("gzip, identity", BODY),
-    ],
-    ids=["gzip", "gzip-upper-case", "gzip-bomb", "mislabelled", "br", "deflate", "zstd", "chain"],
+    ("body", "messages"),
+    [(orjson.dumps(QUERY), 1), (orjson.dumps({**QUERY, "dimensions": 256}), 2)],
+    ids=["plain", "dimensions"],
 )
-def test_compressed_body_is_refused_with_415(
-    coding: str, body: bytes, gateway: Gateway, upstream: FakeUpstream
+def test_decoding_adds_no_ext_proc_message(
+    body: bytes, messages: int, shape: str, gateway: Gateway
 ) -> None:
-    reply = ask(gateway, post("/v1/embeddings", body, headers=(("Content-Encoding", coding),)))
+    """standalone.yaml: a request costs the same ext_proc messages (Envoy's own count)
+    sent plain, gzip or br: the body message, and the response body when the vectors
+    change (one stream)."""
+    if shape != DECODED:
+        pytest.skip("the one-filter shape refuses compressed bodies (see above)")
+    for coding in ("identity", "gzip", "br"):
+        wire = post("/v1/embeddings", body) if coding == "identity" else _coded(body, coding)
+        before = ext_proc_messages_sent(gateway)
+        assert ask(gateway, wire).status == 200
+        assert ext_proc_messages_sent(gateway) - before == messages, coding
+
+
+@pytest.mark.parametrize("dimensions", [None, 256], ids=["query", "query-dimensions-256"])
+@pytest.mark.parametrize("coding", ["gzip", "br", "GZIP", " br "])
+def test_compressed_body_is_answered_as_the_plain_one(
+    coding: str, dimensions: int | None, shape: str, gateway: Gateway, upstream: FakeUpstream
+) -> None:
+    """The client's answer and what the upstream receives are those of the same body
+    sent plain: the decoded JSON, rewritten (instruction; `dimensions` emulated), with
+    no content-encoding and its own content-length."""
+    body = orjson.dumps({**QUERY, **({"dimensions": dimensions} if dimensions else {})})
+    plain = ask(gateway, post("/v1/embeddings", body))
+    assert plain.status == 200, plain
+    (sent_plain,) = upstream.received
+    upstream.reset()
+    reply = ask(gateway, _coded(body, coding))
+    if shape != DECODED:
+        _refused_by_the_one_filter_shape(reply, upstream)
+        return
+    assert reply.status == 200, reply
+    assert np.array_equal(_vectors(reply.body), _vectors(plain.body))
+    assert _vectors(reply.body).shape == (1, dimensions or 1024)
+    (received,) = upstream.received
+    assert received.body == sent_plain.body and INSTRUCTION in received.body
+    assert "content-encoding" not in received.headers
+    assert "transfer-encoding" not in received.headers
+    assert received.headers["content-length"] == str(len(received.body))
+
+
+def test_decoded_body_that_needs_no_rewrite_goes_up_as_decoded(
+    shape: str, gateway: Gateway, upstream: FakeUpstream
+) -> None:
+    """No rewrite: the upstream gets exactly the decoded bytes, with their length
+    (the buffer filter sets it; the decoder removed the client's)."""
+    body = orjson.dumps({"model": QWEN_MODEL, "input": ["a first document", "a second one"]})
+    reply = ask(gateway, _coded(body, "gzip"))
+    if shape != DECODED:
+        _refused_by_the_one_filter_shape(reply, upstream)
+        return
+    assert reply.status == 200, reply
+    (received,) = upstream.received
+    assert received.body == body
+    assert received.headers["content-length"] == str(len(body))
+    assert "content-encoding" not in received.headers
+
+
+def test_chunked_compressed_body_is_decoded(
+    shape: str, gateway: Gateway, upstream: FakeUpstream
+) -> None:
+    """No Content-Length is needed: request_coding measures the body it holds."""
+    packed = gzip.compress(BODY)
+    wire = (
+        b"POST /v1/embeddings HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n"
+        b"Content-Encoding: gzip\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+        b"%x\r\n%s\r\n0\r\n\r\n" % (len(packed), packed)
+    )
+    reply = ask(gateway, wire)
+    if shape != DECODED:
+        _refused_by_the_one_filter_shape(reply, upstream)
+        return
+    assert reply.status == 200, reply
+    (received,) = upstream.received
+    assert INSTRUCTION in received.body
+    assert received.headers["content-length"] == str(len(received.body))
+
+
+@pytest.mark.parametrize(
+    "coding",
+    [
+        "deflate",
+        "zstd",
+        "gzip, br",
+        "br, gzip",
+        "gzip, identity",
+        "x-gzip",
+        "compress",
+        "snappy",
+        "",
+    ],
+    ids=[
+        "deflate",
+        "zstd",
+        "chain",
+        "chain-reversed",
+        "chain-identity",
+        "x-gzip",
+        "compress",
+        "unknown",
+        "empty",
+    ],
+)
+def test_other_codings_are_refused_with_415(
+    coding: str, gateway: Gateway, upstream: FakeUpstream
+) -> None:
+    """Decoded neither as text nor by a decoder, never forwarded mislabelled. A chain
+    is refused: Envoy's decoder would undo the first coding listed, which HTTP says
+    was applied first."""
+    sent = zlib.compress(BODY) if coding == "deflate" else BODY
+    reply = ask(gateway, _coded(BODY, coding, sent=sent))
     assert envelope(reply, 415)["code"] == "unsupported_content_encoding"
+    assert upstream.received == []
+
+
+@pytest.mark.parametrize(
+    "second", ["br", "identity", "gzip"], ids=["then-br", "then-identity", "twice"]
+)
+def test_content_encoding_repeated_is_refused_with_415(
+    second: str, gateway: Gateway, upstream: FakeUpstream
+) -> None:
+    """Two header lines are one list of codings (Envoy joins them): a chain."""
+    headers = (("Content-Encoding", "gzip"), ("Content-Encoding", second))
+    reply = ask(gateway, post("/v1/embeddings", gzip.compress(BODY), headers=headers))
+    assert envelope(reply, 415)["code"] == "unsupported_content_encoding"
+    assert upstream.received == []
+
+
+def test_no_transform_does_not_keep_the_body_coded(
+    shape: str, gateway: Gateway, upstream: FakeUpstream
+) -> None:
+    """Envoy's decoder would leave a body marked `Cache-Control: no-transform` as it
+    is; the gateway's decodes it all the same (the upstream must get JSON)."""
+    headers = (("Content-Encoding", "gzip"), ("Cache-Control", "no-transform"))
+    reply = ask(gateway, post("/v1/embeddings", gzip.compress(BODY), headers=headers))
+    if shape != DECODED:
+        _refused_by_the_one_filter_shape(reply, upstream)
+        return
+    assert reply.status == 200, reply
+    (received,) = upstream.received
+    assert INSTRUCTION in received.body and "content-encoding" not in received.headers
+
+
+def _truncated(coding: str) -> bytes:
+    return gzip.compress(BODY)[:-12] if coding == "gzip" else brotli.compress(BODY)[:-3]
+
+
+def _corrupt(coding: str) -> bytes:
+    packed = bytearray(_encode(coding, BODY))
+    packed[len(packed) // 2 : len(packed) // 2 + 8] = b"\xff" * 8
+    return bytes(packed)
+
+
+def _bad_crc(coding: str) -> bytes:
+    packed = bytearray(gzip.compress(BODY))
+    packed[-8:-4] = bytes(4)  # the CRC-32 only: the data decodes whole
+    return bytes(packed)
+
+
+MISMATCH = "do not match the CRC-32 and length at the end of the gzip data"
+
+
+@pytest.mark.parametrize(
+    "coding,make,code,says",
+    [
+        # gzip: the decoded bytes are checked against the stream's CRC-32 and length
+        # (Envoy's decoder checks neither), so every broken stream is named as such.
+        ("gzip", lambda coding: BODY, INVALID, (MISMATCH,)),  # a plain body labelled gzip
+        ("gzip", _truncated, INVALID, (MISMATCH,)),
+        ("gzip", _corrupt, INVALID, (MISMATCH,)),
+        ("gzip", _bad_crc, INVALID, (MISMATCH,)),
+        ("gzip", lambda coding: gzip.compress(BODY) + b"garbage", INVALID, (MISMATCH,)),
+        (
+            "gzip",
+            lambda coding: gzip.compress(BODY[:40]) + gzip.compress(BODY[40:]),
+            INVALID,
+            (MISMATCH,),
+        ),
+        (
+            "gzip",
+            lambda coding: gzip.compress(BODY) + gzip.compress(b" {}"),
+            INVALID,
+            ("more than one gzip member",),
+        ),
+        # ... and what passes the check is the client's JSON, as compressed.
+        (
+            "gzip",
+            lambda coding: gzip.compress(b""),
+            "invalid_json",
+            ("holds nothing once decoded",),
+        ),
+        (
+            "gzip",
+            lambda coding: gzip.compress(BODY[:40]),
+            "invalid_json",
+            ("is not valid JSON once decoded",),
+        ),
+        # br has no checksum: what it decoded to is all there is to say.
+        ("br", lambda coding: BODY, INVALID, ("decoded to nothing",)),
+        ("br", lambda coding: brotli.compress(b""), INVALID, ("decoded to nothing",)),
+        ("br", _truncated, INVALID, ("not valid JSON",)),
+        # Where the decoder gives up decides how much came out before.
+        ("br", _corrupt, INVALID, ("not valid JSON", "decoded to nothing")),
+        ("br", lambda coding: brotli.compress(BODY[:40]), INVALID, ("not valid JSON",)),
+    ],
+    ids=[
+        "gzip-mislabelled",
+        "gzip-truncated",
+        "gzip-corrupt",
+        "gzip-bad-crc",
+        "gzip-trailing-bytes",
+        "gzip-two-members",
+        "gzip-second-member-after-json",
+        "gzip-empty",
+        "gzip-json-cut-before-compression",
+        "br-mislabelled",
+        "br-empty",
+        "br-truncated",
+        "br-corrupt",
+        "br-json-cut-before-compression",
+    ],
+)
+def test_body_that_does_not_decode_to_json_is_a_400_naming_the_coding(
+    coding: str,
+    make: Any,
+    code: str,
+    says: tuple[str, ...],
+    *,
+    shape: str,
+    gateway: Gateway,
+    upstream: FakeUpstream,
+) -> None:
+    """Envoy's decoders report no failure per request: a body that is not in the
+    coding decodes to nothing, one cut short or corrupt to a cut-off body, and gzip's
+    stops after its first member without checking it. The gateway says which (not
+    "not valid JSON" when the compression is at fault), and forwards nothing."""
+    sent = make(coding)
+    reply = ask(gateway, _coded(BODY, coding, sent=sent))
+    if shape != DECODED:
+        _refused_by_the_one_filter_shape(reply, upstream)
+        return
+    error = envelope(reply, 400)
+    assert error["code"] == code, error
+    assert f"Content-Encoding: {coding}, {len(sent)} byte" in error["message"]
+    assert any(text in error["message"] for text in says), error
+    assert upstream.received == []
+
+
+def test_decoded_body_is_validated_as_a_plain_one(
+    shape: str, gateway: Gateway, upstream: FakeUpstream
+) -> None:
+    reply = ask(gateway, _coded(b'{"model": 5, "input": "x"}', "gzip"))
+    if shape != DECODED:
+        _refused_by_the_one_filter_shape(reply, upstream)
+        return
+    assert envelope(reply, 400)["param"] == "model"
+    assert upstream.received == []
+
+
+def _gzip_bomb(sent_bytes: int) -> bytes:
+    """Spaces inside a JSON object (valid JSON once decoded), about ``sent_bytes`` of
+    gzip: level 1 expands ~230-fold here."""
+    packer = zlib.compressobj(1, zlib.DEFLATED, 31)
+    parts, size = [packer.compress(BODY[:-1])], 0
+    block = b" " * (4 << 20)
+    while size < sent_bytes - 32_768:
+        part = packer.compress(block)
+        parts.append(part)
+        size += len(part)
+    parts += [packer.compress(b"}"), packer.flush()]
+    return b"".join(parts)
+
+
+def _expands_11_fold(decoded_bytes: int) -> bytes:
+    """A body that expands ~11-fold with gzip (under its 20-fold bound) to
+    ``decoded_bytes``: runs of one letter between random hex."""
+    rng = np.random.default_rng(7)
+    chunks, size = [], 0
+    while size < decoded_bytes:
+        chunk = rng.bytes(64).hex().encode() + b"a" * 800
+        chunks.append(chunk)
+        size += len(chunk)
+    return b'{"model": "' + QWEN_MODEL.encode() + b'", "input": "' + b"".join(chunks) + b'"}'
+
+
+@pytest.mark.parametrize(
+    "coding,sent,says",
+    [
+        # Over what a body may have as sent (1.25 MiB of gzip, 256 KiB of br): refused
+        # before any decoding.
+        (
+            "gzip",
+            lambda: np.random.default_rng(1).bytes(1_400_000),
+            "at most 1310720 bytes as sent",
+        ),
+        (
+            "br",
+            lambda: brotli.compress(np.random.default_rng(1).bytes(300_000)),
+            "at most 262144 bytes as sent",
+        ),
+        # Within it, but expanding past the decoder's bound: cut off there, and said
+        # so. A megabyte of gzip that would expand to ~230 MB; 16 KiB for 16 MiB; a
+        # few bytes of br for 16 MiB.
+        ("gzip", lambda: _gzip_bomb(1 << 20), "expands more than 20-fold"),
+        (
+            "gzip",
+            lambda: gzip.compress(BODY[:-1] + b" " * (16 << 20) + b"}"),
+            "expands more than 20-fold",
+        ),
+        (
+            "br",
+            lambda: brotli.compress(BODY[:-1] + b" " * (16 << 20) + b"}"),
+            "expands more than 100-fold",
+        ),
+        # Within both bounds, but over the body limit once decoded (8 MiB).
+        ("gzip", lambda: gzip.compress(_expands_11_fold(9 << 20)), "once decoded"),
+    ],
+    ids=[
+        "gzip-over-1.25MiB",
+        "br-over-256KiB",
+        "gzip-1MB-bomb",
+        "gzip-16KiB-bomb",
+        "br-bomb",
+        "gzip-9MiB-decoded",
+    ],
+)
+def test_decompression_bomb_is_a_413(
+    coding: str, sent: Any, says: str, *, shape: str, gateway: Gateway, upstream: FakeUpstream
+) -> None:
+    packed = sent()
+    reply = ask(gateway, _coded(BODY, coding, sent=packed))
+    if shape != DECODED:
+        _refused_by_the_one_filter_shape(reply, upstream)
+        return
+    error = envelope(reply, 413)
+    assert error["code"] == "request_too_large" and says in error["message"], error
+    assert upstream.received == []
+
+
+def test_the_over_the_limit_body_is_within_the_gzip_bounds() -> None:
+    """The last bomb case above must be what it says: within 1.25 MiB as sent, under
+    20-fold, over 8 MiB decoded."""
+    decoded = _expands_11_fold(9 << 20)
+    packed = gzip.compress(decoded)
+    assert len(packed) <= 1310720 and 8 < len(decoded) / len(packed) < 20
+    assert len(decoded) > 8 << 20
+
+
+def test_compressed_body_on_another_path_reaches_the_legacy_server_as_sent(
+    gateway: Gateway, upstream: FakeUpstream, legacy: FakeUpstream
+) -> None:
+    """Only the embeddings routes decode: the pass-through route forwards the bytes
+    and the header untouched."""
+    packed = gzip.compress(b'{"query": "capital of France"}')
+    reply = ask(gateway, post("/v1/rerank", packed, headers=(("Content-Encoding", "gzip"),)))
+    assert reply.status is not None
+    (received,) = legacy.received
+    assert received.body == packed and received.headers["content-encoding"] == "gzip"
     assert upstream.received == []
 
 
@@ -479,15 +849,23 @@ def _hpack(*fields: tuple[str, str]) -> bytes:
     return block
 
 
-def h2_post(port: int, path: str, body: bytes, *, trailers: bool) -> bytes:
-    """POST on stream 1, then (optionally) trailers; the answer's DATA (bounded wait).
-    An empty ``body`` before trailers is sent as no DATA frame at all."""
+def h2_post(
+    port: int,
+    path: str,
+    body: bytes,
+    *,
+    trailers: bool,
+    headers: tuple[tuple[str, str], ...] = (),
+) -> bytes:
+    """POST on stream 1 (with ``headers`` too), then (optionally) trailers; the answer's
+    DATA (bounded wait). An empty ``body`` before trailers is sent as no DATA frame."""
     head = _hpack(
         (":method", "POST"),
         (":scheme", "http"),
         (":path", path),
         (":authority", "gw"),
         ("content-type", "application/json"),
+        *headers,
     )
     wire = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + _frame(SETTINGS, 0, 0)
     wire += _frame(HEADERS, END_HEADERS, 1, head)
@@ -552,6 +930,36 @@ def test_http2_invalid_request_with_trailers_is_refused(
     error = orjson.loads(answer)["error"]
     assert error["type"] == "invalid_request_error" and error["param"] == "model"
     assert upstream.received == []
+
+
+@pytest.mark.parametrize("trailers", [False, True], ids=["no-trailers", "client-trailers"])
+@pytest.mark.parametrize("coding", ["gzip", "br"])
+def test_http2_compressed_body_is_decoded(
+    coding: str, trailers: bool, shape: str, gateway: Gateway, upstream: FakeUpstream
+) -> None:
+    """The decoder adds request trailers (its byte counts), so ext_proc gets the body
+    as not the end of the stream, as with a client's trailers: the whole body all the
+    same. The HTTP/1 upstream gets the rewritten JSON with its length, no trailers."""
+    body = orjson.dumps({**QUERY, "dimensions": 256})
+    packed = _encode(coding, body)
+    answer = h2_post(
+        port_of(gateway),
+        "/v1/embeddings",
+        packed,
+        trailers=trailers,
+        headers=(("content-encoding", coding),),
+    )
+    if shape != DECODED:
+        assert orjson.loads(answer)["error"]["code"] == "unsupported_content_encoding"
+        assert upstream.received == []
+        return
+    (item,) = orjson.loads(answer)["data"]
+    assert len(item["embedding"]) == 256
+    (received,) = upstream.received
+    assert INSTRUCTION in received.body and "dimensions" not in received.json
+    assert received.headers["content-length"] == str(len(received.body))
+    assert not {"content-encoding", "transfer-encoding"} & set(received.headers)
+    assert not any(name.startswith("x-envoy-decompressor") for name in received.headers)
 
 
 def test_http2_empty_body_with_trailers_is_an_empty_post(

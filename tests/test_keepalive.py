@@ -9,6 +9,7 @@ hide a closed connection."""
 from __future__ import annotations
 
 import contextlib
+import gzip
 import socket
 import threading
 import time
@@ -16,6 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import brotli
 import orjson
 import pytest
 
@@ -90,6 +92,13 @@ class OneConnection:
                 return True
         return False
 
+    def send_coded(self, body: bytes, coding: str) -> None:
+        head = (
+            f"POST /v1/embeddings HTTP/1.1\r\nHost: gateway\r\nContent-Type: application/json\r\n"
+            f"Content-Encoding: {coding}\r\nContent-Length: {len(body)}\r\n\r\n"
+        ).encode()
+        self.sock.sendall(head + body)
+
     def request(self, body: bytes, content_type: str = "application/json") -> Answer:
         self.send("POST", "/v1/embeddings", body, content_type)
         return self.answer()
@@ -99,6 +108,7 @@ class OneConnection:
 class Served:
     gateway: Gateway
     upstream: FakeUpstream
+    shape: str
 
 
 @pytest.fixture(scope="module", params=["standalone", "single-filter"])
@@ -109,7 +119,7 @@ def served(
     with FakeUpstream(flavour="dynamo", tokenizer_dir=qwen_dir) as fake:
         log_dir = tmp_path_factory.mktemp("keepalive")
         gateway = start_shipped_gateway(fake.url, log_dir, qwen_dir, request.param)
-        yield Served(gateway, fake)
+        yield Served(gateway, fake, request.param)
         assert gateway.stop() == 0, gateway.log()
 
 
@@ -213,3 +223,35 @@ def test_a_413_before_the_body_was_read_whole_closes(
     assert connection.closed_within(CLOSE_BOUND_S)
     writer.join(ANSWER_TIMEOUT_S)
     assert upstream.received == []
+
+
+def test_answers_to_compressed_bodies_keep_the_connection(
+    served: Served, connection: OneConnection, upstream: FakeUpstream
+) -> None:
+    """standalone.yaml reads a compressed body whole before it answers (request_coding),
+    decoded or not; single-filter.yaml answers 415 from the request headers, and Envoy
+    still reads the (small) body: either way the next request gets its answer on the
+    same connection."""
+    decoded = served.shape == "standalone"
+    bomb = gzip.compress(b" " * (16 << 20))
+    cases: list[tuple[bytes, str, int, str | None]] = [
+        (gzip.compress(GOOD_BODY), "gzip", 200, None),
+        (brotli.compress(GOOD_BODY), "br", 200, None),
+        (GOOD_BODY, "gzip", 400, "invalid_compressed_body"),  # not gzip at all
+        (gzip.compress(GOOD_BODY)[:-12], "gzip", 400, "invalid_compressed_body"),
+        (bomb, "gzip", 413, "request_too_large"),
+        (b"\0" * 1_400_000, "gzip", 413, "request_too_large"),  # over 1.25 MiB as sent
+        (GOOD_BODY, "deflate", 415, "unsupported_content_encoding"),
+        (GOOD_BODY, "gzip, br", 415, "unsupported_content_encoding"),
+    ]
+    for body, coding, decoded_status, decoded_code in cases:
+        status, code = decoded_status, decoded_code
+        if not decoded and coding in ("gzip", "br"):
+            status, code = 415, "unsupported_content_encoding"
+        connection.send_coded(body, coding)
+        answer = connection.answer()
+        assert answer.status == status, (coding, answer)
+        if code is not None:
+            assert orjson.loads(answer.body)["error"]["code"] == code, answer
+        assert answer.headers.get("connection") != "close", (coding, answer.headers)
+        assert connection.request(GOOD_BODY).status == 200, coding

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import gzip
 from collections.abc import Mapping
 from typing import Any
 
@@ -633,6 +634,62 @@ def test_response_body_before_trailers_is_rewritten(stream: ExtProcStream) -> No
     doc = orjson.loads(reply.response_body.response.body_mutation.body)
     assert [len(item["embedding"]) for item in doc["data"]] == [256, 256]
     assert stream.phase is Phase.DONE
+
+
+# -- a body Envoy decoded (standalone.yaml: gzip or br as sent) -------------------------
+# request_coding hands over the coding and the size as sent as dynamic metadata
+# (embgw.request); the decoder's trailers make the body message's end_of_stream false.
+
+
+def decoded_body(body: bytes | Mapping[str, Any], coding: str, sent: int) -> ep.ProcessingRequest:
+    message = request_body(body, eos=False)
+    metadata = struct_pb2.Struct()
+    metadata.update({"content_encoding": coding, "sent_bytes": str(sent)})
+    message.metadata_context.filter_metadata["embgw.request"].CopyFrom(metadata)
+    return message
+
+
+def test_decoded_body_goes_through_the_contract(stream: ExtProcStream) -> None:
+    reply = stream.handle(decoded_body(QUERY, "gzip", 90))
+    common = reply.request_body.response
+    assert orjson.loads(common.body_mutation.body)["input"] in ([QUERY_PROMPT], QUERY_PROMPT)
+    assert stream.phase is Phase.AWAIT_RESPONSE_HEADERS
+
+
+@pytest.mark.parametrize(
+    "body,status,says",
+    [
+        (b"", 400, "(sent with Content-Encoding: br, 104 bytes) decoded to nothing"),
+        (b"  \n", 400, "decoded to 3 bytes of whitespace"),
+        (b'{"model": "x', 400, "decoded to 12 bytes, not valid JSON"),
+        # More than 100 x 104 bytes: the decoder stopped at its bound.
+        (b" " * 10_401, 413, "expands more than 100-fold"),
+    ],
+    ids=["nothing", "whitespace", "cut-off", "cut-by-the-bound"],
+)
+def test_decoded_body_that_is_no_json_names_the_coding(
+    body: bytes, status: int, says: str, stream: ExtProcStream
+) -> None:
+    error = assert_immediate(stream.handle(decoded_body(body, "br", 104)), status)
+    assert says in error["message"], error
+    assert error["code"] == ("invalid_compressed_body" if status == 400 else "request_too_large")
+    assert_finished(stream)
+
+
+def test_decoded_gzip_body_is_checked_against_its_trailer(stream: ExtProcStream) -> None:
+    packed = gzip.compress(orjson.dumps(QUERY))
+    message = decoded_body(orjson.dumps(QUERY) + b" ", "gzip", len(packed))
+    message.metadata_context.filter_metadata["embgw.request"].update(
+        {"gzip_trailer": packed[-8:].hex()}
+    )
+    error = assert_immediate(stream.handle(message), 400)
+    assert error["code"] == "invalid_compressed_body" and "CRC-32" in error["message"]
+    assert_finished(stream)
+
+
+def test_plain_body_errors_do_not_mention_a_coding(stream: ExtProcStream) -> None:
+    error = assert_immediate(stream.handle(request_body(b"")), 400)
+    assert error["code"] == "invalid_json" and "Content-Encoding" not in error["message"]
 
 
 def test_second_body_message_is_neutral(stream: ExtProcStream) -> None:

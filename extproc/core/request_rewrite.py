@@ -42,6 +42,7 @@ from extproc.core.lax import lax_int
 from extproc.core.plan import Encoding, RequestStats, ResponsePlan
 from extproc.core.policy.model import EncodingProfile, GatewayPolicy, Limits, ModelPolicy
 from extproc.core.prompts import prompt_prefix
+from extproc.core.request_coding import BodyCoding
 from extproc.core.tokens import (
     MAX_PREFIX_BYTES,
     BudgetReason,
@@ -109,12 +110,18 @@ def rewrite_request(
     body: bytes,
     policy: GatewayPolicy,
     tokenizers: Mapping[str, ModelTokenizer],
+    *,
+    coding: BodyCoding | None = None,
 ) -> Forward:
-    """Validate and rewrite one ``POST /v1/embeddings`` body; raise ApiError for the client."""
+    """Validate and rewrite one ``POST /v1/embeddings`` body; raise ApiError for the client.
+
+    ``coding``: how the body was sent, when Envoy decoded it (its errors say so)."""
     limits = policy.limits
+    if coding is not None:
+        coding.check(body, limits.max_request_bytes)
     _check_size(len(body), limits)
     bom = body.startswith(_UTF8_BOM)
-    request = _parse_object(body[len(_UTF8_BOM) :] if bom else body)
+    request = _parse_object(body[len(_UTF8_BOM) :] if bom else body, coding)
     model = _model(request, policy)
     lenient = model.encoding_profile is EncodingProfile.LEGACY
     if bom and not lenient:
@@ -233,12 +240,16 @@ class _Missing:
 _MISSING: Final = _Missing()
 
 
-def _parse_object(body: bytes) -> dict[str, Any]:
+def _parse_object(body: bytes, coding: BodyCoding | None = None) -> dict[str, Any]:
     if not body.strip():
+        if coding is not None:
+            raise coding.empty(len(body))
         raise invalid_request("The request body is empty; send a JSON object.", code="invalid_json")
     try:
         request = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
+        if coding is not None:
+            raise coding.not_json(len(body), str(exc)) from None
         raise invalid_request(
             f"The request body is not valid JSON: {exc}.", code="invalid_json"
         ) from None

@@ -14,11 +14,12 @@ goes through the contract and what the upstream is told:
   Every other spelling that reached the gateway (another case, ``;params``, a
   path below the endpoint) is a 404: no such endpoint, never forwarded raw.
 - a compressed body is refused (415), never read as text nor forwarded
-  mislabelled; ``identity`` is the only coding accepted.
+  mislabelled; ``identity`` is the only coding accepted. This shape has no decoder
+  and cannot get one (Envoy Gateway gives it only the ext_proc filter).
 
-envoy/standalone.yaml makes the same decisions with routes and a Lua filter
-before its ext_proc stream opens (it skips the request headers); the answers are
-the same.
+envoy/standalone.yaml makes the same decisions with routes and Lua filters before
+its ext_proc stream opens (it skips the request headers); the answers are the same,
+but for gzip and br bodies, which it decodes (extproc/core/request_coding.py).
 """
 
 from __future__ import annotations

@@ -7,9 +7,10 @@ Rules (Envoy 1.40, verified live; the Envoy behaviour they rely on: docs/envoy-f
    never, with our configs). Each message gets exactly one reply, of the same kind.
    Every body mode the configs name is BUFFERED, so each body comes as ONE message
    holding the whole body. Its ``end_of_stream`` is false when trailers follow the
-   body (an HTTP/2 client's, an upstream's): Envoy sends the buffered body when
-   the trailers arrive, before them. Such a body is still the whole body and goes
-   through the contract like any other; the trailers then pass unchanged.
+   body (an HTTP/2 client's, an upstream's, the byte counts Envoy's decompressor
+   adds after a body it decoded): Envoy sends the buffered body when the trailers
+   arrive, before them. Such a body is still the whole body and goes through the
+   contract like any other; the trailers then pass unchanged.
    One state machine serves both shipped shapes: envoy/single-filter.yaml (one
    stream sees the whole exchange) and envoy/standalone.yaml (the request body,
    then, when the response must change and Envoy's precheck saw it coming, the
@@ -29,7 +30,10 @@ Rules (Envoy 1.40, verified live; the Envoy behaviour they rely on: docs/envoy-f
    ``accept-encoding: identity`` (the gateway may read the answer), no
    ``content-encoding`` (only ``identity`` got here) and, when the client sent
    none, the JSON content type the upstream needs.
-3. On the request body the whole request is validated and rewritten. A client
+3. On the request body the whole request is validated and rewritten (a body
+   Envoy decoded, which standalone.yaml marks as dynamic metadata ``embgw.request``,
+   is refused in words that name its coding when it does not decode to JSON or
+   expands past the decoder's bound: extproc/core/request_coding.py). A client
    mistake is an ``immediate_response`` (4xx envelope) and the stream is DONE:
    nothing reaches the upstream. Otherwise the reply carries the new body (with
    its content-length) and the stream remembers the :class:`ResponsePlan`; if the
@@ -77,6 +81,7 @@ from envoy.type.v3 import http_status_pb2
 from extproc.core.contract import Contract
 from extproc.core.errors import ApiError
 from extproc.core.plan import ResponsePlan
+from extproc.core.request_coding import METADATA_NAMESPACE, BodyCoding
 from extproc.core.request_rewrite import check_content_type, check_declared_length, rewrite_request
 from extproc.core.request_target import (
     check_content_encoding,
@@ -117,6 +122,7 @@ class ExtProcStream:
     plan: ResponsePlan | None = None
     request_id: str = "-"
     content_type: str | None = None
+    body_coding: BodyCoding | None = None  # the body was decoded by Envoy (standalone.yaml)
     upstream_status: int = 0
     started: float = field(default_factory=time.perf_counter)
 
@@ -196,7 +202,12 @@ class ExtProcStream:
         started = time.perf_counter()
         try:
             check_content_type(self.content_type)
-            forward = rewrite_request(body.body, self.contract.policy, self.contract.tokenizers)
+            forward = rewrite_request(
+                body.body,
+                self.contract.policy,
+                self.contract.tokenizers,
+                coding=self.body_coding,
+            )
         except ApiError as error:
             metrics.observe_phase("request", started)
             return self._reject(error)
@@ -350,8 +361,10 @@ class ExtProcStream:
         return reply
 
     def _read_attributes(self, request: ep.ProcessingRequest) -> None:
-        if self.plan is None and request.HasField("metadata_context"):
-            self.plan = _plan_from_metadata(request)
+        if request.HasField("metadata_context"):
+            if self.plan is None:
+                self.plan = _plan_from_metadata(request)
+            self.body_coding = _coding_from_metadata(request) or self.body_coding
         if not request.attributes:
             return
         content_type = _attribute(request, CONTENT_TYPE_ATTR)
@@ -383,6 +396,18 @@ def _plan_from_metadata(request: ep.ProcessingRequest) -> ResponsePlan | None:
     if value.WhichOneof("kind") != "string_value":
         return None
     return ResponsePlan.from_json(value.string_value)
+
+
+def _coding_from_metadata(request: ep.ProcessingRequest) -> BodyCoding | None:
+    struct = request.metadata_context.filter_metadata.get(METADATA_NAMESPACE)
+    if struct is None:
+        return None
+    fields = {
+        key: value.string_value
+        for key, value in struct.fields.items()
+        if value.WhichOneof("kind") == "string_value"
+    }
+    return BodyCoding.from_metadata(fields)
 
 
 def _header_map(headers: base_pb2.HeaderMap) -> dict[str, str]:
