@@ -72,16 +72,48 @@ def test_every_alert_is_tested_firing_and_not_firing() -> None:
     assert cases and all(seen == {True, False} for seen in cases.values()), cases
 
 
-def test_the_unit_tests_catch_a_changed_threshold(tmp_path: Path) -> None:
-    """The unit tests bite: with the 5xx threshold raised from 5% to 50%, the firing
-    case fails."""
-    text = ALERTS.read_text()
-    assert text.count("> 0.05") == 1
-    (tmp_path / ALERTS.name).write_text(text.replace("> 0.05", "> 0.5"))
+@pytest.mark.parametrize(
+    "alert,threshold,raised,failing_case",
+    [
+        (
+            "ExtprocUpstream5xxRatioHigh",
+            "> 0.05",
+            "> 0.5",
+            "upstream 5xx above 5% for 5 minutes fires",
+        ),
+        (
+            "ExtprocAdmissionSaturated",
+            "> 0.05",
+            "> 0.5",
+            "admission refusing 10% of the requests for 10 minutes fires",
+        ),
+        (
+            "ExtprocEnvoyProcessorFailing",
+            "> 0.01",
+            "> 0.1",
+            "Envoy's ext_proc streams failing and timing out (5%) for 5 minutes fires",
+        ),
+        (
+            "ExtprocEnvoyOverloaded",
+            "* 60 > 1",
+            "* 60 > 100",
+            "Envoy refusing requests for overload for 10 minutes fires, a burst does not",
+        ),
+    ],
+)
+def test_the_unit_tests_catch_a_changed_threshold(
+    alert: str, threshold: str, raised: str, failing_case: str, tmp_path: Path
+) -> None:
+    """The unit tests bite: with one rule's threshold raised, its firing case fails."""
+    doc = load_yaml(ALERTS)
+    (rule,) = [r for g in doc["groups"] for r in g["rules"] if r.get("alert") == alert]
+    assert threshold in rule["expr"], rule["expr"]
+    rule["expr"] = rule["expr"].replace(threshold, raised)
+    (tmp_path / ALERTS.name).write_text(yaml.safe_dump(doc, sort_keys=False))
     shutil.copy(ALERT_TESTS, tmp_path / ALERT_TESTS.name)
     result = promtool("test", "rules", ALERT_TESTS.name, cwd=tmp_path)
     assert result.returncode != 0
-    assert "upstream 5xx above 5% for 5 minutes fires" in result.stdout + result.stderr
+    assert failing_case in result.stdout + result.stderr
 
 
 def test_promtool_refuses_a_broken_rule(tmp_path: Path) -> None:

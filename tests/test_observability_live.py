@@ -419,7 +419,7 @@ def test_the_alert_rules_evaluate_on_the_real_metrics(evaluated: Evaluated) -> N
     """Every rule evaluates without error against what the processes export; the two
     conditions the load creates are pending (their `for` has not elapsed), the
     processes that are up raise nothing."""
-    assert len(evaluated.rules) == 5
+    assert len(evaluated.rules) == 8
     for rule in evaluated.rules:
         assert rule["health"] == "ok", rule
     active = {a["labels"]["alertname"]: a["state"] for a in evaluated.alerts}
