@@ -14,7 +14,7 @@ On 127.0.0.1, all started here and stopped by their own PIDs:
   something to show;
 - two more Envoys for what the gateway above must not suffer, both rendered from the
   shipped ``envoy/standalone.yaml`` as ``extproc run`` renders it: one in front of an
-  ``extproc serve`` of its own with a 0.3 s ``message_timeout``, whose server is
+  ``extproc serve`` of its own with a 1 s ``message_timeout``, whose server is
   stopped by PID (SIGSTOP) for a moment in each round, so that Envoy's messages time
   out, and stopped for good (SIGTERM) in the last round, so that its streams fail; and
   one with a heap budget it is already over (1 MiB, so its overload manager refuses
@@ -97,7 +97,7 @@ ADMISSION_HOLDER_INPUTS = 128
 REFUSED_PER_ROUND = 5  # by admission control, by the overloaded Envoy
 TIMEOUTS_PER_ROUND = 2  # messages to the stopped processor
 FAILURES_AT_THE_END = 3  # streams to the processor gone for good
-MESSAGE_TIMEOUT = "0.3s"
+MESSAGE_TIMEOUT = "1s"  # far above an answer (about 1 ms), even on a loaded machine
 CONNECTION_CAP = 3
 
 # Queries of the Envoy and overload panels that return data here (Envoy exports the
