@@ -218,21 +218,30 @@ def test_envoys_overload_manager_answers_503_overloaded(
     upstream: FakeUpstream,
 ) -> None:
     """A heap budget Envoy is already over: every request is refused by Envoy itself,
-    with the envelope and Retry-After."""
+    with the envelope and Retry-After. (Nothing listens on the processor's port here,
+    which gives the same answer: Envoy's own counters tell the overload manager's
+    refusal from a failed ext_proc stream.)"""
     upstream.reset()
     config = render(load_template(), envoy_settings, qwen_policy)
     monitors = config["overload_manager"]["resource_monitors"]
     (heap,) = [m for m in monitors if m["name"].endswith("fixed_heap")]
     heap["typed_config"]["max_heap_size_bytes"] = 1024 * 1024
     envoy = start_envoy(config, tmp_path, envoy_settings.admin_port)
+    admin = f"http://127.0.0.1:{envoy_settings.admin_port}"
+
+    def counter(name: str) -> float:
+        return metric_value(http("GET", f"{admin}/stats/prometheus").body.decode(), name)
+
     try:
         url = f"http://127.0.0.1:{envoy_settings.listen_port}/v1/embeddings"
         deadline = time.monotonic() + 10  # the monitor refreshes every 0.25 s
-        reply = http("POST", url, SMALL)
-        while reply.status != 503 and time.monotonic() < deadline:
-            time.sleep(0.25)
-            reply = http("POST", url, SMALL)
-        assert_overloaded(reply, "1")
+        active = "envoy_overload_envoy_overload_actions_stop_accepting_requests_active"
+        while counter(active) != 1 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert counter(active) == 1
+        assert_overloaded(http("POST", url, SMALL), "1")
+        assert counter("envoy_http_downstream_rq_overload_close") == 1
+        assert counter("envoy_http_ext_proc_streams_started") == 0  # no filter ran
     finally:
         stop(envoy)
     assert upstream.received == []

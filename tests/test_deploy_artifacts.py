@@ -147,17 +147,19 @@ def test_compose_envoy_keeps_the_standalone_filter_setup() -> None:
     split migration), with compose service names as addresses."""
     compose = yaml.safe_load((ENVOY_DIR / "compose.yaml").read_text())
     reference = with_legacy(standalone(), Upstream.from_url("http://legacy:8000"))
-    listener, ref_listener = (
-        compose["static_resources"]["listeners"][0],
-        reference["static_resources"]["listeners"][0],
-    )
+    (ref_listener,) = reference["static_resources"]["listeners"]
+    # Plus the `stats` listener for Prometheus and its admin cluster (checked below).
+    listener, stats = compose["static_resources"]["listeners"]
+    assert stats["name"] == "stats"
     assert listener["address"]["socket_address"] == {"address": "0.0.0.0", "port_value": 8080}
     assert compose["admin"]["address"]["socket_address"]["address"] == "127.0.0.1"
     # Same filters, routes, local replies and limits: only addresses may differ.
     assert listener == ref_listener
     clusters = {c["name"]: c for c in compose["static_resources"]["clusters"]}
     ref_clusters = {c["name"]: c for c in reference["static_resources"]["clusters"]}
-    assert clusters.keys() == ref_clusters.keys() == {"upstream", "extproc", LEGACY_CLUSTER}
+    assert ref_clusters.keys() == {"upstream", "extproc", LEGACY_CLUSTER}
+    assert clusters.keys() == ref_clusters.keys() | {STATS_ADMIN_CLUSTER}
+    del clusters[STATS_ADMIN_CLUSTER]
 
     def address(cluster: dict[str, Any]) -> tuple[str, int]:
         sock = cluster["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]
@@ -206,6 +208,89 @@ def test_request_decoding_bounds_match_the_core() -> None:
     for decoder in ("decompressor.gzip", "decompressor.brotli"):
         direction = filters[decoder]["typed_config"]["response_direction_config"]
         assert direction["common_config"]["enabled"]["default_value"] is False
+
+
+STATS_ADMIN_CLUSTER = "envoy_admin"
+
+
+def compose_envoy_on_loopback(
+    heap_bytes: int, bypass: bool
+) -> tuple[dict[str, Any], int, int, int]:
+    """envoy/compose.yaml with every address on 127.0.0.1 and free ports, a heap budget
+    of ``heap_bytes`` and the stats listener's ``bypass_overload_manager`` as given;
+    returns the config and the embeddings, stats and admin ports."""
+    config = yaml.safe_load((ENVOY_DIR / "compose.yaml").read_text())
+    listen, stats_port, admin = free_port(), free_port(), free_port()
+    config["admin"]["address"]["socket_address"] = {"address": "127.0.0.1", "port_value": admin}
+    embeddings, stats = config["static_resources"]["listeners"]
+    embeddings["address"]["socket_address"] = {"address": "127.0.0.1", "port_value": listen}
+    stats["address"]["socket_address"] = {"address": "127.0.0.1", "port_value": stats_port}
+    stats["bypass_overload_manager"] = bypass
+    for cluster in config["static_resources"]["clusters"]:
+        endpoint = cluster["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]
+        port = admin if cluster["name"] == STATS_ADMIN_CLUSTER else free_port()  # nothing there
+        endpoint["address"]["socket_address"] = {"address": "127.0.0.1", "port_value": port}
+    (heap,) = [
+        m
+        for m in config["overload_manager"]["resource_monitors"]
+        if m["name"].endswith(".fixed_heap")
+    ]
+    heap["typed_config"]["max_heap_size_bytes"] = heap_bytes
+    return config, listen, stats_port, admin
+
+
+@pytest.mark.parametrize("bypass", [True, False], ids=["shipped", "without-bypass"])
+def test_the_compose_envoy_serves_its_prometheus_stats_and_no_other_admin_endpoint(
+    bypass: bool, tmp_path: Path
+) -> None:
+    """The `stats` listener (0.0.0.0:9902 in compose, what Prometheus scrapes) answers
+    GET /stats/prometheus from the admin and 404 to every other admin path, and keeps
+    answering while Envoy's overload manager refuses requests (a heap budget Envoy is
+    already over). Without `bypass_overload_manager` it is refused too: the setting
+    is what keeps an overloaded Envoy visible."""
+    config, listen, stats_port, admin = compose_envoy_on_loopback(1024 * 1024, bypass)
+    path = tmp_path / "compose-loopback.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    with (tmp_path / "envoy.log").open("wb") as log:
+        envoy = subprocess.Popen(
+            [envoy_binary(), "-c", str(path), "--use-dynamic-base-id", "-l", "warning"],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+    active = "envoy_overload_envoy_overload_actions_stop_accepting_requests_active{} 1"
+    try:
+
+        def overloaded() -> bool:
+            try:
+                url = f"http://127.0.0.1:{admin}/stats/prometheus?filter=stop_accepting"
+                return active in http("GET", url, timeout=2).body.decode()
+            except OSError:
+                return False
+
+        _wait(overloaded, "the overload manager refusing requests")
+        refused = http("POST", f"http://127.0.0.1:{listen}/v1/models", b"{}", timeout=5)
+        assert refused.status == 503 and refused.json()["error"]["code"] == "overloaded"
+        scrape = http("GET", f"http://127.0.0.1:{stats_port}/stats/prometheus", timeout=5)
+        if not bypass:
+            assert scrape.status == 503
+            return
+        assert scrape.status == 200, scrape
+        assert active in scrape.body.decode()
+        assert "envoy_http_downstream_rq_overload_close" in scrape.body.decode()
+        for method, other in [
+            ("GET", "/stats"),
+            ("GET", "/config_dump"),
+            ("POST", "/quitquitquit"),
+            ("POST", "/logging?level=trace"),
+            ("POST", "/stats/prometheus"),
+            ("GET", "/stats/prometheus/../../quitquitquit"),
+        ]:
+            reply = http(method, f"http://127.0.0.1:{stats_port}{other}", b"", timeout=5)
+            assert reply.status == 404, (method, other, reply)
+        assert envoy.poll() is None  # still running: /quitquitquit never reached the admin
+    finally:
+        _stop(envoy)
 
 
 def test_a_broken_compose_envoy_config_fails_validation(tmp_path: Path) -> None:
@@ -1599,9 +1684,27 @@ def test_the_observability_profile_provisions_prometheus_and_grafana() -> None:
         job["job_name"]: [t for c in job["static_configs"] for t in c["targets"]]
         for job in config["scrape_configs"]
     }
-    assert targets == {"extproc": ["extproc:9090"], "extproc-shadow": ["shadow-compare:9300"]}
+    assert targets == {
+        "extproc": ["extproc:9090"],
+        "extproc-shadow": ["shadow-compare:9300"],
+        "envoy": ["envoy:9902"],
+    }
     assert "127.0.0.1:9090:9090" in services["extproc"]["ports"]
     assert "0.0.0.0:9300" in services["shadow-compare"]["command"]
+    # Envoy: the compose Envoy's `stats` listener, on the compose network only (not
+    # published: a port mapping would put it on the host's interfaces).
+    (envoy_job,) = [job for job in config["scrape_configs"] if job["job_name"] == "envoy"]
+    assert envoy_job["metrics_path"] == "/stats/prometheus"
+    envoy_config = yaml.safe_load((ENVOY_DIR / "compose.yaml").read_text())
+    stats = next(
+        listener
+        for listener in envoy_config["static_resources"]["listeners"]
+        if listener["name"] == "stats"
+    )
+    assert stats["address"]["socket_address"] == {"address": "0.0.0.0", "port_value": 9902}
+    assert "9902" in services["envoy"]["expose"]
+    assert not any("9902" in port for port in services["envoy"]["ports"])
+    assert bind_mounts(services["envoy"])["/etc/envoy/envoy.yaml"] == ENVOY_DIR / "compose.yaml"
 
     # Grafana: the data source is this Prometheus, the provider reads the mounted dashboards.
     grafana = bind_mounts(services["grafana"])

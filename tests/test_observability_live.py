@@ -12,27 +12,46 @@ On 127.0.0.1, all started here and stopped by their own PIDs:
   without the Qwen3 query instruction, so that query inputs mismatch (the seed's
   silent failure) while documents agree, and the verdict panel and alert have
   something to show;
+- two more Envoys for what the gateway above must not suffer, both rendered from the
+  shipped ``envoy/standalone.yaml`` as ``extproc run`` renders it: one in front of an
+  ``extproc serve`` of its own with a 1 s ``message_timeout``, whose server is
+  stopped by PID (SIGSTOP) for a moment in each round, so that Envoy's messages time
+  out, and stopped for good (SIGTERM) in the last round, so that its streams fail; and
+  one with a heap budget it is already over (1 MiB, so its overload manager refuses
+  every request) and a global cap of 3 downstream connections, which the test
+  exceeds;
 - Debian's ``prometheus`` (scrape and rule evaluation every second, a temporary data
-  directory) with ``deploy/observability/prometheus/alerts.yml`` loaded.
+  directory) with ``deploy/observability/prometheus/alerts.yml`` loaded, scraping the
+  ext_proc server's and the comparator's /metrics and every Envoy's admin
+  /stats/prometheus.
 
 The load comes in rounds a few scrapes apart, so that every counter is seen before and
 after it grows and every rate is non-zero: valid requests (documents, queries,
 ``dimensions``, base64, a long input that is truncated), requests the gateway rejects,
-and upstream 500s. Then each dashboard query goes through ``/api/v1/query`` with
-Grafana's ``$__rate_interval`` replaced by a concrete window, and must return at least
-one finite sample.
+upstream 500s, requests the gateway's admission control refuses (its policy copy has
+the smallest budget, 1 MiB, and one large rewrite holds it while the upstream is
+slow), and the Envoy-side failures above. Then each dashboard query goes through
+``/api/v1/query`` with Grafana's ``$__rate_interval`` replaced by a concrete window,
+and must return at least one finite sample; each query of the Envoy and overload
+panels must also show the failure it is there for (a sample above 0), but for the
+ones listed in ``ZERO_HERE_BY_DESIGN`` with the reason.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
+import re
 import shutil
+import signal
+import socket
 import subprocess
 import sys
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,10 +60,13 @@ from typing import Any
 import pytest
 import yaml
 
+from extproc.commands.envoy_config import EnvoySettings, Upstream, dump, load_template, render
+from extproc.commands.launcher import envoy_argv
+from extproc.core.policy import GatewayPolicy
 from tests.conftest import QWEN_MODEL, REPO, SHIPPED_QWEN_POLICY
 from tests.fake_legacy import FakeLegacy
 from tests.fake_upstream import FakeUpstream
-from tests.harness import Gateway, free_port, http, metric_value, start_gateway
+from tests.harness import Gateway, Reply, free_port, http, metric_value, start_gateway
 
 OBSERVABILITY = REPO / "deploy" / "observability"
 DASHBOARD = OBSERVABILITY / "grafana" / "dashboards" / "gateway.json"
@@ -65,6 +87,28 @@ MAY_LACK_DATA_UNTIL_RELOADS_ARE_COUNTED = frozenset(
     {"sum by (outcome) (extproc_policy_reloads_total)"}
 )
 RELOAD_METRIC = "extproc_policy_reloads_total"
+
+# The gateway's admission budget here: the smallest allowed. One request of
+# ADMISSION_HOLDER_INPUTS inputs cut to 256-d (~1.1 MB of estimated work) is over it
+# and admitted alone; while it waits on the slow upstream, every other request waits
+# ADMISSION_WAIT_MS and is refused.
+SMALL_BUDGET = {"max_inflight_bytes": 1024 * 1024, "admission_wait_ms": 100}
+ADMISSION_HOLDER_INPUTS = 128
+REFUSED_PER_ROUND = 5  # by admission control, by the overloaded Envoy
+TIMEOUTS_PER_ROUND = 2  # messages to the stopped processor
+FAILURES_AT_THE_END = 3  # streams to the processor gone for good
+MESSAGE_TIMEOUT = "1s"  # far above an answer (about 1 ms), even on a loaded machine
+CONNECTION_CAP = 3
+
+# Queries of the Envoy and overload panels that return data here (Envoy exports the
+# counter at 0 from its start) but cannot show the failure they watch for, and why.
+# Every other query naming an envoy_ series or the admission counter must be above 0.
+ZERO_HERE_BY_DESIGN = {
+    "sum by (instance) (rate(envoy_http_ext_proc_failure_mode_allowed[$__rate_interval]))": (
+        "every shipped config fails closed (failure_mode_allow: false), so no Envoy here "
+        "lets a request through without the processor; the series shows a config that does"
+    ),
+}
 
 
 @dataclass(frozen=True)
@@ -185,7 +229,14 @@ class Prometheus:
         return float(data["result"][0]["value"][1]) if data["result"] else math.nan
 
 
-def start_prometheus(targets: dict[str, str], log_dir: Path) -> Prometheus:
+@dataclass(frozen=True)
+class ScrapeJob:
+    name: str
+    targets: list[str]  # host:port
+    path: str = "/metrics"
+
+
+def start_prometheus(jobs: list[ScrapeJob], log_dir: Path) -> Prometheus:
     binary = shutil.which("prometheus")
     if binary is None:
         pytest.fail("prometheus is not installed (scripts/ci-system-deps.sh installs it)")
@@ -193,8 +244,12 @@ def start_prometheus(targets: dict[str, str], log_dir: Path) -> Prometheus:
         "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
         "rule_files": [str(ALERTS)],
         "scrape_configs": [
-            {"job_name": job, "static_configs": [{"targets": [target]}]}
-            for job, target in targets.items()
+            {
+                "job_name": job.name,
+                "metrics_path": job.path,
+                "static_configs": [{"targets": job.targets}],
+            }
+            for job in jobs
         ],
     }
     config_path = log_dir / "prometheus.yml"
@@ -267,6 +322,189 @@ def shadow_round(shadow: Shadow) -> int:
     return len(bodies)
 
 
+# --------------------------------------------------------------------------- Envoys
+
+
+@dataclass(frozen=True)
+class Envoy:
+    """An Envoy started here on a config rendered from a shipped template."""
+
+    process: Process
+    url: str  # its embeddings endpoint
+    listen_port: int
+    admin: str  # host:port of its admin, which Prometheus scrapes
+
+    def series(self, name: str) -> float:
+        """The sum of the samples of ``name`` on its /stats/prometheus."""
+        text = http("GET", f"http://{self.admin}/stats/prometheus", timeout=5).body.decode()
+        return metric_value(text, name)
+
+
+def start_envoy(name: str, config: dict[str, Any], log_dir: Path, settings: EnvoySettings) -> Envoy:
+    path = log_dir / f"envoy-{name}.yaml"
+    path.write_text(dump(config))
+    process = Process(envoy_argv(path, "warning", 1), log_dir / f"envoy-{name}.log")
+    envoy = Envoy(
+        process,
+        f"http://127.0.0.1:{settings.listen_port}/v1/embeddings",
+        settings.listen_port,
+        f"127.0.0.1:{settings.admin_port}",
+    )
+    wait_until(lambda: answers_ok(f"http://{envoy.admin}/ready"), 30, f"envoy {name}", process)
+    return envoy
+
+
+def ext_proc_filters(config: dict[str, Any]) -> list[dict[str, Any]]:
+    (listener,) = config["static_resources"]["listeners"]
+    hcm = listener["filter_chains"][0]["filters"][0]["typed_config"]
+    return [
+        f["typed_config"]
+        for f in hcm["http_filters"]
+        if f["typed_config"]["@type"].endswith(".ext_proc.v3.ExternalProcessor")
+    ]
+
+
+def overload_monitor(config: dict[str, Any], suffix: str) -> dict[str, Any]:
+    (monitor,) = [
+        m for m in config["overload_manager"]["resource_monitors"] if m["name"].endswith(suffix)
+    ]
+    typed: dict[str, Any] = monitor["typed_config"]
+    return typed
+
+
+@dataclass(frozen=True)
+class ProcessorFaults:
+    """An Envoy in front of an ``extproc serve`` of its own, with a short
+    ``message_timeout``: the server stopped by PID for a moment (messages time out),
+    then for good (streams fail)."""
+
+    server: Process
+    envoy: Envoy
+
+    def round(self, last: bool) -> list[Reply]:
+        doc = {"model": QWEN_MODEL, "input": "Lisbon is in Portugal."}
+        served = http("POST", self.envoy.url, doc, timeout=30)
+        assert served.status == 200, served  # the processor answers between the faults
+        replies = []
+        os.kill(self.server.popen.pid, signal.SIGSTOP)
+        try:
+            replies += [
+                http("POST", self.envoy.url, doc, timeout=30) for _ in range(TIMEOUTS_PER_ROUND)
+            ]
+        finally:
+            os.kill(self.server.popen.pid, signal.SIGCONT)
+        if last:
+            assert self.server.stop() == 0, self.server.log()
+            replies += [
+                http("POST", self.envoy.url, doc, timeout=30) for _ in range(FAILURES_AT_THE_END)
+            ]
+        return replies
+
+    def stop(self) -> None:
+        if self.server.popen.poll() is None:
+            os.kill(self.server.popen.pid, signal.SIGCONT)  # a stopped process ignores SIGTERM
+        self.server.stop()
+
+
+def start_processor_faults(
+    upstream: FakeUpstream, qwen_dir: Path, policy: GatewayPolicy, log_dir: Path
+) -> ProcessorFaults:
+    port = free_port()
+    argv = [
+        *(sys.executable, "-m", "extproc", "serve", "--listen", f"127.0.0.1:{port}"),
+        *("--grace", "1", "--config", str(SHIPPED_QWEN_POLICY)),
+        *("--tokenizer", f"{QWEN_MODEL}={qwen_dir}"),
+    ]
+    server = Process(argv, log_dir / "processor-faults-serve.log")
+    settings = EnvoySettings(
+        "127.0.0.1", free_port(), free_port(), port, Upstream.from_url(upstream.url)
+    )
+    config = render(load_template(), settings, policy)
+    for ext_proc in ext_proc_filters(config):
+        ext_proc["message_timeout"] = MESSAGE_TIMEOUT
+    envoy = start_envoy("processor-faults", config, log_dir, settings)
+    wait_until(lambda: "ext_proc serving" in server.log(), READY_TIMEOUT_S, "serve", server)
+    return ProcessorFaults(server, envoy)
+
+
+def start_overloaded_envoy(upstream: FakeUpstream, policy: GatewayPolicy, log_dir: Path) -> Envoy:
+    """An Envoy over its heap budget (its overload manager refuses every request) with
+    a global cap of CONNECTION_CAP downstream connections."""
+    settings = EnvoySettings(
+        "127.0.0.1", free_port(), free_port(), free_port(), Upstream.from_url(upstream.url)
+    )
+    config = render(load_template(), settings, policy)
+    overload_monitor(config, ".fixed_heap")["max_heap_size_bytes"] = 1024 * 1024
+    cap = overload_monitor(config, ".global_downstream_max_connections")
+    cap["max_active_downstream_connections"] = CONNECTION_CAP
+    envoy = start_envoy("overloaded", config, log_dir, settings)
+    active = "envoy_overload_envoy_overload_actions_stop_accepting_requests_active"
+    wait_until(lambda: envoy.series(active) == 1, 30, "overload manager active", envoy.process)
+    return envoy
+
+
+def overload_round(envoy: Envoy, held: list[socket.socket]) -> list[Reply]:
+    """REFUSED_PER_ROUND requests, then CONNECTION_CAP + 2 connections held open (two
+    over the cap) until the next round, or the end of the test."""
+    for sock in held:
+        sock.close()
+    held.clear()
+    # The connections of the round before are gone before new requests come.
+    wait_until(
+        lambda: envoy.series("envoy_listener_downstream_cx_active") == 0,
+        10,
+        "connections closed",
+        envoy.process,
+    )
+    replies = [
+        http("POST", envoy.url, {"model": QWEN_MODEL, "input": "x"}, timeout=10)
+        for _ in range(REFUSED_PER_ROUND)
+    ]
+    for _ in range(CONNECTION_CAP + 2):
+        held.append(socket.create_connection(("127.0.0.1", envoy.listen_port), timeout=5))
+    return replies
+
+
+def admission_round(gateway: Gateway, upstream: FakeUpstream) -> dict[int, int]:
+    """One large rewrite holds the gateway's whole admission budget while the upstream
+    is slow; the REFUSED_PER_ROUND requests sent meanwhile are refused."""
+    holder = {
+        "model": QWEN_MODEL,
+        "input": [f"Document {i}." for i in range(ADMISSION_HOLDER_INPUTS)],
+        "dimensions": 256,
+    }
+    small = {"model": QWEN_MODEL, "input": "hello", "dimensions": 256}
+    statuses: dict[int, int] = {}
+    arrived = len(upstream.received)
+    upstream.fault = "slow"
+    upstream.slow_seconds = 2.0
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            held = pool.submit(gateway.embeddings, holder, timeout=60)
+            deadline = time.monotonic() + 20
+            while len(upstream.received) == arrived and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert len(upstream.received) > arrived, "the large rewrite never reached the upstream"
+            for _ in range(REFUSED_PER_ROUND):
+                reply = gateway.embeddings(small, timeout=30)
+                assert is_overloaded(reply), reply
+                statuses[reply.status] = statuses.get(reply.status, 0) + 1
+            assert held.result().status == 200
+    finally:
+        upstream.fault = "none"
+    statuses[200] = statuses.get(200, 0) + 1
+    return statuses
+
+
+def is_overloaded(reply: Reply) -> bool:
+    """Envoy's or the server's 503 `overloaded` envelope, with Retry-After."""
+    return (
+        reply.status == 503
+        and "retry-after" in reply.headers
+        and reply.json()["error"]["code"] == "overloaded"
+    )
+
+
 # --------------------------------------------------------------------------- fixture
 
 
@@ -274,19 +512,40 @@ def shadow_round(shadow: Shadow) -> int:
 class Evaluated:
     results: dict[Query, dict[str, Any]]
     gateway_metrics: str
-    statuses: dict[int, int]
+    statuses: dict[int, int]  # the gateway's answers (admission control's included)
     pairs: int
+    fault_replies: list[Reply]  # the processor-faults Envoy's, while its server was stopped
+    overload_replies: list[Reply]  # the overloaded Envoy's
+    envoys: dict[str, str]  # role -> the instance Prometheus scraped it as
     alerts: list[dict[str, Any]]
     rules: list[dict[str, Any]]
     seconds: float
 
 
+EXPECTED_PENDING = {
+    "ExtprocShadowNotReady",
+    "ExtprocUpstream5xxRatioHigh",
+    "ExtprocAdmissionSaturated",
+    "ExtprocEnvoyProcessorFailing",
+    "ExtprocEnvoyOverloaded",
+}
+
+
+def gateway_admin(gateway: Gateway) -> str:
+    match = re.search(r"admin (127\.0\.0\.1:\d+)", gateway.ready_line)
+    assert match, gateway.ready_line
+    return match.group(1)
+
+
 @pytest.fixture(scope="module")
-def evaluated(qwen_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Evaluated]:
+def evaluated(
+    qwen_dir: Path, qwen_policy: GatewayPolicy, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Evaluated]:
     started = time.monotonic()
     logs = tmp_path_factory.mktemp("observability")
     policy_copy = logs / "policy.yaml"
-    shutil.copyfile(SHIPPED_QWEN_POLICY, policy_copy)
+    policy_doc = yaml.safe_load(SHIPPED_QWEN_POLICY.read_text())
+    policy_copy.write_text(yaml.safe_dump({"limits": SMALL_BUDGET, **policy_doc}, sort_keys=False))
     with ExitStack() as cleanup:
         upstream = cleanup.enter_context(FakeUpstream(flavour="dynamo", tokenizer_dir=qwen_dir))
         legacy = cleanup.enter_context(FakeLegacy(tokenizer_dir=qwen_dir))
@@ -299,52 +558,84 @@ def evaluated(qwen_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Itera
         cleanup.callback(gateway.stop)
         shadow = start_shadow(legacy.url, upstream.url, qwen_dir, logs)
         cleanup.callback(shadow.process.stop)
+        faults = start_processor_faults(upstream, qwen_dir, qwen_policy, logs)
+        cleanup.callback(faults.envoy.process.stop)
+        cleanup.callback(faults.stop)
+        overloaded = start_overloaded_envoy(upstream, qwen_policy, logs)
+        cleanup.callback(overloaded.process.stop)
+        held: list[socket.socket] = []
+        cleanup.callback(lambda: [sock.close() for sock in held])
+        envoys = {
+            "gateway": gateway_admin(gateway),
+            "processor-faults": faults.envoy.admin,
+            "overloaded": overloaded.admin,
+        }
         prometheus = start_prometheus(
-            {
-                "extproc": gateway.metrics_url.removeprefix("http://"),
-                "extproc-shadow": shadow.http_url.removeprefix("http://"),
-            },
+            [
+                ScrapeJob("extproc", [gateway.metrics_url.removeprefix("http://")]),
+                ScrapeJob("extproc-shadow", [shadow.http_url.removeprefix("http://")]),
+                ScrapeJob("envoy", list(envoys.values()), "/stats/prometheus"),
+            ],
             logs,
         )
         cleanup.callback(prometheus.process.stop)
         wait_until(
-            lambda: prometheus.value('count(up{job=~"extproc|extproc-shadow"} == 1)') == 2,
+            lambda: prometheus.value('count(up{job=~"extproc|extproc-shadow|envoy"} == 1)') == 5,
             SCRAPED_TIMEOUT_S,
-            "both targets scraped",
+            "every target scraped",
             prometheus.process,
         )
 
         statuses: dict[int, int] = {}
         sent_to_shadow = 0
+        fault_replies: list[Reply] = []
+        overload_replies: list[Reply] = []
         for round_number in range(ROUNDS):
             if round_number == 1:
                 # A policy change the gateway reloads, where live reload exists.
                 policy_copy.write_text(policy_copy.read_text() + "# reloaded by the test\n")
-            for status, count in gateway_round(gateway, upstream).items():
-                statuses[status] = statuses.get(status, 0) + count
+            for counted in (gateway_round(gateway, upstream), admission_round(gateway, upstream)):
+                for status, count in counted.items():
+                    statuses[status] = statuses.get(status, 0) + count
             sent_to_shadow += shadow_round(shadow)
+            fault_replies += faults.round(last=round_number == ROUNDS - 1)
+            overload_replies += overload_round(overloaded, held)
             time.sleep(ROUND_GAP_S)
 
         # Everything counted has been scraped: Prometheus agrees with the processes.
         gateway_metrics = http("GET", f"{gateway.metrics_url}/metrics").body.decode()
         requests = metric_value(gateway_metrics, "extproc_requests_total")
+        refused = metric_value(gateway_metrics, "extproc_admission_rejected_total")
         wait_until(
             lambda: get_json(f"{shadow.http_url}/summary")["pairs"] >= sent_to_shadow,
             SCRAPED_TIMEOUT_S,
             "pairs compared",
             shadow.process,
         )
+        failed = faults.envoy.series("envoy_http_ext_proc_streams_failed")
+        overload_closed = overloaded.series("envoy_http_downstream_rq_overload_close")
         wait_until(
             lambda: (
                 prometheus.value("sum(extproc_requests_total)") == requests
+                and prometheus.value("sum(extproc_admission_rejected_total)") == refused
                 and prometheus.value("sum(extproc_shadow_pairs_total)") >= sent_to_shadow
+                and prometheus.value("sum(envoy_http_ext_proc_streams_failed)") == failed
+                and prometheus.value("sum(envoy_http_downstream_rq_overload_close)")
+                == overload_closed
             ),
             SCRAPED_TIMEOUT_S,
             "final counters scraped",
             prometheus.process,
         )
         results = {query: prometheus.query(query.promql) for query in QUERIES}
-        alerts = get_json(f"{prometheus.url}/api/v1/alerts")["data"]["alerts"]
+        # The rules run every second too: give them a few evaluations on the last scrape.
+        deadline = time.monotonic() + 10
+        while True:
+            alerts = get_json(f"{prometheus.url}/api/v1/alerts")["data"]["alerts"]
+            pending = {a["labels"]["alertname"] for a in alerts if a["state"] == "pending"}
+            if pending >= EXPECTED_PENDING or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
         groups = get_json(f"{prometheus.url}/api/v1/rules")["data"]["groups"]
         rules = [rule for group in groups for rule in group["rules"]]
         yield Evaluated(
@@ -352,6 +643,9 @@ def evaluated(qwen_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Itera
             gateway_metrics,
             statuses,
             sent_to_shadow,
+            fault_replies,
+            overload_replies,
+            envoys,
             alerts,
             rules,
             time.monotonic() - started,
@@ -370,11 +664,62 @@ def finite_samples(data: dict[str, Any]) -> list[float]:
 
 
 def test_the_load_reached_every_outcome(evaluated: Evaluated) -> None:
-    """The load did what the queries need: successes, gateway rejections, upstream 5xx."""
-    assert evaluated.statuses.get(200, 0) >= ROUNDS * 9, evaluated.statuses
+    """The load did what the queries need: successes, gateway rejections, upstream 5xx,
+    admission refusals; every request to a failing or overloaded Envoy got the clean
+    503 `overloaded`."""
+    assert evaluated.statuses.get(200, 0) >= ROUNDS * 10, evaluated.statuses
     assert evaluated.statuses.get(400, 0) >= ROUNDS * 4, evaluated.statuses
     assert evaluated.statuses.get(500, 0) == ROUNDS * 2, evaluated.statuses
+    assert evaluated.statuses.get(503, 0) == ROUNDS * REFUSED_PER_ROUND, evaluated.statuses
     assert evaluated.pairs == ROUNDS * 5
+    faults = ROUNDS * TIMEOUTS_PER_ROUND + FAILURES_AT_THE_END
+    assert len(evaluated.fault_replies) == faults
+    assert len(evaluated.overload_replies) == ROUNDS * REFUSED_PER_ROUND
+    for reply in evaluated.fault_replies + evaluated.overload_replies:
+        assert is_overloaded(reply), reply
+
+
+def envoy_or_overload(query: Query) -> bool:
+    return "envoy_" in query.expr or "extproc_admission_rejected_total" in query.expr
+
+
+def test_the_envoy_and_overload_panels_show_the_failures_caused(evaluated: Evaluated) -> None:
+    """Each query of the Envoy and overload panels saw what it is there for (a sample
+    above 0: failed and timed-out streams, refused requests and connections, heap and
+    connection pressure, admission refusals), but those that cannot here, listed with
+    their reason; and each of those lists still names a query of the dashboard."""
+    queries = [q for q in QUERIES if envoy_or_overload(q)]
+    assert len(queries) >= 11, queries
+    blank = [
+        f"{q.panel} ({q.ref}): {q.promql} -> {evaluated.results[q]}"
+        for q in queries
+        if q.expr not in ZERO_HERE_BY_DESIGN
+        and not any(v > 0 for v in finite_samples(evaluated.results[q]))
+    ]
+    assert not blank, "\n".join(blank)
+    assert set(ZERO_HERE_BY_DESIGN) <= {q.expr for q in queries}
+    (scraped,) = [q for q in QUERIES if q.panel == "Envoys scraped"]
+    assert finite_samples(evaluated.results[scraped]) == [len(evaluated.envoys)]
+
+
+def test_the_envoy_panels_name_the_envoy_that_failed(evaluated: Evaluated) -> None:
+    """Per-Envoy series put each failure on the Envoy where it was caused."""
+
+    def positive_instances(panel: str, ref: str) -> set[str]:
+        (query,) = [q for q in QUERIES if q.panel == panel and q.ref == ref]
+        return {
+            s["metric"]["instance"]
+            for s in evaluated.results[query]["result"]
+            if float(s["value"][1]) > 0
+        }
+
+    faults, overloaded = evaluated.envoys["processor-faults"], evaluated.envoys["overloaded"]
+    assert positive_instances("ext_proc stream failures seen by Envoy", "A") == {faults}
+    assert positive_instances("ext_proc stream failures seen by Envoy", "B") == {faults}
+    assert positive_instances("503 overloaded, by who refused", "A") == {overloaded}
+    assert positive_instances("Connections refused at the cap", "A") == {overloaded}
+    assert positive_instances("Envoy resource pressure", "B") == {overloaded}
+    assert overloaded in positive_instances("Envoy resource pressure", "A")
 
 
 @pytest.mark.parametrize("query", QUERIES, ids=lambda q: f"{q.panel}/{q.ref}")
@@ -416,14 +761,21 @@ def test_the_shadow_verdict_sees_the_query_mismatches(evaluated: Evaluated) -> N
 
 
 def test_the_alert_rules_evaluate_on_the_real_metrics(evaluated: Evaluated) -> None:
-    """Every rule evaluates without error against what the processes export; the two
-    conditions the load creates are pending (their `for` has not elapsed), the
-    processes that are up raise nothing."""
-    assert len(evaluated.rules) == 5
+    """Every rule evaluates without error against what the processes export; the
+    conditions the load creates are pending (their `for` has not elapsed), the Envoy
+    ones on the Envoy that was made to fail, and the processes that are up raise
+    nothing."""
+    assert len(evaluated.rules) == 8
     for rule in evaluated.rules:
         assert rule["health"] == "ok", rule
-    active = {a["labels"]["alertname"]: a["state"] for a in evaluated.alerts}
-    assert active.get("ExtprocShadowNotReady") == "pending", evaluated.alerts
-    assert active.get("ExtprocUpstream5xxRatioHigh") == "pending", evaluated.alerts
-    assert "ExtprocProcessorDown" not in active
-    assert "ExtprocShadowComparatorDown" not in active
+    active: dict[str, set[tuple[str, str]]] = {}
+    for alert in evaluated.alerts:
+        labels = alert["labels"]
+        active.setdefault(labels["alertname"], set()).add(
+            (alert["state"], labels.get("instance", ""))
+        )
+    assert set(active) == EXPECTED_PENDING, evaluated.alerts
+    assert {state for states in active.values() for state, _ in states} == {"pending"}
+    faults, overloaded = evaluated.envoys["processor-faults"], evaluated.envoys["overloaded"]
+    assert active["ExtprocEnvoyProcessorFailing"] == {("pending", faults)}
+    assert active["ExtprocEnvoyOverloaded"] == {("pending", overloaded)}
