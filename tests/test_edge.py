@@ -218,29 +218,40 @@ def ext_proc_messages_sent(gateway: Gateway) -> int:
     return sum(int(n) for n in re.findall(r"stream_msgs_sent: (\d+)", text))
 
 
+# Per shape: (status, ext_proc messages). standalone.yaml skips the request headers and
+# answers other spellings with routes (docs/envoy-facts.md); the one-filter shape never
+# skips them, and what the server answers from them costs that one message.
+STANDALONE_AND_ONE_FILTER = ("standalone", "single-filter")
+
+
 @pytest.mark.parametrize(
-    ("wire", "status", "messages"),
+    ("wire", "expected"),
     [
-        (post("/v1/embeddings", orjson.dumps(QUERY)), 200, 3),  # headers, body, response headers
-        (post("/embeddings?x=1", orjson.dumps(QUERY)), 200, 3),
-        (post("/v1/embeddings", orjson.dumps({**QUERY, "dimensions": 256})), 200, 4),
-        (post("/v1/embeddings", b'{"model": 5, "input": "x"}'), 400, 2),
-        (post("/V1/Embeddings", orjson.dumps(QUERY)), 404, 1),
+        # standalone: the request body; one-filter: headers, body, response headers
+        (post("/v1/embeddings", orjson.dumps(QUERY)), {"standalone": (200, 1), "single-filter": (200, 3)}),
+        (post("/embeddings?x=1", orjson.dumps(QUERY)), {"standalone": (200, 1), "single-filter": (200, 3)}),
+        # the vectors change: the response body too, on the same stream
+        (
+            post("/v1/embeddings", orjson.dumps({**QUERY, "dimensions": 256})),
+            {"standalone": (200, 2), "single-filter": (200, 4)},
+        ),
+        (post("/v1/embeddings", b'{"model": 5, "input": "x"}'), {"standalone": (400, 1), "single-filter": (400, 2)}),
+        (post("/V1/Embeddings", orjson.dumps(QUERY)), {"standalone": (404, 0), "single-filter": (404, 1)}),
+        # a plain body labelled gzip: standalone decodes it (to nothing: 400), the
+        # one-filter shape refuses the coding from the headers
         (
             post("/v1/embeddings", orjson.dumps(QUERY), headers=(("Content-Encoding", "gzip"),)),
-            415,
-            1,
+            {"standalone": (400, 1), "single-filter": (415, 1)},
         ),
     ],
     ids=["plain", "alias-query", "dimensions", "bad-body", "other-spelling", "gzip"],
 )
-def test_one_filter_messages_per_request(
-    wire: bytes, status: int, messages: int, shape: str, gateway: Gateway
+def test_messages_per_request(
+    wire: bytes, expected: dict[str, tuple[int, int]], shape: str, gateway: Gateway
 ) -> None:
-    """The one-filter shape's cost: what the server answers from the request headers
-    costs one message; the request headers are never skipped (docs/envoy-facts.md)."""
-    if shape != "single-filter":
-        pytest.skip("standalone.yaml's budget is bench/README.md's")
+    """Each shape's cost, from Envoy's own count of the messages it sent."""
+    assert set(expected) == set(STANDALONE_AND_ONE_FILTER)
+    status, messages = expected[shape]
     before = ext_proc_messages_sent(gateway)
     assert ask(gateway, wire).status == status
     assert ext_proc_messages_sent(gateway) - before == messages
@@ -283,14 +294,19 @@ def test_decoding_adds_no_ext_proc_message(
 ) -> None:
     """standalone.yaml: a request costs the same ext_proc messages (Envoy's own count)
     sent plain, gzip or br: the body message, and the response body when the vectors
-    change (one stream)."""
-    if shape != DECODED:
-        pytest.skip("the one-filter shape refuses compressed bodies (see above)")
+    change (one stream). The one-filter shape answers a compressed body from its
+    request headers: one message, a 415."""
     for coding in ("identity", "gzip", "br"):
         wire = post("/v1/embeddings", body) if coding == "identity" else _coded(body, coding)
         before = ext_proc_messages_sent(gateway)
-        assert ask(gateway, wire).status == 200
-        assert ext_proc_messages_sent(gateway) - before == messages, coding
+        reply = ask(gateway, wire)
+        sent = ext_proc_messages_sent(gateway) - before
+        if shape == DECODED or coding == "identity":
+            assert reply.status == 200, (coding, reply)
+            assert sent == messages + (0 if shape == DECODED else 2), coding
+        else:
+            assert envelope(reply, 415)["code"] == "unsupported_content_encoding"
+            assert sent == 1, coding
 
 
 @pytest.mark.parametrize("dimensions", [None, 256], ids=["query", "query-dimensions-256"])
