@@ -83,6 +83,14 @@ class Budget:
             ticket.held = True
             self.holders += 1
 
+    def settle(self, ticket: Ticket, cost: int) -> None:
+        """Lower a held ticket to ``cost`` bytes (a reservation made from the request
+        headers, settled to the body that came); the rest goes back. Never raises it:
+        growing is :meth:`take`'s, which checks the capacity."""
+        if ticket.held and 0 <= cost < ticket.cost:
+            self.in_flight -= ticket.cost - cost
+            ticket.cost = cost
+
     def give_back(self, ticket: Ticket) -> None:
         if not ticket.held:
             return
@@ -137,6 +145,11 @@ class AdmissionGate:
                 waiter.admitted.cancel()
                 self._wake()
         return not waiter.admitted.cancelled()
+
+    def settle(self, ticket: Ticket, cost: int) -> None:
+        """:meth:`Budget.settle`, and let waiters into the room it leaves."""
+        self.budget.settle(ticket, cost)
+        self._wake()
 
     def release(self, ticket: Ticket) -> None:
         self.budget.give_back(ticket)

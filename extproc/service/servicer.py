@@ -34,7 +34,9 @@ from extproc.service.stream import ExtProcStream, immediate_response
 
 log = logging.getLogger("extproc.service.servicer")
 
-# gRPC metadata a filter sets when each of its streams carries exactly one message.
+# gRPC metadata a filter sets when each of its streams carries exactly one message
+# (envoy/standalone.yaml's), besides the request headers that precede the body on
+# its route for large or unsized bodies.
 ONE_MESSAGE_METADATA = "x-embgw-one-message"
 
 # Bodies above this are processed in a worker thread so that one huge request
@@ -71,15 +73,20 @@ class ExternalProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc
         try:
             async for request in request_iterator:
                 size = _body_size(request)
-                if request.WhichOneof("request") == "request_body":
+                kind = request.WhichOneof("request")
+                if kind == "request_body":
                     reply = await self._admit_and_handle(stream, request, size, ticket)
+                elif kind == "request_headers":
+                    reply = await self._admit_headers(stream, request, ticket)
                 else:
                     reply = await self._handle(stream, request, size)
                 yield reply
                 del reply, request  # sent: let a huge body and its answer go before trimming
                 if size >= TRIM_AFTER_BYTES:
                     await asyncio.to_thread(release_after, size)
-                if stream.decided or (one_message and not stream.response_follows):
+                if stream.decided or (
+                    one_message and not stream.awaits_request_body and not stream.response_follows
+                ):
                     # Nothing more will come: end the RPC here, with an OK status. Left
                     # to Envoy, it ends with a half-close plus a reset, and grpc.aio leaks
                     # native memory for every RPC whose status it sends on a cancelled
@@ -101,15 +108,37 @@ class ExternalProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc
             metrics.ACTIVE_STREAMS.dec()
             self.active_streams -= 1
 
+    async def _admit_headers(
+        self, stream: ExtProcStream, request: ep.ProcessingRequest, ticket: Ticket
+    ) -> ep.ProcessingResponse:
+        """Admission control at the request headers, before Envoy sends the body: the
+        declared Content-Length, or the body limit when none is declared (nothing
+        larger can come: Envoy's buffer and the gateway's own check refuse it), is
+        reserved within one bounded wait. Refused: a 503 ``overloaded`` instead, so
+        the body never reaches this process."""
+        reply = await self._handle(stream, request, 0)
+        if not stream.awaits_request_body:  # answered already (404, 405, 413, 415...)
+            return reply
+        declared = stream.declared_length
+        if declared is None:
+            declared = stream.contract.policy.limits.max_request_bytes
+        if not await self._admit(ticket, declared, self._admission.wait_s):
+            return self._overloaded(stream, "headers")
+        return reply
+
     async def _admit_and_handle(
         self, stream: ExtProcStream, request: ep.ProcessingRequest, size: int, ticket: Ticket
     ) -> ep.ProcessingResponse:
-        """Admission control around the request body: its bytes before the work, and
-        the answer's estimated bytes once the plan says the answer will be rewritten
-        (both within one bounded wait). Refused: a 503 ``overloaded`` instead."""
+        """Admission control around the request body: its bytes before the work (a
+        share reserved at the headers is settled to them), and the answer's estimated
+        bytes once the plan says the answer will be rewritten (both within one bounded
+        wait). Refused: a 503 ``overloaded`` instead."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._admission.wait_s
-        if not await self._admit(ticket, size, self._admission.wait_s):
+        if ticket.held and size <= ticket.cost:
+            self._admission.settle(ticket, size)
+            metrics.ADMISSION_IN_FLIGHT_BYTES.set(self._admission.in_flight)
+        elif not await self._admit(ticket, size - ticket.cost, self._admission.wait_s):
             return self._overloaded(stream, "request")
         reply = await self._handle(stream, request, size)
         if stream.response_follows and stream.plan is not None:

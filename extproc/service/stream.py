@@ -57,8 +57,12 @@ Rules (Envoy 1.40, verified live; the Envoy behaviour they rely on: docs/envoy-f
    crashed stream, and a neutral reply to a response-phase message can only leave
    the upstream's own answer in place.
 7. Admission control (extproc/service/admission.py, applied by the servicer) may
-   refuse a request body instead of rule 3: a 503 ``overloaded`` envelope with
-   ``Retry-After``, the stream DONE, nothing forwarded.
+   refuse a request instead of rule 2b or 3: a 503 ``overloaded`` envelope with
+   ``Retry-After``, the stream DONE, nothing forwarded. When the request headers
+   are sent (single-filter.yaml and the meshes; standalone.yaml's route for large
+   or unsized bodies) it admits them, by their declared Content-Length (the body
+   limit when none is declared), before Envoy sends the body to the server; the
+   body then settles that share to its real size. Otherwise it admits the body.
 """
 
 from __future__ import annotations
@@ -77,7 +81,12 @@ from envoy.type.v3 import http_status_pb2
 from extproc.core.contract import Contract
 from extproc.core.errors import ApiError
 from extproc.core.plan import ResponsePlan
-from extproc.core.request_rewrite import check_content_type, check_declared_length, rewrite_request
+from extproc.core.request_rewrite import (
+    check_content_type,
+    check_declared_length,
+    declared_length,
+    rewrite_request,
+)
 from extproc.core.request_target import (
     check_content_encoding,
     check_has_body,
@@ -118,6 +127,10 @@ class ExtProcStream:
     request_id: str = "-"
     content_type: str | None = None
     upstream_status: int = 0
+    # Set by accepted request headers (rule 2): a body follows, of this declared size
+    # (None: unknown, chunked or HTTP/2 without Content-Length). Rule 7 admits it.
+    body_expected: bool = False
+    declared_length: int | None = None
     started: float = field(default_factory=time.perf_counter)
 
     @property
@@ -125,6 +138,11 @@ class ExtProcStream:
         """Nothing later on this stream can change the answer (DONE, or the response
         left as the upstream sent it)."""
         return self.phase in (Phase.DONE, Phase.PASS_THROUGH)
+
+    @property
+    def awaits_request_body(self) -> bool:
+        """The request headers were accepted and their body has not come yet."""
+        return self.body_expected and self.phase is Phase.AWAIT_REQUEST
 
     @property
     def response_follows(self) -> bool:
@@ -174,6 +192,8 @@ class ExtProcStream:
             check_declared_length(values.get("content-length"), self.contract.policy.limits)
         except ApiError as error:
             return self._reject(error)
+        self.body_expected = True
+        self.declared_length = declared_length(values.get("content-length"))
         reply = ep.ProcessingResponse(request_headers=ep.HeadersResponse())
         # What the upstream is told (rule 2b); the route stays the one Envoy chose.
         mutation = reply.request_headers.response.header_mutation
