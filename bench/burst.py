@@ -30,6 +30,8 @@ from tests.fake_upstream import FakeUpstream
 from tests.harness import Gateway, http, metric_value, start_gateway
 
 SAMPLE_EVERY_S = 0.05
+SHAPES = ("standalone", "single-filter")
+ENVOY_DIR = Path(__file__).resolve().parents[1] / "envoy"
 SETTLE_S = 5.0
 
 
@@ -133,6 +135,12 @@ def main() -> None:
     parser.add_argument("--input-bytes", type=int, default=36, help="size of each input")
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--config", type=Path, default=SHIPPED_QWEN_POLICY)
+    parser.add_argument(
+        "--envoy-template",
+        choices=SHAPES,
+        default="standalone",
+        help="the Envoy shape `extproc run` renders (envoy/NAME.yaml)",
+    )
     args = parser.parse_args()
     qwen_dir = qwen_tokenizer_dir()
     with (
@@ -144,10 +152,15 @@ def main() -> None:
             Path(logs),
             config=args.config,
             tokenizer_overrides=f"{QWEN_MODEL}={qwen_dir}",
+            extra_args=["--envoy-template", str(ENVOY_DIR / f"{args.envoy_template}.yaml")],
         )
         try:
             body = request_body(args.inputs, args.dimensions, args.input_bytes)
-            print(f"{args.concurrency} concurrent requests of {len(body):,} bytes", flush=True)
+            print(
+                f"{args.concurrency} concurrent requests of {len(body):,} bytes "
+                f"through envoy/{args.envoy_template}.yaml",
+                flush=True,
+            )
             for _ in range(args.rounds):
                 result = burst(gateway, concurrency=args.concurrency, body=body)
                 print(result.line(), flush=True)
