@@ -26,6 +26,7 @@ from extproc.service.admission import (
     Budget,
     Ticket,
     overloaded_error,
+    request_work_bytes,
     response_work_bytes,
 )
 from extproc.service.memory import TRIM_AFTER_BYTES, IdleTrim, release_after
@@ -112,33 +113,34 @@ class ExternalProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc
         self, stream: ExtProcStream, request: ep.ProcessingRequest, ticket: Ticket
     ) -> ep.ProcessingResponse:
         """Admission control at the request headers, before Envoy sends the body: the
-        declared Content-Length, or the body limit when none is declared (nothing
-        larger can come: Envoy's buffer and the gateway's own check refuse it), is
-        reserved within one bounded wait. Refused: a 503 ``overloaded`` instead, so
-        the body never reaches this process."""
+        work of the declared Content-Length, or of the body limit when none is
+        declared (nothing larger can come: Envoy's buffer and the gateway's own check
+        refuse it), is reserved within one bounded wait. Refused: a 503 ``overloaded``
+        instead, so the body never reaches this process."""
         reply = await self._handle(stream, request, 0)
         if not stream.awaits_request_body:  # answered already (404, 405, 413, 415...)
             return reply
         declared = stream.declared_length
         if declared is None:
             declared = stream.contract.policy.limits.max_request_bytes
-        if not await self._admit(ticket, declared, self._admission.wait_s):
+        if not await self._admit(ticket, request_work_bytes(declared), self._admission.wait_s):
             return self._overloaded(stream, "headers")
         return reply
 
     async def _admit_and_handle(
         self, stream: ExtProcStream, request: ep.ProcessingRequest, size: int, ticket: Ticket
     ) -> ep.ProcessingResponse:
-        """Admission control around the request body: its bytes before the work (a
-        share reserved at the headers is settled to them), and the answer's estimated
+        """Admission control around the request body: its work before it is processed
+        (a share reserved at the headers is settled to it), and the answer's estimated
         bytes once the plan says the answer will be rewritten (both within one bounded
         wait). Refused: a 503 ``overloaded`` instead."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._admission.wait_s
-        if ticket.held and size <= ticket.cost:
-            self._admission.settle(ticket, size)
+        work = request_work_bytes(size)
+        if ticket.held and work <= ticket.cost:
+            self._admission.settle(ticket, work)
             metrics.ADMISSION_IN_FLIGHT_BYTES.set(self._admission.in_flight)
-        elif not await self._admit(ticket, size - ticket.cost, self._admission.wait_s):
+        elif not await self._admit(ticket, work - ticket.cost, self._admission.wait_s):
             return self._overloaded(stream, "request")
         reply = await self._handle(stream, request, size)
         if stream.response_follows and stream.plan is not None:
