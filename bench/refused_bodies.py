@@ -4,7 +4,8 @@ Starts the real `extproc serve` (shipped Qwen3 policy) on 127.0.0.1 and, round a
 round, sends ``--per-round`` simultaneous one-message streams, each a request body
 the server answers 413 (``--body oversize``: 9 MiB, over ``max_request_bytes``,
 refused before parsing; ``--body word``: 8 MB holding one 8 MB "word", parsed and
-refused after its first 256 KiB found no place to cut). Prints the server's VmRSS
+refused after its first 256 KiB found no place to cut; two at a time fit the
+default admission budget, so some get a 503). Prints the server's VmRSS
 after each round, settled for a second, so the growth per round can be read.
 
 ``--malloc-env NAME=VALUE`` (repeatable) starts the server with glibc malloc
@@ -22,6 +23,7 @@ import asyncio
 import os
 import subprocess
 import time
+from collections import Counter
 
 import grpc
 import orjson
@@ -50,7 +52,9 @@ def body_message(body: bytes) -> ep.ProcessingRequest:
     return message
 
 
-async def drive(port: int, pid: int, body: bytes, rounds: int, per_round: int) -> list[float]:
+async def drive(
+    port: int, pid: int, body: bytes, rounds: int, per_round: int, *, answers: Counter[int]
+) -> list[float]:
     message = body_message(body)
     limit = len(body) + MiB
     options = [("grpc.max_send_message_length", limit)]
@@ -69,8 +73,8 @@ async def drive(port: int, pid: int, body: bytes, rounds: int, per_round: int) -
         samples = [rss_mb(pid)]
         print(f"idle {samples[0]:.0f} MB", flush=True)
         for k in range(1, rounds + 1):
-            statuses = await asyncio.gather(*(one() for _ in range(per_round)))
-            assert set(statuses) == {413}, statuses
+            # 413; or 503 when the admission budget holds fewer of them at once
+            answers.update(await asyncio.gather(*(one() for _ in range(per_round))))
             await asyncio.sleep(1)
             samples.append(rss_mb(pid))
             print(f"round {k:>3}: {samples[-1]:.0f} MB", flush=True)
@@ -96,9 +100,17 @@ def main() -> int:
         env=env,
     )
     started = time.monotonic()
+    answers: Counter[int] = Counter()
     try:
         samples = asyncio.run(
-            drive(port, server.pid, refused_body(args.body), args.rounds, args.per_round)
+            drive(
+                port,
+                server.pid,
+                refused_body(args.body),
+                args.rounds,
+                args.per_round,
+                answers=answers,
+            )
         )
     finally:
         server.terminate()
@@ -109,7 +121,8 @@ def main() -> int:
         f"({', '.join(args.malloc_env) or 'no malloc env'}): "
         f"idle {samples[0]:.0f} MB, after round 1 {samples[1]:.0f} MB, "
         f"after round {args.rounds} {samples[-1]:.0f} MB "
-        f"({growth:+.1f} MB a round after the first) in {time.monotonic() - started:.0f} s",
+        f"({growth:+.1f} MB a round after the first) in {time.monotonic() - started:.0f} s; "
+        f"answers {dict(sorted(answers.items()))}",
         flush=True,
     )
     return 0

@@ -22,6 +22,7 @@ from extproc.commands.options import (
 )
 from extproc.core.policy.loader import parse_tokenizer_overrides
 from extproc.core.policy.presets import presets
+from extproc.service.memory import fix_mmap_threshold
 from extproc.service.reload import FileStamp, ReloadSettings, policy_stamp
 from extproc.service.tls import (
     TlsError,
@@ -229,6 +230,7 @@ def _serve(args: argparse.Namespace) -> int:
     if not ok:
         return 2
     started_from = policy_stamp(args.config)
+    fix_mmap_threshold()  # before the tokenizers load (extproc/service/memory.py)
     contract = load_contract_or_report(args.config, args.tokenizer)
     if contract is None:
         return 2
@@ -273,6 +275,7 @@ def _run(args: argparse.Namespace) -> int:
         print(f"error: TLS: {exc}", file=sys.stderr)
         return 2
     started_from = policy_stamp(args.config)
+    fix_mmap_threshold()  # before the tokenizers load (extproc/service/memory.py)
     contract = load_contract_or_report(args.config, args.tokenizer)
     if contract is None:
         return 2

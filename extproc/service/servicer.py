@@ -69,6 +69,7 @@ class ExternalProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc
         # with standalone.yaml the request stream of a rewrite stays open until the
         # response's stream is done, so the answer's work is covered too.
         ticket = Ticket()
+        largest_body = 0
         metrics.ACTIVE_STREAMS.inc()
         self.active_streams += 1
         try:
@@ -83,8 +84,7 @@ class ExternalProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc
                     reply = await self._handle(stream, request, size)
                 yield reply
                 del reply, request  # sent: let a huge body and its answer go before trimming
-                if size >= TRIM_AFTER_BYTES:
-                    await asyncio.to_thread(release_after, size)
+                largest_body = max(largest_body, size)
                 if stream.decided or (
                     one_message and not stream.awaits_request_body and not stream.response_follows
                 ):
@@ -103,8 +103,11 @@ class ExternalProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc
             self._idle_trim.note(ticket.cost)
             self._admission.release(ticket)
             metrics.ADMISSION_IN_FLIGHT_BYTES.set(self._admission.in_flight)
-            if self._idle_trim.due(self._admission.in_flight):
-                # Not awaited: this generator may be closing (a cancelled stream).
+            idle_again = self._idle_trim.due(self._admission.in_flight)
+            if idle_again or largest_body >= TRIM_AFTER_BYTES:
+                # After a very large body, or once idle after a burst (memory.py). Once
+                # the ticket is back (the collection holds the interpreter lock for tens
+                # of milliseconds), and not awaited: this generator may be closing.
                 asyncio.get_running_loop().run_in_executor(None, release_after, TRIM_AFTER_BYTES)
             metrics.ACTIVE_STREAMS.dec()
             self.active_streams -= 1
@@ -136,7 +139,9 @@ class ExternalProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc
         wait). Refused: a 503 ``overloaded`` instead."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._admission.wait_s
-        work = request_work_bytes(size)
+        # A body over the size limit is answered 413 before it is parsed: no work.
+        over_limit = size > stream.contract.policy.limits.max_request_bytes
+        work = 0 if over_limit else request_work_bytes(size)
         if ticket.held and work <= ticket.cost:
             self._admission.settle(ticket, work)
             metrics.ADMISSION_IN_FLIGHT_BYTES.set(self._admission.in_flight)
