@@ -13,8 +13,8 @@ tokenizers) rarely runs. Measured with ``bench.refused_bodies`` (4 x 9 MiB bodie
 refused a round, no Envoy): +40 MB of RSS a round, back down only every ~8 rounds,
 up to 560 MB; with the collection, flat.
 
-Together they cost ~20-30 ms (the collection, which holds the interpreter lock), so
-they run only after bodies above a threshold, and once the process is idle again
+The collection costs ~20-30 ms (it holds the interpreter lock), so it runs only
+after bodies above a threshold; the trim (~1 ms) also once the process is idle again
 after a burst of smaller ones (:class:`IdleTrim`).
 
 And at start, :func:`fix_mmap_threshold`: glibc serves allocations above its mmap
@@ -78,9 +78,16 @@ def _malloc_trim() -> Callable[[int], int] | None:
 
 
 def release_after(body_bytes: int) -> None:
+    """After a body of ``body_bytes``: collect, then trim, when it was a large one."""
     if body_bytes < TRIM_AFTER_BYTES:
         return
     gc.collect()  # earlier calls' cycles (module doc); this call's is still in use
+    trim_heap()
+
+
+def trim_heap() -> None:
+    """Return free heap pages to the OS (~1 ms): after a burst of smaller bodies,
+    whose calls' cycles hold little and go with the ordinary collections."""
     trim = _malloc_trim()
     if trim is not None:
         trim(0)

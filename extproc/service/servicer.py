@@ -29,7 +29,7 @@ from extproc.service.admission import (
     request_work_bytes,
     response_work_bytes,
 )
-from extproc.service.memory import TRIM_AFTER_BYTES, IdleTrim, release_after
+from extproc.service.memory import TRIM_AFTER_BYTES, IdleTrim, release_after, trim_heap
 from extproc.service.reload import ContractHolder
 from extproc.service.stream import ExtProcStream, immediate_response
 
@@ -103,12 +103,15 @@ class ExternalProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc
             self._idle_trim.note(ticket.cost)
             self._admission.release(ticket)
             metrics.ADMISSION_IN_FLIGHT_BYTES.set(self._admission.in_flight)
+            # After a very large body, or once idle after a burst (memory.py). Once the
+            # ticket is back (the collection holds the interpreter lock for tens of
+            # milliseconds), and not awaited: this generator may be closing.
             idle_again = self._idle_trim.due(self._admission.in_flight)
-            if idle_again or largest_body >= TRIM_AFTER_BYTES:
-                # After a very large body, or once idle after a burst (memory.py). Once
-                # the ticket is back (the collection holds the interpreter lock for tens
-                # of milliseconds), and not awaited: this generator may be closing.
-                asyncio.get_running_loop().run_in_executor(None, release_after, TRIM_AFTER_BYTES)
+            loop = asyncio.get_running_loop()
+            if largest_body >= TRIM_AFTER_BYTES:
+                loop.run_in_executor(None, release_after, largest_body)
+            elif idle_again:
+                loop.run_in_executor(None, trim_heap)
             metrics.ACTIVE_STREAMS.dec()
             self.active_streams -= 1
 
