@@ -12,7 +12,8 @@ Rules (Envoy 1.40, verified live; the Envoy behaviour they rely on: docs/envoy-f
    through the contract like any other; the trailers then pass unchanged.
    One state machine serves both shipped shapes: envoy/single-filter.yaml (one
    stream sees the whole exchange) and envoy/standalone.yaml (the request body,
-   then, when the response must change and Envoy's precheck saw it coming, the
+   after the request headers on its route for large or unsized bodies; then, when
+   the response must change and Envoy's precheck saw it coming, the
    response body on the same stream with the status as an attribute; when the
    precheck missed it, the response on a second stream whose first message
    carries the plan as dynamic metadata, namespace ``embgw``).
@@ -20,9 +21,9 @@ Rules (Envoy 1.40, verified live; the Envoy behaviour they rely on: docs/envoy-f
    of the endpoint (404), another method (405), a compressed body (415), a
    bodyless POST, a non-JSON content type or a declared content-length over the
    limit is answered at once, before any body is buffered
-   (extproc/core/request_target.py). When they are skipped (standalone.yaml, whose
-   routes and Lua filter take these decisions), content type and request id
-   arrive as attributes of the body message.
+   (extproc/core/request_target.py). When they are skipped (standalone.yaml's
+   other routes, which with its Lua filter take these decisions), content type
+   and request id arrive as attributes of the body message.
    2b. The reply to accepted request headers tells the upstream what the one-filter
    shape has no other way to tell it: the canonical ``:path`` (no query string;
    Envoy lets ext_proc set ``:path``, and the route already chosen stays),
