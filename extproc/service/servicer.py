@@ -83,7 +83,7 @@ class ExternalProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc
                 else:
                     reply = await self._handle(stream, request, size)
                 yield reply
-                del reply, request  # sent: let a huge body and its answer go before trimming
+                del reply, request  # sent: let a huge body and its answer go (trim below)
                 largest_body = max(largest_body, size)
                 if stream.decided or (
                     one_message and not stream.awaits_request_body and not stream.response_follows
@@ -148,7 +148,9 @@ class ExternalProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc
         if ticket.held and work <= ticket.cost:
             self._admission.settle(ticket, work)
             metrics.ADMISSION_IN_FLIGHT_BYTES.set(self._admission.in_flight)
-        elif not await self._admit(ticket, work - ticket.cost, self._admission.wait_s):
+        elif work > ticket.cost and not await self._admit(
+            ticket, work - ticket.cost, self._admission.wait_s
+        ):
             return self._overloaded(stream, "request")
         reply = await self._handle(stream, request, size)
         if stream.response_follows and stream.plan is not None:
