@@ -6,8 +6,10 @@
 ``dimensions`` (the rewrite path: the upstream answers base64, the gateway cuts and
 re-normalises), samples the RSS of the ext_proc process and of Envoy every 50 ms, and
 prints one line of figures: idle, peak and 5 s after the burst, plus the answers by
-status. Every request must get a 200 or a 503 envelope with Retry-After; anything else
-is counted as ``lost``. Loopback only; every wait is bounded.
+status, and Envoy's counters of its own answers and resets over the burst. Every
+request must get a 200 or a 503 envelope with Retry-After (or its proper 4xx);
+anything else is counted as ``lost`` (with the status or the client's error).
+Loopback only; every wait is bounded.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from http.client import HTTPConnection, HTTPException
 from pathlib import Path
 
 import orjson
@@ -27,10 +30,22 @@ import orjson
 from bench.procfs import rss_mb
 from tests.conftest import QWEN_MODEL, SHIPPED_QWEN_POLICY, qwen_tokenizer_dir
 from tests.fake_upstream import FakeUpstream
-from tests.harness import Gateway, http, metric_value, start_gateway
+from tests.harness import Gateway, Reply, http, metric_value, start_gateway
 
 SAMPLE_EVERY_S = 0.05
+SHAPES = ("standalone", "single-filter")
+ENVOY_DIR = Path(__file__).resolve().parents[1] / "envoy"
 SETTLE_S = 5.0
+# Envoy's side of the answers (summed over filters and listeners): its own 503s at
+# capacity, processor failures, and streams or connections it reset or closed.
+ENVOY_COUNTERS = (
+    "rq_overload_local_reply",
+    "streams_failed",
+    "message_timeouts",
+    "downstream_rq_rx_reset",
+    "downstream_rq_tx_reset",
+    "downstream_cx_destroy_local_active_rq",
+)
 
 
 @dataclass(frozen=True)
@@ -38,9 +53,10 @@ class BurstResult:
     idle_mb: tuple[float, float]  # ext_proc, Envoy before the burst
     peak_mb: tuple[float, float]
     after_mb: tuple[float, float]  # SETTLE_S after the last answer
-    answers: Counter[str]  # "200", "503-overloaded", ..., "lost"
+    answers: Counter[str]  # "200", "503-overloaded", ..., "lost-<why>"
     seconds: float
     rejected_metric: float
+    envoy_counters: dict[str, int]  # ENVOY_COUNTERS, counted over the burst
 
     def line(self) -> str:
         (ei, vi), (ep, vp), (ea, va) = self.idle_mb, self.peak_mb, self.after_mb
@@ -49,7 +65,8 @@ class BurstResult:
             f"ext_proc RSS idle {ei:.0f} MB, peak {ep:.0f} MB, {SETTLE_S:.0f} s after "
             f"{ea:.0f} MB ({ea / ei:.2f}x idle); Envoy idle {vi:.0f} MB, peak {vp:.0f} MB, "
             f"after {va:.0f} MB; answers in {self.seconds:.1f} s: {answers}; "
-            f"extproc_admission_rejected_total {self.rejected_metric:.0f}"
+            f"extproc_admission_rejected_total {self.rejected_metric:.0f}; Envoy "
+            + (", ".join(f"{k} {v}" for k, v in self.envoy_counters.items() if v) or "-")
         )
 
 
@@ -59,10 +76,13 @@ def classify(status: int, headers: dict[str, str], body: bytes) -> str:
     try:
         error = orjson.loads(body)["error"]
     except (orjson.JSONDecodeError, KeyError, TypeError):
-        return "lost"
+        return f"lost-{status}"
     label = f"{status}-{error.get('code')}"
     if status == 503 and ("retry-after" not in headers or not error.get("message")):
         return label + "-unclean"
+    if "or restarting" in str(error.get("message")):
+        # Envoy's own (local_reply_config): its overload manager, or the processor failed.
+        return label + "-by-envoy"
     return label
 
 
@@ -80,14 +100,48 @@ def request_body(inputs: int, dimensions: int, input_bytes: int) -> bytes:
     return orjson.dumps(doc)
 
 
+def post(url: str, body: bytes, timeout: float) -> tuple[Reply, bool]:
+    """POST ``body`` as the common HTTP clients do (urllib3 under requests, httpcore
+    under httpx and the OpenAI SDK; curl reads while it sends): a gateway answer that
+    comes before the upload is over (a 503 at the request headers, Envoy's 413) is
+    followed by Envoy closing the connection, so the rest of the upload fails; the
+    answer is read all the same. True: the upload was cut that way."""
+    host, port = url.removeprefix("http://").split("/", 1)[0].rsplit(":", 1)
+    connection = HTTPConnection(host, int(port), timeout=timeout)
+    cut = False
+    try:
+        try:
+            connection.request("POST", "/v1/embeddings", body, {"content-type": "application/json"})
+        except (BrokenPipeError, ConnectionResetError):
+            cut = True
+        response = connection.getresponse()
+        headers = {k.lower(): v for k, v in response.getheaders()}
+        return Reply(response.status, headers, response.read()), cut
+    finally:
+        connection.close()
+
+
+def envoy_counters(admin_url: str) -> dict[str, int]:
+    text = http("GET", f"{admin_url}/stats").body.decode()
+    totals = dict.fromkeys(ENVOY_COUNTERS, 0)
+    for name, value in re.findall(r"^(\S+): (\d+)$", text, re.MULTILINE):
+        suffix = name.rsplit(".", 1)[-1]
+        if suffix in totals:
+            totals[suffix] += int(value)
+    return totals
+
+
 def burst(gateway: Gateway, *, concurrency: int, body: bytes) -> BurstResult:
     ext_pid = gateway.process.pid
     match = re.search(r"envoy pid (\d+)", gateway.ready_line)
     envoy_pid = int(match.group(1)) if match else 0
+    admin = re.search(r"admin (127\.0\.0\.1:\d+)", gateway.ready_line)
+    admin_url = f"http://{admin.group(1)}" if admin else ""
     # Warm up: tokenizer and first allocations are part of "idle".
     gateway.embeddings({"model": QWEN_MODEL, "input": "x"})
     time.sleep(1.0)
     idle = (rss_mb(ext_pid), rss_mb(envoy_pid))
+    counters_before = envoy_counters(admin_url)
     peak = list(idle)
     stop = threading.Event()
 
@@ -99,10 +153,11 @@ def burst(gateway: Gateway, *, concurrency: int, body: bytes) -> BurstResult:
 
     def one(_: int) -> str:
         try:
-            reply = gateway.embeddings(body, timeout=120)
-        except OSError:
-            return "lost"
-        return classify(reply.status, reply.headers, reply.body)
+            reply, cut = post(gateway.url, body, timeout=120)
+        except (OSError, HTTPException) as error:  # no answer at all
+            return f"lost-{type(error).__name__}"
+        label = classify(reply.status, reply.headers, reply.body)
+        return f"{label}-before-upload-end" if cut else label
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
@@ -115,6 +170,7 @@ def burst(gateway: Gateway, *, concurrency: int, body: bytes) -> BurstResult:
     sampler.join(5)
     after = (rss_mb(ext_pid), rss_mb(envoy_pid))
     metrics = http("GET", f"{gateway.metrics_url}/metrics").body.decode()
+    counters = envoy_counters(admin_url)
     return BurstResult(
         idle,
         (peak[0], peak[1]),
@@ -122,6 +178,7 @@ def burst(gateway: Gateway, *, concurrency: int, body: bytes) -> BurstResult:
         answers,
         seconds,
         metric_value(metrics, "extproc_admission_rejected_total"),
+        {k: counters[k] - counters_before[k] for k in ENVOY_COUNTERS},
     )
 
 
@@ -133,6 +190,12 @@ def main() -> None:
     parser.add_argument("--input-bytes", type=int, default=36, help="size of each input")
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--config", type=Path, default=SHIPPED_QWEN_POLICY)
+    parser.add_argument(
+        "--envoy-template",
+        choices=SHAPES,
+        default="standalone",
+        help="the Envoy shape `extproc run` renders (envoy/NAME.yaml)",
+    )
     args = parser.parse_args()
     qwen_dir = qwen_tokenizer_dir()
     with (
@@ -144,10 +207,15 @@ def main() -> None:
             Path(logs),
             config=args.config,
             tokenizer_overrides=f"{QWEN_MODEL}={qwen_dir}",
+            extra_args=["--envoy-template", str(ENVOY_DIR / f"{args.envoy_template}.yaml")],
         )
         try:
             body = request_body(args.inputs, args.dimensions, args.input_bytes)
-            print(f"{args.concurrency} concurrent requests of {len(body):,} bytes", flush=True)
+            print(
+                f"{args.concurrency} concurrent requests of {len(body):,} bytes "
+                f"through envoy/{args.envoy_template}.yaml",
+                flush=True,
+            )
             for _ in range(args.rounds):
                 result = burst(gateway, concurrency=args.concurrency, body=body)
                 print(result.line(), flush=True)

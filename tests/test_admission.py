@@ -53,6 +53,8 @@ def test_budget_invariant_under_random_traffic() -> None:
         ticket = rng.choice(tickets)
         if ticket.held and rng.random() < 0.4:
             budget.give_back(ticket)
+        elif ticket.held and rng.random() < 0.2:
+            budget.settle(ticket, rng.randrange(0, 2 * ticket.cost + 1))
         else:
             extra = rng.choice([0, 1, 10, 40, 99, 150])
             if budget.fits(ticket, extra):
@@ -77,6 +79,32 @@ def test_a_request_bigger_than_the_budget_is_admitted_alone() -> None:
     assert (budget.in_flight, budget.holders) == (0, 0)
     budget.give_back(big)  # twice is harmless
     assert (budget.in_flight, budget.holders) == (0, 0)
+
+
+def test_a_reservation_settles_down_to_the_body_and_lets_waiters_in() -> None:
+    """A share reserved from the request headers (declared length, or the body limit
+    when none is declared) is lowered to the body that came, never raised."""
+
+    async def scenario() -> tuple[int, bool]:
+        gate = AdmissionGate(Budget(capacity=100), wait_s=5.0)
+        unsized, next_one = Ticket(), Ticket()
+        assert await gate.admit(unsized, 100)  # unknown length: the whole limit
+        waiting = asyncio.create_task(gate.admit(next_one, 60))
+        await asyncio.sleep(0.02)
+        assert not waiting.done()
+        gate.settle(unsized, 30)  # the body was 30 bytes
+        admitted = await asyncio.wait_for(waiting, 1.0)
+        gate.settle(unsized, 90)  # never raised by a settle
+        assert unsized.cost == 30 and gate.in_flight == 90
+        gate.release(unsized)
+        gate.release(next_one)
+        return gate.in_flight, admitted
+
+    assert asyncio.run(scenario()) == (0, True)
+    budget = Budget(capacity=10)
+    idle = Ticket()
+    budget.settle(idle, 0)  # not held: nothing to settle
+    assert (budget.in_flight, idle.held) == (0, False)
 
 
 def test_gate_waits_in_order_then_refuses() -> None:

@@ -5,14 +5,18 @@ Retry-After, and every client gets an answer."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from http.client import HTTPConnection
 from pathlib import Path
 
+import orjson
 import pytest
 
+from bench.burst import post
 from bench.procfs import rss_mb
 from extproc.commands.envoy_config import EnvoySettings, Upstream, dump, load_template, render
 from extproc.commands.launcher import envoy_argv
@@ -144,6 +148,135 @@ def test_a_burst_gets_200s_and_503s_and_nothing_else(
     while rss_mb(gateway.process.pid) > 1.5 * idle_mb and time.monotonic() < deadline:
         time.sleep(0.25)
     assert rss_mb(gateway.process.pid) <= 1.5 * idle_mb, (idle_mb, rss_mb(gateway.process.pid))
+
+
+# Room for one 2,048-input rewrite (~18.5 MiB of work) or one declared 7 MB body
+# (3 x 7 MB = 21 MB), not both; a request of unknown length reserves 3 x 8 MiB at its
+# headers and must come down to its body's share to let a 7 MB body in.
+HEADERS_BUDGET = """limits:
+  max_inflight_bytes: 31457280
+  admission_wait_ms: 100
+  retry_after_s: 2
+"""
+# Over 1 MB (seven digits), so standalone.yaml's route that sends the request headers
+# takes it too; one long input, cut by its head (cheap to tokenize).
+DECLARED_LARGE = orjson.dumps({"model": QWEN_MODEL, "input": "word " * 1_400_000})
+
+
+@pytest.fixture(scope="module", params=SHAPES)
+def headers_gateway(
+    request: pytest.FixtureRequest,
+    upstream: FakeUpstream,
+    qwen_dir: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Gateway]:
+    policy = tmp_path_factory.mktemp("headers-admission") / "policy.yaml"
+    policy.write_text(HEADERS_BUDGET + SHIPPED_QWEN_POLICY.read_text())
+    template = Path(__file__).resolve().parents[1] / "envoy" / f"{request.param}.yaml"
+    gw = start_gateway(
+        upstream.url,
+        policy.parent,
+        config=policy,
+        tokenizer_overrides=f"{QWEN_MODEL}={qwen_dir}",
+        extra_args=["--envoy-template", str(template)],
+    )
+    yield gw
+    log = gw.log()
+    assert gw.stop() == 0, log
+    assert "Traceback" not in log, log
+
+
+def envoy_messages(gateway: Gateway) -> int:
+    """ext_proc messages Envoy has sent, all filters together."""
+    admin = re.search(r"admin (127\.0\.0\.1:\d+)", gateway.ready_line)
+    assert admin, gateway.ready_line
+    stats = http("GET", f"http://{admin.group(1)}/stats?filter=stream_msgs_sent").body.decode()
+    return sum(int(n) for n in re.findall(r"stream_msgs_sent: (\d+)", stats))
+
+
+def wait_until_received(upstream: FakeUpstream, count: int) -> None:
+    deadline = time.monotonic() + 20
+    while len(upstream.received) < count and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(upstream.received) >= count, "the upstream never got the request"
+
+
+def test_a_declared_large_body_is_refused_at_its_headers(
+    headers_gateway: Gateway, upstream: FakeUpstream
+) -> None:
+    """While a rewrite holds the budget, a body declared too large for the rest gets
+    the 503 `overloaded` envelope from the request headers: the server admitted the
+    declared size there, so Envoy never sent it the body (one message for that
+    request), and the upstream never saw it. Envoy answers while the body may still
+    be arriving and then closes the connection; the client reads the answer as
+    urllib3 and httpcore do (bench/burst.py)."""
+    upstream.reset()
+    gateway = headers_gateway
+    before = scrape(gateway)
+    upstream.fault = "slow"
+    upstream.slow_seconds = 3.0
+    with ThreadPoolExecutor(1) as pool:
+        big = pool.submit(gateway.embeddings, BIG, timeout=60)
+        wait_until_received(upstream, 1)
+        messages = envoy_messages(gateway)
+        reply, _ = post(gateway.url, DECLARED_LARGE, timeout=30)
+        assert envoy_messages(gateway) - messages == 1  # the request headers alone
+        assert_overloaded(reply, "2")
+        assert big.result().status == 200
+    assert len(upstream.received) == 1
+    after = scrape(gateway)
+    rejected = "extproc_admission_rejected_total"
+    assert metric_value(after, rejected, stage="headers") == (
+        metric_value(before, rejected, stage="headers") + 1
+    )
+    assert metric_value(after, rejected, stage="request") == metric_value(
+        before, rejected, stage="request"
+    )
+    assert metric_value(after, "extproc_admission_in_flight_bytes") == 0
+    upstream.fault = "none"
+    served, _ = post(gateway.url, DECLARED_LARGE, timeout=60)  # room again: served
+    assert served.status == 200, served.body[:300]
+
+
+def test_a_reservation_of_unknown_length_settles_to_the_body(
+    headers_gateway: Gateway, upstream: FakeUpstream
+) -> None:
+    """A chunked body reserves the body limit's work at its headers (24 MiB here,
+    most of the budget), then only its own once the body has come: while it waits on
+    the upstream, a declared 7 MB body (21 MB of work) is admitted and served."""
+    upstream.reset()
+    gateway = headers_gateway
+    upstream.fault = "slow"
+    upstream.slow_seconds = 3.0
+    host, port = gateway.url.removeprefix("http://").rsplit(":", 1)
+
+    def chunked() -> int:
+        connection = HTTPConnection(host, int(port), timeout=60)
+        try:
+            body = orjson.dumps(SMALL)
+            connection.request(
+                "POST",
+                "/v1/embeddings",
+                body=iter([body[:10], body[10:]]),
+                headers={"content-type": "application/json"},
+                encode_chunked=True,
+            )
+            response = connection.getresponse()
+            response.read()
+            return response.status
+        finally:
+            connection.close()
+
+    with ThreadPoolExecutor(1) as pool:
+        unsized = pool.submit(chunked)
+        wait_until_received(upstream, 1)
+        held = metric_value(scrape(gateway), "extproc_admission_in_flight_bytes")
+        assert 0 < held < 1024 * 1024, held  # its body's share, not the 24 MiB reserved
+        upstream.fault = "none"  # the next one is answered at once
+        reply, _ = post(gateway.url, DECLARED_LARGE, timeout=60)
+        assert reply.status == 200, reply.body[:300]
+        assert unsized.result() == 200
+    assert metric_value(scrape(gateway), "extproc_admission_in_flight_bytes") == 0
 
 
 def start_envoy(

@@ -9,7 +9,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from extproc.commands.envoy_config import EnvoySettings, Upstream, dump, load_template, render
+from extproc.commands.envoy_config import (
+    EnvoySettings,
+    Upstream,
+    dump,
+    load_template,
+    render,
+    template_path,
+)
 from extproc.commands.launcher import envoy_binary
 from extproc.core.policy import GatewayPolicy
 from tests.conftest import REPO
@@ -47,9 +54,18 @@ def test_rendered_run_config_validates(qwen_policy: GatewayPolicy, tmp_path: Pat
     path.write_text(dump(config))
     result = validate(path)
     assert result.returncode == 0, result.stdout + result.stderr
-    # The policy's limits reached Envoy.
+    # The policy's limits reached Envoy: the buffer filter's is the stream's buffer
+    # limit, sized for the largest response; the listener's stays what Envoy reads
+    # from a client at a time.
+    hcm = config["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]
+    (buffer,) = [f for f in hcm["typed_config"]["http_filters"] if f["name"] == "buffer"]
+    assert buffer["typed_config"]["max_request_bytes"] == qwen_policy.max_response_bytes()
     listener = config["static_resources"]["listeners"][0]
-    assert listener["per_connection_buffer_limit_bytes"] == qwen_policy.max_response_bytes()
+    assert listener["per_connection_buffer_limit_bytes"] == 65536
+    one_filter = render(load_template(template_path("single-filter.yaml")), settings, qwen_policy)
+    (sf_listener,) = one_filter["static_resources"]["listeners"]
+    # No buffer filter there: the listener's limit is the stream's, for the response.
+    assert sf_listener["per_connection_buffer_limit_bytes"] == qwen_policy.max_response_bytes()
 
 
 def test_a_broken_envoy_config_fails_validation(tmp_path: Path) -> None:

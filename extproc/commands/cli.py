@@ -25,6 +25,7 @@ from extproc.commands.options import (
 )
 from extproc.core.policy.loader import parse_tokenizer_overrides
 from extproc.core.policy.presets import presets
+from extproc.service.memory import fix_mmap_threshold
 from extproc.service.reload import FileStamp, ReloadSettings, policy_stamp
 from extproc.service.tls import (
     TlsError,
@@ -238,6 +239,7 @@ def _serve(args: argparse.Namespace) -> int:
     if not ok:
         return 2
     started_from = policy_stamp(args.config)
+    fix_mmap_threshold()  # before the tokenizers load (extproc/service/memory.py)
     contract = load_contract_or_report(args.config, args.tokenizer)
     if contract is None:
         return 2
@@ -284,6 +286,7 @@ def _run(args: argparse.Namespace) -> int:
 
     def serve_in_front_of(target: Upstream, on_ready: Callable[[str], None] | None) -> int:
         started_from = policy_stamp(args.config)
+        fix_mmap_threshold()  # before the tokenizers load (extproc/service/memory.py)
         contract = load_contract_or_report(args.config, args.tokenizer)
         if contract is None:
             return 2

@@ -100,8 +100,12 @@ def render(
         "address": settings.listen_host,
         "port_value": settings.listen_port,
     }
-    listener["per_connection_buffer_limit_bytes"] = response_limit
     hcm = listener["filter_chains"][0]["filters"][0]["typed_config"]
+    if not any(_is_buffer_filter(f) for f in hcm["http_filters"]):
+        # No buffer filter to set the stream's buffer limit (single-filter.yaml): the
+        # listener's is the limit for the buffered response. With one (standalone.yaml)
+        # the listener's stays the template's, what Envoy reads at a time.
+        listener["per_connection_buffer_limit_bytes"] = response_limit
     for vhost in hcm["route_config"]["virtual_hosts"]:
         for route in vhost["routes"]:
             if "request_body_buffer_limit" in route:
@@ -112,7 +116,7 @@ def render(
         typed = http_filter.get("typed_config", {})
         if typed.get("@type", "").endswith(".ext_proc.v3.ExternalProcessor"):
             typed["grpc_service"]["envoy_grpc"]["max_receive_message_length"] = message_limit
-        elif typed.get("@type", "").endswith(".buffer.v3.Buffer"):
+        elif _is_buffer_filter(http_filter):
             # The buffer filter sets the stream's one buffer limit, which also bounds
             # the rewrite route's buffered response: size it for the response. The
             # request cap stays the routes' request_body_buffer_limit (and the gateway's
@@ -287,6 +291,10 @@ def extproc_transport_socket(tls: ExtProcTls) -> dict[str, Any]:
     if sni is not None:
         context["sni"] = sni
     return {"name": "envoy.transport_sockets.tls", "typed_config": context}
+
+
+def _is_buffer_filter(http_filter: dict[str, Any]) -> bool:
+    return str(http_filter.get("typed_config", {}).get("@type", "")).endswith(".buffer.v3.Buffer")
 
 
 def _http_filters(config: dict[str, Any]) -> Iterator[dict[str, Any]]:

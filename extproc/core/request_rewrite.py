@@ -86,14 +86,24 @@ def check_content_type(content_type: str | None) -> None:
     )
 
 
-def check_declared_length(content_length: str | None, limits: Limits) -> None:
-    """Refuse a body whose declared size is over the limit before it is buffered."""
+def declared_length(content_length: str | None) -> int | None:
+    """The body size a ``Content-Length`` value declares, or None when it declares
+    none (absent: a chunked or HTTP/2 body of unknown length)."""
     # ASCII digits only: str.isdigit() also takes '²' (a latin-1 header byte), which
     # int() refuses, and int() refuses more than 4,300 digits: neither may raise here.
-    # A value with more digits than any limit is over it.
-    if content_length is not None and content_length.isascii() and content_length.isdigit():
-        digits = content_length.lstrip("0") or "0"
-        _check_size(int(digits) if len(digits) <= 20 else 10**20, limits)
+    # A value with more digits than any limit is over it. Envoy refuses anything else
+    # before it gets here.
+    if content_length is None or not (content_length.isascii() and content_length.isdigit()):
+        return None
+    digits = content_length.lstrip("0") or "0"
+    return int(digits) if len(digits) <= 20 else 10**20
+
+
+def check_declared_length(content_length: str | None, limits: Limits) -> None:
+    """Refuse a body whose declared size is over the limit before it is buffered."""
+    size = declared_length(content_length)
+    if size is not None:
+        _check_size(size, limits)
 
 
 def _check_size(size: int, limits: Limits) -> None:

@@ -59,8 +59,9 @@ STREAM_SECONDS = Histogram(
 ADMISSION_REJECTED = Counter(
     "extproc_admission_rejected_total",
     "Requests answered 503 overloaded: the process's budget of work in flight stayed "
-    "full for the whole admission wait. By stage: request (body received), response "
-    "(the answer to rewrite would not fit).",
+    "full for the whole admission wait. By stage: headers (the declared body, before "
+    "Envoy sent it), request (body received), response (the answer to rewrite would "
+    "not fit).",
     ["stage"],
 )
 ADMISSION_WAITED = Counter(

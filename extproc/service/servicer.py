@@ -26,15 +26,18 @@ from extproc.service.admission import (
     Budget,
     Ticket,
     overloaded_error,
+    request_work_bytes,
     response_work_bytes,
 )
-from extproc.service.memory import TRIM_AFTER_BYTES, IdleTrim, release_after
+from extproc.service.memory import TRIM_AFTER_BYTES, IdleTrim, release_after, trim_heap
 from extproc.service.reload import ContractHolder
 from extproc.service.stream import ExtProcStream, immediate_response
 
 log = logging.getLogger("extproc.service.servicer")
 
-# gRPC metadata a filter sets when each of its streams carries exactly one message.
+# gRPC metadata a filter sets when each of its streams carries exactly one message
+# (envoy/standalone.yaml's), besides the request headers that precede the body on
+# its route for large or unsized bodies.
 ONE_MESSAGE_METADATA = "x-embgw-one-message"
 
 # Bodies above this are processed in a worker thread so that one huge request
@@ -66,20 +69,25 @@ class ExternalProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc
         # with standalone.yaml the request stream of a rewrite stays open until the
         # response's stream is done, so the answer's work is covered too.
         ticket = Ticket()
+        largest_body = 0
         metrics.ACTIVE_STREAMS.inc()
         self.active_streams += 1
         try:
             async for request in request_iterator:
                 size = _body_size(request)
-                if request.WhichOneof("request") == "request_body":
+                kind = request.WhichOneof("request")
+                if kind == "request_body":
                     reply = await self._admit_and_handle(stream, request, size, ticket)
+                elif kind == "request_headers":
+                    reply = await self._admit_headers(stream, request, ticket)
                 else:
                     reply = await self._handle(stream, request, size)
                 yield reply
-                del reply, request  # sent: let a huge body and its answer go before trimming
-                if size >= TRIM_AFTER_BYTES:
-                    await asyncio.to_thread(release_after, size)
-                if stream.decided or (one_message and not stream.response_follows):
+                del reply, request  # sent: let a huge body and its answer go (trim below)
+                largest_body = max(largest_body, size)
+                if stream.decided or (
+                    one_message and not stream.awaits_request_body and not stream.response_follows
+                ):
                     # Nothing more will come: end the RPC here, with an OK status. Left
                     # to Envoy, it ends with a half-close plus a reset, and grpc.aio leaks
                     # native memory for every RPC whose status it sends on a cancelled
@@ -95,21 +103,54 @@ class ExternalProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc
             self._idle_trim.note(ticket.cost)
             self._admission.release(ticket)
             metrics.ADMISSION_IN_FLIGHT_BYTES.set(self._admission.in_flight)
-            if self._idle_trim.due(self._admission.in_flight):
-                # Not awaited: this generator may be closing (a cancelled stream).
-                asyncio.get_running_loop().run_in_executor(None, release_after, TRIM_AFTER_BYTES)
+            # After a very large body, or once idle after a burst (memory.py). Once the
+            # ticket is back (the collection holds the interpreter lock for tens of
+            # milliseconds), and not awaited: this generator may be closing.
+            idle_again = self._idle_trim.due(self._admission.in_flight)
+            loop = asyncio.get_running_loop()
+            if largest_body >= TRIM_AFTER_BYTES:
+                loop.run_in_executor(None, release_after, largest_body)
+            elif idle_again:
+                loop.run_in_executor(None, trim_heap)
             metrics.ACTIVE_STREAMS.dec()
             self.active_streams -= 1
+
+    async def _admit_headers(
+        self, stream: ExtProcStream, request: ep.ProcessingRequest, ticket: Ticket
+    ) -> ep.ProcessingResponse:
+        """Admission control at the request headers, before Envoy sends the body: the
+        work of the declared Content-Length, or of the body limit when none is
+        declared (nothing larger can come: Envoy's buffer and the gateway's own check
+        refuse it), is reserved within one bounded wait. Refused: a 503 ``overloaded``
+        instead, so the body never reaches this process."""
+        reply = await self._handle(stream, request, 0)
+        if not stream.awaits_request_body:  # answered already (404, 405, 413, 415...)
+            return reply
+        declared = stream.declared_length
+        if declared is None:
+            declared = stream.contract.policy.limits.max_request_bytes
+        if not await self._admit(ticket, request_work_bytes(declared), self._admission.wait_s):
+            return self._overloaded(stream, "headers")
+        return reply
 
     async def _admit_and_handle(
         self, stream: ExtProcStream, request: ep.ProcessingRequest, size: int, ticket: Ticket
     ) -> ep.ProcessingResponse:
-        """Admission control around the request body: its bytes before the work, and
-        the answer's estimated bytes once the plan says the answer will be rewritten
-        (both within one bounded wait). Refused: a 503 ``overloaded`` instead."""
+        """Admission control around the request body: its work before it is processed
+        (a share reserved at the headers is settled to it), and the answer's estimated
+        bytes once the plan says the answer will be rewritten (both within one bounded
+        wait). Refused: a 503 ``overloaded`` instead."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._admission.wait_s
-        if not await self._admit(ticket, size, self._admission.wait_s):
+        # A body over the size limit is answered 413 before it is parsed: no work.
+        over_limit = size > stream.contract.policy.limits.max_request_bytes
+        work = 0 if over_limit else request_work_bytes(size)
+        if ticket.held and work <= ticket.cost:
+            self._admission.settle(ticket, work)
+            metrics.ADMISSION_IN_FLIGHT_BYTES.set(self._admission.in_flight)
+        elif work > ticket.cost and not await self._admit(
+            ticket, work - ticket.cost, self._admission.wait_s
+        ):
             return self._overloaded(stream, "request")
         reply = await self._handle(stream, request, size)
         if stream.response_follows and stream.plan is not None:

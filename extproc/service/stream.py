@@ -13,7 +13,8 @@ Rules (Envoy 1.40, verified live; the Envoy behaviour they rely on: docs/envoy-f
    contract like any other; the trailers then pass unchanged.
    One state machine serves both shipped shapes: envoy/single-filter.yaml (one
    stream sees the whole exchange) and envoy/standalone.yaml (the request body,
-   then, when the response must change and Envoy's precheck saw it coming, the
+   after the request headers on its route for large or unsized bodies; then, when
+   the response must change and Envoy's precheck saw it coming, the
    response body on the same stream with the status as an attribute; when the
    precheck missed it, the response on a second stream whose first message
    carries the plan as dynamic metadata, namespace ``embgw``).
@@ -21,9 +22,9 @@ Rules (Envoy 1.40, verified live; the Envoy behaviour they rely on: docs/envoy-f
    of the endpoint (404), another method (405), a compressed body (415), a
    bodyless POST, a non-JSON content type or a declared content-length over the
    limit is answered at once, before any body is buffered
-   (extproc/core/request_target.py). When they are skipped (standalone.yaml, whose
-   routes and Lua filter take these decisions), content type and request id
-   arrive as attributes of the body message.
+   (extproc/core/request_target.py). When they are skipped (standalone.yaml's
+   other routes, which with its Lua filter take these decisions), content type
+   and request id arrive as attributes of the body message.
    2b. The reply to accepted request headers tells the upstream what the one-filter
    shape has no other way to tell it: the canonical ``:path`` (no query string;
    Envoy lets ext_proc set ``:path``, and the route already chosen stays),
@@ -61,8 +62,12 @@ Rules (Envoy 1.40, verified live; the Envoy behaviour they rely on: docs/envoy-f
    crashed stream, and a neutral reply to a response-phase message can only leave
    the upstream's own answer in place.
 7. Admission control (extproc/service/admission.py, applied by the servicer) may
-   refuse a request body instead of rule 3: a 503 ``overloaded`` envelope with
-   ``Retry-After``, the stream DONE, nothing forwarded.
+   refuse a request instead of rule 2b or 3: a 503 ``overloaded`` envelope with
+   ``Retry-After``, the stream DONE, nothing forwarded. When the request headers
+   are sent (single-filter.yaml and the meshes; standalone.yaml's route for large
+   or unsized bodies) it admits them, by their declared Content-Length (the body
+   limit when none is declared), before Envoy sends the body to the server; the
+   body then settles that share to its real size. Otherwise it admits the body.
 """
 
 from __future__ import annotations
@@ -82,7 +87,12 @@ from extproc.core.contract import Contract
 from extproc.core.errors import ApiError
 from extproc.core.plan import ResponsePlan
 from extproc.core.request_coding import METADATA_NAMESPACE, BodyCoding
-from extproc.core.request_rewrite import check_content_type, check_declared_length, rewrite_request
+from extproc.core.request_rewrite import (
+    check_content_type,
+    check_declared_length,
+    declared_length,
+    rewrite_request,
+)
 from extproc.core.request_target import (
     check_content_encoding,
     check_has_body,
@@ -124,6 +134,10 @@ class ExtProcStream:
     content_type: str | None = None
     body_coding: BodyCoding | None = None  # the body was decoded by Envoy (standalone.yaml)
     upstream_status: int = 0
+    # Set by accepted request headers (rule 2): a body follows, of this declared size
+    # (None: unknown, chunked or HTTP/2 without Content-Length). Rule 7 admits it.
+    body_expected: bool = False
+    declared_length: int | None = None
     started: float = field(default_factory=time.perf_counter)
 
     @property
@@ -131,6 +145,11 @@ class ExtProcStream:
         """Nothing later on this stream can change the answer (DONE, or the response
         left as the upstream sent it)."""
         return self.phase in (Phase.DONE, Phase.PASS_THROUGH)
+
+    @property
+    def awaits_request_body(self) -> bool:
+        """The request headers were accepted and their body has not come yet."""
+        return self.body_expected and self.phase is Phase.AWAIT_REQUEST
 
     @property
     def response_follows(self) -> bool:
@@ -180,6 +199,8 @@ class ExtProcStream:
             check_declared_length(values.get("content-length"), self.contract.policy.limits)
         except ApiError as error:
             return self._reject(error)
+        self.body_expected = True
+        self.declared_length = declared_length(values.get("content-length"))
         reply = ep.ProcessingResponse(request_headers=ep.HeadersResponse())
         # What the upstream is told (rule 2b); the route stays the one Envoy chose.
         mutation = reply.request_headers.response.header_mutation
