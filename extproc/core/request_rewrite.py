@@ -258,10 +258,13 @@ def _check_repeated_keys(body: bytes, request: dict[str, Any]) -> None:
     serde structs reject a duplicate field, and an unchanged body is forwarded byte for
     byte: the upstream must read what the gateway validated. Cheap in the usual case:
     every object member needs a ':' byte, so a body with no more of them than it has
-    top-level keys repeats none and is not parsed again. Otherwise the stdlib parser
-    lists each object's members (one more C-speed parse: ~0.1 s for 8 MB of text).
+    top-level keys repeats none and is not parsed again; nor is one whose ':' bytes all
+    come back when the parsed body is written again (:func:`_colons_all_kept`: texts
+    with colons in them). Otherwise the stdlib parser lists each object's members (one
+    more parse: ~0.1 s for 8 MB of text, ~10 us for the seed's batch of 8 documents).
     """
-    if body.count(b":") <= len(request):
+    colons = _count_colons(body)
+    if colons <= len(request) or _colons_all_kept(body, colons, request):
         return
     repeats: list[str | None] = []  # each object's first repeated key, inner objects first
 
@@ -294,6 +297,31 @@ def _check_repeated_keys(body: bytes, request: dict[str, Any]) -> None:
             "request body; send each key once.",
             code="invalid_json",
         )
+
+
+def _colons_all_kept(body: bytes, colons: int, request: dict[str, Any]) -> bool:
+    """True only if no object of ``body`` repeats a key; False means "maybe".
+
+    A body's ':' bytes are one per object member plus those inside its strings (keys
+    and values). orjson writes the parsed body back with one ':' per member it kept
+    plus the ':' of the strings it kept, never escaped. Parsing keeps every member and
+    every string unless a key repeats (the dropped copy takes its ':' and its value's
+    with it), so equal counts mean nothing was dropped. A string can hold a ':' without
+    a ':' byte only through the escape ``\\u003a``; a body with any ``\\u003`` escape,
+    or one nested too deeply for orjson to write, gets "maybe".
+    """
+    if b"\\u003" in body:
+        return False
+    try:
+        return _count_colons(orjson.dumps(request)) == colons
+    except orjson.JSONEncodeError:
+        return False
+
+
+def _count_colons(data: bytes) -> int:
+    # bytes.replace of one byte runs at memchr speed, bytes.count byte by byte: 3-5x
+    # faster here (measured on 4 KB and 870 KB bodies).
+    return len(data) - len(data.replace(b":", b""))
 
 
 def _check_uninterpreted_fields(request: dict[str, Any]) -> None:
