@@ -147,7 +147,7 @@ class ExternalProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc
                 type(exc).__name__,
                 _frames(exc) if log.isEnabledFor(logging.DEBUG) else "",
             )
-            metrics.STREAM_ANOMALIES.labels("internal_error").inc()
+            metrics.count_anomaly("internal_error")
             error = ApiError(
                 500,
                 "The gateway failed to process this request.",

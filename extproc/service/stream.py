@@ -151,7 +151,7 @@ class ExtProcStream:
             return ep.ProcessingResponse(request_trailers=ep.TrailersResponse())
         if kind == "response_trailers":
             return ep.ProcessingResponse(response_trailers=ep.TrailersResponse())
-        metrics.STREAM_ANOMALIES.labels("unknown_message").inc()
+        metrics.count_anomaly("unknown_message")
         return ep.ProcessingResponse()
 
     # -- request phase ---------------------------------------------------------
@@ -224,8 +224,7 @@ class ExtProcStream:
         return reply
 
     def _reject(self, error: ApiError) -> ep.ProcessingResponse:
-        metrics.REQUESTS.labels("rejected").inc()
-        metrics.REJECTIONS.labels(str(error.status), error.param or "-").inc()
+        metrics.record_rejection(error.status, error.param)
         self.phase = Phase.DONE
         return ep.ProcessingResponse(
             immediate_response=immediate_response(error.status, error.envelope())
@@ -262,7 +261,7 @@ class ExtProcStream:
             self.phase = Phase.DONE
             if answer is None:
                 return neutral
-            metrics.RESPONSES_REWRITTEN.labels("error_envelope").inc()
+            metrics.count_response_rewritten("error_envelope")
             return ep.ProcessingResponse(
                 immediate_response=immediate_response(answer.status, answer.body)
             )
@@ -303,7 +302,7 @@ class ExtProcStream:
         if answer is None:
             return neutral
         kind = "vectors" if is_success(answer.status) else "error_envelope"
-        metrics.RESPONSES_REWRITTEN.labels(kind).inc()
+        metrics.count_response_rewritten(kind)
         reply = ep.ProcessingResponse()
         _replace_body(reply.response_body.response, answer)  # in place: no body copies
         if headers_skipped:
@@ -332,10 +331,10 @@ class ExtProcStream:
         if details is not None and details != "via_upstream":
             # Envoy's own local reply (413, 503, 504...): local_reply_config already
             # gave it the envelope.
-            metrics.UPSTREAM_RESPONSES.labels("local").inc()
+            metrics.count_upstream_response("local")
             self.phase = Phase.PASS_THROUGH
         else:
-            metrics.UPSTREAM_RESPONSES.labels(_status_class(status)).inc()
+            metrics.count_upstream_response(_status_class(status))
             if needs_response_body(self.plan, status):
                 self.phase = Phase.AWAIT_RESPONSE_BODY
             else:
@@ -346,7 +345,7 @@ class ExtProcStream:
     # -- helpers ---------------------------------------------------------------
 
     def _anomaly(self, kind: str, reply: ep.ProcessingResponse) -> ep.ProcessingResponse:
-        metrics.STREAM_ANOMALIES.labels(kind).inc()
+        metrics.count_anomaly(kind)
         return reply
 
     def _read_attributes(self, request: ep.ProcessingRequest) -> None:
