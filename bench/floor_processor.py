@@ -6,10 +6,12 @@ shipped server's *message pattern* without its work, so that the shipped Envoy
 config sends exactly the messages it sends for the real gateway:
 
 - a request body containing ``"dimensions"`` (a byte search, no parsing) is answered
-  with the ``embgw`` metadata and a route-cache clear, as for a request whose vectors
-  change: with standalone.yaml's precheck (F) the response body then comes on the same
-  stream; without it (U) Envoy re-routes the request to the rewrite route and opens the
-  response stream;
+  as for a request whose vectors change: on standalone.yaml's one-stream route (F:
+  its precheck picked that route, and the stream's gRPC metadata says the response
+  comes on it) with the ``embgw.respond`` cue alone, and the response body then comes
+  on the same stream; elsewhere (U: S without its precheck) with the plan metadata
+  and a route-cache clear, so Envoy re-routes the request to the rewrite route and
+  opens the response stream;
 - a response body is answered with ``embgw.status = "200"`` for the Lua filter.
 
 The benchmark runs the shipped and the naive Envoy configs against this processor too
@@ -38,10 +40,11 @@ from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ep_grpc
 
 _MAX_MESSAGE = 64 * 1024 * 1024
 _REWRITE_MARK = b'"dimensions"'
+RESPONSE_ON_STREAM = "x-embgw-response-on-stream"  # extproc/service/servicer.py
 
 
 def floor_reply(
-    request: ep.ProcessingRequest, *, marks_rewrites: bool = True
+    request: ep.ProcessingRequest, *, marks_rewrites: bool = True, response_on_stream: bool = False
 ) -> ep.ProcessingResponse:
     kind = request.WhichOneof("request")
     reply = ep.ProcessingResponse()
@@ -49,12 +52,15 @@ def floor_reply(
         reply.request_body.SetInParent()  # an empty reply must still name its kind
         common = reply.request_body.response
         if marks_rewrites and _REWRITE_MARK in request.request_body.body:
-            reply.dynamic_metadata.update({"embgw": {"respond": "rewrite", "plan": "{}"}})
-            common.clear_route_cache = True
-            # Envoy honours clear_route_cache only in a reply that mutates headers.
-            common.header_mutation.set_headers.add(
-                header=base_pb2.HeaderValue(key="content-type", raw_value=b"application/json")
-            )
+            if response_on_stream:
+                reply.dynamic_metadata.update({"embgw": {"respond": "rewrite"}})
+            else:
+                reply.dynamic_metadata.update({"embgw": {"respond": "rewrite", "plan": "{}"}})
+                common.clear_route_cache = True
+                # Envoy honours clear_route_cache only in a reply that mutates headers.
+                common.header_mutation.set_headers.add(
+                    header=base_pb2.HeaderValue(key="content-type", raw_value=b"application/json")
+                )
     elif kind == "response_body":
         reply.response_body.SetInParent()
         reply.dynamic_metadata.update({"embgw": {"status": "200"}})
@@ -76,8 +82,11 @@ class FloorProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc]
     async def Process(  # noqa: N802 - the proto's method name
         self, request_iterator: AsyncIterator[ep.ProcessingRequest], context: Any
     ) -> AsyncIterator[ep.ProcessingResponse]:
+        on_stream = (RESPONSE_ON_STREAM, "1") in tuple(context.invocation_metadata() or ())
         async for request in request_iterator:
-            yield floor_reply(request, marks_rewrites=self.marks_rewrites)
+            yield floor_reply(
+                request, marks_rewrites=self.marks_rewrites, response_on_stream=on_stream
+            )
             if not self.marks_rewrites and request.WhichOneof("request") == "request_body":
                 # As the shipped server does when no response work follows (the native
                 # path): it ends the stream itself, so a route that would also buffer

@@ -1,13 +1,16 @@
 """envoy/standalone.yaml's stream budget, counted by Envoy itself: a request whose
 vectors must change gets ONE ext_proc stream of two messages when the `precheck`
-Lua filter spots it before the stream opens; a request it misses (a key spelled
-with JSON escapes) still gets the right answer on the second-stream path; a
-false positive and a plain request cost one message. Real Envoy, the real server
-(`extproc run`), the Dynamo-like fake upstream and the shipped Qwen3 policy."""
+Lua filter spots it before the stream opens, and there the server writes no plan
+and asks for no re-route (Envoy's access log shows the route and the metadata); a
+request it misses (a key spelled with JSON escapes) still gets the right answer on
+the second-stream path; a false positive and a plain request cost one message.
+Real Envoy, the real server (`extproc run`), the Dynamo-like fake upstream and the
+shipped Qwen3 policy; the shipped template plus an access log."""
 
 from __future__ import annotations
 
 import re
+import time
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -16,10 +19,11 @@ from typing import Any
 
 import numpy as np
 import pytest
+import yaml
 
-from tests.conftest import QWEN_MODEL
+from tests.conftest import QWEN_MODEL, REPO, SHIPPED_QWEN_POLICY
 from tests.fake_upstream import FakeUpstream
-from tests.harness import Gateway, Reply, start_shipped_gateway
+from tests.harness import Gateway, Reply, start_gateway
 
 TEXTS = ["Seoul is the capital of South Korea.", "Paris is the capital of France."]
 MARKER_IN_TEXT = "The dimensions of the box are 2 by 3."
@@ -31,15 +35,64 @@ class Streams:
     messages: int
 
 
+# Per request: the route Envoy took last, and the embgw metadata it holds at the end.
+ACCESS_FORMAT = (
+    "%ROUTE_NAME% respond=%DYNAMIC_METADATA(embgw:respond)% plan=%DYNAMIC_METADATA(embgw:plan)%\n"
+)
+
+
+def with_access_log(template: Path, log: Path, out: Path) -> Path:
+    config = yaml.safe_load(template.read_text())
+    hcm = config["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]
+    hcm["typed_config"]["access_log"] = [
+        {
+            "name": "envoy.access_loggers.file",
+            "typed_config": {
+                "@type": "type.googleapis.com/envoy.extensions.access_loggers.file.v3.FileAccessLog",
+                "path": str(log),
+                "log_format": {"text_format_source": {"inline_string": ACCESS_FORMAT}},
+            },
+        }
+    ]
+    out.write_text(yaml.safe_dump(config, sort_keys=False))
+    return out
+
+
 @pytest.fixture(scope="module")
 def gateway(
     upstream: FakeUpstream, qwen_dir: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Gateway]:
-    gw = start_shipped_gateway(
-        upstream.url, tmp_path_factory.mktemp("one-stream"), qwen_dir, "standalone"
+    folder = tmp_path_factory.mktemp("one-stream")
+    access_log = folder / "access.log"
+    template = with_access_log(REPO / "envoy" / "standalone.yaml", access_log, folder / "t.yaml")
+    gw = start_gateway(
+        upstream.url,
+        folder,
+        config=SHIPPED_QWEN_POLICY,
+        tokenizer_overrides=f"{QWEN_MODEL}={qwen_dir}",
+        extra_args=["--envoy-template", str(template)],
     )
+    gw.extra["access_log"] = access_log
     yield gw
     assert gw.stop() == 0, gw.log()
+
+
+def last_access_line(gateway: Gateway, seen: int) -> str:
+    """The access log line after the first ``seen`` ones (Envoy flushes it every
+    second or so)."""
+    path: Path = gateway.extra["access_log"]
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        lines = path.read_text().splitlines() if path.exists() else []
+        if len(lines) > seen:
+            return lines[seen]
+        time.sleep(0.1)
+    raise AssertionError(f"no access log line after {seen}")
+
+
+def access_lines(gateway: Gateway) -> int:
+    path: Path = gateway.extra["access_log"]
+    return len(path.read_text().splitlines()) if path.exists() else 0
 
 
 def ext_proc_counters(gateway: Gateway) -> Streams:
@@ -71,9 +124,13 @@ def assert_cut_to_256(reply: Reply, upstream: FakeUpstream) -> None:
 def test_a_spotted_rewrite_costs_one_stream_of_two_messages(
     gateway: Gateway, upstream: FakeUpstream
 ) -> None:
+    seen = access_lines(gateway)
     reply, cost = send_counted(gateway, {"model": QWEN_MODEL, "input": TEXTS, "dimensions": 256})
     assert_cut_to_256(reply, upstream)
     assert cost == Streams(started=1, messages=2)
+    # The route's gRPC metadata told the server the response comes on its stream: the
+    # cue for response_status, no plan, no re-route.
+    assert last_access_line(gateway, seen) == "embeddings-onestream respond=rewrite plan=-"
 
 
 def test_an_escaped_key_is_missed_by_the_precheck_and_still_rewritten(
@@ -84,9 +141,13 @@ def test_an_escaped_key_is_missed_by_the_precheck_and_still_rewritten(
         TEXTS[0].encode(),
         TEXTS[1].encode(),
     )
+    seen = access_lines(gateway)
     reply, cost = send_counted(gateway, body)
     assert_cut_to_256(reply, upstream)
     assert cost == Streams(started=2, messages=2)  # the second-stream fallback
+    route, respond, plan = last_access_line(gateway, seen).split(" ")
+    assert (route, respond) == ("embeddings-rewrite", "respond=rewrite")
+    assert plan.startswith("plan=[") and '"Qwen/Qwen3-Embedding-0.6B",2,1024' in plan
 
 
 def test_a_false_positive_and_a_plain_request_cost_one_message(gateway: Gateway) -> None:

@@ -36,6 +36,9 @@ log = logging.getLogger("extproc.service.servicer")
 
 # gRPC metadata a filter sets when each of its streams carries exactly one message.
 ONE_MESSAGE_METADATA = "x-embgw-one-message"
+# gRPC metadata a route adds when the response body comes on the same stream as the
+# request body (standalone.yaml's one-stream route; stream.py, rule 3).
+RESPONSE_ON_STREAM_METADATA = "x-embgw-response-on-stream"
 
 # Bodies above this are processed in a worker thread so that one huge request
 # (parse + tokenize) does not stall every other stream on the event loop.
@@ -61,7 +64,7 @@ class ExternalProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc
     ) -> AsyncIterator[ep.ProcessingResponse]:
         # Taken once: a policy reloaded while this stream runs applies to later ones.
         stream = ExtProcStream(self._contracts.current)
-        one_message = _carries_one_message(context)
+        one_message, stream.response_on_stream = _stream_marks(context)
         # The request's share of the admission budget, held until this stream ends:
         # with standalone.yaml the request stream of a rewrite stays open until the
         # response's stream is done, so the answer's work is covered too.
@@ -173,11 +176,21 @@ def _frames(exc: BaseException) -> str:
     return "\n" + "".join(traceback.format_tb(exc.__traceback__)).rstrip()
 
 
-def _carries_one_message(context: grpc.aio.ServicerContext[Any, Any]) -> bool:
-    """envoy/standalone.yaml's filters send one message per stream and say so in the
-    stream's gRPC metadata; other configs (single-filter.yaml) send several."""
-    metadata = context.invocation_metadata() or ()
-    return any(key == ONE_MESSAGE_METADATA and value == "1" for key, value in metadata)
+def _stream_marks(context: grpc.aio.ServicerContext[Any, Any]) -> tuple[bool, bool]:
+    """(one message, response on this stream) from the stream's gRPC metadata.
+
+    envoy/standalone.yaml's filters send one message per stream and say so; its
+    one-stream route says that the response body follows on the same stream (the
+    one message plus, when the response must change, the response's). Other configs
+    (single-filter.yaml) send several messages and set neither."""
+    one_message = response_on_stream = False
+    for key, value in context.invocation_metadata() or ():
+        if value == "1":
+            if key == ONE_MESSAGE_METADATA:
+                one_message = True
+            elif key == RESPONSE_ON_STREAM_METADATA:
+                response_on_stream = True
+    return one_message, response_on_stream
 
 
 def _body_size(request: ep.ProcessingRequest) -> int:
