@@ -165,9 +165,10 @@ def rewrite_request(
 
     below_native = dimensions is not None and dimensions != model.native_dimensions
     # An upstream that cuts itself gets `dimensions` forwarded and answers the vectors
-    # the client asked for, in the client's encoding: no response rewrite.
-    forwarded = dimensions if below_native and model.upstream.native.dimensions else None
-    emulate = below_native and forwarded is None
+    # the client asked for, in the client's encoding: no response rewrite. (A size
+    # below native passed _dimensions only for a Matryoshka model.)
+    emulate = below_native and model.emulates_dimensions
+    forwarded = dimensions if below_native and not emulate else None
     if emulate:
         upstream_encoding = Encoding(adapter_for(model.upstream.kind).vectors_encoding)
     else:
