@@ -72,7 +72,8 @@ class ExternalProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc
         metrics.ACTIVE_STREAMS.inc()
         self.active_streams += 1
         try:
-            async for request in request_iterator:
+            requests = aiter(request_iterator)
+            async for request in requests:
                 size = _body_size(request)
                 if request.WhichOneof("request") == "request_body":
                     reply = await self._admit_and_handle(stream, request, size, ticket)
@@ -93,6 +94,7 @@ class ExternalProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc
                     # end in every config: with single-filter.yaml a response left as it
                     # is then streams past the closed processor, as Envoy does after a
                     # server close.
+                    await _close(requests)
                     break
         finally:
             self._idle_trim.note(ticket.cost)
@@ -191,6 +193,15 @@ def _stream_marks(context: grpc.aio.ServicerContext[Any, Any]) -> tuple[bool, bo
             elif key == RESPONSE_ON_STREAM_METADATA:
                 response_on_stream = True
     return one_message, response_on_stream
+
+
+async def _close(requests: AsyncIterator[ep.ProcessingRequest]) -> None:
+    """Close grpc.aio's request generator (what its iterator hands out) when leaving
+    it before its end. Left suspended, asyncio's async-generator finalizer would close
+    it: a thread-safe callback (a self-pipe write) and a task, per stream."""
+    aclose = getattr(requests, "aclose", None)
+    if aclose is not None:
+        await aclose()
 
 
 def _body_size(request: ep.ProcessingRequest) -> int:
