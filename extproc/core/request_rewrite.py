@@ -518,16 +518,17 @@ def _check_text_sizes(
     copied in front of every input, so a long ``instruction`` times 2,048 inputs
     would otherwise be gigabytes from an 8 MB body. Messages give counts, never text.
     """
-    for index, text in enumerate(texts or ()):
-        if len(text) > limits.max_input_chars:
-            where = "'input'" if single else f"input[{index}]"
-            raise invalid_request(
-                f"{where} has {len(text)} characters; at most {limits.max_input_chars} "
-                "are allowed per input.",
-                param="input",
-                code="input_too_long",
-            )
-    total = sum(len(t) for t in texts or ()) + count * len(prefix)
+    lengths = list(map(len, texts or ()))
+    if lengths and max(lengths) > limits.max_input_chars:
+        index = next(i for i, n in enumerate(lengths) if n > limits.max_input_chars)
+        where = "'input'" if single else f"input[{index}]"
+        raise invalid_request(
+            f"{where} has {lengths[index]} characters; at most {limits.max_input_chars} "
+            "are allowed per input.",
+            param="input",
+            code="input_too_long",
+        )
+    total = sum(lengths) + count * len(prefix)
     if total > limits.max_total_chars:
         prompts = f", {count} x {len(prefix)} of them the prompt" if prefix else ""
         raise ApiError(
@@ -600,9 +601,7 @@ def _fit_inputs(
     assert texts is not None
     prompts = [prefix + t for t in texts] if prefix else texts
     specials = tokenizer.special_count
-    suspects = [
-        i for i, p in enumerate(prompts) if not tokenizer.certainly_fits(p, limit - specials)
-    ]
+    suspects = tokenizer.uncertain(prompts, limit - specials)
     if not suspects:
         return (prompts if prefix else None), 0, 0
     # One token past the budget is enough to know an input is over the limit; long
