@@ -690,3 +690,9 @@ async def test_standalone_streams_end_on_the_server_and_leave_nothing_to_finaliz
     finally:
         sys.set_asyncgen_hooks(firstiter, finalizer)
     assert "_async_message_receiver" not in finalized, finalized
+
+
+async def test_what_the_server_loaded_is_out_of_the_collectors_reach(server: Server) -> None:
+    """serve() freezes the objects that live as long as the process (modules, policy,
+    gRPC's and prometheus' objects), so full collections no longer scan them."""
+    assert gc.get_freeze_count() > 10_000
