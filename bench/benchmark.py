@@ -74,9 +74,16 @@ from bench.options import add_upstream, command_parser
 from bench.probe import probe, probe_through
 from bench.processes import sigterm_interrupts
 from bench.procfs import memory_kb, rss_mb
-from bench.render import capture_lines, rss_line, summary_markdown, summary_table, targets_lines
+from bench.render import (
+    beyond_floor_lines,
+    capture_lines,
+    rss_line,
+    summary_markdown,
+    summary_table,
+    targets_lines,
+)
 from bench.stack import Stack
-from bench.summary import summarise, targets
+from bench.summary import cpu_beyond_floor, summarise, targets
 from bench.workloads import (
     CASES,
     HERE,
@@ -334,6 +341,7 @@ def finish(
     result["runtime_s"] = round(runtime, 1)
     result["summary"] = rows
     result["targets"] = targets(rows)
+    result["extproc_cpu_beyond_floor"] = cpu_beyond_floor(rows)
     result["error_captures"] = runner.captures if runner else []
     result["cells"] = cells
     return rows
@@ -343,6 +351,7 @@ def print_report(
     args: argparse.Namespace, result: dict[str, Any], rows: list[dict[str, Any]]
 ) -> None:
     lines = [summary_table(rows, args.workload_keys), *targets_lines(result["targets"])]
+    lines += beyond_floor_lines(result["extproc_cpu_beyond_floor"])
     if result.get("extproc_rss_mb"):
         lines.append(rss_line(result["extproc_rss_mb"]))
     lines += capture_lines(result["error_captures"])

@@ -116,6 +116,23 @@ def targets_lines(targets: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def beyond_floor_lines(gaps: list[dict[str, Any]]) -> list[str]:
+    if not gaps:
+        return []
+    lines = ["\next_proc CPU beyond its floor (S - F, ms per request, this run):"]
+    for g in gaps:
+        verdict = (
+            ""
+            if g["limit_ms"] is None
+            else f" (target <= {g['limit_ms']:g}): {'met' if g['met'] else 'NOT met'}"
+        )
+        lines.append(
+            f"  {g['request']}  {g['workload']:<8} S {g['shipped_ms']:.2f} - F "
+            f"{g['floor_ms']:.2f} = {g['beyond_floor_ms']:.2f}{verdict}"
+        )
+    return lines
+
+
 _RSS_MOMENTS = (
     ("after_start", "after start (tokenizer loaded)"),
     ("before_first_big_batch", "before the first 2,048-input request"),

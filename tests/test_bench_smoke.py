@@ -99,7 +99,11 @@ def test_run_py_still_runs_as_a_file() -> None:
 
 def test_native_cases_forward_dimensions(tmp_path: Path) -> None:
     """S-n and F-n: the upstream's native port answers the 256-d vectors itself, so the
-    shipped gateway and its floor each take one ext_proc message per request."""
+    shipped gateway and its floor each take one ext_proc message per request. Exactly
+    one: their config is rendered from the native policy, which needs no precheck
+    marker, so the request takes the plain route, where no response phase exists. (On
+    the one-stream route the server's end of the stream raced the upstream's answer:
+    Envoy sent the response body too when it already had it, docs/envoy-facts.md.)"""
     _, result = run_bench(
         tmp_path,
         *("--cases", "S-n,F-n", "--workloads", "seed-c1"),

@@ -430,6 +430,56 @@ def test_deeply_nested_extra_fields(body: bytes, core: Core) -> None:
     check_request(body, core)
 
 
+# Keys and texts rich in what the repeated-key check counts: ':' bytes, the escape that
+# hides one (\u003a), other escapes, and the names of the interpreted fields.
+_colon_texts = st.lists(
+    st.sampled_from(["a", ":", "\\u003a", "\\u003A", "\\u0030", "\\n", "\\\\", "input", " "]),
+    max_size=6,
+).map("".join)
+
+
+@st.composite
+def raw_objects(draw: st.DrawFn, depth: int = 0) -> str:
+    """A JSON object as text, written member by member, so a key may repeat."""
+    members = []
+    for _ in range(draw(st.integers(0, 4))):
+        key = draw(st.sampled_from(["k", "k:", "\\u006b", "input", "model"]) | _colon_texts)
+        if depth < 2 and draw(st.booleans()):
+            value = draw(raw_objects(depth + 1))
+        else:
+            value = f'"{draw(_colon_texts)}"'
+        members.append(f'"{key}":{value}')
+    return "{" + ",".join(members) + "}"
+
+
+def _stdlib_repeats(body: bytes) -> bool:
+    """The oracle: does any object of ``body`` name a key twice (after unescaping)?"""
+    found = []
+
+    def hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        keys = [key for key, _ in pairs]
+        found.append(len(set(keys)) != len(keys))
+        return dict(pairs)
+
+    json.loads(body, object_pairs_hook=hook)
+    return any(found)
+
+
+@cfg(400)
+@given(text=_colon_texts, extra=raw_objects(), repeat_extra=st.booleans())
+@example(text="a", extra='{"k":1,"k":"\\u003a"}', repeat_extra=False)  # ':' counts equal
+def test_a_repeated_key_is_found_whatever_the_text_holds(
+    text: str, extra: str, repeat_extra: bool, core: Core
+) -> None:
+    """A repeated key is a 400 exactly when the stdlib parser sees one, whether or not
+    colons in the texts (or escaped colons) make the check parse the body again."""
+    copies = f',"nvext":{extra}' * (2 if repeat_extra else 1)
+    body = f'{{"model":"{QWEN}","input":["{text}","x: y"]{copies}}}'.encode()
+    outcome = check_request(body, core)
+    repeated = isinstance(outcome, ApiError) and "more than once" in outcome.message
+    assert repeated == _stdlib_repeats(body), outcome
+
+
 @st.composite
 def valid_requests(draw: st.DrawFn, core: Core) -> dict[str, Any]:
     """Requests the contract accepts, with hostile text and harmless extra fields."""

@@ -24,7 +24,9 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import gc
 import math
+import sys
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -628,3 +630,69 @@ async def test_server_still_serves_after_the_fuzz(server: Server) -> None:
     got = np.asarray([item["embedding"] for item in orjson.loads(body)["data"]], np.float64)
     head = unit_rows(2)[:, :256].astype(np.float64)
     np.testing.assert_allclose(got, head / np.linalg.norm(head, axis=1, keepdims=True), atol=1e-6)
+
+
+# -- streams as envoy/standalone.yaml's filters open them -----------------------------------
+
+
+def standalone_request(body: bytes) -> ep.ProcessingRequest:
+    message = ep.ProcessingRequest()
+    message.request_body.body = body
+    message.request_body.end_of_stream = True
+    message.attributes[ATTRIBUTES_KEY].update({CONTENT_TYPE_ATTR: "application/json"})
+    return message
+
+
+async def test_standalone_streams_end_on_the_server_and_leave_nothing_to_finalize(
+    server: Server,
+) -> None:
+    """A one-message stream ends right after its reply (OK, from the server), and so
+    does a one-stream-route stream after its response body; the plan stays off the
+    one-stream route's metadata. grpc.aio's request generator is closed by the
+    server, not left to asyncio's async-generator finalizer (a thread-safe callback
+    and a task per stream)."""
+    finalized: list[str] = []
+    firstiter, finalizer = sys.get_asyncgen_hooks()
+    assert finalizer is not None
+
+    def counting(agen: Any) -> None:
+        finalized.append(agen.__name__)
+        finalizer(agen)
+
+    stub = ep_grpc.ExternalProcessorStub(server.channel)
+    one_message = (("x-embgw-one-message", "1"),)
+    on_stream = (*one_message, ("x-embgw-response-on-stream", "1"))
+    sys.set_asyncgen_hooks(firstiter, counting)
+    try:
+        for _ in range(10):
+            call = stub.Process(metadata=one_message, timeout=STREAM_DEADLINE)
+            await asyncio.wait_for(call.write(standalone_request(REQUEST_BODIES[2])), STEP_TIMEOUT)
+            reply = await asyncio.wait_for(call.read(), STEP_TIMEOUT)
+            assert reply.WhichOneof("response") == "request_body"
+            assert await asyncio.wait_for(call.read(), STEP_TIMEOUT) is grpc.aio.EOF
+            assert await asyncio.wait_for(call.code(), STEP_TIMEOUT) is grpc.StatusCode.OK
+
+            call = stub.Process(metadata=on_stream, timeout=STREAM_DEADLINE)
+            await asyncio.wait_for(call.write(standalone_request(REQUEST_BODIES[0])), STEP_TIMEOUT)
+            reply = await asyncio.wait_for(call.read(), STEP_TIMEOUT)
+            meta = reply.dynamic_metadata.fields[PLAN_NAMESPACE].struct_value.fields
+            assert set(meta) == {"respond"} and not reply.request_body.response.clear_route_cache
+            answer = standalone_response("200", "", 0)[0]
+            answer.ClearField("metadata_context")
+            await asyncio.wait_for(call.write(answer), STEP_TIMEOUT)
+            reply = await asyncio.wait_for(call.read(), STEP_TIMEOUT)
+            body = orjson.loads(reply.response_body.response.body_mutation.body)
+            assert [len(item["embedding"]) for item in body["data"]] == [256, 256]
+            assert await asyncio.wait_for(call.read(), STEP_TIMEOUT) is grpc.aio.EOF
+            assert await asyncio.wait_for(call.code(), STEP_TIMEOUT) is grpc.StatusCode.OK
+        await asyncio.sleep(0.2)  # a finalizer runs once the server drops the call
+        gc.collect()
+    finally:
+        sys.set_asyncgen_hooks(firstiter, finalizer)
+    assert "_async_message_receiver" not in finalized, finalized
+
+
+async def test_what_the_server_loaded_is_out_of_the_collectors_reach(server: Server) -> None:
+    """serve() freezes the objects that live as long as the process (modules, policy,
+    gRPC's and prometheus' objects), so full collections no longer scan them."""
+    assert gc.get_freeze_count() > 10_000

@@ -10,6 +10,8 @@ Matryoshka, and counts Envoy's ext_proc messages.
 from __future__ import annotations
 
 import re
+import signal
+import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -25,7 +27,7 @@ from extproc.core.policy import load_policy_text
 from extproc.core.request_rewrite import Forward, rewrite_request
 from extproc.core.response_rewrite import rewrite_response
 from tests.fake_upstream import FakeUpstream
-from tests.harness import Gateway, http, start_gateway
+from tests.harness import Gateway, http, metric_value, start_gateway
 
 MODEL = "Qwen/Qwen3-Embedding-0.6B"
 NATIVE = 1024
@@ -319,3 +321,81 @@ def test_native_path_refuses_like_the_emulated_one(
     assert got.status == want.status == 400
     assert got.json() == want.json()
     assert msgs_sent(native_gw) - before <= 2  # answered from the request phase
+
+
+# -- a policy reloaded after standalone.yaml's precheck was rendered ----------------------
+
+
+def ext_proc_counts(gw: Gateway) -> tuple[int, int]:
+    """(streams started, messages sent) by the listener's ext_proc filters."""
+    match = ADMIN.search(gw.ready_line)
+    assert match, gw.ready_line
+    url = f"http://127.0.0.1:{match.group(1)}/stats?format=json&filter=ext_proc"
+    stats = {s["name"]: int(s.get("value", 0)) for s in http("GET", url).json()["stats"]}
+    return (
+        stats.get("http.embeddings.ext_proc.streams_started", 0),
+        stats.get("http.embeddings.ext_proc.stream_msgs_sent", 0),
+    )
+
+
+def reload_now(gw: Gateway, path: Path, text: str) -> None:
+    """Make ``text`` the running policy: written, SIGHUP, waited for."""
+
+    def reloaded() -> float:
+        body = http("GET", f"{gw.metrics_url}/metrics").body.decode()
+        return metric_value(body, "extproc_policy_reloads_total", outcome="reloaded")
+
+    before = reloaded()
+    path.write_text(text)
+    gw.process.send_signal(signal.SIGHUP)
+    deadline = time.monotonic() + 15
+    while reloaded() <= before:
+        assert time.monotonic() < deadline, f"no reload within 15 s:\n{gw.log()}"
+        time.sleep(0.1)
+
+
+@pytest.mark.parametrize(
+    "started_native", [True, False], ids=["native-then-emulated", "emulated-then-native"]
+)
+def test_a_stale_precheck_still_gets_the_right_answer(
+    started_native: bool, matryoshka_vllm: FakeUpstream, qwen_dir: Path, tmp_path: Path
+) -> None:
+    """`extproc run` renders the precheck's markers from the policy it starts with. A
+    reload that needs another list is served right, only at another cost: a marker
+    missing (started native: no precheck at all) sends each cut to the second-stream
+    path; a marker no longer needed (started emulated) sends the request to the
+    one-stream route, where the server ends the stream after the request reply."""
+    path = tmp_path / "policy.yaml"
+    path.write_text(policy_yaml(native=started_native))
+    gw = start_gateway(
+        matryoshka_vllm.url,
+        tmp_path,
+        config=path,
+        tokenizer_overrides=f"{MODEL}={qwen_dir}",
+        extra_args=[
+            "--envoy-template",
+            str(Path(__file__).parents[1] / "envoy" / "standalone.yaml"),
+        ],
+    )
+    try:
+        reload_now(gw, path, policy_yaml(native=not started_native))
+        body = {"model": MODEL, "input": DOCS, "dimensions": 128}
+        for _ in range(3):
+            matryoshka_vllm.reset()
+            before = ext_proc_counts(gw)
+            reply = gw.embeddings(body)
+            streams, messages = (a - b for a, b in zip(ext_proc_counts(gw), before, strict=True))
+            assert reply.status == 200, reply.body
+            got = vectors(reply.json())
+            assert got.shape == (len(DOCS), 128)
+            np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-6)
+            (received,) = matryoshka_vllm.received
+            forwarded = orjson.loads(received.body).get("dimensions")
+            if started_native:  # now emulated, no marker: the gateway cut, on two streams
+                assert forwarded is None
+                assert (streams, messages) == (2, 2)
+            else:  # now native, an extra marker: the upstream cut, on one stream
+                assert forwarded == 128
+                assert streams == 1 and messages in (1, 2)
+    finally:
+        assert gw.stop() == 0, gw.log()

@@ -919,6 +919,20 @@ def test_null_means_absent_and_is_never_forwarded(
             ("'k'",),
             id="nested-key-twice",
         ),
+        pytest.param(
+            # Colons in the text: the check cannot stop at counting ':' bytes.
+            b'{"model":"%s","input":"at 10:30: go","extra":1,"extra":2}' % MODEL.encode(),
+            None,
+            ("extra", "more than once"),
+            id="repeat-with-colons-in-text",
+        ),
+        pytest.param(
+            # An escaped colon makes up, in the count, for the ':' of the dropped copy.
+            b'{"model":"%s","input":"a","extra":1,"extra":"\\u003a"}' % MODEL.encode(),
+            None,
+            ("extra", "more than once"),
+            id="repeat-hidden-by-an-escaped-colon",
+        ),
     ],
 )
 def test_repeated_keys_are_400(
@@ -937,9 +951,14 @@ def test_repeated_keys_are_400(
         pytest.param(req(input="time: 10:30, url: http://x"), id="colons-in-text"),
         pytest.param(req(input=["input", "model"], user="input:model"), id="key-names-in-text"),
         pytest.param(req(nvext={"a": {"a": 1}, "b": [{"a": 2}]}), id="same-key-other-objects"),
+        pytest.param(req(input="a\u003ab", **{"k:": "v:"}), id="colons-in-keys"),
+        pytest.param(
+            b'{"model":"%s","input":"\\u003a:","x":"\\u003A"}' % MODEL.encode(),
+            id="escaped-colons",
+        ),
     ],
 )
-def test_no_false_repeated_keys(body: dict[str, Any], qwen_contract: Contract) -> None:
+def test_no_false_repeated_keys(body: dict[str, Any] | bytes, qwen_contract: Contract) -> None:
     assert run(body, qwen_contract).plan.model == MODEL
 
 

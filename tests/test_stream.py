@@ -16,6 +16,7 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
 from google.protobuf import struct_pb2
 
 from extproc.core.contract import Contract
+from extproc.core.plan import ResponsePlan
 from extproc.service.stream import ExtProcStream, Phase
 
 MODEL = "Qwen/Qwen3-Embedding-0.6B"
@@ -182,6 +183,76 @@ def test_unchanged_body_passes_with_an_empty_reply(stream: ExtProcStream) -> Non
     assert len(common.header_mutation.set_headers) == 0
     assert stream.plan is not None and stream.plan.input_count == 2
     assert stream.phase is Phase.AWAIT_RESPONSE_HEADERS
+
+
+def plan_metadata(reply: ep.ProcessingResponse) -> dict[str, Any]:
+    fields = reply.dynamic_metadata.fields
+    if "embgw" not in fields:
+        return {}
+    return {k: v.string_value for k, v in fields["embgw"].struct_value.fields.items()}
+
+
+def test_a_rewrite_on_a_second_stream_gets_the_plan_and_a_reroute(
+    stream: ExtProcStream,
+) -> None:
+    """Rule 3, standalone.yaml's fallback: the response comes on another stream."""
+    reply = stream.handle(request_body(DIMS))
+    meta = plan_metadata(reply)
+    assert meta["respond"] == "rewrite"
+    assert ResponsePlan.from_json(meta["plan"]) == stream.plan
+    assert reply.request_body.response.clear_route_cache
+
+
+def test_a_rewrite_on_the_one_stream_route_gets_only_the_cue(qwen_contract: Contract) -> None:
+    """Rule 3: the one-stream route says the response comes on this stream, so the
+    reply carries no plan and no re-route, only the Lua filter's cue."""
+    stream = ExtProcStream(contract=qwen_contract, response_on_stream=True)
+    reply = stream.handle(request_body(DIMS))
+    assert plan_metadata(reply) == {"respond": "rewrite"}
+    assert not reply.request_body.response.clear_route_cache
+    assert stream.response_follows
+    # The answer on the same stream is the one the second stream would give.
+    rows = unit_rows(2)
+    answer = stream.handle(skipped_headers_body(b64_body(rows), 200))
+    doc = orjson.loads(answer.response_body.response.body_mutation.body)
+    assert [len(item["embedding"]) for item in doc["data"]] == [256, 256]
+    assert status_metadata(answer) == "200"
+
+
+def test_a_rewrite_on_the_whole_exchange_needs_no_metadata(qwen_contract: Contract) -> None:
+    """Rule 3, the one-filter shape: its stream sees the whole exchange, so the
+    response headers come on it too; no metadata, no re-route."""
+    stream = ExtProcStream(contract=qwen_contract, whole_exchange=True)
+    stream.handle(request_headers({":path": "/v1/embeddings", ":method": "POST"}))
+    reply = stream.handle(request_body(DIMS))
+    assert not reply.HasField("dynamic_metadata")
+    assert not reply.request_body.response.clear_route_cache
+    assert stream.handle(response_headers(200)).mode_override.response_body_mode == BUFFERED
+
+
+def test_a_rewrite_after_request_headers_on_standalone_gets_the_plan(
+    stream: ExtProcStream,
+) -> None:
+    """Rule 3, standalone.yaml's route for large bodies: it sends the request headers
+    (to admit the body first) but the response comes on a second stream, so the plan
+    and the re-route are needed as on any other standalone route."""
+    stream.handle(request_headers({":path": "/v1/embeddings", ":method": "POST"}))
+    reply = stream.handle(request_body(DIMS))
+    meta = plan_metadata(reply)
+    assert meta["respond"] == "rewrite"
+    assert ResponsePlan.from_json(meta["plan"]) == stream.plan
+    assert reply.request_body.response.clear_route_cache
+
+
+def test_no_metadata_when_the_response_needs_nothing(qwen_contract: Contract) -> None:
+    for stream in (
+        ExtProcStream(contract=qwen_contract),
+        ExtProcStream(contract=qwen_contract, response_on_stream=True),
+    ):
+        reply = stream.handle(request_body(QUERY))
+        assert not reply.HasField("dynamic_metadata")
+        assert not reply.request_body.response.clear_route_cache
+        assert not stream.response_follows
 
 
 @pytest.mark.parametrize(

@@ -65,3 +65,22 @@ def test_head_property(
     (head,) = tokenizer.encode_heads([text], 256)
     assert head == whole[: len(head)]
     assert len(head) >= min(256, len(whole))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    texts=st.lists(
+        st.text(max_size=12) | st.text(st.characters(max_codepoint=127), max_size=12), max_size=6
+    ),
+    budget=st.integers(min_value=0, max_value=12),
+)
+def test_uncertain_texts_are_those_not_certain_to_fit(
+    texts: list[str], budget: int, tokenizer: ModelTokenizer, raw: Tokenizer
+) -> None:
+    """The batch check (ASCII by its length) agrees with the one-text check, and a
+    text it lets through really is within the budget."""
+    uncertain = tokenizer.uncertain(texts, budget)
+    assert uncertain == [i for i, t in enumerate(texts) if not tokenizer.certainly_fits(t, budget)]
+    for i, text in enumerate(texts):
+        if i not in uncertain:
+            assert len(raw.encode(text, add_special_tokens=False).ids) <= budget

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import ipaddress
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib.resources import files
@@ -45,6 +46,10 @@ def template_path(name: str) -> Path:
 
 
 DEFAULT_TEMPLATE = template_path("standalone.yaml")
+# standalone.yaml's Lua filter that picks the one-stream route, and the line of its
+# code that lists what it searches request bodies for.
+PRECHECK_FILTER = "precheck"
+_MARKERS_LINE = re.compile(r"^(?P<indent>[ \t]*)local markers = \{.*\}$", re.M)
 # The route every non-embeddings request takes, and where --legacy points it.
 PASSTHROUGH_ROUTE = "passthrough"
 LEGACY_CLUSTER = "legacy"
@@ -112,6 +117,7 @@ def render(
                 route["request_body_buffer_limit"] = policy.limits.max_request_bytes
             if "route" in route:
                 route["route"]["timeout"] = f"{settings.upstream_timeout_s:g}s"
+    render_precheck(hcm, policy.response_markers())
     for http_filter in hcm["http_filters"]:
         typed = http_filter.get("typed_config", {})
         if typed.get("@type", "").endswith(".ext_proc.v3.ExternalProcessor"):
@@ -136,6 +142,45 @@ def render(
     if settings.legacy is not None:
         return with_legacy(config, settings.legacy)
     return config
+
+
+def render_precheck(hcm: dict[str, Any], markers: tuple[str, ...]) -> None:
+    """Point the ``precheck`` filter (if the template has one) at the policy's
+    response markers (``GatewayPolicy.response_markers``), in place.
+
+    With no marker the filter goes, with its per-route entries: nothing could send a
+    request to the one-stream route, and a marker the policy does not need would only
+    send requests there whose response needs nothing, which Envoy may then hand to
+    the server although it has ended the stream (one message more). A policy reloaded
+    later may need other markers; the list rendered at start stays correct, only
+    costlier: a missing marker sends its rewrites to the second-stream path
+    (envoy/standalone.yaml, step 3), an extra one costs at most that message.
+    """
+    filters = hcm.get("http_filters", [])
+    precheck = next((f for f in filters if f.get("name") == PRECHECK_FILTER), None)
+    if precheck is None:
+        return
+    if not markers:
+        hcm["http_filters"] = [f for f in filters if f is not precheck]
+        for vhost in hcm.get("route_config", {}).get("virtual_hosts", []):
+            for route in vhost.get("routes", []):
+                per_filter = route.get("typed_per_filter_config", {})
+                per_filter.pop(PRECHECK_FILTER, None)
+        return
+    # A template of another version without the markers line keeps its own list
+    # (correct, only costlier, as above).
+    source = precheck["typed_config"]["default_source_code"]
+    listed = ", ".join(_lua_string(marker) for marker in markers)
+    source["inline_string"] = _MARKERS_LINE.sub(
+        lambda m: f"{m.group('indent')}local markers = {{{listed}}}", source["inline_string"], 1
+    )
+
+
+def _lua_string(text: str) -> str:
+    # Markers are field names; anything else would need Lua escaping.
+    if not re.fullmatch(r"[A-Za-z0-9_]+", text):
+        raise ValueError(f"not a field name: {text!r}")
+    return f'"{text}"'
 
 
 def with_legacy(config: dict[str, Any], legacy: Upstream) -> dict[str, Any]:

@@ -54,9 +54,14 @@ def parse_embeddings_body(
     if not all(isinstance(item, dict) for item in data):
         raise BadVectorsError("an item of 'data' is not an object")
     indices = [item.get("index") for item in data]
-    if not all(type(i) is int for i in indices) or sorted(indices) != list(range(len(data))):
+    in_order = list(range(len(data)))
+    if not all(type(i) is int for i in indices):
         raise BadVectorsError(f"its 'index' values are not 0 to {len(data) - 1}, each once")
-    items: list[dict[str, Any]] = sorted(data, key=lambda item: int(item["index"]))
+    items: list[dict[str, Any]] = data  # the usual case: already in 'index' order
+    if indices != in_order:
+        if sorted(indices) != in_order:
+            raise BadVectorsError(f"its 'index' values are not 0 to {len(data) - 1}, each once")
+        items = sorted(data, key=lambda item: int(item["index"]))
     embeddings = [item.get("embedding") for item in items]
     width = dimensions if dimensions is not None else _first_width(embeddings)
     vectors = decode_rows(embeddings, width)

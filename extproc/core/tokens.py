@@ -125,6 +125,17 @@ class ModelTokenizer:
     def special_count(self) -> int:
         return len(self.prepend_ids) + len(self.append_ids)
 
+    def uncertain(self, texts: Sequence[str], budget: int) -> list[int]:
+        """Positions of the ``texts`` that :meth:`certainly_fits` cannot vouch for."""
+        if not self._byte_bounded:
+            return list(range(len(texts)))
+        # ASCII text is its own UTF-8 and already NFC: its length is the bound.
+        return [
+            i
+            for i, text in enumerate(texts)
+            if (len(text) > budget if text.isascii() else not self.certainly_fits(text, budget))
+        ]
+
     def certainly_fits(self, text: str, budget: int) -> bool:
         """True when ``text`` cannot exceed ``budget`` tokens, without tokenizing it.
 

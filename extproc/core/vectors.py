@@ -15,6 +15,7 @@ import pybase64
 
 FloatMatrix = npt.NDArray[np.float32]
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
+_LITTLE_ENDIAN_F32 = np.dtype("<f4")
 
 
 class BadVectorsError(ValueError):
@@ -34,7 +35,7 @@ def decode_rows(items: list[object], native: int) -> FloatMatrix:
                 raise BadVectorsError(
                     f"embedding {row} has {len(raw) // 4} values, expected {native}"
                 )
-            out[row] = np.frombuffer(raw, dtype="<f4")
+            out[row] = np.frombuffer(raw, dtype=_LITTLE_ENDIAN_F32)
         elif isinstance(item, list):
             if len(item) != native:
                 raise BadVectorsError(f"embedding {row} has {len(item)} values, expected {native}")
@@ -67,11 +68,15 @@ def truncate_renormalise(matrix: FloatMatrix, dimensions: int) -> FloatMatrix:
     # Norms in float64: float32 squares overflow past ~1e19 and underflow below ~1e-23,
     # which would give all-zero rows or leave rows un-normalised.
     norms = np.sqrt(np.einsum("ij,ij->i", head, head, dtype=np.float64))[:, None]
-    if np.all((norms == 0) | ((norms > 1e-30) & (norms < 1e30))):
+    if head.size and norms.min() > 1e-30 and norms.max() < 1e30:
         # The usual case: every norm is a normal float32, and dividing in float32 is
-        # ~3x faster than in float64.
+        # ~3x faster than in float64 (two reductions instead of five array passes).
+        head /= norms.astype(np.float32)
+        return head
+    if np.all((norms == 0) | ((norms > 1e-30) & (norms < 1e30))):
+        # Some all-zero rows (they stay zero), the others as above.
         norms32 = norms.astype(np.float32)
-        np.divide(head, norms32, out=head, where=norms32 > 0)  # an all-zero row stays zero
+        np.divide(head, norms32, out=head, where=norms32 > 0)
         return head
     out = np.zeros(head.shape, dtype=np.float64)
     np.divide(head, norms, out=out, where=norms > 0)

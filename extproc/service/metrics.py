@@ -1,8 +1,15 @@
 """Prometheus metrics. Label values come from fixed sets only (never from client
-input: no model names, no text), so cardinality stays bounded."""
+input: no model names, no text), so cardinality stays bounded.
+
+The per-request paths go through the functions at the end of this file, which look
+each labelled child up once (prometheus_client's ``labels()`` takes a lock and builds
+its key on every call: ~2 us, several times per request); a series still appears in
+the output only once it has been counted.
+"""
 
 from __future__ import annotations
 
+import functools
 import time
 
 from prometheus_client import Counter, Gauge, Histogram
@@ -92,21 +99,48 @@ POLICY_ENVOY_LIMITS_STALE = Gauge(
 )
 
 
+# Labelled children, each looked up once (the label sets are fixed, so these stay small).
+_requests = functools.cache(REQUESTS.labels)
+_rejections = functools.cache(REJECTIONS.labels)
+_rewrites = functools.cache(REWRITES.labels)
+_upstream_responses = functools.cache(UPSTREAM_RESPONSES.labels)
+_responses_rewritten = functools.cache(RESPONSES_REWRITTEN.labels)
+_anomalies = functools.cache(STREAM_ANOMALIES.labels)
+_processing_seconds = functools.cache(PROCESSING_SECONDS.labels)
+
+
 def record_forward(stats: RequestStats, *, rewritten: bool) -> None:
-    REQUESTS.labels("rewritten" if rewritten else "passthrough").inc()
+    _requests("rewritten" if rewritten else "passthrough").inc()
     if stats.prompted:
-        REWRITES.labels("instruction").inc()
+        _rewrites("instruction").inc()
     if stats.truncated_inputs:
-        REWRITES.labels("truncation").inc()
+        _rewrites("truncation").inc()
         TOKENS_CUT.inc(stats.tokens_cut)
     if stats.dimensions_emulated:
-        REWRITES.labels("dimensions").inc()
+        _rewrites("dimensions").inc()
     if stats.fields_stripped:
-        REWRITES.labels("fields_stripped").inc()
+        _rewrites("fields_stripped").inc()
+
+
+def record_rejection(status: int, param: str | None) -> None:
+    _requests("rejected").inc()
+    _rejections(str(status), param or "-").inc()
+
+
+def count_upstream_response(status_class: str) -> None:
+    _upstream_responses(status_class).inc()
+
+
+def count_response_rewritten(kind: str) -> None:
+    _responses_rewritten(kind).inc()
+
+
+def count_anomaly(message: str) -> None:
+    _anomalies(message).inc()
 
 
 def observe_phase(phase: str, started: float) -> None:
-    PROCESSING_SECONDS.labels(phase).observe(time.perf_counter() - started)
+    _processing_seconds(phase).observe(time.perf_counter() - started)
 
 
 def observe_total(started: float) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import signal
 from collections.abc import Callable
@@ -73,6 +74,11 @@ async def serve(
         start_http_server(metrics_port, addr=metrics_host)
 
     await server.start()
+    # Everything loaded so far (modules, the policy, tokenizers' wrappers, gRPC's and
+    # prometheus' objects: ~44,000 tracked) lives as long as the process. Moved out of
+    # the cyclic collector's reach, it is not scanned again by each full collection,
+    # which took ~15-20 ms about every 7,000 rewrites at c=16 here.
+    gc.freeze()
     for service in ("", PROCESSOR_SERVICE):
         await health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
     log.info(

@@ -39,6 +39,9 @@ log = logging.getLogger("extproc.service.servicer")
 # (envoy/standalone.yaml's), besides the request headers that precede the body on
 # its route for large or unsized bodies.
 ONE_MESSAGE_METADATA = "x-embgw-one-message"
+# gRPC metadata a route adds when the response body comes on the same stream as the
+# request body (standalone.yaml's one-stream route; stream.py, rule 3).
+RESPONSE_ON_STREAM_METADATA = "x-embgw-response-on-stream"
 
 # Bodies above this are processed in a worker thread so that one huge request
 # (parse + tokenize) does not stall every other stream on the event loop.
@@ -64,7 +67,10 @@ class ExternalProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc
     ) -> AsyncIterator[ep.ProcessingResponse]:
         # Taken once: a policy reloaded while this stream runs applies to later ones.
         stream = ExtProcStream(self._contracts.current)
-        one_message = _carries_one_message(context)
+        one_message, stream.response_on_stream = _stream_marks(context)
+        # Only single-filter.yaml's streams carry no one-message mark: there one stream
+        # sees the whole exchange, the rewritten response included (stream.py rule 3).
+        stream.whole_exchange = not one_message
         # The request's share of the admission budget, held until this stream ends:
         # with standalone.yaml the request stream of a rewrite stays open until the
         # response's stream is done, so the answer's work is covered too.
@@ -73,7 +79,8 @@ class ExternalProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc
         metrics.ACTIVE_STREAMS.inc()
         self.active_streams += 1
         try:
-            async for request in request_iterator:
+            requests = aiter(request_iterator)
+            async for request in requests:
                 size = _body_size(request)
                 kind = request.WhichOneof("request")
                 if kind == "request_body":
@@ -98,6 +105,7 @@ class ExternalProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc
                     # end in every config: with single-filter.yaml a response left as it
                     # is then streams past the closed processor, as Envoy does after a
                     # server close.
+                    await _close(requests)
                     break
         finally:
             self._idle_trim.note(ticket.cost)
@@ -188,7 +196,7 @@ class ExternalProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc
                 type(exc).__name__,
                 _frames(exc) if log.isEnabledFor(logging.DEBUG) else "",
             )
-            metrics.STREAM_ANOMALIES.labels("internal_error").inc()
+            metrics.count_anomaly("internal_error")
             error = ApiError(
                 500,
                 "The gateway failed to process this request.",
@@ -214,11 +222,30 @@ def _frames(exc: BaseException) -> str:
     return "\n" + "".join(traceback.format_tb(exc.__traceback__)).rstrip()
 
 
-def _carries_one_message(context: grpc.aio.ServicerContext[Any, Any]) -> bool:
-    """envoy/standalone.yaml's filters send one message per stream and say so in the
-    stream's gRPC metadata; other configs (single-filter.yaml) send several."""
-    metadata = context.invocation_metadata() or ()
-    return any(key == ONE_MESSAGE_METADATA and value == "1" for key, value in metadata)
+def _stream_marks(context: grpc.aio.ServicerContext[Any, Any]) -> tuple[bool, bool]:
+    """(one message, response on this stream) from the stream's gRPC metadata.
+
+    envoy/standalone.yaml's filters send one message per stream and say so; its
+    one-stream route says that the response body follows on the same stream (the
+    one message plus, when the response must change, the response's). Other configs
+    (single-filter.yaml) send several messages and set neither."""
+    one_message = response_on_stream = False
+    for key, value in context.invocation_metadata() or ():
+        if value == "1":
+            if key == ONE_MESSAGE_METADATA:
+                one_message = True
+            elif key == RESPONSE_ON_STREAM_METADATA:
+                response_on_stream = True
+    return one_message, response_on_stream
+
+
+async def _close(requests: AsyncIterator[ep.ProcessingRequest]) -> None:
+    """Close grpc.aio's request generator (what its iterator hands out) when leaving
+    it before its end. Left suspended, asyncio's async-generator finalizer would close
+    it: a thread-safe callback (a self-pipe write) and a task, per stream."""
+    aclose = getattr(requests, "aclose", None)
+    if aclose is not None:
+        await aclose()
 
 
 def _body_size(request: ep.ProcessingRequest) -> int:

@@ -37,9 +37,16 @@ Rules (Envoy 1.40, verified live; the Envoy behaviour they rely on: docs/envoy-f
    expands past the decoder's bound: extproc/core/request_coding.py). A client
    mistake is an ``immediate_response`` (4xx envelope) and the stream is DONE:
    nothing reaches the upstream. Otherwise the reply carries the new body (with
-   its content-length) and the stream remembers the :class:`ResponsePlan`; if the
-   response must change, the reply also writes the plan as dynamic metadata and
-   clears the route cache (so standalone.yaml re-routes to its rewrite route).
+   its content-length) and the stream remembers the :class:`ResponsePlan`. If the
+   response must change and will come on another stream (standalone.yaml, when its
+   precheck missed the rewrite or did not run: its route for large bodies), the
+   reply also writes the plan as dynamic metadata and clears the route cache, so
+   Envoy re-routes to the rewrite route. When it comes on this stream (the one-filter
+   shape, whose streams carry no one-message mark, or standalone.yaml's one-stream
+   route, whose ``ExtProcPerRoute`` adds the gRPC
+   metadata ``x-embgw-response-on-stream: 1``), neither is needed: the one-stream
+   route's reply carries only ``embgw.respond``, the cue for the Lua filter that
+   holds the response headers (rule 5b).
 4. On the response headers the gateway decides whether it needs the body: for any
    non-2xx, or a 2xx whose vectors must change. If so, it sets ``mode_override``
    to BUFFERED (both body modes restated: Envoy takes them literally); if not, the
@@ -73,6 +80,7 @@ Rules (Envoy 1.40, verified live; the Envoy behaviour they rely on: docs/envoy-f
 from __future__ import annotations
 
 import enum
+import functools
 import math
 import time
 from dataclasses import dataclass, field
@@ -82,6 +90,7 @@ from envoy.config.core.v3 import base_pb2
 from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
 from envoy.type.v3 import http_status_pb2
+from google.protobuf import struct_pb2
 
 from extproc.core.contract import Contract
 from extproc.core.errors import ApiError
@@ -113,6 +122,8 @@ RESPONSE_CODE_ATTR = "response.code"
 LOCAL_REPLY_DETAILS = "extproc_gateway_answer"  # marks our immediate responses
 
 _BUFFERED = processing_mode_pb2.ProcessingMode.BUFFERED
+# The fields of a message's attribute Struct (a protobuf map of name -> Value), or None.
+_Attributes = Any
 
 
 class Phase(enum.Enum):
@@ -139,6 +150,16 @@ class ExtProcStream:
     body_expected: bool = False
     declared_length: int | None = None
     started: float = field(default_factory=time.perf_counter)
+    # Rule 3, set by the servicer from the stream's gRPC metadata. whole_exchange: the
+    # filter sends this stream the whole exchange (single-filter.yaml, whose streams
+    # carry no one-message mark), so a rewritten response comes on it and needs
+    # neither plan metadata nor re-route nor cue. response_on_stream: standalone.yaml's
+    # one-stream route, where the response comes on this stream too and the reply
+    # carries only the cue for the Lua filter that holds the response headers. Neither
+    # (standalone.yaml's other routes, its route for large bodies, which sends the
+    # request headers, included): the plan goes as metadata, with a re-route.
+    whole_exchange: bool = False
+    response_on_stream: bool = False
 
     @property
     def decided(self) -> bool:
@@ -163,20 +184,20 @@ class ExtProcStream:
 
     def handle(self, request: ep.ProcessingRequest) -> ep.ProcessingResponse:
         kind = request.WhichOneof("request")
-        self._read_attributes(request)
-        if kind == "request_headers":
-            return self._on_request_headers(request.request_headers)
+        attributes = self._read_attributes(request)
         if kind == "request_body":
             return self._on_request_body(request.request_body)
-        if kind == "response_headers":
-            return self._on_response_headers(request.response_headers, request)
         if kind == "response_body":
-            return self._on_response_body(request.response_body, request)
+            return self._on_response_body(request.response_body, attributes)
+        if kind == "request_headers":
+            return self._on_request_headers(request.request_headers)
+        if kind == "response_headers":
+            return self._on_response_headers(request.response_headers, attributes)
         if kind == "request_trailers":
             return ep.ProcessingResponse(request_trailers=ep.TrailersResponse())
         if kind == "response_trailers":
             return ep.ProcessingResponse(response_trailers=ep.TrailersResponse())
-        metrics.STREAM_ANOMALIES.labels("unknown_message").inc()
+        metrics.count_anomaly("unknown_message")
         return ep.ProcessingResponse()
 
     # -- request phase ---------------------------------------------------------
@@ -235,29 +256,34 @@ class ExtProcStream:
         metrics.record_forward(forward.stats, rewritten=forward.upstream_body is not None)
         self.plan = forward.plan
         self.phase = Phase.AWAIT_RESPONSE_HEADERS
-        reply = ep.ProcessingResponse(request_body=ep.BodyResponse())
+        reply = ep.ProcessingResponse()
+        reply.request_body.SetInParent()  # an empty reply must still name its kind
         common = reply.request_body.response  # a reference: protobuf copies on construction
-        if forward.plan.needs_response:
-            # Route the request to where the response filter runs, and hand it the
-            # plan (envoy/standalone.yaml, step 3).
-            reply.dynamic_metadata.update(
-                {PLAN_NAMESPACE: {"respond": "rewrite", "plan": forward.plan.to_json()}}
-            )
-            common.clear_route_cache = True
-            # Envoy (route_cache_action DEFAULT) honours clear_route_cache only in a
-            # reply that mutates headers: a body checked but not changed
-            # (check_responses) has none of its own, so state the JSON content type.
-            _set(common.header_mutation, "content-type", "application/json")
         if forward.upstream_body is not None:
             common.body_mutation.body = forward.upstream_body
-            _set(common.header_mutation, "content-length", str(len(forward.upstream_body)))
-            _set(common.header_mutation, "content-type", "application/json")
+            mutation = common.header_mutation
+            _set(mutation, "content-length", str(len(forward.upstream_body)))
+            mutation.set_headers.append(_JSON_CONTENT_TYPE)
+        if forward.plan.needs_response and not self.whole_exchange:
+            if self.response_on_stream:
+                reply.dynamic_metadata.CopyFrom(_RESPOND_ON_STREAM)
+            else:
+                # Route the request to where the response filter runs, and hand it the
+                # plan (envoy/standalone.yaml, step 3).
+                reply.dynamic_metadata.update(
+                    {PLAN_NAMESPACE: {"respond": "rewrite", "plan": forward.plan.to_json()}}
+                )
+                common.clear_route_cache = True
+                if forward.upstream_body is None:
+                    # Envoy (route_cache_action DEFAULT) honours clear_route_cache only
+                    # in a reply that mutates headers: a body checked but not changed
+                    # (check_responses) has none of its own, so state the content type.
+                    common.header_mutation.set_headers.append(_JSON_CONTENT_TYPE)
         metrics.observe_phase("request", started)
         return reply
 
     def _reject(self, error: ApiError) -> ep.ProcessingResponse:
-        metrics.REQUESTS.labels("rejected").inc()
-        metrics.REJECTIONS.labels(str(error.status), error.param or "-").inc()
+        metrics.record_rejection(error.status, error.param)
         self.phase = Phase.DONE
         return ep.ProcessingResponse(
             immediate_response=immediate_response(error.status, error.envelope())
@@ -277,7 +303,7 @@ class ExtProcStream:
     # -- response phase --------------------------------------------------------
 
     def _on_response_headers(
-        self, headers: ep.HttpHeaders, request: ep.ProcessingRequest
+        self, headers: ep.HttpHeaders, attributes: _Attributes
     ) -> ep.ProcessingResponse:
         neutral = ep.ProcessingResponse(response_headers=ep.HeadersResponse())
         if self.phase not in (Phase.AWAIT_RESPONSE_HEADERS, Phase.AWAIT_REQUEST):
@@ -287,14 +313,14 @@ class ExtProcStream:
             status = int(values.get(":status", "0"))
         except ValueError:
             status = 0
-        if self._decide(status, request) is Phase.PASS_THROUGH:
+        if self._decide(status, attributes) is Phase.PASS_THROUGH:
             return neutral
         if headers.end_of_stream:
             answer = rewrite_response(self.plan, status, b"")
             self.phase = Phase.DONE
             if answer is None:
                 return neutral
-            metrics.RESPONSES_REWRITTEN.labels("error_envelope").inc()
+            metrics.count_response_rewritten("error_envelope")
             return ep.ProcessingResponse(
                 immediate_response=immediate_response(answer.status, answer.body)
             )
@@ -309,9 +335,10 @@ class ExtProcStream:
         return neutral
 
     def _on_response_body(
-        self, body: ep.HttpBody, request: ep.ProcessingRequest
+        self, body: ep.HttpBody, attributes: _Attributes
     ) -> ep.ProcessingResponse:
-        neutral = ep.ProcessingResponse(response_body=ep.BodyResponse())
+        neutral = ep.ProcessingResponse()
+        neutral.response_body.SetInParent()
         if self.phase is Phase.PASS_THROUGH:
             # Configs that always buffer the response (the benchmark's naive one)
             # send it even though the headers decided nothing changes.
@@ -320,7 +347,7 @@ class ExtProcStream:
         if headers_skipped:
             # Rule 5b: the response headers were skipped (standalone.yaml); the status
             # came as an attribute of this message.
-            decided = self._take_status_attribute(request)
+            decided = self._take_status_attribute(attributes)
             if decided is None:
                 return self._anomaly("response_body", neutral)
             if decided is Phase.PASS_THROUGH:
@@ -335,39 +362,39 @@ class ExtProcStream:
         if answer is None:
             return neutral
         kind = "vectors" if is_success(answer.status) else "error_envelope"
-        metrics.RESPONSES_REWRITTEN.labels(kind).inc()
+        metrics.count_response_rewritten(kind)
         reply = ep.ProcessingResponse()
         _replace_body(reply.response_body.response, answer)  # in place: no body copies
         if headers_skipped:
             # Envoy ignores header mutations here (it never had the headers): the
             # status travels as metadata to standalone.yaml's Lua filter, which holds
             # the headers until this body is rewritten and then applies it.
-            reply.dynamic_metadata.update({PLAN_NAMESPACE: {"status": str(answer.status)}})
+            reply.dynamic_metadata.CopyFrom(_status_metadata(answer.status))
         return reply
 
-    def _take_status_attribute(self, request: ep.ProcessingRequest) -> Phase | None:
+    def _take_status_attribute(self, attributes: _Attributes) -> Phase | None:
         """Rule 4's decision from the ``response.code`` attribute (headers skipped):
         the new phase (AWAIT_RESPONSE_BODY: rewrite it; PASS_THROUGH: leave it), or
         None when the attribute is missing or unusable."""
-        code = _attribute(request, RESPONSE_CODE_ATTR)
+        code = _attribute(attributes, RESPONSE_CODE_ATTR)
         # Three ASCII digits only: "²".isdigit() is true and int() refuses it, as it
         # refuses 4,301 digits.
         if code is None or not (code.isascii() and code.isdigit() and len(code) == 3):
             return None
-        return self._decide(int(code), request)
+        return self._decide(int(code), attributes)
 
-    def _decide(self, status: int, request: ep.ProcessingRequest) -> Phase:
+    def _decide(self, status: int, attributes: _Attributes) -> Phase:
         """Rule 4, from the response headers or the status attribute: PASS_THROUGH
         (leave the response as it is) or AWAIT_RESPONSE_BODY (it must be seen)."""
         self.upstream_status = status
-        details = _attribute(request, CODE_DETAILS_ATTR)
+        details = _attribute(attributes, CODE_DETAILS_ATTR)
         if details is not None and details != "via_upstream":
             # Envoy's own local reply (413, 503, 504...): local_reply_config already
             # gave it the envelope.
-            metrics.UPSTREAM_RESPONSES.labels("local").inc()
+            metrics.count_upstream_response("local")
             self.phase = Phase.PASS_THROUGH
         else:
-            metrics.UPSTREAM_RESPONSES.labels(_status_class(status)).inc()
+            metrics.count_upstream_response(_status_class(status))
             if needs_response_body(self.plan, status):
                 self.phase = Phase.AWAIT_RESPONSE_BODY
             else:
@@ -378,29 +405,36 @@ class ExtProcStream:
     # -- helpers ---------------------------------------------------------------
 
     def _anomaly(self, kind: str, reply: ep.ProcessingResponse) -> ep.ProcessingResponse:
-        metrics.STREAM_ANOMALIES.labels(kind).inc()
+        metrics.count_anomaly(kind)
         return reply
 
-    def _read_attributes(self, request: ep.ProcessingRequest) -> None:
+    def _read_attributes(self, request: ep.ProcessingRequest) -> _Attributes:
+        """The message's ext_proc attributes (None: it has none), after taking the
+        content type, the request id, the plan and how the body was coded from them
+        and from the metadata."""
         if request.HasField("metadata_context"):
             if self.plan is None:
                 self.plan = _plan_from_metadata(request)
             self.body_coding = _coding_from_metadata(request) or self.body_coding
         if not request.attributes:
-            return
-        content_type = _attribute(request, CONTENT_TYPE_ATTR)
+            return None
+        struct = request.attributes.get(ATTRIBUTES_KEY)
+        if struct is None:
+            return None
+        attributes = struct.fields
+        content_type = _attribute(attributes, CONTENT_TYPE_ATTR)
         if content_type is not None:
             self.content_type = content_type
-        request_id = _attribute(request, REQUEST_ID_ATTR)
+        request_id = _attribute(attributes, REQUEST_ID_ATTR)
         if request_id is not None:
             self.request_id = request_id
+        return attributes
 
 
-def _attribute(request: ep.ProcessingRequest, name: str) -> str | None:
-    struct = request.attributes.get(ATTRIBUTES_KEY)
-    if struct is None or name not in struct.fields:
+def _attribute(attributes: _Attributes, name: str) -> str | None:
+    if attributes is None or name not in attributes:
         return None
-    value: Any = struct.fields[name]
+    value: Any = attributes[name]
     kind = value.WhichOneof("kind")
     if kind == "string_value":
         return str(value.string_value)
@@ -440,10 +474,29 @@ def _header_map(headers: base_pb2.HeaderMap) -> dict[str, str]:
 
 def _set(mutation: ep.HeaderMutation, key: str, value: str) -> None:
     # raw_value, not value: Envoy 1.40 sends an empty header for `value` alone.
-    mutation.set_headers.add(
-        header=base_pb2.HeaderValue(key=key, raw_value=value.encode("latin-1")),
-        append_action=base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD,
-    )
+    option = mutation.set_headers.add(append_action=_OVERWRITE)
+    option.header.key = key
+    option.header.raw_value = value.encode("latin-1")
+
+
+# Replies built once and copied in (protobuf copies on append and CopyFrom): faster
+# than building them per request.
+_OVERWRITE = base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD
+_JSON_CONTENT_TYPE = base_pb2.HeaderValueOption(
+    header=base_pb2.HeaderValue(key="content-type", raw_value=b"application/json"),
+    append_action=_OVERWRITE,
+)
+_RESPOND_ON_STREAM = struct_pb2.Struct()
+_RESPOND_ON_STREAM.update({PLAN_NAMESPACE: {"respond": "rewrite"}})
+
+
+@functools.cache
+def _status_metadata(status: int) -> struct_pb2.Struct:
+    """``embgw.status`` for standalone.yaml's Lua filter (rule 5b): built once per
+    HTTP status (at most a few hundred values)."""
+    struct = struct_pb2.Struct()
+    struct.update({PLAN_NAMESPACE: {"status": str(status)}})
+    return struct
 
 
 def immediate_response(status: int, body: bytes) -> ep.ImmediateResponse:
@@ -458,13 +511,14 @@ def immediate_response(status: int, body: bytes) -> ep.ImmediateResponse:
 
 def _replace_body(common: ep.CommonResponse, answer: ClientAnswer) -> None:
     common.body_mutation.body = answer.body
-    _set(common.header_mutation, ":status", str(answer.status))
-    _set(common.header_mutation, "content-type", "application/json")
-    _set(common.header_mutation, "content-length", str(len(answer.body)))
+    mutation = common.header_mutation
+    _set(mutation, ":status", str(answer.status))
+    mutation.set_headers.append(_JSON_CONTENT_TYPE)
+    _set(mutation, "content-length", str(len(answer.body)))
     if answer.status >= 400:
         # Already enveloped: keep standalone.yaml's custom_response from enveloping
         # it again (it only acts on answers that carry this router header).
-        common.header_mutation.remove_headers.append(UPSTREAM_TIME_HEADER)
+        mutation.remove_headers.append(UPSTREAM_TIME_HEADER)
 
 
 def _status_class(status: int) -> str:

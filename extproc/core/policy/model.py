@@ -113,6 +113,14 @@ class ModelPolicy:
             return dimensions in m.allowed
         return m.min_dimensions <= dimensions <= self.native_dimensions
 
+    @property
+    def emulates_dimensions(self) -> bool:
+        """The gateway cuts this model's vectors itself (Matryoshka emulation): a
+        ``dimensions`` below native is stripped and the answer rewritten. False for
+        an upstream that cuts them (``upstream.native.dimensions``), and for a model
+        that is not Matryoshka (only its native size is accepted: nothing to cut)."""
+        return self.matryoshka is not None and not self.upstream.native.dimensions
+
     def dimensions_rule(self) -> str:
         """Human-readable statement of the accepted ``dimensions`` values."""
         m = self.matryoshka
@@ -149,6 +157,18 @@ class GatewayPolicy:
 
     def model(self, name: str) -> ModelPolicy | None:
         return self.models.get(name)
+
+    def response_markers(self) -> tuple[str, ...]:
+        """Field names whose presence in a request body may mean that its answer must
+        be rewritten under this policy (what envoy/standalone.yaml's ``precheck``
+        searches for): ``dimensions`` when some model emulates it; none when every
+        model's upstream cuts it itself. The encoding alone never does: an answer is
+        re-encoded only when the gateway cuts it. A body holding none still needs its
+        answer when a model checks every answer (``check_responses``): no field tells,
+        so those take the second stream (envoy/standalone.yaml, step 3)."""
+        if any(model.emulates_dimensions for model in self.models.values()):
+            return ("dimensions",)
+        return ()
 
     def max_response_bytes(self) -> int:
         """Largest embeddings answer for the largest allowed batch, as float JSON.
