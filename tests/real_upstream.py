@@ -21,7 +21,8 @@ from pathlib import Path
 
 import orjson
 
-from extproc.commands.default_upstream import SETUP_SCRIPT
+from extproc.commands.default_upstream import SETUP_SCRIPT, Environment, vllm_environment
+from extproc.commands.default_upstream import vllm_argv as default_vllm_argv
 from tests.harness import free_port, http
 
 SERVED_MODEL = "all-MiniLM-L6-v2"
@@ -57,26 +58,12 @@ def real_env() -> RealEnv:
 
 
 def _server_env(workdir: Path) -> dict[str, str]:
-    env = dict(os.environ)
-    for key in ("VIRTUAL_ENV", "PYTHONPATH"):
-        env.pop(key, None)
-    cache = workdir / "cache"
-    tmp = workdir / "tmp"
-    cache.mkdir(parents=True, exist_ok=True)
-    tmp.mkdir(parents=True, exist_ok=True)
+    """What `extproc run` gives its default vLLM (offline, caches in ``workdir``), plus
+    what several engines on one machine need."""
+    env = vllm_environment(workdir)
     (workdir / "home").mkdir(parents=True, exist_ok=True)
     env.update(
-        HF_HUB_OFFLINE="1",
-        TRANSFORMERS_OFFLINE="1",
-        VLLM_CPU_KVCACHE_SPACE="1",
-        VLLM_NO_USAGE_STATS="1",
-        DO_NOT_TRACK="1",
-        VLLM_HOST_IP="127.0.0.1",
-        VLLM_CACHE_ROOT=str(cache / "vllm"),
-        TORCHINDUCTOR_CACHE_DIR=str(cache / "inductor"),
-        XDG_CACHE_HOME=str(cache),
-        HF_HOME=str(cache / "hf"),
-        TMPDIR=str(tmp),
+        HF_HOME=str(workdir / "cache" / "hf"),
         # Dynamo's runtime caches under $HOME/.cache/dynamo whatever XDG says.
         HOME=str(workdir / "home"),
         OMP_NUM_THREADS="2",
@@ -172,17 +159,10 @@ def _wait(stack: Stack, ready: Callable[[], bool], timeout: float = START_TIMEOU
 
 
 def vllm_args(model_dir: Path) -> list[str]:
-    return [
-        "--runner",
-        "pooling",
-        "--max-model-len",
-        str(MAX_MODEL_LEN),
-        "--dtype",
-        "float32",
-        "--enforce-eager",
-        "--served-model-name",
-        SERVED_MODEL,
-    ]
+    """The serving options of `extproc run`'s default vLLM (the model, host and port
+    aside), which Dynamo's vLLM worker takes too."""
+    argv = default_vllm_argv(Environment(Path("python"), model_dir), 0)
+    return argv[argv.index("--runner") : argv.index("--host")]
 
 
 def start_vllm(
