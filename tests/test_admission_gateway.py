@@ -75,11 +75,18 @@ def gateway(
     qwen_dir: Path,
     small_budget_policy: Path,
 ) -> Iterator[Gateway]:
-    template = Path(__file__).resolve().parents[1] / "envoy" / f"{request.param}.yaml"
+    yield from shaped_gateway(request.param, upstream, small_budget_policy, qwen_dir)
+
+
+def shaped_gateway(
+    shape: str, upstream: FakeUpstream, policy: Path, qwen_dir: Path
+) -> Iterator[Gateway]:
+    """`extproc run` on envoy/SHAPE.yaml with POLICY; stopped cleanly, no traceback."""
+    template = Path(__file__).resolve().parents[1] / "envoy" / f"{shape}.yaml"
     gw = start_gateway(
         upstream.url,
-        small_budget_policy.parent,
-        config=small_budget_policy,
+        policy.parent,
+        config=policy,
         tokenizer_overrides=f"{QWEN_MODEL}={qwen_dir}",
         extra_args=["--envoy-template", str(template)],
     )
@@ -172,18 +179,7 @@ def headers_gateway(
 ) -> Iterator[Gateway]:
     policy = tmp_path_factory.mktemp("headers-admission") / "policy.yaml"
     policy.write_text(HEADERS_BUDGET + SHIPPED_QWEN_POLICY.read_text())
-    template = Path(__file__).resolve().parents[1] / "envoy" / f"{request.param}.yaml"
-    gw = start_gateway(
-        upstream.url,
-        policy.parent,
-        config=policy,
-        tokenizer_overrides=f"{QWEN_MODEL}={qwen_dir}",
-        extra_args=["--envoy-template", str(template)],
-    )
-    yield gw
-    log = gw.log()
-    assert gw.stop() == 0, log
-    assert "Traceback" not in log, log
+    yield from shaped_gateway(request.param, upstream, policy, qwen_dir)
 
 
 def envoy_messages(gateway: Gateway) -> int:
