@@ -20,10 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.processes import free_port
 from bench.workloads import REPO
 from extproc.commands.envoy_config import EnvoySettings, Upstream, load_template, render
 from extproc.core.policy import load_policy_file
+from extproc.service.net import free_port
 
 EXT_PROC_FILTER = "envoy.filters.http.ext_proc"
 PRECHECK_FILTER = "precheck"

@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.envoy_admin import Envoy
-from bench.processes import READY_TIMEOUT_S, extproc_command, free_port, spawn, stop_process
+from bench.processes import READY_TIMEOUT_S, extproc_command, spawn, stop_process
 from bench.procfs import start_time
+from extproc.service.net import free_port
 
 READY_LINE = re.compile(
     r"envoy pid (?P<envoy_pid>\d+), ext_proc [\d.]+:(?P<extproc_port>\d+), "

@@ -42,12 +42,6 @@ def spawn(argv: list[str], log_path: Path, cwd: Path | None = REPO) -> subproces
         )
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def wait_for_port(port: int, process: subprocess.Popen[bytes], timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

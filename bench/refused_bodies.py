@@ -31,9 +31,10 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ep_grpc
 from google.protobuf import struct_pb2
 
-from bench.processes import extproc_command, free_port
+from bench.processes import extproc_command
 from bench.procfs import rss_mb
 from bench.workloads import MODEL, REPO
+from extproc.service.net import free_port
 
 MiB = 1024 * 1024
 

@@ -85,13 +85,14 @@ from bench.environment import result_head, utc_stamp
 from bench.gateway import Gateway, start_gateway
 from bench.mix import DEFAULT_MIX, INPUTS, KINDS, parse_mix, schedule, write_bodies
 from bench.options import add_upstream, command_parser
-from bench.processes import die_with_parent, free_port, sigterm_interrupts
+from bench.processes import die_with_parent, sigterm_interrupts
 from bench.procfs import loadavg, memory_kb
 from bench.render import fmt, markdown_table, text_table
 from bench.sampler import Sampler
 from bench.verdict import verdict, verdict_lines
 from bench.windows import REQUEST_TIMEOUT_S, check_requests, measure_window
 from bench.workloads import HERE
+from extproc.service.net import free_port
 
 # -- the command line ---------------------------------------------------------------
 

@@ -18,13 +18,13 @@ from bench.processes import (
     READY_TIMEOUT_S,
     die_with_parent,
     extproc_command,
-    free_port,
     spawn,
     stop_process,
     wait_for_port,
 )
 from bench.workloads import HERE, POLICY, native_policy
 from extproc.commands.launcher import envoy_binary
+from extproc.service.net import free_port
 
 
 class Stack:

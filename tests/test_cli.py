@@ -92,3 +92,15 @@ def test_free_port_is_free() -> None:
     port = free_port()
     with socket.socket() as s:
         s.bind(("127.0.0.1", port))
+
+
+def test_free_ports_are_distinct_bindable_and_below_the_ephemeral_range() -> None:
+    """Ports for the processes `extproc run` starts: never one the OS may give an
+    outgoing connection meanwhile, never the same one twice."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    ports = [free_port() for _ in range(200)]
+    assert len(set(ports)) == len(ports)
+    assert all(1024 <= port < low for port in ports), ports
+    for port in ports[:20]:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", port))
