@@ -42,6 +42,19 @@ def spawn(argv: list[str], log_path: Path, cwd: Path | None = REPO) -> subproces
         )
 
 
+def start_server(port: int, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """`extproc serve` on 127.0.0.1:``port`` with the shipped policy, its output
+    discarded: for the tools that drive the server alone and watch its memory."""
+    return subprocess.Popen(
+        extproc_command("serve", port, 1),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        cwd=REPO,
+        env=env,
+    )
+
+
 def wait_for_port(port: int, process: subprocess.Popen[bytes], timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

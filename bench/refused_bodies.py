@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import subprocess
 import time
 from collections import Counter
 
@@ -31,9 +30,9 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ep_grpc
 from google.protobuf import struct_pb2
 
-from bench.processes import extproc_command
+from bench.processes import start_server
 from bench.procfs import rss_mb
-from bench.workloads import MODEL, REPO
+from bench.workloads import MODEL
 from extproc.service.net import free_port
 
 MiB = 1024 * 1024
@@ -92,14 +91,7 @@ def main() -> int:
     env = dict(os.environ)
     env.update(item.split("=", 1) for item in args.malloc_env)
     port = free_port()
-    server = subprocess.Popen(
-        extproc_command("serve", port, 1),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        cwd=REPO,
-        env=env,
-    )
+    server = start_server(port, env)
     started = time.monotonic()
     answers: Counter[int] = Counter()
     try:

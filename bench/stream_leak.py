@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import subprocess
 import time
 
 import grpc
@@ -27,9 +26,9 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ep_grpc
 from google.protobuf import struct_pb2
 
-from bench.processes import extproc_command
+from bench.processes import start_server
 from bench.procfs import rss_mb
-from bench.workloads import MODEL, REPO
+from bench.workloads import MODEL
 from extproc.service.net import free_port
 
 CONCURRENCY = 16
@@ -79,13 +78,7 @@ def main() -> int:
     parser.add_argument("--streams", type=int, default=240_000)
     args = parser.parse_args()
     port = free_port()
-    server = subprocess.Popen(
-        extproc_command("serve", port, 1),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        cwd=REPO,
-    )
+    server = start_server(port)
     try:
         asyncio.run(drive(port, server.pid, args.mode, args.streams))
     finally:
