@@ -8,6 +8,7 @@ import socket
 import time
 from pathlib import Path
 
+import orjson
 import pytest
 
 from extproc.commands.cli import main
@@ -104,3 +105,15 @@ def test_free_ports_are_distinct_bindable_and_below_the_ephemeral_range() -> Non
     for port in ports[:20]:
         with socket.socket() as s:
             s.bind(("127.0.0.1", port))
+
+
+def test_the_demo_line_says_the_input_was_cut_only_when_it_was() -> None:
+    from extproc.commands.default_upstream import MAX_MODEL_LEN, _summary
+
+    def answer(tokens: int) -> bytes:
+        return orjson.dumps(
+            {"data": [{"embedding": [0.0] * 384}], "usage": {"prompt_tokens": tokens}}
+        )
+
+    assert _summary(answer(MAX_MODEL_LEN)).endswith("(the input cut to the model's limit)")
+    assert _summary(answer(12)) == "384-d vector, 12 tokens"

@@ -239,7 +239,8 @@ def _summary(raw: bytes) -> str:
     if isinstance(doc, dict) and isinstance(doc.get("data"), list) and doc["data"]:
         width = len(doc["data"][0].get("embedding", []))
         tokens = (doc.get("usage") or {}).get("prompt_tokens")
-        return f"{width}-d vector, {tokens} tokens (the input cut to the model's limit)"
+        cut = " (the input cut to the model's limit)" if tokens == MAX_MODEL_LEN else ""
+        return f"{width}-d vector, {tokens} tokens{cut}"
     error = doc.get("error", doc) if isinstance(doc, dict) else doc
     message = error.get("message", error) if isinstance(error, dict) else error
     return str(message)[:150]
