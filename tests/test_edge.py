@@ -228,15 +228,27 @@ STANDALONE_AND_ONE_FILTER = ("standalone", "single-filter")
     ("wire", "expected"),
     [
         # standalone: the request body; one-filter: headers, body, response headers
-        (post("/v1/embeddings", orjson.dumps(QUERY)), {"standalone": (200, 1), "single-filter": (200, 3)}),
-        (post("/embeddings?x=1", orjson.dumps(QUERY)), {"standalone": (200, 1), "single-filter": (200, 3)}),
+        (
+            post("/v1/embeddings", orjson.dumps(QUERY)),
+            {"standalone": (200, 1), "single-filter": (200, 3)},
+        ),
+        (
+            post("/embeddings?x=1", orjson.dumps(QUERY)),
+            {"standalone": (200, 1), "single-filter": (200, 3)},
+        ),
         # the vectors change: the response body too, on the same stream
         (
             post("/v1/embeddings", orjson.dumps({**QUERY, "dimensions": 256})),
             {"standalone": (200, 2), "single-filter": (200, 4)},
         ),
-        (post("/v1/embeddings", b'{"model": 5, "input": "x"}'), {"standalone": (400, 1), "single-filter": (400, 2)}),
-        (post("/V1/Embeddings", orjson.dumps(QUERY)), {"standalone": (404, 0), "single-filter": (404, 1)}),
+        (
+            post("/v1/embeddings", b'{"model": 5, "input": "x"}'),
+            {"standalone": (400, 1), "single-filter": (400, 2)},
+        ),
+        (
+            post("/V1/Embeddings", orjson.dumps(QUERY)),
+            {"standalone": (404, 0), "single-filter": (404, 1)},
+        ),
         # a plain body labelled gzip: standalone decodes it (to nothing: 400), the
         # one-filter shape refuses the coding from the headers
         (

@@ -103,9 +103,7 @@ def ext_proc_counters(gateway: Gateway) -> Streams:
     return Streams(int(values.get("streams_started", 0)), int(values.get("stream_msgs_sent", 0)))
 
 
-def send_counted(
-    gateway: Gateway, body: bytes | dict[str, Any]
-) -> tuple[Reply, Streams, str]:
+def send_counted(gateway: Gateway, body: bytes | dict[str, Any]) -> tuple[Reply, Streams, str]:
     """The reply, the streams and messages it cost, and the id its access log line has."""
     request_id = uuid.uuid4().hex
     before = ext_proc_counters(gateway)

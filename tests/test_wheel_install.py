@@ -265,7 +265,9 @@ def test_the_run_extra_without_an_upstream_starts_the_default_one(venv: Venv) ->
                 seen.append(lines.get(timeout=1.0))
         output = "".join(seen)
         direct = re.search(r"vLLM directly +: HTTP (\d+)", output)
-        through = re.search(r"through the gateway: HTTP (\d+), (\d+)-d vector, (\d+) tokens", output)
+        through = re.search(
+            r"through the gateway: HTTP (\d+), (\d+)-d vector, (\d+) tokens", output
+        )
         assert direct and direct[1] == "400", output
         assert through and through.groups() == ("200", "384", "256"), output
         vllm_pid = re.search(r"vLLM starting on \S+ \(pid (\d+)", output)
