@@ -25,6 +25,9 @@ wheel's binary, default concurrency, as ``extproc run`` starts it):
 - F  floor of S: the shipped config in front of ``floor_processor.py``, a do-nothing
      grpc.aio processor that reproduces S's message pattern without any work.
 - Z  floor of N: the naive config in front of the same do-nothing processor.
+- L  library floor: the shipped config in front of the same processor doing the
+     contract's body work with the libraries alone (``library_floor.py``: orjson,
+     pybase64, numpy; no validation): the least any Python server doing it costs.
 - S-n  the shipped config and a second ``extproc serve`` whose policy declares that
      the upstream cuts ``dimensions`` itself (``upstream.native.dimensions``), in
      front of the instant upstream's native port (it answers 256-d vectors to
@@ -33,7 +36,7 @@ wheel's binary, default concurrency, as ``extproc run`` starts it):
 - T  the previous emulated-rewrite pattern: S without its ``precheck`` filter, so a
      rewrite costs two one-message streams; U is its floor. Run with the floors, (b) only.
 
-N, S, F and Z each run two requests: (a) needs no rewrite (model + 8 documents), (b) the
+N, S, F, Z and L each run two requests: (a) needs no rewrite (model + 8 documents), (b) the
 full rewrite (``input_type: "query"`` + ``dimensions: 256``: the instruction is
 applied, the truncation check runs, the upstream is asked for base64 and the
 vectors are cut and re-normalised). A and B run (a); S-n and F-n run (b).
@@ -121,7 +124,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--floors",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="also run F, Z and U, the do-nothing-processor floors, and T, the previous "
+        help="also run F, Z and U, the do-nothing-processor floors, L, the library "
+        "floor, and T, the previous "
         "two-stream pattern (default: on, off with --quick)",
     )
     parser.add_argument("--duration", type=int, help="seconds per cell (default 8, quick 1)")

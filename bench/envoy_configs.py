@@ -12,6 +12,7 @@
 - T: S without its `precheck` filter: the previous emulated-rewrite pattern, two
   one-message streams (the request's; then the response's, opened after a re-route).
 - F, Z, U: S, N and T pointed at the do-nothing floor processor.
+- L: S pointed at the floor processor's library-work listener (bench/library_floor.py).
 """
 
 from __future__ import annotations
@@ -47,15 +48,18 @@ def envoy_configs(
     policy_path: Path,
     floor_port: int = 0,
     native: NativeTarget | None = None,
+    *,
+    library_port: int = 0,
 ) -> dict[str, tuple[dict[str, Any], int, int]]:
-    """B, N, S, T (and F, Z, U with a floor port; S-n, F-n with ``native``): (config,
-    listen port, admin port) each."""
+    """B, N, S, T (and F, Z, U with a floor port; L with a library port; S-n, F-n with
+    ``native``): (config, listen port, admin port) each."""
     policies = {False: load_policy_file(policy_path)}
     if native is not None:
         policies[True] = load_policy_file(native.policy_path)
     shipped = load_template()
     single = load_template(REPO / "envoy" / "single-filter.yaml")
     names = ["B", "N", "S", "T", *(("F", "Z", "U") if floor_port else ())]
+    names += ["L"] if library_port else []
     if native is not None:
         names += ["S-n", *(("F-n",) if floor_port else ())]
     configs = {}
@@ -68,10 +72,12 @@ def envoy_configs(
             listen_host="127.0.0.1",
             listen_port=free_port(),
             admin_port=free_port(),
-            extproc_port=to_floor if name in FLOORS else to_extproc,
+            extproc_port=(
+                library_port if name == "L" else to_floor if name in FLOORS else to_extproc
+            ),
             upstream=Upstream("127.0.0.1", to_upstream, tls=False),
         )
-        template = shipped if name in ("S", "F", "T", "U", "S-n", "F-n") else single
+        template = shipped if name in ("S", "F", "T", "U", "L", "S-n", "F-n") else single
         config = render(template, settings, policies[is_native])
         if name in ("T", "U"):
             strip_precheck(config)

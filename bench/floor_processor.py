@@ -27,7 +27,13 @@ On ``--listen-native`` (optional, same process) it answers as the shipped server
 for a model whose upstream cuts ``dimensions`` itself: ``"dimensions"`` marks nothing,
 every request body gets an empty reply (case F-n, the floor of S-n).
 
+On ``--listen-library`` (optional, same process) it keeps the same message pattern
+but also does the contract's body work with the libraries alone
+(``bench/library_floor.py``) and sends the new bodies back (case L: the least any
+Python server doing that work costs).
+
     python bench/floor_processor.py --listen 127.0.0.1:50061 [--listen-native HOST:PORT]
+        [--listen-library HOST:PORT]
 """
 
 from __future__ import annotations
@@ -42,6 +48,8 @@ import grpc
 from envoy.config.core.v3 import base_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ep_grpc
+
+from bench.library_floor import request_work, response_work
 
 _MAX_MESSAGE = 64 * 1024 * 1024
 _REWRITE_MARK = b'"dimensions"'
@@ -85,8 +93,9 @@ def floor_reply(
 
 
 class FloorProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc]
-    def __init__(self, *, marks_rewrites: bool = True) -> None:
+    def __init__(self, *, marks_rewrites: bool = True, library_work: bool = False) -> None:
         self.marks_rewrites = marks_rewrites
+        self.library_work = library_work
 
     async def Process(  # noqa: N802 - the proto's method name
         self, request_iterator: AsyncIterator[ep.ProcessingRequest], context: Any
@@ -103,7 +112,10 @@ class FloorProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc]
                 rewrite = self.marks_rewrites and _REWRITE_MARK in request.request_body.body
             # The one-filter shape gets its response on this stream: no metadata.
             marked = rewrite and kind == "request_body" and not saw_headers
-            yield floor_reply(request, rewrite=marked, response_on_stream=on_stream)
+            reply = floor_reply(request, rewrite=marked, response_on_stream=on_stream)
+            if self.library_work:
+                _add_library_work(request, reply, rewrite)
+            yield reply
             # End the stream where the shipped server ends it (servicer.py): once the
             # response is decided (its headers when nothing is rewritten, else its
             # body), or after a one-message stream's request body whose response is
@@ -117,6 +129,19 @@ class FloorProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc]
                 if aclose is not None:
                     await aclose()
                 break
+
+
+def _add_library_work(
+    request: ep.ProcessingRequest, reply: ep.ProcessingResponse, rewrite: bool
+) -> None:
+    """The library floor's new bodies (bench/library_floor.py) on the floor's reply."""
+    kind = request.WhichOneof("request")
+    if kind == "request_body":
+        body = request_work(request.request_body.body, rewrite)
+        if body is not None:
+            reply.request_body.response.body_mutation.body = body
+    elif kind == "response_body" and rewrite:
+        reply.response_body.response.body_mutation.body = response_work(request.response_body.body)
 
 
 async def _start(address: str, processor: FloorProcessor) -> grpc.aio.Server:
@@ -135,10 +160,14 @@ async def _start(address: str, processor: FloorProcessor) -> grpc.aio.Server:
     return server
 
 
-async def serve(address: str, native_address: str | None = None) -> None:
+async def serve(
+    address: str, native_address: str | None = None, library_address: str | None = None
+) -> None:
     servers = [await _start(address, FloorProcessor())]
     if native_address:
         servers.append(await _start(native_address, FloorProcessor(marks_rewrites=False)))
+    if library_address:
+        servers.append(await _start(library_address, FloorProcessor(library_work=True)))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -152,8 +181,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--listen", required=True, help="HOST:PORT")
     parser.add_argument("--listen-native", help="HOST:PORT of the F-n floor (optional)")
+    parser.add_argument("--listen-library", help="HOST:PORT of the library floor L (optional)")
     args = parser.parse_args()
-    asyncio.run(serve(args.listen, args.listen_native))
+    asyncio.run(serve(args.listen, args.listen_native, args.listen_library))
 
 
 if __name__ == "__main__":

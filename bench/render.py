@@ -108,6 +108,8 @@ def targets_lines(targets: list[dict[str, Any]]) -> list[str]:
             if t.get("floor_ratio") is not None
             else ""
         )
+        if t.get("library_ratio") is not None:
+            floor += f"; library floor L {fmt(t['library'])} / N = {t['library_ratio']:.2f}"
         lines.append(
             f"  {t['target']:<36} {t['workload']:<8} S {fmt(t['shipped'])} / "
             f"N {fmt(t['naive'])} = {t['ratio']:.2f} (target {t['limit']}): "
@@ -126,6 +128,9 @@ def beyond_floor_lines(gaps: list[dict[str, Any]]) -> list[str]:
             if g["limit_ms"] is None
             else f" (target <= {g['limit_ms']:g}): {'met' if g['met'] else 'NOT met'}"
         )
+        library = g.get("library_beyond_floor_ms")
+        if library is not None:
+            verdict += f"; the libraries alone (L - F) {library:.2f}"
         lines.append(
             f"  {g['request']}  {g['workload']:<8} S {g['shipped_ms']:.2f} - F "
             f"{g['floor_ms']:.2f} = {g['beyond_floor_ms']:.2f}{verdict}"

@@ -1,6 +1,7 @@
 """The processes the benchmark measures, started once per run, each on its own so that
 /proc gives its CPU time and RSS: an instant upstream, `extproc serve`, the do-nothing
-floor processor, and one Envoy per configuration (B, N, S, F, Z); for the native
+floor processor (also serving the library floor), and one Envoy per configuration
+(B, N, S, F, Z, L); for the native
 cases also a second `extproc serve` with the native policy and Envoys S-n, F-n."""
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from bench.processes import (
     stop_process,
     wait_for_port,
 )
-from bench.workloads import HERE, POLICY, native_policy
+from bench.workloads import POLICY, native_policy
 from extproc.commands.launcher import envoy_binary
 from extproc.service.net import free_port
 
@@ -37,6 +38,7 @@ class Stack:
         self.extproc_port = 0
         self.floor: subprocess.Popen[bytes] | None = None
         self.floor_port = 0
+        self.library_port = 0  # the floor process's library-work listener (case L)
         # The ext_proc server with the native policy (S-n), when a native case runs.
         self.extproc_native: subprocess.Popen[bytes] | None = None
         self.native: NativeTarget | None = None
@@ -68,8 +70,11 @@ class Stack:
             )
         self.floor_port = free_port()
         floor_ports = [self.floor_port]
-        argv = [sys.executable, str(HERE / "floor_processor.py"), "--listen"]
-        argv.append(f"127.0.0.1:{self.floor_port}")
+        self.library_port = free_port()
+        floor_ports.append(self.library_port)
+        argv = [sys.executable, "-m", "bench.floor_processor", "--listen"]
+        argv += [f"127.0.0.1:{self.floor_port}", "--listen-library"]
+        argv.append(f"127.0.0.1:{self.library_port}")
         if self.native is not None:
             floor_ports.append(self.native.floor_port)
             argv += ["--listen-native", f"127.0.0.1:{self.native.floor_port}"]
@@ -93,7 +98,12 @@ class Stack:
         assert self.upstream is not None
         binary = envoy_binary()
         configs = envoy_configs(
-            self.upstream.port, self.extproc_port, POLICY, self.floor_port, self.native
+            self.upstream.port,
+            self.extproc_port,
+            POLICY,
+            self.floor_port,
+            self.native,
+            library_port=self.library_port,
         )
         for name, (config, port, admin_port) in configs.items():
             path = self.workdir / f"envoy-{name}.yaml"

@@ -116,6 +116,10 @@ def _ratio(
     # naive gateway: the best ratio any work saved inside the server can reach.
     f = rows.get(("F-" + what[0], wl))
     bound = f[key] / n[key] if f and f[key] is not None else None
+    # The library floor (L: the same messages carrying the contract's body work done
+    # by the libraries alone): the best ratio any Python server doing that work reaches.
+    lib = rows.get(("L-" + what[0], wl))
+    library = lib[key] if lib and lib[key] is not None else None
     return {
         "target": what,
         "workload": wl,
@@ -124,6 +128,8 @@ def _ratio(
         "ratio": value,
         "floor": f[key] if f else None,
         "floor_ratio": bound,
+        "library": library,
+        "library_ratio": None if library is None else library / n[key],
         "limit": f"{'<=' if le else '>='} {limit:g}",
         "met": value <= limit if le else value >= limit,
         "reachable": None if bound is None else (bound <= limit if le else bound >= limit),
@@ -164,6 +170,8 @@ def cpu_beyond_floor(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             mine, floor = s["extproc_cpu_ms_per_req"], f["extproc_cpu_ms_per_req"]
             if mine is None or floor is None:
                 continue
+            lib = get.get((f"L-{request}", wl))
+            library = lib["extproc_cpu_ms_per_req"] if lib else None
             out.append(
                 {
                     "request": request,
@@ -171,6 +179,9 @@ def cpu_beyond_floor(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     "shipped_ms": mine,
                     "floor_ms": floor,
                     "beyond_floor_ms": mine - floor,
+                    # What the libraries alone add to the floor (L - F): the part of
+                    # the server's work no Python around them can save.
+                    "library_beyond_floor_ms": None if library is None else library - floor,
                     "limit_ms": limit,
                     "met": None if limit is None else mine - floor <= limit,
                 }

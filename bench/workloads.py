@@ -30,6 +30,9 @@ class Case:
     request: str  # "plain" (a) or "rewrite" (b)
     uses_extproc: bool
     floor: bool = False  # served by floor_processor.py instead of `extproc serve`
+    # The floor processor doing the body work with the libraries alone (case L):
+    # it cuts the vectors as the server does.
+    library: bool = False
     # The upstream cuts `dimensions` itself (the instant upstream's native port) and
     # the policy says so (`upstream.native.dimensions`): `dimensions` is forwarded.
     native: bool = False
@@ -47,6 +50,8 @@ CASES = [
     Case("F-b", "F floor of S, full rewr.", "F", "rewrite", True, floor=True),
     Case("Z-a", "Z floor of N, no rewrite", "Z", "plain", True, floor=True),
     Case("Z-b", "Z floor of N, full rewr.", "Z", "rewrite", True, floor=True),
+    Case("L-a", "L library floor, no rewr.", "L", "plain", True, floor=True, library=True),
+    Case("L-b", "L library floor, full r.", "L", "rewrite", True, floor=True, library=True),
     Case("S-n", "S shipped, native dims", "S-n", "rewrite", True, native=True),
     Case("F-n", "F floor of S, native dims", "F-n", "rewrite", True, floor=True, native=True),
     Case("T-b", "T two streams, full rewr.", "T", "rewrite", True, comparison=True),
@@ -95,7 +100,7 @@ def expected_dimensions(case: Case) -> int:
     floors and the upstream otherwise send them whole."""
     if case.request != "rewrite":
         return UPSTREAM_DIMENSIONS
-    rewritten = case.native or (case.uses_extproc and not case.floor)
+    rewritten = case.native or case.library or (case.uses_extproc and not case.floor)
     return REWRITE_DIMENSIONS if rewritten else UPSTREAM_DIMENSIONS
 
 

@@ -116,3 +116,21 @@ def test_native_cases_forward_dimensions(tmp_path: Path) -> None:
         assert probe["ext_proc_msgs"] == 1, probe
     rows = {r["case"]: r for r in result["summary"]}
     assert rows["S-n"]["requests"] > 0 and rows["S-n"]["extproc_cpu_ms_per_req"] > 0
+
+
+def test_library_floor_cuts_as_the_gateway(tmp_path: Path) -> None:
+    """L, the library floor, answers what the gateway answers (256-d vectors) on the
+    shipped gateway's message pattern: two messages for the full rewrite, one for a
+    plain request."""
+    _, result = run_bench(
+        tmp_path,
+        *("--cases", "B,S-b,L-a,L-b", "--workloads", "seed-c1"),
+        *("--duration", "1", "--repetitions", "1", "--warmup", "0"),
+        max_runtime_s=80,
+    )
+    probes = result["probes"]
+    assert probes["L-b/8"]["ok"] and probes["L-b/8"]["dimensions"] == [256], probes
+    assert probes["L-b/8"]["ext_proc_msgs"] == probes["S-b/8"]["ext_proc_msgs"] == 2, probes
+    assert probes["L-a/8"]["ok"] and probes["L-a/8"]["ext_proc_msgs"] == 1, probes
+    rows = {r["case"]: r for r in result["summary"]}
+    assert rows["L-b"]["requests"] > 0 and rows["L-b"]["extproc_cpu_ms_per_req"] > 0
