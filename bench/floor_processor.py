@@ -32,8 +32,8 @@ but also does the contract's body work with the libraries alone
 (``bench/library_floor.py``) and sends the new bodies back (case L: the least any
 Python server doing that work costs).
 
-    python bench/floor_processor.py --listen 127.0.0.1:50061 [--listen-native HOST:PORT]
-        [--listen-library HOST:PORT]
+    python -m bench.floor_processor --listen 127.0.0.1:50061 [--listen-native HOST:PORT]
+        [--listen-library HOST:PORT]     (from the checkout: it imports bench.library_floor)
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The processes the benchmark measures, started once per run, each on its own so that
 /proc gives its CPU time and RSS: an instant upstream, `extproc serve`, the do-nothing
-floor processor (also serving the library floor), and one Envoy per configuration
-(B, N, S, F, Z, L); for the native
-cases also a second `extproc serve` with the native policy and Envoys S-n, F-n."""
+floor processor (which also serves the library floor), and one Envoy per configuration
+(B, N, S, T, F, Z, U, L); for the native cases also a second `extproc serve` with the
+native policy and Envoys S-n, F-n."""
 
 from __future__ import annotations
 
