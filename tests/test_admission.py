@@ -5,13 +5,11 @@ first-served wait, the work estimate of a plan, the policy fields and the stream
 from __future__ import annotations
 
 import asyncio
-import gc
 import random
 from pathlib import Path
 
 import orjson
 import pytest
-from prometheus_client import REGISTRY
 
 from extproc.core.contract import Contract
 from extproc.core.plan import Encoding, ResponsePlan
@@ -30,8 +28,6 @@ from extproc.service.admission import (
     overloaded_error,
     response_work_bytes,
 )
-from extproc.service.reload import ContractHolder
-from extproc.service.servicer import ExternalProcessor
 from extproc.service.stream import ExtProcStream, Phase
 from tests.conftest import SHIPPED_QWEN_POLICY
 
@@ -143,30 +139,6 @@ def test_gate_waits_in_order_then_refuses() -> None:
     assert asyncio.run(scenario()) == ["second:in", "third:in", "late:refused"]
 
 
-def test_try_admit_never_jumps_the_queue() -> None:
-    """The servicer's no-wait path admits only what admit() would admit at once: room
-    in the budget and nobody waiting; otherwise the ticket is left unchanged."""
-
-    async def scenario() -> None:
-        gate = AdmissionGate(Budget(capacity=100), wait_s=5.0)
-        first, second, third = Ticket(), Ticket(), Ticket()
-        assert gate.try_admit(first, 80) and first.cost == 80
-        assert not gate.try_admit(second, 50)  # no room
-        assert second.cost == 0 and not second.held and gate.in_flight == 80
-        waiting = asyncio.create_task(gate.admit(second, 50))
-        await asyncio.sleep(0.01)
-        assert not gate.try_admit(third, 10)  # room, but second waits first
-        assert third.cost == 0 and gate.in_flight == 80
-        gate.release(first)
-        assert await waiting and gate.in_flight == 50
-        assert gate.try_admit(third, 10) and gate.in_flight == 60
-        gate.release(second)
-        gate.release(third)
-        assert gate.in_flight == 0
-
-    asyncio.run(scenario())
-
-
 def test_a_cancelled_waiter_leaves_no_bytes_behind() -> None:
     async def scenario() -> int:
         gate = AdmissionGate(Budget(capacity=10), wait_s=5.0)
@@ -253,29 +225,3 @@ def test_refused_stream_answers_503_overloaded_with_retry_after(
         "code": "overloaded",
     }
     assert stream.phase is Phase.DONE and stream.decided and not stream.response_follows
-
-
-def test_the_gauges_read_every_live_servicer(qwen_contract: Contract) -> None:
-    """extproc_active_streams and extproc_admission_in_flight_bytes are read from the
-    servicers when scraped: the sum over the live ones, a discarded one gone."""
-
-    def sample(name: str) -> float:
-        return REGISTRY.get_sample_value(name) or 0.0
-
-    streams, in_flight = (
-        sample("extproc_active_streams"),
-        sample("extproc_admission_in_flight_bytes"),
-    )
-    one = ExternalProcessor(ContractHolder(qwen_contract))
-    two = ExternalProcessor(ContractHolder(qwen_contract))
-    one.active_streams, two.active_streams = 2, 3
-    assert one._admission.try_admit(Ticket(), 1000)
-    assert two._admission.try_admit(Ticket(), 24)
-    assert sample("extproc_active_streams") == streams + 5
-    assert sample("extproc_admission_in_flight_bytes") == in_flight + 1024
-    del two
-    gc.collect()
-    assert sample("extproc_active_streams") == streams + 2
-    assert sample("extproc_admission_in_flight_bytes") == in_flight + 1000
-    one.active_streams = 0
-    assert sample("extproc_active_streams") == streams

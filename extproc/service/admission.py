@@ -142,18 +142,11 @@ class AdmissionGate:
         """Would :meth:`admit` queue this request rather than admit it at once?"""
         return bool(self._queue) or not self.budget.fits(ticket, extra)
 
-    def try_admit(self, ticket: Ticket, extra: int) -> bool:
-        """Add ``extra`` bytes to ``ticket`` now if that needs no wait (no coroutine:
-        the usual case). False: it would wait; the ticket is unchanged."""
-        if self.must_wait(ticket, extra):
-            return False
-        self.budget.take(ticket, extra)
-        return True
-
     async def admit(self, ticket: Ticket, extra: int, *, wait_s: float | None = None) -> bool:
         """Add ``extra`` bytes to ``ticket``, waiting at most ``wait_s`` (default: the
         gate's) behind earlier requests. False: refused, the ticket is unchanged."""
-        if self.try_admit(ticket, extra):
+        if not self.must_wait(ticket, extra):
+            self.budget.take(ticket, extra)
             return True
         waiter = _Waiter(ticket, extra, asyncio.get_running_loop().create_future())
         self._queue.append(waiter)

@@ -4,18 +4,13 @@ input: no model names, no text), so cardinality stays bounded.
 The per-request paths go through the functions at the end of this file, which look
 each labelled child up once (prometheus_client's ``labels()`` takes a lock and builds
 its key on every call: ~2 us, several times per request); a series still appears in
-the output only once it has been counted. The two gauges of what is in flight are read
-from the servicers' own counts when scraped, so no request updates them.
+the output only once it has been counted.
 """
 
 from __future__ import annotations
 
 import functools
-import threading
 import time
-import weakref
-from collections.abc import Callable
-from typing import Protocol
 
 from prometheus_client import Counter, Gauge, Histogram
 
@@ -102,40 +97,6 @@ POLICY_ENVOY_LIMITS_STALE = Gauge(
     "1 while the running policy needs larger Envoy buffer or gRPC message limits than "
     "this process started with (a restart applies them), else 0.",
 )
-
-
-class ServicerCounts(Protocol):
-    """What a servicer counts itself; its gauges read it when scraped."""
-
-    active_streams: int
-
-    @property
-    def in_flight_bytes(self) -> int: ...
-
-
-# The servicers of this process (one when serving; tests start several). The lock is
-# taken when one starts and at each scrape, never per request.
-_servicers: weakref.WeakSet[ServicerCounts] = weakref.WeakSet()
-_servicers_lock = threading.Lock()
-
-
-def watch_servicer(servicer: ServicerCounts) -> None:
-    """Report ``servicer``'s streams and admitted bytes in the gauges, for its life."""
-    with _servicers_lock:
-        _servicers.add(servicer)
-
-
-def _sum_of(read: Callable[[ServicerCounts], int]) -> Callable[[], float]:
-    def total() -> float:
-        with _servicers_lock:
-            servicers = list(_servicers)
-        return float(sum(read(s) for s in servicers))
-
-    return total
-
-
-ACTIVE_STREAMS.set_function(_sum_of(lambda s: s.active_streams))
-ADMISSION_IN_FLIGHT_BYTES.set_function(_sum_of(lambda s: s.in_flight_bytes))
 
 
 # Labelled children, each looked up once (the label sets are fixed, so these stay small).

@@ -59,13 +59,6 @@ class ExternalProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc
             Budget(limits.max_inflight_bytes), limits.admission_wait_ms / 1000
         )
         self._idle_trim = IdleTrim()
-        # Its gauges are read from these counts when scraped (no update per request).
-        metrics.watch_servicer(self)
-
-    @property
-    def in_flight_bytes(self) -> int:
-        """Bytes of admitted work not yet finished (extproc_admission_in_flight_bytes)."""
-        return self._admission.in_flight
 
     async def Process(  # noqa: N802 - the proto's method name
         self,
@@ -83,6 +76,7 @@ class ExternalProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc
         # response's stream is done, so the answer's work is covered too.
         ticket = Ticket()
         largest_body = 0
+        metrics.ACTIVE_STREAMS.inc()
         self.active_streams += 1
         try:
             requests = aiter(request_iterator)
@@ -93,8 +87,6 @@ class ExternalProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc
                     reply = await self._admit_and_handle(stream, request, size, ticket)
                 elif kind == "request_headers":
                     reply = await self._admit_headers(stream, request, ticket)
-                elif size <= OFFLOAD_BODY_BYTES:
-                    reply = self._handle_here(stream, request)
                 else:
                     reply = await self._handle(stream, request, size)
                 yield reply
@@ -118,6 +110,7 @@ class ExternalProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc
         finally:
             self._idle_trim.note(ticket.cost)
             self._admission.release(ticket)
+            metrics.ADMISSION_IN_FLIGHT_BYTES.set(self._admission.in_flight)
             # After a very large body, or once idle after a burst (memory.py). Once the
             # ticket is back (the collection holds the interpreter lock for tens of
             # milliseconds), and not awaited: this generator may be closing.
@@ -127,6 +120,7 @@ class ExternalProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc
                 loop.run_in_executor(None, release_after, largest_body)
             elif idle_again:
                 loop.run_in_executor(None, trim_heap)
+            metrics.ACTIVE_STREAMS.dec()
             self.active_streams -= 1
 
     async def _admit_headers(
@@ -161,14 +155,12 @@ class ExternalProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc
         work = 0 if over_limit else request_work_bytes(size)
         if ticket.held and work <= ticket.cost:
             self._admission.settle(ticket, work)
+            metrics.ADMISSION_IN_FLIGHT_BYTES.set(self._admission.in_flight)
         elif work > ticket.cost and not await self._admit(
             ticket, work - ticket.cost, self._admission.wait_s
         ):
             return self._overloaded(stream, "request")
-        if size <= OFFLOAD_BODY_BYTES:
-            reply = self._handle_here(stream, request)
-        else:
-            reply = await self._handle(stream, request, size)
+        reply = await self._handle(stream, request, size)
         if stream.response_follows and stream.plan is not None:
             extra = response_work_bytes(stream.plan)
             if not await self._admit(ticket, extra, max(deadline - loop.time(), 0.0)):
@@ -176,10 +168,11 @@ class ExternalProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc
         return reply
 
     async def _admit(self, ticket: Ticket, extra: int, wait_s: float) -> bool:
-        if self._admission.try_admit(ticket, extra):  # the usual case: room, no queue
-            return True
-        metrics.ADMISSION_WAITED.inc()
-        return await self._admission.admit(ticket, extra, wait_s=wait_s)
+        if self._admission.must_wait(ticket, extra):
+            metrics.ADMISSION_WAITED.inc()
+        admitted = await self._admission.admit(ticket, extra, wait_s=wait_s)
+        metrics.ADMISSION_IN_FLIGHT_BYTES.set(self._admission.in_flight)
+        return admitted
 
     def _overloaded(self, stream: ExtProcStream, stage: str) -> ep.ProcessingResponse:
         metrics.ADMISSION_REJECTED.labels(stage).inc()
@@ -189,47 +182,30 @@ class ExternalProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc
     async def _handle(
         self, stream: ExtProcStream, request: ep.ProcessingRequest, size: int
     ) -> ep.ProcessingResponse:
-        if size <= OFFLOAD_BODY_BYTES:
-            return self._handle_here(stream, request)
         try:
-            return await asyncio.to_thread(stream.handle, request)
-        except Exception as exc:
-            return _failed(stream, request, exc)
-
-    def _handle_here(
-        self, stream: ExtProcStream, request: ep.ProcessingRequest
-    ) -> ep.ProcessingResponse:
-        """A message small enough for the event loop: handled in it, no coroutine."""
-        try:
+            if size > OFFLOAD_BODY_BYTES:
+                return await asyncio.to_thread(stream.handle, request)
             return stream.handle(request)
         except Exception as exc:
-            return _failed(stream, request, exc)
-
-
-def _failed(
-    stream: ExtProcStream, request: ep.ProcessingRequest, exc: Exception
-) -> ep.ProcessingResponse:
-    """A bug of our own while handling ``request``: logged without request content,
-    answered with a 500 envelope (fail closed, never an unrewritten request)."""
-    # Type and place only: exception text may quote request content. So no
-    # exc_info even at debug (it prints the message): the frames alone.
-    log.error(
-        "internal error on %s for request %s: %s%s",
-        request.WhichOneof("request"),
-        loggable_id(stream.request_id),
-        type(exc).__name__,
-        _frames(exc) if log.isEnabledFor(logging.DEBUG) else "",
-    )
-    metrics.count_anomaly("internal_error")
-    error = ApiError(
-        500,
-        "The gateway failed to process this request.",
-        type="server_error",
-        code="gateway_error",
-    )
-    return ep.ProcessingResponse(
-        immediate_response=immediate_response(error.status, error.envelope())
-    )
+            # Type and place only: exception text may quote request content. So no
+            # exc_info even at debug (it prints the message): the frames alone.
+            log.error(
+                "internal error on %s for request %s: %s%s",
+                request.WhichOneof("request"),
+                loggable_id(stream.request_id),
+                type(exc).__name__,
+                _frames(exc) if log.isEnabledFor(logging.DEBUG) else "",
+            )
+            metrics.count_anomaly("internal_error")
+            error = ApiError(
+                500,
+                "The gateway failed to process this request.",
+                type="server_error",
+                code="gateway_error",
+            )
+            return ep.ProcessingResponse(
+                immediate_response=immediate_response(error.status, error.envelope())
+            )
 
 
 def loggable_id(request_id: str) -> str:
