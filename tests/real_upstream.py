@@ -190,7 +190,12 @@ def start_vllm(
     return stack
 
 
-def start_dynamo(env: RealEnv, workdir: Path) -> Stack:
+def start_dynamo(
+    env: RealEnv, workdir: Path, *, hf_overrides: dict[str, object] | None = None
+) -> Stack:
+    """A Dynamo frontend and one vLLM embedding worker; ``hf_overrides`` go to the
+    worker as vLLM's ``--hf-overrides`` (``{"is_matryoshka": True}``: it cuts
+    ``dimensions`` itself)."""
     workdir.mkdir(parents=True, exist_ok=True)
     port = free_port()
     server_env = _server_env(workdir)
@@ -204,6 +209,7 @@ def start_dynamo(env: RealEnv, workdir: Path) -> Stack:
         DYN_SYSTEM_HOST="127.0.0.1",
     )
     planes = ["--discovery-backend", "file", "--request-plane", "tcp", "--event-plane", "zmq"]
+    worker_options = ["--hf-overrides", orjson.dumps(hf_overrides).decode()] if hf_overrides else []
     stack = Stack("dynamo", f"http://127.0.0.1:{port}")
     stack.processes.append(
         _spawn(
@@ -233,6 +239,7 @@ def start_dynamo(env: RealEnv, workdir: Path) -> Stack:
                 str(env.model_dir),
                 *vllm_args(env.model_dir),
                 "--embedding-worker",
+                *worker_options,
                 *planes,
             ],
             server_env,

@@ -65,6 +65,10 @@ SHADOW_K8S_DIR = K8S_DIR / "shadow"
 COMPOSE_FILE = REPO / "docker-compose.yml"
 DOCKERFILE = REPO / "Dockerfile"
 MINILM_POLICY = REPO / "extproc" / "policies" / "all-minilm-l6-v2.yaml"
+# The policy of a Dynamo whose worker cuts `dimensions` itself: compose's and the ConfigMap's.
+DYNAMO_MATRYOSHKA_POLICY = SHIPPED_QWEN_POLICY.with_name(
+    "qwen3-embedding-0.6b-dynamo-matryoshka.yaml"
+)
 
 # `extproc serve` with the shipped Qwen3 policy and the real Qwen3 tokenizer, idle:
 # VmRSS 170,052 kB (peak 212,640 kB while loading), Python 3.11, x86-64.
@@ -1762,6 +1766,25 @@ def test_compose_runs_the_seed_deployment() -> None:
     assert services["shadow-compare"]["command"][0] == "shadow-compare"
 
 
+def test_compose_dynamo_worker_cuts_dimensions_as_its_policy_declares() -> None:
+    """The default stack's worker is started Matryoshka and the gateway's policy says so
+    (`upstream.native.dimensions`): `dimensions` goes to the worker, with no response
+    work. Each half needs the other: a native policy before a worker without the flag
+    turns every cut into Dynamo's 500; the flag behind an emulating policy is unused."""
+    services = compose_services()
+    worker = services["dynamo-worker"]["command"]
+    assert "--hf-overrides" in worker
+    assert json.loads(worker[worker.index("--hf-overrides") + 1]) == {"is_matryoshka": True}
+    mounted = bind_mounts(services["extproc"])["/etc/extproc/policy.yaml"]
+    assert mounted == DYNAMO_MATRYOSHKA_POLICY
+    policy = load_policy_file(mounted)
+    [model] = policy.models.values()
+    assert model.upstream_model == worker[worker.index("--model") + 1]
+    assert model.upstream.kind == "dynamo" and model.upstream.native.dimensions
+    # No `dimensions` is left for the response: nothing for Envoy's precheck to route.
+    assert policy.response_markers() == ()
+
+
 def test_compose_default_stack_is_the_split_migration() -> None:
     services = compose_services()
     legacy = services["legacy"]
@@ -1903,8 +1926,10 @@ def test_kubernetes_deployment_is_wired_for_grpc_health_and_draining() -> None:
 def test_kubernetes_configmap_holds_the_shipped_policy() -> None:
     configmap = dict(k8s_docs())["configmap.yaml:ConfigMap"]
     text = configmap["data"]["policy.yaml"]
-    assert text == SHIPPED_QWEN_POLICY.read_text()
-    assert QWEN_MODEL in load_policy_text(text, source="configmap").models
+    # The one compose runs: a Dynamo worker started Matryoshka cuts `dimensions`.
+    assert text == DYNAMO_MATRYOSHKA_POLICY.read_text()
+    model = load_policy_text(text, source="configmap").models[QWEN_MODEL]
+    assert model.upstream.kind == "dynamo" and model.upstream.native.dimensions
     deployment = dict(k8s_docs())["deployment.yaml:Deployment"]
     mounts = {
         m["name"]: m["mountPath"]

@@ -9,6 +9,7 @@ Matryoshka, and counts Envoy's ext_proc messages.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import signal
 import time
@@ -26,10 +27,14 @@ from extproc.core.plan import Encoding, ResponsePlan
 from extproc.core.policy import load_policy_text
 from extproc.core.request_rewrite import Forward, rewrite_request
 from extproc.core.response_rewrite import rewrite_response
+from tests.conftest import SHIPPED_QWEN_POLICY
 from tests.fake_upstream import FakeUpstream
 from tests.harness import Gateway, http, metric_value, start_gateway
 
 MODEL = "Qwen/Qwen3-Embedding-0.6B"
+SHIPPED_DYNAMO_MATRYOSHKA_POLICY = SHIPPED_QWEN_POLICY.with_name(
+    "qwen3-embedding-0.6b-dynamo-matryoshka.yaml"
+)
 NATIVE = 1024
 DOCS = ["The harbour lights flickered.", "A ferry crossed the bay at dusk."]
 
@@ -88,6 +93,33 @@ def sent(forward: Forward, body: Mapping[str, Any]) -> dict[str, Any]:
 def test_declared_capability_reaches_the_model(native: Contract, emulated: Contract) -> None:
     assert native.policy.models[MODEL].upstream.native.dimensions
     assert not emulated.policy.models[MODEL].upstream.native.dimensions
+
+
+def test_shipped_dynamo_matryoshka_policy_is_the_legacy_contract_plus_the_declaration(
+    qwen_dir: Path,
+) -> None:
+    """The compose and Kubernetes policy differs from `extproc run`'s default (which
+    emulates the cut) only in what its Dynamo worker does: same model, prompts,
+    limits, Matryoshka range and encoding profile."""
+    shipped = {
+        path.name: load_contract(
+            load_policy_text(path.read_text(), tokenizer_overrides={MODEL: qwen_dir})
+        )
+        for path in (SHIPPED_QWEN_POLICY, SHIPPED_DYNAMO_MATRYOSHKA_POLICY)
+    }
+    emulating = shipped[SHIPPED_QWEN_POLICY.name].policy.models[MODEL]
+    matryoshka = shipped[SHIPPED_DYNAMO_MATRYOSHKA_POLICY.name].policy.models[MODEL]
+    assert (emulating.upstream.kind, matryoshka.upstream.kind) == ("dynamo", "dynamo")
+    assert not emulating.upstream.native.dimensions
+    assert matryoshka.upstream.native.dimensions
+    assert dataclasses.replace(matryoshka, upstream=emulating.upstream) == emulating
+    body = {"model": MODEL, "input": DOCS, "input_type": "query", "dimensions": 256}
+    forward = run(body, shipped[SHIPPED_DYNAMO_MATRYOSHKA_POLICY.name])
+    assert sent(forward, body)["dimensions"] == 256 and not forward.plan.needs_response
+    cut = run(body, shipped[SHIPPED_QWEN_POLICY.name])
+    assert "dimensions" not in sent(cut, body) and cut.plan.needs_response
+    # The same prompt reaches the model either way.
+    assert sent(forward, body)["input"] == sent(cut, body)["input"]
 
 
 @pytest.mark.parametrize("dimensions", [32, 256, 1023])

@@ -51,8 +51,12 @@ def vllm_matryoshka(env: RealEnv, e2e_dir: Path) -> Iterator[Stack]:
 
 @pytest.fixture(scope="session")
 def dynamo(env: RealEnv, e2e_dir: Path) -> Iterator[Stack]:
-    stack = start_dynamo(env, e2e_dir / "dynamo")
-    print(f"\n[e2e] Dynamo ready in {stack.started_s:.0f} s")
+    """The tier's one Dynamo, its worker started Matryoshka as compose starts it: it
+    serves the native path (the worker cuts `dimensions`) and, behind an emulating
+    policy, the emulated one (the gateway strips `dimensions`, so the worker's flag
+    changes nothing there). One stack for both keeps the tier at three engines."""
+    stack = start_dynamo(env, e2e_dir / "dynamo", hf_overrides={"is_matryoshka": True})
+    print(f"\n[e2e] Dynamo (is_matryoshka) ready in {stack.started_s:.0f} s")
     yield stack
     stack.stop()
 
