@@ -347,6 +347,10 @@ def istio_bootstrap(
         "typed_config": {
             "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
             "stat_prefix": "istio",
+            # What istiod sets with the default meshConfig.pathNormalization (BASE):
+            # the EnvoyFilter's NETWORK_FILTER patch must override it.
+            "normalize_path": True,
+            "path_with_escaped_slashes_action": "KEEP_UNCHANGED",
             "route_config": {
                 "name": "default",
                 "virtual_hosts": [
