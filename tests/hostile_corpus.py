@@ -496,10 +496,16 @@ WIRE: Final = [
 ]
 
 
-def framing_error(name: str, wire_body: bytes, status: int = 400, **options: Any) -> HostileRequest:
+def framing_error(
+    name: str, wire_body: bytes, code: str = "invalid_request", **options: Any
+) -> HostileRequest:
+    """Refused by Envoy's HTTP/1 codec: always a 400 with a client error ``code`` (the
+    shipped local_reply_config turns the codec's 501 for a Transfer-Encoding it does not
+    support into a 400 ``unsupported_transfer_encoding``)."""
     options.setdefault("framing", Framing.AS_GIVEN)
     options.setdefault("enveloped_in", SHAPES)
-    return HostileRequest(name, wire_body, Expected(status), Outcome.FRAMING_ERROR, **options)
+    expected = Expected(400, code=code)
+    return HostileRequest(name, wire_body, expected, Outcome.FRAMING_ERROR, **options)
 
 
 def _chunked(*headers: tuple[str, str]) -> tuple[tuple[str, str], ...]:
@@ -526,6 +532,27 @@ FRAMING_ERRORS: Final = [
         "chunked-and-content-length",
         b"%x\r\n%s\r\n0\r\n\r\n" % (len(_SMALL), _SMALL),
         headers=_chunked(("Content-Length", "5")),
+    ),
+    # Any Transfer-Encoding but `chunked` alone: Envoy's codec answers 501 (Not
+    # Implemented), which the shipped configs turn into a 400 (RFC 9112 6.3: chunked
+    # not the final coding) with a client error code, never a retryable 5xx.
+    framing_error(
+        "transfer-encoding-chunked-identity",
+        b"%x\r\n%s\r\n0\r\n\r\n" % (len(_SMALL), _SMALL),
+        code="unsupported_transfer_encoding",
+        headers=(*JSON_HEADERS, ("Transfer-Encoding", "chunked, identity")),
+    ),
+    framing_error(
+        "transfer-encoding-identity",
+        _SMALL,
+        code="unsupported_transfer_encoding",
+        headers=(*JSON_HEADERS, ("Transfer-Encoding", "identity")),
+    ),
+    framing_error(
+        "transfer-encoding-gzip-chunked",
+        b"%x\r\n%s\r\n0\r\n\r\n" % (len(_SMALL), _SMALL),
+        code="unsupported_transfer_encoding",
+        headers=(*JSON_HEADERS, ("Transfer-Encoding", "gzip, chunked")),
     ),
     framing_error(
         "transfer-encoding-gzip",
@@ -697,3 +724,86 @@ def _check_corpus() -> None:
 
 
 _check_corpus()
+
+
+# -- spellings of the endpoint's path --------------------------------------------------
+#
+# Every spelling a common server framework could route to its /v1/embeddings handler
+# (measured: uvicorn and werkzeug decode `%2F` before routing, so FastAPI and Flask
+# serve `/v1%2Fembeddings` from it; FastAPI redirects `/v1/embeddings/` to it; Express
+# matches case-insensitively and ignores a trailing slash), and the encodings Envoy
+# normalises. With `extproc run --legacy`, each must either go through the contract
+# or be refused with a 404 envelope: never reach the legacy server (or the upstream)
+# as sent. tests/test_path_spellings.py sends each over HTTP/1.1 and h2c, in both
+# Envoy shapes and in the Istio and Envoy Gateway shapes.
+
+
+class PathOutcome(enum.Enum):
+    CONTRACT = "contract"  # the upstream gets the rewritten request at /v1/embeddings
+    NOT_FOUND = "not_found"  # 404 `unknown_url` envelope, nobody sees the request
+
+
+@dataclass(frozen=True)
+class PathSpelling:
+    target: str  # the request target as sent (HTTP/1.1) or `:path` (h2c)
+    outcome: PathOutcome
+    # The absolute form (`POST http://host/...`) exists in HTTP/1.1 only.
+    http1_only: bool = False
+
+
+_C, _404 = PathOutcome.CONTRACT, PathOutcome.NOT_FOUND
+PATH_SPELLINGS: Final = [
+    PathSpelling("/v1/embeddings", _C),
+    PathSpelling("/embeddings", _C),
+    # `%2F`/`%5C` decoded (UNESCAPE_AND_FORWARD), then normalised like the rest.
+    PathSpelling("/v1%2Fembeddings", _C),
+    PathSpelling("/v1%2fembeddings", _C),
+    PathSpelling("/%76%31%2Fembeddings", _C),
+    PathSpelling("/v1%2F%65mbeddings", _C),
+    PathSpelling("/v1%2F%2E%2Fembeddings", _C),
+    PathSpelling("/v1%5Cembeddings", _C),
+    PathSpelling("/v1%5cembeddings", _C),
+    # normalize_path: dot segments, `\` as `/`, percent-encoded unreserved characters.
+    PathSpelling("/v1\\embeddings", _C),
+    PathSpelling("//v1//embeddings", _C),
+    PathSpelling("/v1/./embeddings", _C),
+    PathSpelling("/v1/x/../embeddings", _C),
+    PathSpelling("/v1/%2e/embeddings", _C),
+    PathSpelling("/%65mbeddings", _C),
+    PathSpelling("/v1/embeddings?x=1", _C),
+    PathSpelling("http://gw/v1/embeddings", _C, http1_only=True),
+    PathSpelling("http://gw/v1%2Fembeddings", _C, http1_only=True),
+    # No such endpoint: another case (FastAPI's routes are case-sensitive, Express's
+    # are not), `;params`, a path below it (FastAPI redirects `/v1/embeddings/` to the
+    # endpoint), an escape Envoy does not decode.
+    PathSpelling("/V1/EMBEDDINGS", _404),
+    PathSpelling("/v1/Embeddings", _404),
+    PathSpelling("/v1/embeddings;x", _404),
+    PathSpelling("/v1/embeddings%3Bx", _404),
+    PathSpelling("/v1/embeddings/", _404),
+    PathSpelling("/v1/embeddings%2F", _404),
+    PathSpelling("/v1/embeddings%5C", _404),
+    PathSpelling("/embeddings/x", _404),
+    # Encoded twice: Envoy decodes once (a second pass would make `%252F` a `/`), and
+    # a server behind it that decoded again would route it to the endpoint.
+    PathSpelling("/v1%252Fembeddings", _404),
+    PathSpelling("/v1%252fembeddings", _404),
+    PathSpelling("/v1%255Cembeddings", _404),
+    PathSpelling("/%2576%2531%252Fembeddings", _404),
+    PathSpelling("/v1%25252Fembeddings", _404),
+]
+
+# Other paths: the legacy server's (with --legacy), and what it receives for each.
+# A `%2F` is decoded once on the way (UNESCAPE_AND_FORWARD), as uvicorn would decode it
+# anyway: FastAPI routes `/v1/models/{model:path}` alike on both spellings.
+LEGACY_PATHS: Final = {
+    "/v1/rerank": "/v1/rerank",
+    "/v1/rerank?top_n=2": "/v1/rerank?top_n=2",
+    "/v1/models": "/v1/models",
+    "/v1/models/Qwen%2FQwen3-Embedding-0.6B": "/v1/models/Qwen/Qwen3-Embedding-0.6B",
+    "/v1/models/Qwen/Qwen3-Embedding-0.6B": "/v1/models/Qwen/Qwen3-Embedding-0.6B",
+    "/v1/embeddingsx": "/v1/embeddingsx",
+    "/v1/embeddings_v2": "/v1/embeddings_v2",
+    "/v2/embeddings": "/v2/embeddings",
+    "/v1/files/a%252Fb": "/v1/files/a%252Fb",
+}

@@ -351,6 +351,10 @@ def istio_bootstrap(
         "typed_config": {
             "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
             "stat_prefix": "istio",
+            # What istiod sets with the default meshConfig.pathNormalization (BASE):
+            # the EnvoyFilter's NETWORK_FILTER patch must override it.
+            "normalize_path": True,
+            "path_with_escaped_slashes_action": "KEEP_UNCHANGED",
             "route_config": {
                 "name": "default",
                 "virtual_hosts": [
@@ -466,6 +470,10 @@ def wrapped_ext_proc(doc: dict[str, Any]) -> dict[str, Any]:
     return config
 
 
+# The first local-reply mappers of every shipped config: the HTTP codec's refusals.
+CODEC_MAPPERS = 2
+
+
 @pytest.mark.parametrize("name,doc", envoy_filters(), ids=[n for n, _ in envoy_filters()])
 def test_istio_ext_proc_settings_equal_standalone(name: str, doc: dict[str, Any]) -> None:
     mine = copy.deepcopy(wrapped_ext_proc(doc))
@@ -476,7 +484,8 @@ def test_istio_ext_proc_settings_equal_standalone(name: str, doc: dict[str, Any]
     )
     ref["grpc_service"]["envoy_grpc"].pop("cluster_name")
     assert mine == ref
-    # The local replies get the same envelopes, restricted to /v1/embeddings.
+    # The local replies get the same envelopes: the HTTP codec's refusals (no path is
+    # known yet) as in single-filter.yaml, the others restricted to /v1/embeddings.
     patch = next(
         p["patch"]["value"]
         for p in doc["spec"]["configPatches"]
@@ -487,6 +496,8 @@ def test_istio_ext_proc_settings_equal_standalone(name: str, doc: dict[str, Any]
     assert [m["body_format_override"] for m in mappers] == [
         m["body_format_override"] for m in ref_mappers
     ]
+    codec, mappers = mappers[:CODEC_MAPPERS], mappers[CODEC_MAPPERS:]
+    assert codec == ref_mappers[:CODEC_MAPPERS]
     for m in mappers:
         cel, _status = m["filter"]["and_filter"]["filters"]
         assert cel["extension_filter"]["typed_config"]["expression"].startswith(
@@ -1076,7 +1087,15 @@ CRD_SPECS: dict[tuple[str, str], dict[str, Any]] = {
         "http1": "any",
         "http2": "any",
         "http3": "any",
-        "path": "any",
+        "path": {
+            "disableMergeSlashes": "bool",
+            "escapedSlashesAction": (
+                "KeepUnchanged",
+                "RejectRequest",
+                "UnescapeAndRedirect",
+                "UnescapeAndForward",
+            ),
+        },
         "proxyProtocol": "any",
         "scheme": ("Preserve", "MatchBackend"),
         "targetRef": "any",

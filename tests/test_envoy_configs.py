@@ -157,3 +157,168 @@ def test_without_markers_there_is_no_precheck(qwen_dir: Path, tmp_path: Path) ->
     path.write_text(dump(config))
     result = validate(path)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+# -- one canonical path before routing; client codes for the codec's refusals ---------
+
+PATH_FIELDS = {
+    "normalize_path": True,
+    "merge_slashes": True,
+    "path_with_escaped_slashes_action": "UNESCAPE_AND_FORWARD",
+}
+# The one regex that names the endpoint (a route's, a matcher's): any case, `;params`, a
+# path below it, a separator or `v1` encoded more than once. RE2 program size 82.
+ENDPOINT_REGEX = (
+    r"(?i)(/|%(25)+(2f|5c))+((v|%(25)+76)(1|%(25)+31)(/|%(25)+(2f|5c))+)?"
+    r"embeddings([^a-z0-9_-].*)?"
+)
+CODEC_EXPRESSIONS = [
+    "response.code_details == 'http1.invalid_transfer_encoding'",
+    "response.code_details.startsWith('http1.') || response.code_details.startsWith('http2.')",
+]
+
+
+def managers(node: Any) -> list[dict[str, Any]]:
+    """Every HTTP connection manager's typed_config in a parsed document."""
+    found: list[dict[str, Any]] = []
+    if isinstance(node, dict):
+        if str(node.get("@type", "")).endswith("HttpConnectionManager"):
+            found.append(node)
+        for value in node.values():
+            found += managers(value)
+    elif isinstance(node, list):
+        for value in node:
+            found += managers(value)
+    return found
+
+
+def shipped_documents() -> list[tuple[str, Any]]:
+    docs = [(p.name, yaml.safe_load(p.read_text())) for p in ENVOY_FILES]
+    istio = sorted((REPO / "envoy" / "istio").glob("envoyfilter-*.yaml"))
+    docs += [(p.name, d) for p in istio for d in yaml.safe_load_all(p.read_text()) if d]
+    return docs
+
+
+def rendered_documents(policy: GatewayPolicy) -> list[tuple[str, Any]]:
+    from extproc.tools.shadow.envoy_render import (
+        REVERSE_TEMPLATE,
+        SHADOW_TEMPLATE,
+        ShadowEnvoySettings,
+        render_shadow,
+    )
+
+    legacy = Upstream.from_url("http://legacy:9000")
+    docs = []
+    for shape in ("standalone", "single-filter"):
+        settings = EnvoySettings(
+            "127.0.0.1", 18080, 19901, 15051, Upstream.from_url("http://up:8000"), legacy=legacy
+        )
+        docs.append(
+            (
+                f"run {shape}",
+                render(load_template(template_path(f"{shape}.yaml")), settings, policy),
+            )
+        )
+    for template in (SHADOW_TEMPLATE, REVERSE_TEMPLATE):
+        shadow = ShadowEnvoySettings(
+            "127.0.0.1", 18080, 19901, 18081, 18082, 15051, (("127.0.0.1", 15061),),
+            Upstream.from_url("http://base:8000"), Upstream.from_url("http://cand:8000"),
+            candidate_gateway_port=18083, legacy=legacy,
+        )  # fmt: skip
+        docs.append(
+            (f"shadow {template.name}", render_shadow(load_template(template), shadow, policy))
+        )
+    return docs
+
+
+def test_every_connection_manager_settles_the_path_before_routing(
+    qwen_policy: GatewayPolicy,
+) -> None:
+    """envoy/*.yaml (compose and shadow included), the Istio EnvoyFilters' HCM
+    patches and what `extproc run` and `extproc shadow` render (with --legacy)."""
+    documents = shipped_documents() + rendered_documents(qwen_policy)
+    checked = 0
+    for name, doc in documents:
+        for hcm in managers(doc):
+            if name.startswith("envoyfilter-shadow-taps"):
+                continue  # inserts taps only, no connection manager patch
+            assert {k: hcm.get(k) for k in PATH_FIELDS} == PATH_FIELDS, name
+            checked += 1
+    assert checked >= 20, checked
+
+
+def test_envoy_gateway_settles_the_path_before_routing() -> None:
+    (policy,) = [
+        d
+        for d in yaml.safe_load_all((REPO / "envoy/gateway/clienttrafficpolicy.yaml").read_text())
+        if d
+    ]
+    assert policy["spec"]["path"] == {
+        "escapedSlashesAction": "UnescapeAndForward",
+        "disableMergeSlashes": False,
+    }
+
+
+def test_every_local_reply_config_gives_the_codecs_refusals_client_codes(
+    qwen_policy: GatewayPolicy,
+) -> None:
+    """The codec's mappers come first, before any 5xx mapper could take its 501."""
+    checked = 0
+    for name, doc in shipped_documents() + rendered_documents(qwen_policy):
+        for hcm in managers(doc):
+            if "local_reply_config" not in hcm:
+                continue
+            first, second = hcm["local_reply_config"]["mappers"][:2]
+            cel = first["filter"]["extension_filter"]["typed_config"]["expression"]
+            assert cel == CODEC_EXPRESSIONS[0], name
+            assert first["status_code"] == 400
+            assert first["body_format_override"]["json_format"]["error"]["code"] == (
+                "unsupported_transfer_encoding"
+            )
+            cel2 = second["filter"]["and_filter"]["filters"][0]["extension_filter"]
+            assert cel2["typed_config"]["expression"] == CODEC_EXPRESSIONS[1], name
+            error = second["body_format_override"]["json_format"]["error"]
+            assert (error["type"], error["code"]) == ("invalid_request_error", "invalid_request")
+            checked += 1
+    assert checked >= 10, checked
+
+
+def endpoint_regexes(node: Any) -> list[str]:
+    found: list[str] = []
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key in ("regex", "value") and isinstance(value, str) and "embeddings" in value:
+                found.append(value)
+            else:
+                found += endpoint_regexes(value)
+    elif isinstance(node, list):
+        for value in node:
+            found += endpoint_regexes(value)
+    return found
+
+
+def test_one_regex_names_the_endpoint_everywhere() -> None:
+    """Routes, the Istio matchers (anchored: they see `:path`) and the Envoy Gateway
+    route; its spellings and non-spellings as tests/hostile_corpus.py lists them."""
+    import re
+
+    from tests.hostile_corpus import LEGACY_PATHS, PATH_SPELLINGS, PathOutcome
+
+    gateway = REPO / "envoy" / "gateway" / "gateway.yaml"
+    docs = shipped_documents() + [
+        (gateway.name, d) for d in yaml.safe_load_all(gateway.read_text()) if d
+    ]
+    seen = {
+        regex
+        for _, doc in docs
+        for regex in endpoint_regexes(doc)
+        # standalone's canonical routes; the shadow taps' (the mirrored share only)
+        if regex not in ("/(v1/)?embeddings", r"^/v1/embeddings(\?.*)?$")
+    }
+    assert seen == {ENDPOINT_REGEX, "(?i)^" + ENDPOINT_REGEX.removeprefix("(?i)") + "$"}
+    pattern = re.compile(ENDPOINT_REGEX)
+    # What reaches the routes, normalised: the canonical spellings and every 404 one.
+    refused = [c.target for c in PATH_SPELLINGS if c.outcome is PathOutcome.NOT_FOUND]
+    for path in ["/v1/embeddings", "/embeddings", "/v1/embeddings?x=1", *refused]:
+        assert pattern.fullmatch(path), path
+    assert not any(pattern.fullmatch(path.split("?")[0]) for path in LEGACY_PATHS)

@@ -343,7 +343,8 @@ def test_framing_error_is_refused_by_envoy(
         reply = exchange(port_of(gateway), case.wire())
         assert reply.status == case.expected.status, reply
         error = reply.envelope()
-        assert error["type"] == case.expected.type
+        # The client's mistake: a client error code, never a 5xx mapper's.
+        assert (error["type"], error["code"]) == (case.expected.type, case.expected.code), error
         assert_no_leak(reply.body)
     else:
         # Envoy's codec refuses these before there is a request: at most a status
