@@ -1,4 +1,5 @@
-"""Command line: `extproc serve | run | check-config | presets | health | probe | learn | shadow*`."""
+"""Command line: `extproc serve | run | check-config | presets | health | probe | learn`,
+`extproc shadow*`."""
 
 from __future__ import annotations
 

@@ -46,50 +46,28 @@ def learn_basics(
             ("candidate", "plain text", {"model": upstream_model, "input": [TEXT]}),
         ]
     )
+    shown = [base, cand]
     for side, answer in (("baseline", base), ("candidate", cand)):
         if not answer.ok:
-            return None, [
-                unknown(
-                    "model", f"the {side} does not embed a plain text: {answer.brief()}", [answer]
-                )
-            ]
-    shown = [base, cand]
-    found: list[Finding] = []
+            return None, [unknown("model", f"the {side} does not embed a text: {answer.brief()}")]
     value = base.cosine_to(cand)
     notes = [f"cosine baseline/candidate {cos(value)}"]
     if base.dims != cand.dims:
-        found.append(
-            unknown(
-                "native_dimensions",
-                f"the baseline answers {base.dims}-d vectors, the candidate {cand.dims}-d",
-                shown,
-            )
-        )
+        problem = f"the baseline answers {base.dims}-d vectors, the candidate {cand.dims}-d"
+        found = [unknown("native_dimensions", problem, shown)]
     else:
-        found.append(
-            finding(
-                "native_dimensions",
-                base.dims,
-                "verified",
-                f"{base.dims}-d on both servers",
-                shown=shown,
-                notes=notes,
-            )
-        )
+        summary = f"{base.dims}-d on both servers"
+        found = [finding("native_dimensions", base.dims, "verified", summary, shown=shown)]
     if value is None or value < EQUIVALENT:
-        found.append(
-            finding(
-                "model",
-                None,
-                "measured",
-                "the vectors differ",
-                shown=shown,
-                notes=notes,
-                problem=f"the two servers' vectors for the same plain text differ (cosine {cos(value)} "
-                f"< {EQUIVALENT}): another model or revision, another pooling, or a prompt on "
-                "inputs without input_type (see prompts.none)",
-            )
+        problem = (
+            f"the two servers' vectors for the same plain text differ (cosine {cos(value)}): "
+            "another model or revision, another pooling, or a prompt on inputs without "
+            "input_type (see prompts.none)"
         )
+        found.append(unknown("model", problem, shown))
+    else:
+        summary = "the same vectors for a plain text"
+        found.append(finding("model", None, "verified", summary, shown=shown, notes=notes))
     layout, layout_finding = _learn_layout(session, local, upstream_model, cand)
     found.append(layout_finding)
     if layout is None or base.dims is None:
@@ -103,40 +81,29 @@ def _learn_layout(
     field = "tokenizer.special_tokens"
     bare = local.ids(TEXT)
     if cand.prompt_tokens is None:
-        return None, unknown(
-            field, "the candidate reports no usage.prompt_tokens to count them", [cand]
-        )
+        return None, unknown(field, "the candidate reports no usage.prompt_tokens", [cand])
     count = cand.prompt_tokens - len(bare)
     layouts = [layout for layout in local.layouts() if layout.count == count]
     if not layouts:
-        return None, unknown(
-            field,
-            f"the candidate adds {count} tokens to a text; no known layout has {count}",
-            [cand],
-        )
+        problem = f"the candidate adds {count} tokens to a text; no known layout has {count}"
+        return None, unknown(field, problem, [cand])
     tries = session.send_all(
         [
             (
                 "candidate",
-                f"token ids framed as {layout.source}",
-                {"model": upstream_model, "input": layout.frame(bare)},
+                f"ids framed as {t.source}",
+                {"model": upstream_model, "input": t.frame(bare)},
             )
-            for layout in layouts
+            for t in layouts
         ]
     )
     scores = [(cand.cosine_to(t) or -1.0, i) for i, t in enumerate(tries)]
     best, index = max(scores)
-    notes = [
-        f"{layouts[i].source}: cosine {cos(s)} to the candidate's text answer" for s, i in scores
-    ]
+    notes = [f"{layouts[i].source}: cosine {cos(s)} to its text answer" for s, i in scores]
     if best < EQUIVALENT:
-        return None, unknown(
-            field,
-            f"no layout of {count} special tokens gives the candidate's vector",
-            [cand, *tries],
-        )
+        problem = f"no layout of {count} special tokens gives the candidate's vector"
+        return None, unknown(field, problem, [cand, *tries])
     layout = layouts[index]
-    summary = f"{count} special tokens ({layout.source}): {layout.policy()}"
-    return layout, finding(
-        field, layout.policy(), "verified", summary, shown=[cand, tries[index]], notes=notes
-    )
+    summary = f"{count} special tokens ({layout.source})"
+    shown = [cand, tries[index]]
+    return layout, finding(field, layout.policy(), "verified", summary, shown=shown, notes=notes)

@@ -14,38 +14,27 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from extproc.commands.options import add_tokenizer_option
 from extproc.core.contract import load_contract
 from extproc.core.policy import PolicyError, load_policy_file
 from extproc.core.policy.loader import parse_tokenizer_overrides
 from extproc.core.policy.model import TokenizerSource
 from extproc.core.policy.presets import presets
 from extproc.core.tokens import TokenizerLoadError
-from extproc.tools.learn.basics import Basics, learn_basics
-from extproc.tools.learn.dimensions import Dimensions, learn_dimensions
 from extproc.tools.learn.findings import Finding, unknown
 from extproc.tools.learn.local import LocalModel
-from extproc.tools.learn.policy_file import Learned, policy_text
-from extproc.tools.learn.profile import learn_profile
-from extproc.tools.learn.prompts import (
-    DOCUMENT_ALIASES,
-    QUERY_ALIASES,
-    UNKNOWN_TYPE,
-    Prompts,
-    learn_prompts,
-)
-from extproc.tools.learn.report import LearnReport, to_json, to_markdown
+from extproc.tools.learn.plan import Learned, learn
+from extproc.tools.learn.policy_file import policy_text
+from extproc.tools.learn.report import NO_VERIFY, LearnReport, to_json, to_markdown
 from extproc.tools.learn.session import BudgetSpentError, Session
-from extproc.tools.learn.truncation import learn_truncation
-from extproc.tools.learn.upstream import learn_kind, learn_max_tokens, survey
 from extproc.tools.learn.verify import Verification, learned_probes, upstream_root, verify
 from extproc.tools.probe.client import endpoint_url
 
 DEFAULT_BUDGET = 400
+MAX_BUDGET = 100_000
 DEFAULT_OUT = Path("learn-report")
 
 
@@ -59,13 +48,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument("--baseline", required=True, metavar="URL", help="the legacy server")
     p.add_argument("--candidate", required=True, metavar="URL", help="the new upstream, alone")
     p.add_argument("--model", required=True, help="the model name clients send")
-    p.add_argument(
-        "--tokenizer",
-        action="append",
-        default=[],
-        metavar="NAME=DIR",
-        help="the tokenizer.json (and model files) in DIR for model NAME",
-    )
+    add_tokenizer_option(p)
     p.add_argument("--preset", default=None, help="the model family to try first (extproc presets)")
     p.add_argument(
         "--out",
@@ -89,182 +72,70 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
 
 
-@dataclass
-class Draft:
-    """What is learned so far; the defaults stand for what is not (marked so)."""
-
-    upstream_model: str
-    candidate_max: int | None = None
-    owner: str = ""
-    max_tokens: int | None = None
-    dimensions: Dimensions = field(default_factory=Dimensions)
-    prompts: Prompts = field(default_factory=Prompts)
-    profile: str = "OPENAI"
-    kind: str = "dynamo"
-    truncate_prompt_tokens: bool = True
-    accepted: dict[str, bool] = field(default_factory=dict)  # for the verification probes
-
-
 def run(args: argparse.Namespace) -> int:
     started, wall = time.monotonic(), datetime.now(UTC).isoformat(timespec="seconds")
     try:
         urls = {"baseline": endpoint_url(args.baseline), "candidate": endpoint_url(args.candidate)}
         upstream_root(args.candidate)
-        if not 1 <= args.budget <= 100_000:
-            raise ValueError("--budget must be within 1..100000")
+        if not 1 <= args.budget <= MAX_BUDGET:
+            raise ValueError(f"--budget must be within 1..{MAX_BUDGET}")
         if args.preset is not None and args.preset not in presets():
             raise ValueError(f"--preset: unknown {args.preset!r} (extproc presets lists them)")
         local = LocalModel(_tokenizer_source(args))
     except (ValueError, TokenizerLoadError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    session = Session(urls, args.budget, _progress, timeout_s=args.timeout)  # type: ignore[arg-type]
+    session = Session(urls, args.budget, _progress, timeout_s=args.timeout)
     try:
-        basics, findings, draft = learn(session, local, args.model, args.preset)
+        learned, findings = learn(session, local, args.model, args.preset)
     finally:
         session.close()
-    learned = _learned(args.model, local, basics, draft) if basics else None
     header = [
         f"Written by `extproc learn` on {wall} from the baseline {urls['baseline']}",
         f"and the candidate {urls['candidate']}; report.md shows how each field was learned.",
     ]
-    text = policy_text(learned, findings, header) if learned else ""
+    basics = learned.basics
+    text = policy_text(learned, basics, findings, header) if basics else ""
     args.out.mkdir(parents=True, exist_ok=True)
-    verification, note = None, "" if learned else "nothing to verify without a policy"
+    verification, note = None, "nothing to verify without a policy"
     if text:
         (args.out / "policy.yaml").write_text(text, encoding="utf-8")
-        verification, note = _verify(session, args, urls, draft, findings)
-    learned_all = bool(learned) and not any(f.problem for f in findings)
+        verification, note = _verify(session, args, urls, learned, findings)
+    learned_all = bool(text) and not any(f.problem for f in findings)
     verified = args.no_verify or (verification is not None and verification.verdict.ready)
-    code = 0 if learned_all and verified else (1 if learned else 2)
+    code = 0 if learned_all and verified else (1 if text else 2)
+    spent = {str(side): n for side, n in session.spent.items()}
     report = LearnReport(
-        urls["baseline"],
-        urls["candidate"],
-        args.model,
-        wall,
-        time.monotonic() - started,
-        args.budget,
-        dict(session.spent),
-        findings,
-        session.exchanges,
-        text,
-        verification,
-        note,
-        code,
-    )
+        urls, args.model, wall, time.monotonic() - started, args.budget, spent, findings,
+        session.exchanges, text, verification, note, code,
+    )  # fmt: skip
     markdown = to_markdown(report)
     (args.out / "report.md").write_text(markdown, encoding="utf-8")
     (args.out / "report.json").write_bytes(to_json(report))
     print(markdown, end="")
-    print(
-        f"learn: {report.label}; {args.out / 'policy.yaml'}, {args.out / 'report.md'}",
-        file=sys.stderr,
-    )
+    _progress(f"learn: {report.label}; {args.out / 'policy.yaml'}, {args.out / 'report.md'}")
     return code
-
-
-def learn(
-    session: Session, local: LocalModel, model: str, hint: str | None
-) -> tuple[Basics | None, list[Finding], Draft]:
-    """Every learner in turn; once the budget is spent the rest are marked not learned."""
-    draft = Draft(upstream_model=model)
-    found: list[Finding] = []
-    try:
-        draft.upstream_model, draft.candidate_max, draft.owner, first = survey(session, model)
-        found += first
-        basics, more = learn_basics(session, local, model, draft.upstream_model)
-    except BudgetSpentError as exc:
-        return None, [*found, unknown("budget", str(exc))], draft
-    found += more
-    if basics is None:
-        return None, found, draft
-
-    def prompts() -> list[Finding]:
-        draft.prompts, items = learn_prompts(session, local, basics, hint)
-        types = next(f.value for f in items if f.field == "input_type")
-        kinds = (*QUERY_ALIASES, *DOCUMENT_ALIASES, UNKNOWN_TYPE)
-        draft.accepted |= {t: t in types for t in kinds} | {t: True for t in types}
-        return items
-
-    def truncation() -> list[Finding]:
-        draft.candidate_max, limit = learn_max_tokens(session, local, basics, draft.candidate_max)
-        draft.max_tokens, items = learn_truncation(session, local, basics, draft.candidate_max)
-        return [limit, *items]
-
-    def dimensions() -> list[Finding]:
-        draft.dimensions, items = learn_dimensions(session, basics)
-        return items
-
-    def profile() -> list[Finding]:
-        d = draft.dimensions
-        size = d.min_dimensions or next((a for a in d.allowed if a != basics.native), basics.native)
-        draft.profile, items, base, cand = learn_profile(session, basics, size)
-        draft.accepted |= {e.label: e.ok for e in base}
-        kind, draft.truncate_prompt_tokens, more = learn_kind(session, basics, draft.owner, cand)
-        draft.kind = kind or draft.kind
-        return items + more
-
-    steps: list[tuple[str, Callable[[], list[Finding]]]] = [
-        ("prompts", prompts),
-        ("max_tokens", truncation),
-        ("matryoshka", dimensions),
-        ("encoding_profile", profile),
-    ]
-    spent = ""
-    for name, step in steps:
-        try:
-            found += step() if not spent else [unknown(name, f"not learned: {spent}")]
-        except BudgetSpentError as exc:
-            spent = str(exc)
-            found.append(unknown(name, f"not learned: {spent}"))
-    return basics, found, draft
-
-
-def _learned(model: str, local: LocalModel, basics: Basics, draft: Draft) -> Learned:
-    return Learned(
-        model=model,
-        upstream_model=draft.upstream_model,
-        tokenizer=local.source,
-        layout=basics.layout,
-        max_tokens=draft.max_tokens or draft.candidate_max or 512,
-        native=basics.native,
-        dimensions=draft.dimensions,
-        prompts=draft.prompts,
-        profile=draft.profile,
-        kind=draft.kind,
-        truncate_prompt_tokens=draft.truncate_prompt_tokens,
-    )
 
 
 def _verify(
     session: Session,
     args: argparse.Namespace,
     urls: dict[str, str],
-    draft: Draft,
+    learned: Learned,
     findings: list[Finding],
 ) -> tuple[Verification | None, str]:
     if args.no_verify:
-        return None, "--no-verify"
+        return None, NO_VERIFY
     try:
         contract = load_contract(load_policy_file(args.out / "policy.yaml"))
     except (PolicyError, TokenizerLoadError, OSError) as exc:
         findings.append(unknown("policy", f"the written policy does not load: {exc}"))
         return None, "the policy does not load"
-    d, native = draft.dimensions, contract.policy.models[args.model].native_dimensions
-    sizes: list[tuple[int, bool]] = []
-    if d.min_dimensions is not None:
-        sizes = [(d.min_dimensions, True), (d.min_dimensions - 1, False), (native + 1, False)]
-    elif d.matryoshka:
-        sizes = [*((a, True) for a in d.allowed), (d.allowed[0] + 1, False)]
-    size = d.min_dimensions or next((a for a in d.allowed if a != native), native)
-    probes = learned_probes(args.model, draft.accepted, [s for s in sizes if s[0] > 0], size)
     try:
-        return verify(
-            session, contract, urls["baseline"], urls["candidate"], args.model, probes
-        ), ""
+        return verify(session, contract, urls, args.model, learned_probes(learned)), ""
     except BudgetSpentError as exc:
         return None, str(exc)
-    except (OSError, RuntimeError, FileNotFoundError) as exc:
+    except (OSError, RuntimeError) as exc:
         return None, f"the gateway could not be run: {exc}"
 
 

@@ -128,7 +128,8 @@ def _renormalised(cuts: list[Exchange], whole: Exchange, notes: list[str]) -> st
         if value < EQUIVALENT:
             return f"{cut.label}: not the native vector's first components (cosine {cos(value)})"
         if cut.norm is not None and abs(cut.norm - 1.0) > NORM_TOLERANCE:
-            return f"{cut.label}: the cut is not re-normalised (norm {cut.norm:.4f}); the gateway re-normalises"
+            norm = f"{cut.norm:.4f}"
+            return f"{cut.label}: the cut is not re-normalised (norm {norm}); the gateway's is"
     return ""
 
 

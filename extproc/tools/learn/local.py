@@ -27,45 +27,10 @@ from extproc.core.tokens import ModelTokenizer, TokenizerLoadError
 
 TEXT = "How do I reset a forgotten password on my account?"
 INSTRUCTION = "Given a customer question, retrieve the help-center passage that answers it"
-_WORDS = (
-    "the",
-    "river",
-    "runs",
-    "past",
-    "old",
-    "stone",
-    "houses",
-    "where",
-    "people",
-    "keep",
-    "small",
-    "gardens",
-    "and",
-    "children",
-    "play",
-    "near",
-    "the",
-    "water",
-    "while",
-    "boats",
-    "move",
-    "slowly",
-    "under",
-    "the",
-    "bridge",
-    "in",
-    "the",
-    "morning",
-    "light",
-    "and",
-    "birds",
-    "sing",
-    "from",
-    "every",
-    "tree",
-    "along",
-    "the",
-    "road",
+# Plain words, mostly one token each in every tokenizer: long inputs repeat them.
+SENTENCE = (
+    "the river runs past old stone houses where people keep small gardens and children "
+    "play near the water while boats move slowly under the bridge in the morning light"
 )
 
 
@@ -146,9 +111,9 @@ class LocalModel:
         found = [Layout(post.prepend_ids, post.append_ids, True, "the tokenizer's post-processor")]
         for name, preset in sorted(presets().items()):
             special = preset.tokenizer.special_tokens
-            ids = (tuple(special.prepend_ids), tuple(special.append_ids))
-            if any(ids) and all(0 <= i < vocab for i in itertools.chain(*ids)):
-                found.append(Layout(*ids, False, f"preset {name}"))
+            before, after = tuple(special.prepend_ids), tuple(special.append_ids)
+            if (before or after) and all(0 <= i < vocab for i in (*before, *after)):
+                found.append(Layout(before, after, False, f"preset {name}"))
         for key, where in (
             ("eos_token", "append"),
             ("pad_token", "append"),
@@ -158,8 +123,9 @@ class LocalModel:
             token = token.get("content") if isinstance(token, dict) else token
             token_id = self.tokenizer.token_to_id(token) if isinstance(token, str) else None
             if token_id is not None:
-                pair = ((token_id,), ()) if where == "prepend" else ((), (token_id,))
-                found.append(Layout(*pair, False, f"tokenizer_config.json {key} {token!r}"))
+                one = (token_id,)
+                before, after = (one, ()) if where == "prepend" else ((), one)
+                found.append(Layout(before, after, False, f"tokenizer_config.json {key} {token!r}"))
         found.append(Layout((), (), False, "none"))
         unique: dict[tuple[tuple[int, ...], tuple[int, ...]], Layout] = {}
         for layout in found:
@@ -168,8 +134,7 @@ class LocalModel:
 
     def long_text(self, tokens: int) -> str:
         """Plain words, at least ``tokens`` tokens long."""
-        words = list(itertools.islice(itertools.cycle(_WORDS), tokens + 8))
-        return " ".join(words)
+        return " ".join(itertools.islice(itertools.cycle(SENTENCE.split()), tokens + 8))
 
     def head(self, text: str, tokens: int) -> tuple[str, int]:
         """The longest start of ``text`` with at most ``tokens`` tokens, cut where a token

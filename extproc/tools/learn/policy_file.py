@@ -11,85 +11,64 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
-from extproc.core.policy.model import TokenizerSource
-from extproc.tools.learn.dimensions import Dimensions
+from extproc.tools.learn.basics import Basics
 from extproc.tools.learn.findings import Finding
-from extproc.tools.learn.local import Layout
-from extproc.tools.learn.prompts import Prompts
+from extproc.tools.learn.plan import Learned
 
-# Which policy key a finding's field is about (its first word or dotted part).
-_KEY_OF = {
-    "model": "name",
-    "instruction": "prompts",
-    "input_type": "prompts",
-    "candidate": "max_tokens",
-}
+# The policy key a finding is about, when its field's first part is not that key.
+_KEY_OF = {"model": "name", "instruction": "prompts", "input_type": "prompts"}
 
 
-@dataclass(frozen=True)
-class Learned:
-    model: str
-    upstream_model: str
-    tokenizer: TokenizerSource
-    layout: Layout
-    max_tokens: int
-    native: int
-    dimensions: Dimensions
-    prompts: Prompts
-    profile: str  # LEGACY or OPENAI
-    kind: str
-    truncate_prompt_tokens: bool
-
-
-def policy_entry(learned: Learned) -> dict[str, Any]:
+def policy_entry(learned: Learned, basics: Basics) -> dict[str, Any]:
     """The model's entry, in the policy file's schema (key order as written)."""
+    source = learned.tokenizer
     tokenizer: dict[str, Any] = (
-        {"path": str(learned.tokenizer.path)}
-        if learned.tokenizer.path is not None
-        else {"hf_id": learned.tokenizer.hf_id}
+        {"path": str(source.path)} if source.path else {"hf_id": source.hf_id}
     )
-    tokenizer["special_tokens"] = learned.layout.policy()
-    prompts: dict[str, Any] = {"query": learned.prompts.query, "document": learned.prompts.document}
-    if learned.prompts.default_instruction:
-        prompts["default_instruction"] = learned.prompts.default_instruction
-    if learned.prompts.extra:
-        prompts["extra"] = dict(learned.prompts.extra)
-    dims = learned.dimensions
-    entry: dict[str, Any] = {"name": learned.model}
-    if learned.upstream_model != learned.model:
-        entry["upstream_model"] = learned.upstream_model
-    entry |= {"max_tokens": learned.max_tokens, "native_dimensions": learned.native}
-    if dims.min_dimensions is not None:
-        entry["matryoshka"] = {"min_dimensions": dims.min_dimensions}
-    elif dims.matryoshka:
-        entry["matryoshka"] = {"allowed": list(dims.allowed)}
-    native = {
-        "dimensions": dims.native_cut,
-        "truncate_prompt_tokens": learned.truncate_prompt_tokens,
+    tokenizer["special_tokens"] = basics.layout.policy()
+    p = learned.prompts
+    prompts = {
+        "query": p.query,
+        "document": p.document,
+        "default_instruction": p.default_instruction,
     }
+    entry: dict[str, Any] = {"name": learned.model, "upstream_model": learned.upstream_model}
+    entry |= {"max_tokens": learned.limit, "native_dimensions": basics.native}
+    d = learned.dimensions
+    if d.matryoshka:
+        rule = {"min_dimensions": d.min_dimensions} if d.min_dimensions else {"allowed": d.allowed}
+        entry["matryoshka"] = rule
+    native = {"dimensions": d.native_cut, "truncate_prompt_tokens": learned.truncate_prompt_tokens}
     entry |= {
         "encoding_profile": learned.profile,
         "upstream": {"kind": learned.kind, "native": native},
         "tokenizer": tokenizer,
-        "prompts": prompts,
+        "prompts": {k: v for k, v in prompts.items() if v}
+        | ({"extra": p.extra} if p.extra else {}),
     }
     return entry
 
 
-def policy_text(learned: Learned, findings: Sequence[Finding], header: Sequence[str]) -> str:
-    problems: dict[str, list[str]] = {}
+def policy_text(
+    learned: Learned, basics: Basics, findings: Sequence[Finding], header: Sequence[str]
+) -> str:
+    entry = policy_entry(learned, basics)
+    marks: dict[str, list[str]] = {}
     for item in findings:
         if item.problem:
-            head = item.field.split()[0].split(".")[0]
-            problems.setdefault(_KEY_OF.get(head, head), []).append(f"{item.field}: {item.problem}")
+            first = item.field.split()[0].split(".")[0]
+            key = _KEY_OF.get(first, first)
+            marks.setdefault(key if key in entry else "", []).append(
+                f"{item.field}: {item.problem}"
+            )
     lines = [f"# {line}" for line in header]
+    lines += [f"# NOT LEARNED: {' '.join(text.split())}" for text in marks.get("", [])]
     lines.append("models:")
-    for index, (key, value) in enumerate(policy_entry(learned).items()):
-        for problem in problems.get(key, []):
-            lines.append(f"    # NOT LEARNED: {' '.join(problem.split())}")
-        lead = "  - " if index == 0 else "    "
-        lines.append(f"{lead}{key}: {json.dumps(value, ensure_ascii=False)}")
+    for index, (key, value) in enumerate(entry.items()):
+        lines += [f"    # NOT LEARNED: {' '.join(text.split())}" for text in marks.get(key, [])]
+        lines.append(
+            f"{'  - ' if index == 0 else '    '}{key}: {json.dumps(value, ensure_ascii=False)}"
+        )
     return "\n".join(lines) + "\n"

@@ -59,14 +59,16 @@ def learn_profile(
     base, cand = answers[:half], answers[half:]
     encoding = base[0]
     lax = [base[i] for i in LAX]
-    lenient = [a for a in lax if a.ok and a.dims == dimensions]
+    # the BOM asks for no size: its answer is native
+    lenient = [a for a in lax if a.ok and (a.dims == dimensions or a.label.startswith("UTF-8"))]
     if encoding.ok:
         honoured = encoding.encoding == "base64"
         profile = "OPENAI" if honoured else "LEGACY"
         why = f"base64 {'honoured' if honoured else 'ignored (float arrays)'}"
     else:
         profile = "LEGACY" if lenient else "OPENAI"
-        why = f"base64 refused ({encoding.status}); integers read {'leniently' if lenient else 'strictly'}"
+        how = "leniently" if lenient else "strictly"
+        why = f"base64 refused ({encoding.status}); integers read {how}"
     problem = warning = ""
     if profile == "OPENAI" and lenient:
         problem = (

@@ -17,13 +17,14 @@ from dataclasses import dataclass, field
 
 from extproc.core.policy.presets import presets
 from extproc.tools.learn.basics import EQUIVALENT, Basics
-from extproc.tools.learn.findings import Finding, cos, finding, unknown
+from extproc.tools.learn.findings import Confidence, Finding, cos, finding, unknown
 from extproc.tools.learn.local import INSTRUCTION, TEXT, LocalModel, Template, templates
 from extproc.tools.learn.session import Exchange, Session
 
 QUERY_ALIASES = ("query", "search_query", "retrieval.query", "question")
 DOCUMENT_ALIASES = ("document", "passage", "search_document", "retrieval.passage", "doc")
 UNKNOWN_TYPE = "no-such-input-type"
+KNOWN_TYPES = (*QUERY_ALIASES, *DOCUMENT_ALIASES, UNKNOWN_TYPE)
 MAX_TRIES = 6  # candidate requests per role: templates passing the count are few
 
 
@@ -46,77 +47,57 @@ class Prompts:
 
 def learn_prompts(
     session: Session, local: LocalModel, basics: Basics, hint: str | None
-) -> tuple[Prompts, list[Finding]]:
+) -> tuple[Prompts, list[Finding], list[str]]:
+    """(the templates, findings, the input_types the baseline accepts)."""
     session.note("learn: prompts (every input_type, instruction)")
     extras = sorted({k for p in presets().values() for k in p.prompts.extra})
     kinds = [*QUERY_ALIASES, *DOCUMENT_ALIASES, *extras, UNKNOWN_TYPE]
-    model = basics.model
-
-    def body(**fields: str) -> dict[str, object]:
-        return {"model": model, "input": [TEXT], **fields}
-
-    answers = session.send_all(
-        [("baseline", f"input_type {t!r}", body(input_type=t)) for t in kinds]
-        + [
-            ("baseline", "instruction alone", body(instruction=INSTRUCTION)),
-            (
-                "baseline",
-                "input_type 'query' + instruction",
-                body(input_type="query", instruction=INSTRUCTION),
-            ),
-            (
-                "baseline",
-                "input_type 'document' + instruction",
-                body(input_type="document", instruction=INSTRUCTION),
-            ),
-        ]
-    )
+    plain = {"model": basics.model, "input": [TEXT]}
+    asked = {f"input_type {t!r}": {**plain, "input_type": t} for t in kinds}
+    asked["instruction alone"] = {**plain, "instruction": INSTRUCTION}
+    for role in ("query", "document"):
+        asked[f"input_type {role!r} + instruction"] = {
+            **plain,
+            "input_type": role,
+            "instruction": INSTRUCTION,
+        }
+    answers = session.send_all([("baseline", label, body) for label, body in asked.items()])
     by_type = dict(zip(kinds, answers, strict=False))
     alone, query_and, document_and = answers[len(kinds) :]
     found = [_none(local, basics)]
-    extra: dict[str, str] = {}
     roles: dict[str, Template] = {}
-    for role, aliases in (("query", QUERY_ALIASES), ("document", DOCUMENT_ALIASES)):
+    for role in ("query", "document", *extras):
+        aliases = {"query": QUERY_ALIASES, "document": DOCUMENT_ALIASES}.get(role, (role,))
         accepted = [by_type[a] for a in aliases if by_type[a].ok]
         if not accepted:
-            found.append(
-                finding(
-                    f"prompts.{role}",
-                    "{text}",
-                    "measured",
-                    f"the baseline refuses every {role} input_type",
-                    shown=[by_type[a] for a in aliases],
-                    warning=f"the gateway accepts {role} input_types the baseline refuses",
-                )
-            )
+            if role in ("query", "document"):
+                warning = f"the gateway accepts {role} input_types; the baseline refuses them all"
+                summary = f"the baseline refuses every {role} input_type"
+                found.append(finding(f"prompts.{role}", None, "measured", summary, warning=warning))
             continue
-        first = accepted[0]
-        match = explain(session, local, basics, first, templates(role, hint, local.file_prompts))
-        found.append(_role_finding(f"prompts.{role}", role, first, match, basics))
+        match = explain(
+            session, local, basics, accepted[0], templates(role, hint, local.file_prompts)
+        )
+        name = f"prompts.{role}" if role in ("query", "document") else f"prompts.extra.{role}"
+        found.append(_role_finding(name, role, accepted[0], match))
         if match.template is not None:
             roles[role] = match.template
-        found += _aliases(role, first, [by_type[a] for a in aliases])
-    query = roles.get("query")
+        found += _aliases(role, accepted[0], accepted)
+    query, document = roles.get("query"), roles.get("document")
     if query is not None:
-        query, instruction_finding = _instruction(session, local, basics, query, alone, query_and)
-        found.append(instruction_finding)
-    document = roles.get("document")
-    for t in extras:
-        answer = by_type[t]
-        if answer.ok and t not in QUERY_ALIASES + DOCUMENT_ALIASES:
-            match = explain(session, local, basics, answer, templates(t, hint, local.file_prompts))
-            found.append(_role_finding(f"prompts.extra.{t}", t, answer, match, basics))
-            if match.template is not None and match.template.text != "{text}":
-                extra[t] = match.template.text
+        query, instruction = _instruction(session, local, basics, query, (alone, query_and))
+        found.append(instruction)
     found.append(_input_types(by_type, document_and))
+    extra = {t: roles[t].text for t in extras if t in roles}
+    sources = {t.source for t in (query, document) if t and t.text != "{text}"}
     learned = Prompts(
         query=query.text if query else "{text}",
         document=document.text if document else "{text}",
         default_instruction=query.instruction if query and query.takes_instruction else "",
         extra=extra,
-        source=", ".join(sorted({t.source for t in (query, document) if t and t.text != "{text}"})),
+        source=", ".join(sorted(sources)),
     )
-    return learned, found
+    return learned, found, [t for t, a in by_type.items() if a.ok]
 
 
 def explain(
@@ -125,39 +106,32 @@ def explain(
     basics: Basics,
     answer: Exchange,
     candidates: list[Template],
+    *,
     instruction: str | None = None,
 ) -> Match:
     """The template that explains the baseline's ``answer`` to TEXT (see the module)."""
     specials = basics.layout.count
-    base = local.count(TEXT) + specials
-    extra = None if answer.prompt_tokens is None else answer.prompt_tokens - base
+    extra = None if answer.prompt_tokens is None else answer.prompt_tokens - local.count(TEXT)
+    extra = None if extra is None else extra - specials
     prefixes: dict[str, Template] = {}
     for template in candidates:
         prefix = template.prefix(instruction)
-        if (
-            answer.prompt_tokens is None
-            or local.count(prefix + TEXT) + specials == answer.prompt_tokens
-        ):
+        tokens = local.count(prefix + TEXT) + specials
+        if answer.prompt_tokens in (None, tokens):
             prefixes.setdefault(prefix, template)
     if "" in prefixes and answer.same_as(basics.plain):
         note = "the same vector as the text without any field"
-        return Match(prefixes[""], (), (note,), extra)
+        return Match(Template("{text}", "", "no prompt"), (), (note,), extra)
     tried = list(prefixes.items())[:MAX_TRIES]
+    body = {"model": basics.upstream_model}
     tries = session.send_all(
-        [
-            (
-                "candidate",
-                f"prompted text {p!r}",
-                {"model": basics.upstream_model, "input": [p + TEXT]},
-            )
-            for p, _ in tried
-        ]
+        [("candidate", f"prompted text {p!r}", {**body, "input": [p + TEXT]}) for p, _ in tried]
     )
     scored = [(answer.cosine_to(t) or -1.0, i) for i, t in enumerate(tries)]
     notes = tuple(f"{tried[i][0]!r} ({tried[i][1].source}): cosine {cos(s)}" for s, i in scored)
-    if scored and max(scored)[0] >= EQUIVALENT:
-        best = max(scored)[1]
-        return Match(tried[best][1], (tries[best],), notes, extra)
+    best, index = max(scored, default=(-1.0, 0))
+    if best >= EQUIVALENT:
+        return Match(tried[index][1], (tries[index],), notes, extra)
     return Match(None, tuple(tries), notes, extra)
 
 
@@ -171,58 +145,44 @@ def _none(local: LocalModel, basics: Basics) -> Finding:
     ]
     shown = [plain, basics.plain_candidate]
     if plain.prompt_tokens in (None, expected) and value is not None and value >= EQUIVALENT:
-        confidence = "verified" if plain.prompt_tokens == expected else "measured"
-        return finding(
-            "prompts.none",
-            "as sent",
-            confidence,
-            "inputs without input_type are embedded as sent",
-            shown=shown,
-            notes=notes,
-        )
-    extra = None if plain.prompt_tokens is None else plain.prompt_tokens - expected
-    return finding(
-        "prompts.none",
-        None,
-        "measured",
-        "the baseline changes inputs sent without input_type",
-        shown=shown,
-        notes=notes,
-        problem=f"the baseline adds {extra if extra is not None else 'some'} tokens to inputs without input_type "
-        "(a default prompt?); the gateway sends such inputs as they are",
+        confidence: Confidence = "verified" if plain.prompt_tokens == expected else "measured"
+        summary = "inputs without input_type are embedded as sent"
+        return finding("prompts.none", "as sent", confidence, summary, shown=shown, notes=notes)
+    extra = "some" if plain.prompt_tokens is None else plain.prompt_tokens - expected
+    problem = (
+        f"the baseline adds {extra} tokens to inputs without input_type (a default prompt?); "
+        "the gateway sends such inputs as they are"
     )
+    return unknown("prompts.none", problem, shown)
 
 
-def _role_finding(
-    field_name: str, role: str, answer: Exchange, match: Match, basics: Basics
-) -> Finding:
+def _role_finding(field_name: str, role: str, answer: Exchange, match: Match) -> Finding:
     shown = [answer, *match.tries]
     if match.template is None:
-        added = f"{match.extra_tokens} tokens" if match.extra_tokens is not None else "a prompt"
-        problem = f"the baseline prepends {added} to {role} inputs (input_type {answer.label.split()[-1]}) that no known prompt explains"
+        added = "a prompt" if match.extra_tokens is None else f"{match.extra_tokens} tokens"
+        problem = (
+            f"the baseline prepends {added} to {role} inputs ({answer.label}) "
+            "that no known prompt explains"
+        )
         return finding(
             field_name, None, "unknown", problem, shown=shown, notes=match.notes, problem=problem
         )
-    confidence = "verified" if answer.prompt_tokens is not None else "measured"
-    summary = f"{match.template.text!r} ({match.template.source}), +{match.extra_tokens} tokens"
-    return finding(
-        field_name, match.template.text, confidence, summary, shown=shown, notes=match.notes
-    )
+    confidence: Confidence = "verified" if answer.prompt_tokens is not None else "measured"
+    template = match.template
+    summary = f"{template.text!r} ({template.source}), +{match.extra_tokens} tokens"
+    return finding(field_name, template.text, confidence, summary, shown=shown, notes=match.notes)
 
 
-def _aliases(role: str, first: Exchange, answers: list[Exchange]) -> list[Finding]:
+def _aliases(role: str, first: Exchange, accepted: list[Exchange]) -> list[Finding]:
     """Every alias the gateway takes for ``role`` must mean the same to the baseline."""
-    differ = [a for a in answers if a.ok and not a.same_as(first)]
+    differ = [a for a in accepted if not a.same_as(first)]
     if not differ:
         return []
-    names = ", ".join(a.label for a in differ)
-    return [
-        unknown(
-            f"input_type ({role})",
-            f"{names}: other vectors than {first.label}; the gateway gives every {role} alias the same prompt",
-            [first, *differ],
-        )
-    ]
+    problem = (
+        f"{', '.join(a.label for a in differ)}: other vectors than {first.label}; "
+        f"the gateway gives every {role} alias the same prompt"
+    )
+    return [unknown(f"input_type ({role})", problem, [first, *differ])]
 
 
 def _instruction(
@@ -230,43 +190,31 @@ def _instruction(
     local: LocalModel,
     basics: Basics,
     query: Template,
-    alone: Exchange,
-    query_and: Exchange,
+    answers: tuple[Exchange, Exchange],
 ) -> tuple[Template, Finding]:
-    field_name = "instruction"
+    alone, query_and = answers
     if not alone.ok:
+        summary = f"the baseline refuses `instruction`: {alone.brief()}"
+        warning = "the gateway accepts `instruction` (a query with that task)"
         return query, finding(
-            field_name,
-            None,
-            "measured",
-            f"the baseline refuses `instruction`: {alone.brief()}",
-            shown=[alone],
-            warning="the gateway accepts `instruction` (a query with that task)",
+            "instruction", None, "measured", summary, shown=[alone], warning=warning
         )
-    same_prefix = [
-        t for t in templates("query", None, local.file_prompts) if t.prefix() == query.prefix()
-    ]
-    match = explain(session, local, basics, alone, [query, *same_prefix], INSTRUCTION)
+    known = templates("query", None, local.file_prompts)
+    same = [query, *(t for t in known if t.prefix() == query.prefix())]
+    match = explain(session, local, basics, alone, same, instruction=INSTRUCTION)
     shown = [alone, *match.tries, query_and]
-    notes = [
-        *match.notes,
-        f"input_type 'query' + instruction: cosine {cos(query_and.cosine_to(alone))} to instruction alone",
-    ]
+    both = cos(query_and.cosine_to(alone))
+    notes = [*match.notes, f"input_type 'query' + instruction: cosine {both} to instruction alone"]
     if match.template is None:
-        ignored = alone.same_as(basics.plain)
         problem = (
             "the baseline ignores `instruction` alone (embeds the input as sent)"
-            if ignored
-            else f"the baseline adds {match.extra_tokens} tokens for `instruction` that no query template explains"
+            if alone.same_as(basics.plain)
+            else f"the baseline adds {match.extra_tokens} tokens for `instruction` "
+            "that no query template explains"
         )
+        problem += "; the gateway applies the query prompt with it"
         return query, finding(
-            field_name,
-            None,
-            "unknown",
-            problem,
-            shown=shown,
-            notes=notes,
-            problem=problem + "; the gateway applies the query prompt with it",
+            "instruction", None, "unknown", problem, shown=shown, notes=notes, problem=problem
         )
     chosen = match.template
     how = (
@@ -274,37 +222,27 @@ def _instruction(
         if chosen.takes_instruction
         else "ignored: the query prompt is applied as it is"
     )
-    warning = (
-        ""
-        if query_and.same_as(alone)
-        else "input_type 'query' + instruction differs from instruction alone"
-    )
+    warning = "" if query_and.same_as(alone) else "query + instruction differs from instruction"
+    summary = f"instruction alone is a query; its text is {how}"
     return chosen, finding(
-        field_name,
-        chosen.text,
-        "verified",
-        f"instruction alone is a query; its text is {how}",
-        shown=shown,
-        notes=notes,
-        warning=warning,
+        "instruction", chosen.text, "verified", summary, shown=shown, notes=notes, warning=warning
     )
 
 
 def _input_types(by_type: dict[str, Exchange], document_and: Exchange) -> Finding:
     accepted = [t for t, a in by_type.items() if a.ok]
-    refused = {t: a.status for t, a in by_type.items() if not a.ok}
-    statuses = ", ".join(f"{t!r} {s}" for t, s in refused.items())
-    summary = f"accepted: {', '.join(map(repr, accepted))}; refused: {statuses or 'none'}; document + instruction: {document_and.brief()}"
+    refused = ", ".join(f"{t!r} {a.status}" for t, a in by_type.items() if not a.ok)
+    summary = (
+        f"accepted: {', '.join(map(repr, accepted))}; refused: {refused or 'none'}; "
+        f"document + instruction: {document_and.brief()}"
+    )
     warning = ""
     if UNKNOWN_TYPE in accepted:
-        warning = f"the baseline accepts any input_type ({UNKNOWN_TYPE!r}); the gateway answers 400 to types it does not know"
-    elif any(t in refused for t in (*QUERY_ALIASES, *DOCUMENT_ALIASES)):
+        warning = (
+            f"the baseline accepts any input_type ({UNKNOWN_TYPE!r}); "
+            "the gateway answers 400 to types it does not know"
+        )
+    elif any(not by_type[t].ok for t in (*QUERY_ALIASES, *DOCUMENT_ALIASES)):
         warning = "the gateway accepts every query and document alias; the baseline refuses some"
-    return finding(
-        "input_type",
-        accepted,
-        "measured",
-        summary,
-        shown=[*by_type.values(), document_and],
-        warning=warning,
-    )
+    shown = [*by_type.values(), document_and]
+    return finding("input_type", accepted, "measured", summary, shown=shown, warning=warning)

@@ -20,11 +20,12 @@ from extproc.tools.learn.session import Exchange
 from extproc.tools.learn.verify import Verification
 from extproc.tools.probe.report import cell, contract_lines, parity_lines, verdict_lines
 
+NO_VERIFY = "--no-verify was given"
+
 
 @dataclass(frozen=True)
 class LearnReport:
-    baseline: str
-    candidate: str
+    urls: dict[str, str]  # baseline, candidate
     model: str
     started: str
     duration_s: float
@@ -42,7 +43,7 @@ class LearnReport:
         found = [f"{f.field}: {f.problem}" for f in self.findings if f.problem]
         if self.verification is not None:
             found += [f"verify: {item}" for item in self.verification.verdict.failures]
-        elif self.verify_note:
+        elif self.verify_note and self.verify_note != NO_VERIFY:
             found.append(f"verify: {self.verify_note}")
         return found
 
@@ -60,8 +61,7 @@ def to_json(report: LearnReport) -> bytes:
         {k: v for k, v in dataclasses.asdict(e).items() if k != "vectors"} for e in report.exchanges
     ]
     doc: dict[str, Any] = {
-        "baseline": report.baseline,
-        "candidate": report.candidate,
+        **report.urls,
         "model": report.model,
         "started": report.started,
         "duration_s": round(report.duration_s, 3),
@@ -92,8 +92,8 @@ def to_markdown(report: LearnReport) -> str:
     lines = [
         f"# extproc learn: `{report.model}`",
         "",
-        f"- baseline (the legacy server): `{report.baseline}`",
-        f"- candidate (the new upstream, alone): `{report.candidate}`",
+        f"- baseline (the legacy server): `{report.urls['baseline']}`",
+        f"- candidate (the new upstream, alone): `{report.urls['candidate']}`",
         f"- started {report.started}, took {report.duration_s:.1f} s; "
         f"requests: {spent} (budget {report.budget} each)",
         "",
@@ -144,7 +144,7 @@ def _finding_lines(f: Finding, shown: Sequence[Exchange]) -> list[str]:
     for text, prefix in ((f.problem, "**Not learned:** "), (f.warning, "**Warning:** ")):
         if text and text != f.summary:
             lines += [f"{prefix}{cell(text)}", ""]
-    lines += [f"- {cell(note)}" for note in f.notes]
+    lines += [f"- {' '.join(note.split())}" for note in f.notes]
     if f.notes:
         lines.append("")
     if f.field == "errors":

@@ -15,155 +15,124 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from extproc.tools.learn.basics import EQUIVALENT, Basics
-from extproc.tools.learn.findings import Finding, cos, finding, unknown
+from extproc.tools.learn.findings import Confidence, Finding, cos, finding, unknown
 from extproc.tools.learn.local import LocalModel
 from extproc.tools.learn.session import Exchange, Session
 
 LONG_SIZES = (4096, 32768)
+KEEP = "the first tokens and the special tokens"
+LOSE = "the first tokens of the framed ids (the end token lost)"
+TAIL = "the last tokens"
 
 
 def learn_truncation(
     session: Session, local: LocalModel, basics: Basics, candidate_max: int | None
 ) -> tuple[int | None, list[Finding]]:
     session.note("learn: truncation (a long input, the cut point, the end token)")
-    field = "max_tokens"
     specials = basics.layout.count
     shown: list[Exchange] = []
+
+    def ask(text: str, label: str) -> Exchange:
+        shown.append(session.send("baseline", label, {"model": basics.model, "input": [text]}))
+        return shown[-1]
+
+    def ask_head(tokens: int) -> Exchange:
+        head, got = local.head(text, tokens)
+        return ask(head, f"first {got:,} tokens of the long input")
+
     for size in LONG_SIZES:
         text = local.long_text(size)
         content = local.ids(text)
-        whole = session.send(
-            "baseline", f"long input ({len(content):,} tokens)", _body(basics, text)
-        )
-        shown.append(whole)
+        whole = ask(text, f"long input ({len(content):,} tokens)")
         if not whole.ok:
-            return _refuses_long(session, local, basics, text, shown, candidate_max)
+            return _refuses_long(ask_head, len(content), specials, shown, candidate_max)
         if whole.prompt_tokens is None or whole.prompt_tokens < len(content) + specials:
             break
     else:
         return _never_cut(shown, candidate_max)
-    guess = None if whole.prompt_tokens is None else whole.prompt_tokens - specials
 
     def same(tokens: int) -> bool:
-        head, got = local.head(text, tokens)
-        answer = session.send(
-            "baseline", f"first {got:,} tokens of the long input", _body(basics, head)
-        )
-        shown.append(answer)
-        return answer.same_as(whole)
+        return ask_head(tokens).same_as(whole)
 
+    guess = None if whole.prompt_tokens is None else whole.prompt_tokens - specials
     kept = _cut_point(same, guess, len(content))
     limit = whole.prompt_tokens if whole.prompt_tokens is not None else (kept or 0) + specials
     hypotheses = {
-        "the first tokens, special tokens kept": basics.framed(content[: limit - specials]),
-        "the first tokens, the end token lost": basics.framed(content)[:limit],
-        "the last tokens": basics.framed(content[len(content) - (limit - specials) :]),
+        KEEP: basics.framed(content[: limit - specials]),
+        LOSE: basics.framed(content)[:limit],
+        TAIL: basics.framed(content[len(content) - (limit - specials) :]),
     }
+    # The search's answer, from the baseline alone (same server, same ids: exact).
+    searched = {limit - len(basics.layout.prepend): LOSE, limit - specials: KEEP}.get(kept or -1)
+    if candidate_max is not None and limit > candidate_max:
+        problem = f"the baseline keeps {limit} tokens; the candidate takes at most {candidate_max}"
+        summary = f"{limit} tokens: {searched or 'cut'} (by the search)"
+        return limit, [
+            finding("max_tokens", limit, "measured", summary, shown=shown, problem=problem)
+        ]
+    body = {"model": basics.upstream_model}
     tries = session.send_all(
         [
-            ("candidate", f"token ids: {name}", {"model": basics.upstream_model, "input": ids})
+            ("candidate", f"ids of {name}", {**body, "input": ids})
             for name, ids in hypotheses.items()
         ]
     )
-    scores = [(whole.cosine_to(t) or -1.0, name) for t, name in zip(tries, hypotheses, strict=True)]
+    shown += tries
+    cosines = {name: whole.cosine_to(t) or -1.0 for name, t in zip(hypotheses, tries, strict=True)}
     notes = [
         f"usage: {whole.prompt_tokens} tokens kept of {len(content) + specials:,}",
         f"vectors: the baseline's answer for the first {kept} tokens equals the long input's"
         if kept
         else "vectors: no start of the input gives the long input's vector",
-        *(f"candidate, {name}: cosine {cos(value)}" for value, name in scores),
+        *(f"candidate, ids of {name}: cosine {cos(value)}" for name, value in cosines.items()),
     ]
-    shown += tries
-    best, how = max(scores)
-    if best < EQUIVALENT:
-        return limit, [
-            unknown(
-                field,
-                f"the baseline keeps {limit} tokens; no known way of cutting gives its vector",
-                shown,
-            )
-        ]
-    if how != "the first tokens, special tokens kept":
-        problem = f"the baseline keeps {how} ({limit} tokens); the gateway keeps the first tokens and the special tokens"
-        return limit, [
-            finding(field, limit, "verified", how, shown=shown, notes=notes, problem=problem)
-        ]
-    agree = kept == limit - specials
-    summary = (
-        f"{limit} tokens: the first {limit - specials} and the special tokens (the end token kept)"
-    )
-    found = [
-        finding(
-            field, limit, "verified" if agree else "measured", summary, shown=shown, notes=notes
-        )
+    best = max(cosines, key=lambda name: cosines[name])
+    how = searched if searched and cosines[searched] >= EQUIVALENT else best
+    if cosines[how] < EQUIVALENT:
+        problem = f"the baseline keeps {limit} tokens; no known way of cutting gives its vector"
+        return limit, [unknown("max_tokens", problem, shown)]
+    confidence: Confidence = "verified" if how == searched else "measured"
+    problem = "" if how == KEEP else f"the baseline keeps {how}; the gateway keeps {KEEP}"
+    summary = f"{limit} tokens: {how}" + (" (the end token kept)" if how == KEEP else "")
+    return limit, [
+        finding("max_tokens", limit, confidence, summary, shown=shown, notes=notes, problem=problem)
     ]
-    if candidate_max is not None and limit > candidate_max:
-        found.append(
-            unknown(
-                "max_tokens (candidate)",
-                f"the baseline keeps {limit} tokens; the candidate takes at most {candidate_max}",
-            )
-        )
-    return limit, found
 
 
 def _cut_point(same: Callable[[int], bool], guess: int | None, total: int) -> int | None:
     """The fewest tokens whose start of the text gives the long text's vector: around
     ``guess`` first, else by bisection over 1..total (None: no start does)."""
-    if guess is not None and 1 < guess < total:
-        if not same(guess - 1):
-            if same(guess):
-                return guess
-            if same(guess + 1):
-                return guess + 1
+    if guess is not None and 1 < guess < total and not same(guess - 1):
+        if same(guess):
+            return guess
+        if same(guess + 1):
+            return guess + 1
     low, high = 0, total  # same(low) is false, same(high) is true (the text itself)
     while high - low > 1:
         middle = (low + high) // 2
-        if same(middle):
-            high = middle
-        else:
-            low = middle
+        low, high = (low, middle) if same(middle) else (middle, high)
     return high if high < total else None
 
 
 def _refuses_long(
-    session: Session,
-    local: LocalModel,
-    basics: Basics,
-    text: str,
+    ask_head: Callable[[int], Exchange],
+    total: int,
+    specials: int,
     shown: list[Exchange],
     candidate_max: int | None,
 ) -> tuple[int | None, list[Finding]]:
     """The baseline refuses long inputs: the longest it accepts, by bisection on status."""
-    low, high = 1, local.count(text)
+    low, high = 1, total
     while high - low > 1:
         middle = (low + high) // 2
-        head, got = local.head(text, middle)
-        answer = session.send(
-            "baseline", f"first {got:,} tokens of the long input", _body(basics, head)
-        )
-        shown.append(answer)
-        low, high = (middle, high) if answer.ok else (low, middle)
-    limit = low + basics.layout.count
+        low, high = (middle, high) if ask_head(middle).ok else (low, middle)
+    limit = low + specials
     if candidate_max is not None and limit > candidate_max:
-        return limit, [
-            unknown(
-                "max_tokens",
-                f"the baseline accepts {limit} tokens; the candidate at most {candidate_max}",
-                shown,
-            )
-        ]
-    warning = f"the baseline refuses inputs over {limit} tokens ({shown[0].status}); the gateway cuts them"
-    return limit, [
-        finding(
-            "max_tokens",
-            limit,
-            "measured",
-            f"{limit} tokens, longer inputs refused",
-            shown=shown,
-            warning=warning,
-        )
-    ]
+        problem = f"the baseline accepts {limit} tokens; the candidate at most {candidate_max}"
+        return limit, [unknown("max_tokens", problem, shown)]
+    warning = f"the baseline refuses inputs over {limit} tokens; the gateway cuts them"
+    summary = f"{limit} tokens, longer inputs refused"
+    return limit, [finding("max_tokens", limit, "measured", summary, shown=shown, warning=warning)]
 
 
 def _never_cut(
@@ -171,11 +140,7 @@ def _never_cut(
 ) -> tuple[int | None, list[Finding]]:
     longest = shown[-1].prompt_tokens
     if candidate_max is None or longest is None or candidate_max < longest:
-        problem = f"the baseline embeds {longest} tokens whole; the candidate takes at most {candidate_max}"
+        problem = f"the baseline embeds {longest} tokens whole; the candidate takes {candidate_max}"
         return candidate_max, [unknown("max_tokens", problem, shown)]
     summary = f"not cut at {longest} tokens: the candidate's {candidate_max}"
     return candidate_max, [finding("max_tokens", candidate_max, "measured", summary, shown=shown)]
-
-
-def _body(basics: Basics, text: str) -> dict[str, object]:
-    return {"model": basics.model, "input": [text]}

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from extproc.tools.learn.basics import Basics
-from extproc.tools.learn.findings import Finding, finding, unknown
+from extproc.tools.learn.findings import Confidence, Finding, finding, unknown
 from extproc.tools.learn.local import TEXT, LocalModel
 from extproc.tools.learn.session import Exchange, Session
 
@@ -37,7 +37,7 @@ def survey(session: Session, model: str) -> tuple[str, int | None, str, list[Fin
     entry: dict[str, Any] = next((m for m in entries if m["id"] == name), {})
     limit = entry.get("max_model_len") or entry.get("context_window")
     owner = str(entry.get("owned_by", ""))
-    confidence = "measured" if ids else "default"
+    confidence: Confidence = "measured" if ids else "default"
     found = [finding("upstream_model", name, confidence, f"{name!r}: {how}", shown=[listing])]
     return name, limit if isinstance(limit, int) else None, owner, found
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 from urllib.parse import urlsplit
@@ -32,6 +32,7 @@ from extproc.commands.launcher import run_envoy, start_server
 from extproc.core.contract import Contract
 from extproc.service.net import free_port
 from extproc.tools.learn.local import TEXT
+from extproc.tools.learn.plan import Learned
 from extproc.tools.learn.profile import requests
 from extproc.tools.learn.session import Session
 from extproc.tools.parity import Verdict
@@ -63,22 +64,28 @@ def upstream_root(url: str) -> Upstream:
     return Upstream.from_url(f"{parts.scheme}://{parts.netloc}")
 
 
-def learned_probes(
-    model: str, accepted: dict[str, bool], dimensions: Sequence[tuple[int, bool]], size: int
-) -> list[Probe]:
-    """Probes for what was learned. ``accepted``: an input_type, or a label of
-    profile.requests(), -> whether the baseline answered it 2xx while learning;
-    ``dimensions``: (size, accepted); ``size``: the one the lenient spellings ask for."""
-    plain = {"model": model, "input": [TEXT]}
-    spelled = requests(model, size)
+def learned_probes(learned: Learned) -> list[Probe]:
+    """Probes for what was learned: each expected valid when the baseline answered it
+    2xx while learning; Matryoshka sizes at the rule's edges and just past them."""
+    native = learned.basics.native if learned.basics else 0
+    plain = {"model": learned.model, "input": [TEXT]}
+    spelled = requests(learned.model, learned.size_below_native(native))
     probes = [
         _probe(key, spelled[key], ok)
         if key in spelled
         else _probe(f"input_type {key!r}", {**plain, "input_type": key}, ok)
-        for key, ok in accepted.items()
+        for key, ok in learned.accepted.items()
         if key not in COVERED
     ]
-    probes += [_probe(f"dimensions {d}", {**plain, "dimensions": d}, ok) for d, ok in dimensions]
+    d = learned.dimensions
+    sizes: list[tuple[int, bool]] = []
+    if d.min_dimensions is not None:
+        sizes = [(d.min_dimensions, True), (d.min_dimensions - 1, False), (native + 1, False)]
+    elif d.matryoshka:
+        sizes = [*((a, True) for a in d.allowed), (d.allowed[0] + 1, False)]
+    probes += [
+        _probe(f"dimensions {n}", {**plain, "dimensions": n}, ok) for n, ok in sizes if n > 0
+    ]
     return probes
 
 
@@ -90,8 +97,7 @@ def _probe(title: str, body: dict[str, object] | bytes, valid: bool) -> Probe:
 def verify(
     session: Session,
     contract: Contract,
-    baseline_url: str,
-    candidate_url: str,
+    urls: dict[str, str],
     model: str,
     probes: list[Probe],
 ) -> Verification:
@@ -100,7 +106,7 @@ def verify(
     max_tokens = max(m.max_tokens for m in contract.policy.models.values())
 
     def compare(gateway_url: str) -> Verification:
-        baseline = session.client("baseline", baseline_url)
+        baseline = session.client("baseline", urls["baseline"])
         gateway = session.client("candidate", gateway_url)
         try:
             session.note(f"verify: the gateway on {gateway_url} against the baseline")
@@ -120,7 +126,7 @@ def verify(
         return Verification(parity, rows, decide(parity, rows, None))
 
     with contextlib.redirect_stdout(sys.stderr):  # the launcher's ready line is progress here
-        return asyncio.run(_with_gateway(contract, upstream_root(candidate_url), compare))
+        return asyncio.run(_with_gateway(contract, upstream_root(urls["candidate"]), compare))
 
 
 async def _with_gateway(contract: Contract, upstream: Upstream, work: Callable[[str], T]) -> T:
