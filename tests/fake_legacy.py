@@ -28,7 +28,7 @@ is a choice of the test, never a measurement: the prompt templates (``query_temp
 ``document_template``, ``{instruction}`` and ``{text}`` as in a policy file) and which
 ``input_type`` values name each role; the token limit (``max_tokens``) and whether a cut
 input keeps its end token (``keep_end``; False: the first ``max_tokens`` of the ids with
-EOS, so EOS is lost); the Matryoshka sizes (``min_dimensions`` up to ``dim``, or
+EOS, so EOS is lost) or longer inputs are refused (``refuse_long``: a 422); the Matryoshka sizes (``min_dimensions`` up to ``dim``, or
 ``allowed_dimensions``, or ``min_dimensions=None`` for none but ``dim``); whether
 ``encoding_format: "base64"`` is honoured (``honour_encoding``: base64 little-endian
 float32, as OpenAI answers); and whether integer fields are read in pydantic's lax mode
@@ -169,6 +169,7 @@ class FakeLegacy:
         query_types: frozenset[str] = QUERY_TYPES,
         document_types: frozenset[str] = DOCUMENT_TYPES,
         keep_end: bool = True,
+        refuse_long: bool = False,
         honour_encoding: bool = False,
         lax: bool = False,
     ) -> None:
@@ -184,6 +185,7 @@ class FakeLegacy:
         self.query_types = query_types
         self.document_types = document_types
         self.keep_end = keep_end
+        self.refuse_long = refuse_long
         self.honour_encoding = honour_encoding
         self.lax = lax
         # the fake Dynamo's tokenizer and vector model; it is never started
@@ -369,6 +371,21 @@ class FakeLegacy:
             if self.delay_seconds > 0:
                 time.sleep(self.delay_seconds)
             token_lists = [self.tokenize(self.prompt(t, input_type, instruction)) for t in texts]
+            if self.refuse_long and any(
+                len(self._model.tokenize(self.prompt(t, input_type, instruction))) > self.max_tokens
+                for t in texts
+            ):
+                message = f"Input is longer than {self.max_tokens} tokens"
+                return 422, {
+                    "detail": [
+                        {
+                            "type": "value_error",
+                            "loc": ["body", "input"],
+                            "msg": message,
+                            "input": None,
+                        }
+                    ]
+                }
             vectors = [self._model.embed_ids(ids, dimensions) for ids in token_lists]
         tokens = sum(len(ids) for ids in token_lists)
         base64_asked = self.honour_encoding and doc.get("encoding_format") == "base64"

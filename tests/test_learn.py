@@ -19,11 +19,13 @@ import pytest
 
 from extproc.commands.cli import _parser
 from extproc.core.policy import ModelPolicy, load_policy_file, load_policy_text
-from extproc.core.policy.model import EncodingProfile, Matryoshka
+from extproc.core.policy.model import EncodingProfile, Matryoshka, TokenizerSource
 from extproc.tools.learn import command
-from extproc.tools.learn.local import Template, templates
-from extproc.tools.learn.session import envelope_of
+from extproc.tools.learn.basics import learn_basics
+from extproc.tools.learn.local import LocalModel, Template, templates
+from extproc.tools.learn.session import Session, envelope_of
 from extproc.tools.learn.truncation import _cut_point
+from extproc.tools.learn.upstream import learn_max_tokens
 from tests.conftest import QWEN_EOS, QWEN_MODEL, SHIPPED_QWEN_POLICY
 from tests.fake_legacy import FakeLegacy
 from tests.fake_upstream import FakeUpstream
@@ -203,6 +205,34 @@ def test_a_limit_over_the_candidates_is_named(
     assert any(
         "keeps 2048 tokens; the candidate takes at most 1024" in p for p in report["problems"]
     )
+
+
+def test_a_baseline_that_refuses_long_inputs(
+    qwen_dir: Path, dynamo: FakeUpstream, tmp_path: Path
+) -> None:
+    """The longest input it accepts, by bisection on status; not expressible (the
+    gateway cuts), so named."""
+    with FakeLegacy(tokenizer_dir=qwen_dir, max_tokens=700, refuse_long=True) as legacy:
+        code, policy, report, _ = learn(legacy, dynamo, tmp_path, "--no-verify")
+    assert code == 1 and policy is not None and policy.max_tokens == 700
+    found = findings(report)["max_tokens"]
+    assert found["problem"] == "the baseline refuses inputs over 700 tokens; the gateway cuts them"
+    assert len(found["exchanges"]) <= 1 + 13  # the long input, then a bisection over 4,104
+
+
+def test_the_candidates_limit_by_bisection_when_not_listed(
+    qwen_dir: Path, dynamo: FakeUpstream
+) -> None:
+    local = LocalModel(TokenizerSource(path=qwen_dir))
+    session = Session({"baseline": dynamo.url, "candidate": dynamo.url}, 100, lambda _: None)
+    try:
+        basics, _ = learn_basics(session, local, QWEN_MODEL, QWEN_MODEL)
+        assert basics is not None
+        limit, found = learn_max_tokens(session, local, basics, None)
+    finally:
+        session.close()
+    assert limit == found.value == dynamo.max_model_len
+    assert len(found.exchanges) <= 18 and session.spent["candidate"] <= 3 + 18
 
 
 def test_a_spent_budget_marks_what_is_left(

@@ -14,7 +14,7 @@ native vector mean it cuts itself (``upstream.native.dimensions: true``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -23,9 +23,10 @@ from extproc.core.vectors import truncate_renormalise
 from extproc.tools.learn.basics import EQUIVALENT, Basics
 from extproc.tools.learn.findings import Finding, cos, finding
 from extproc.tools.learn.local import TEXT
-from extproc.tools.learn.session import Exchange, Server, Session
+from extproc.tools.learn.session import Exchange, Server, Session, first_true
 
 NORM_TOLERANCE = 1e-3
+FIELD = "upstream.native.dimensions"
 
 
 @dataclass(frozen=True)
@@ -54,44 +55,43 @@ def learn_dimensions(session: Session, basics: Basics) -> tuple[Dimensions, list
     first = sorted({0, 1, native, native + 1, *powers, *shipped, *odd})
     answers = dict(zip(first, _ask(session, "baseline", basics, first), strict=True))
     accepted = sorted(d for d, a in answers.items() if a.ok)
-    refused = {d: a.status for d, a in answers.items() if not a.ok}
     shown = list(answers.values())
-    notes = [f"refused: {_statuses(refused)}"]
+    notes = [f"refused: {_statuses({d: a.status for d, a in answers.items() if not a.ok})}"]
     if not accepted or accepted == [native]:
-        warning = (
-            ""
-            if accepted
-            else f"the baseline refuses `dimensions` (even {native}); the gateway accepts {native}"
-        )
         summary = f"not Matryoshka: {'only ' + str(native) if accepted else 'no size'} accepted"
+        warning = "" if accepted else f"the baseline refuses {native}; the gateway accepts it"
         return Dimensions(), [
-            finding(
-                "matryoshka", None, "measured", summary, shown=shown, notes=notes, warning=warning
-            ),
-            finding("upstream.native.dimensions", False, "default", "nothing to cut"),
+            finding("matryoshka", None, "measured", summary, shown=shown, warning=warning),
+            finding(FIELD, False, "default", "nothing to cut"),
         ]
+    problem = ""
+    value: dict[str, object]
     if any(d in accepted for d in odd - shipped - powers):
-        low = _lowest(session, basics, answers, shown)
-        inside = sorted({low + (native - low) // 3, low + 2 * (native - low) // 3} - set(answers))
-        checks = _ask(session, "baseline", basics, inside)
-        shown += checks
-        holes = [d for d, a in zip(inside, checks, strict=True) if not a.ok]
-        learned = Dimensions(min_dimensions=low)
-        summary = f"a range: {low}..{native}" + (f"; yet {holes} refused" if holes else "")
-        value: object = {"min_dimensions": low}
+
+        def ok(size: int) -> bool:
+            (answer,) = _ask(session, "baseline", basics, [size])
+            shown.append(answer)
+            return answer.ok
+
+        below = max((d for d in first if d < accepted[0]), default=0)
+        low = first_true(ok, below, accepted[0])
+        inside = sorted({low + (native - low) // 3, low + 2 * (native - low) // 3} - set(first))
+        holes = [d for d in inside if not ok(d)]
+        learned, value = Dimensions(min_dimensions=low), {"min_dimensions": low}
+        summary = f"a range: {low}..{native}"
         problem = f"sizes inside {low}..{native} refused: {holes}" if holes else ""
     else:
-        learned = Dimensions(allowed=tuple(accepted))
+        learned, value = Dimensions(allowed=tuple(accepted)), {"allowed": accepted}
         summary = f"a set: {accepted} (of the {len(first)} sizes asked; others assumed refused)"
-        value, problem = {"allowed": accepted}, ""
-    cut = [answers[d] for d in accepted if d != native][:2]
-    problem = problem or _renormalised(cut, answers[native], notes)
+    for d in [d for d in accepted if d != native][:2]:
+        same, note = _is_cut(answers[native], answers[d], d)
+        notes.append(note)
+        problem = problem or ("" if same else f"dimensions {d}: {note}; the gateway's cut differs")
     found = [
         finding("matryoshka", value, "verified", summary, shown=shown, notes=notes, problem=problem)
     ]
     native_cut, capability = _candidate_cuts(session, basics, learned)
-    found.append(capability)
-    return Dimensions(learned.min_dimensions, learned.allowed, native_cut), found
+    return replace(learned, native_cut=native_cut), [*found, capability]
 
 
 def _ask(session: Session, server: Server, basics: Basics, sizes: list[int]) -> list[Exchange]:
@@ -100,62 +100,37 @@ def _ask(session: Session, server: Server, basics: Basics, sizes: list[int]) -> 
     return session.send_all([(server, f"dimensions {d}", {**body, "dimensions": d}) for d in sizes])
 
 
-def _lowest(
-    session: Session, basics: Basics, answers: dict[int, Exchange], shown: list[Exchange]
-) -> int:
-    """The smallest accepted size, by bisection between the largest refused one below
-    the smallest accepted and that accepted one."""
-    high = min(d for d, a in answers.items() if a.ok)
-    low = max((d for d, a in answers.items() if not a.ok and d < high), default=0)
-    while high - low > 1:
-        middle = (low + high) // 2
-        (answer,) = _ask(session, "baseline", basics, [middle])
-        shown.append(answer)
-        low, high = (middle, high) if not answer.ok else (low, middle)
-    return high
-
-
-def _renormalised(cuts: list[Exchange], whole: Exchange, notes: list[str]) -> str:
-    """'' when every cut is the native vector's head, re-normalised; else why not."""
-    assert whole.vectors is not None
-    for cut in cuts:
-        assert cut.vectors is not None and cut.dims is not None
-        expected = truncate_renormalise(whole.vectors[:1], cut.dims)
-        value = float(np.dot(expected[0], cut.vectors[0]) / (np.linalg.norm(cut.vectors[0]) or 1.0))
-        notes.append(
-            f"{cut.label}: norm {cut.norm:.6f}, cosine {cos(value)} to the native vector's head"
-        )
-        if value < EQUIVALENT:
-            return f"{cut.label}: not the native vector's first components (cosine {cos(value)})"
-        if cut.norm is not None and abs(cut.norm - 1.0) > NORM_TOLERANCE:
-            norm = f"{cut.norm:.4f}"
-            return f"{cut.label}: the cut is not re-normalised (norm {norm}); the gateway's is"
-    return ""
+def _is_cut(whole: Exchange, answer: Exchange, size: int) -> tuple[bool, str]:
+    """Is ``answer`` the ``size``-d cut of ``whole``'s vector, re-normalised (the
+    gateway's emulation)? And a note saying how close it is."""
+    if whole.vectors is None or answer.vectors is None or answer.dims != size:
+        return False, f"dimensions {size}: {answer.brief()}"
+    expected = truncate_renormalise(whole.vectors[:1], size)[0]
+    norm = float(np.linalg.norm(answer.vectors[0]))
+    value = float(np.dot(expected, answer.vectors[0]) / (norm or 1.0))
+    note = f"dimensions {size}: cosine {cos(value)} to the emulated cut, norm {norm:.6f}"
+    return value >= EQUIVALENT and abs(norm - 1.0) <= NORM_TOLERANCE, note
 
 
 def _candidate_cuts(session: Session, basics: Basics, learned: Dimensions) -> tuple[bool, Finding]:
-    field = "upstream.native.dimensions"
+    """Does the candidate cut itself, as the gateway would, at the sizes that matter?"""
     sizes = learned.sizes(basics.native)
     answers = _ask(session, "candidate", basics, sizes)
-    whole = basics.plain_candidate
-    assert whole.vectors is not None
     notes = []
-    for d, answer in zip(sizes, answers, strict=True):
-        if not answer.ok or answer.dims != d or answer.vectors is None:
-            summary = f"no: dimensions {d} -> {answer.brief()}; the gateway cuts"
-            return False, finding(field, False, "verified", summary, shown=answers)
-        expected = truncate_renormalise(whole.vectors[:1], d)[0]
-        value = float(
-            np.dot(expected, answer.vectors[0]) / (np.linalg.norm(answer.vectors[0]) or 1.0)
-        )
-        notes.append(
-            f"dimensions {d}: cosine {cos(value)} to the emulated cut, norm {answer.norm:.6f}"
-        )
-        if value < EQUIVALENT or abs((answer.norm or 0.0) - 1.0) > NORM_TOLERANCE:
-            summary = f"no: its {d}-d answer is not the emulated cut; the gateway cuts"
-            return False, finding(field, False, "verified", summary, shown=answers, notes=notes)
+    for size, answer in zip(sizes, answers, strict=True):
+        same, note = _is_cut(basics.plain_candidate, answer, size)
+        notes.append(note)
+        if not same:
+            return False, finding(
+                FIELD,
+                False,
+                "verified",
+                f"no: {note}; the gateway cuts",
+                shown=answers,
+                notes=notes,
+            )
     summary = f"yes: {sizes} answered, each equal to the emulated cut"
-    return True, finding(field, True, "verified", summary, shown=answers, notes=notes)
+    return True, finding(FIELD, True, "verified", summary, shown=answers, notes=notes)
 
 
 def _statuses(refused: dict[int, int]) -> str:

@@ -30,10 +30,6 @@ class Finding:
     problem: str = ""  # non-empty: not learned, or not expressible in a policy
     warning: str = ""  # a difference the gateway will show, which does not stop the run
 
-    @property
-    def learned(self) -> bool:
-        return not self.problem
-
 
 def finding(
     field: str,

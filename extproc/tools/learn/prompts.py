@@ -42,7 +42,6 @@ class Prompts:
     document: str = "{text}"
     default_instruction: str = ""
     extra: dict[str, str] = field(default_factory=dict)
-    source: str = ""  # where the query and document templates come from
 
 
 def learn_prompts(
@@ -89,13 +88,11 @@ def learn_prompts(
         found.append(instruction)
     found.append(_input_types(by_type, document_and))
     extra = {t: roles[t].text for t in extras if t in roles}
-    sources = {t.source for t in (query, document) if t and t.text != "{text}"}
     learned = Prompts(
         query=query.text if query else "{text}",
         document=document.text if document else "{text}",
         default_instruction=query.instruction if query and query.takes_instruction else "",
         extra=extra,
-        source=", ".join(sorted(sources)),
     )
     return learned, found, [t for t, a in by_type.items() if a.ok]
 

@@ -220,3 +220,12 @@ def envelope_of(body: bytes) -> str:
         if "detail" in doc:
             return "detail"
     return "text"
+
+
+def first_true(test: Callable[[int], bool], low: int, high: int) -> int:
+    """The smallest n in (low, high] for which ``test`` holds, by bisection: ``test``
+    must hold from some n on, and hold at ``high`` (which is never asked)."""
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (low, middle) if test(middle) else (middle, high)
+    return high

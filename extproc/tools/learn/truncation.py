@@ -17,7 +17,7 @@ from collections.abc import Callable
 from extproc.tools.learn.basics import EQUIVALENT, Basics
 from extproc.tools.learn.findings import Confidence, Finding, cos, finding, unknown
 from extproc.tools.learn.local import LocalModel
-from extproc.tools.learn.session import Exchange, Session
+from extproc.tools.learn.session import Exchange, Session, first_true
 
 LONG_SIZES = (4096, 32768)
 KEEP = "the first tokens and the special tokens"
@@ -107,11 +107,8 @@ def _cut_point(same: Callable[[int], bool], guess: int | None, total: int) -> in
             return guess
         if same(guess + 1):
             return guess + 1
-    low, high = 0, total  # same(low) is false, same(high) is true (the text itself)
-    while high - low > 1:
-        middle = (low + high) // 2
-        low, high = (low, middle) if same(middle) else (middle, high)
-    return high if high < total else None
+    cut = first_true(same, 0, total)  # same(total): the text itself
+    return cut if cut < total else None
 
 
 def _refuses_long(
@@ -122,17 +119,13 @@ def _refuses_long(
     candidate_max: int | None,
 ) -> tuple[int | None, list[Finding]]:
     """The baseline refuses long inputs: the longest it accepts, by bisection on status."""
-    low, high = 1, total
-    while high - low > 1:
-        middle = (low + high) // 2
-        low, high = (middle, high) if ask_head(middle).ok else (low, middle)
-    limit = low + specials
+    limit = first_true(lambda tokens: not ask_head(tokens).ok, 0, total) - 1 + specials
     if candidate_max is not None and limit > candidate_max:
         problem = f"the baseline accepts {limit} tokens; the candidate at most {candidate_max}"
         return limit, [unknown("max_tokens", problem, shown)]
-    warning = f"the baseline refuses inputs over {limit} tokens; the gateway cuts them"
+    problem = f"the baseline refuses inputs over {limit} tokens; the gateway cuts them"
     summary = f"{limit} tokens, longer inputs refused"
-    return limit, [finding("max_tokens", limit, "measured", summary, shown=shown, warning=warning)]
+    return limit, [finding("max_tokens", limit, "measured", summary, shown=shown, problem=problem)]
 
 
 def _never_cut(

@@ -14,7 +14,7 @@ from typing import Any
 from extproc.tools.learn.basics import Basics
 from extproc.tools.learn.findings import Confidence, Finding, finding, unknown
 from extproc.tools.learn.local import TEXT, LocalModel
-from extproc.tools.learn.session import Exchange, Session
+from extproc.tools.learn.session import Exchange, Session, first_true
 
 KIND_OF_ENVELOPE = {"flat": "dynamo", "openai": "vllm"}
 KIND_OF_OWNER = {"nvidia": "dynamo", "vllm": "vllm"}
@@ -51,15 +51,14 @@ def learn_max_tokens(
     session.note("learn: the candidate's token limit (bisection)")
     content = local.ids(local.long_text(MAX_SEARCHED))
     shown: list[Exchange] = []
-    low, high = basics.layout.count + 1, MAX_SEARCHED + 1
-    while high - low > 1:
-        middle = (low + high) // 2
-        ids = basics.framed(content[: middle - basics.layout.count])
-        answer = session.send(
-            "candidate", f"{middle:,} token ids", {"model": basics.upstream_model, "input": ids}
-        )
-        shown.append(answer)
-        low, high = (middle, high) if answer.ok else (low, middle)
+    body = {"model": basics.upstream_model}
+
+    def refused(tokens: int) -> bool:
+        ids = basics.framed(content[: tokens - basics.layout.count])
+        shown.append(session.send("candidate", f"{tokens:,} token ids", {**body, "input": ids}))
+        return not shown[-1].ok
+
+    low = first_true(refused, basics.layout.count, MAX_SEARCHED + 1) - 1
     if low >= MAX_SEARCHED:
         return None, unknown(
             field, f"the candidate embeds {MAX_SEARCHED:,} tokens; no limit found", shown
