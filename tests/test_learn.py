@@ -26,7 +26,7 @@ from extproc.tools.learn.local import LocalModel, Template, templates
 from extproc.tools.learn.session import Session, envelope_of
 from extproc.tools.learn.truncation import _cut_point
 from extproc.tools.learn.upstream import learn_max_tokens
-from tests.conftest import QWEN_EOS, QWEN_MODEL, SHIPPED_QWEN_POLICY
+from tests.conftest import QWEN_EOS, QWEN_MODEL, SHIPPED_QWEN_POLICY, qwen_tokenizer_dir
 from tests.fake_legacy import FakeLegacy
 from tests.fake_upstream import FakeUpstream
 from tests.harness import free_port
@@ -257,12 +257,23 @@ def test_no_baseline_is_inconclusive(dynamo: FakeUpstream, qwen_dir: Path, tmp_p
     assert "connection refused" in (tmp_path / "report.md").read_text(encoding="utf-8")
 
 
-def test_bad_arguments_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_arguments_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     base = ["learn", "--baseline", "http://127.0.0.1:1", "--model", "m", "--out", str(tmp_path)]
-    for extra in (["--candidate", "http://h:1/api"], ["--candidate", "http://h:1", "--budget", "0"],
-                  ["--candidate", "http://h:1", "--preset", "nope"]):  # fmt: skip
+    for extra in (
+        ["--candidate", "http://h:1/api"],
+        ["--candidate", "http://h:1", "--budget", "0"],
+        ["--candidate", "http://h:1", "--preset", "nope"],
+    ):
         assert command.run(_parser().parse_args(base + extra)) == 2
-    assert capsys.readouterr().err.count("error: ") == 3
+    monkeypatch.setenv("ENVOY_BIN", "no-such-envoy-binary")
+    qwen = ["--candidate", "http://h:1", "--preset", "qwen3-embedding-0.6b"]
+    override = ["--tokenizer", f"Qwen/Qwen3-Embedding-0.6B={qwen_tokenizer_dir()}"]
+    assert command.run(_parser().parse_args(base + qwen + override)) == 2  # no Envoy to verify
+    err = capsys.readouterr().err
+    assert err.count("error: ") == 4 and "ENVOY_BIN=no-such-envoy-binary" in err
+    assert not (tmp_path / "report.md").exists()  # nothing was asked
 
 
 # --------------------------------------------------------------------- pure parts

@@ -17,6 +17,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+from extproc.commands.launcher import envoy_binary
 from extproc.commands.options import add_tokenizer_option
 from extproc.core.contract import load_contract
 from extproc.core.policy import PolicyError, load_policy_file
@@ -82,7 +83,9 @@ def run(args: argparse.Namespace) -> int:
         if args.preset is not None and args.preset not in presets():
             raise ValueError(f"--preset: unknown {args.preset!r} (extproc presets lists them)")
         local = LocalModel(_tokenizer_source(args))
-    except (ValueError, TokenizerLoadError) as exc:
+        if not args.no_verify:
+            envoy_binary()  # before any request: the verification needs it
+    except (ValueError, TokenizerLoadError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     session = Session(urls, args.budget, _progress, timeout_s=args.timeout)
