@@ -85,7 +85,8 @@ def run(args: argparse.Namespace) -> int:
         local = LocalModel(_tokenizer_source(args))
         if not args.no_verify:
             envoy_binary()  # before any request: the verification needs it
-    except (ValueError, TokenizerLoadError, FileNotFoundError) as exc:
+        args.out.mkdir(parents=True, exist_ok=True)
+    except (ValueError, TokenizerLoadError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     session = Session(urls, args.budget, _progress, timeout_s=args.timeout)
@@ -99,7 +100,6 @@ def run(args: argparse.Namespace) -> int:
     ]
     basics = learned.basics
     text = policy_text(learned, basics, findings, header) if basics else ""
-    args.out.mkdir(parents=True, exist_ok=True)
     verification, note = None, "nothing to verify without a policy"
     if text:
         (args.out / "policy.yaml").write_text(text, encoding="utf-8")

@@ -53,6 +53,8 @@ class LearnReport:
 
     @property
     def label(self) -> str:
+        if self.exit_code == 0 and self.verification is None:
+            return "LEARNED, NOT VERIFIED"
         return {0: "READY", 1: "NOT READY"}.get(self.exit_code, "INCONCLUSIVE")
 
 
@@ -152,11 +154,15 @@ def _finding_lines(f: Finding, shown: Sequence[Exchange]) -> list[str]:
     if shown:
         lines += ["| # | server | request | body | answer |", "|---|---|---|---|---|"]
         lines += [
-            f"| {e.id} | {e.server} | {cell(e.label)} | `{cell(e.request)}` | {cell(e.brief())} |"
+            f"| {e.id} | {e.server} | {cell(e.label)} | {_code(e.request)} | {cell(e.brief())} |"
             for e in shown
         ]
         lines.append("")
     return lines
+
+
+def _code(text: str) -> str:
+    return f"`{cell(text)}`" if text else "-"
 
 
 def _side_by_side(shown: Sequence[Exchange]) -> list[str]:

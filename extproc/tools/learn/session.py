@@ -188,7 +188,7 @@ class Session:
 def shown(body: dict[str, Any] | bytes) -> str:
     """A request body for the report: JSON, with long strings and long lists shortened."""
     if isinstance(body, bytes):
-        text = body.decode("utf-8", errors="replace")
+        text = body.decode("utf-8", errors="replace").replace("\ufeff", "<BOM>")
         return text if len(text) <= 2 * SHOWN_CHARS else text[:SHOWN_CHARS] + "…"
 
     def short(value: Any) -> Any:
