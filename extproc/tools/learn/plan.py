@@ -13,13 +13,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from extproc.core.policy.model import TokenizerSource
+from extproc.core.policy.model import PromptTemplates, TokenizerSource
 from extproc.tools.learn.basics import Basics, learn_basics
 from extproc.tools.learn.dimensions import Dimensions, learn_dimensions
 from extproc.tools.learn.findings import Finding, unknown
 from extproc.tools.learn.local import LocalModel
 from extproc.tools.learn.profile import learn_profile
-from extproc.tools.learn.prompts import KNOWN_TYPES, Prompts, learn_prompts
+from extproc.tools.learn.prompts import KNOWN_TYPES, learn_prompts
 from extproc.tools.learn.session import BudgetSpentError, Session
 from extproc.tools.learn.truncation import learn_truncation
 from extproc.tools.learn.upstream import learn_kind, learn_max_tokens, survey
@@ -39,7 +39,7 @@ class Learned:
     owner: str = ""  # /v1/models owned_by
     max_tokens: int | None = None
     dimensions: Dimensions = field(default_factory=Dimensions)
-    prompts: Prompts = field(default_factory=Prompts)
+    prompts: PromptTemplates = field(default_factory=PromptTemplates)
     profile: str = "OPENAI"
     kind: str = "dynamo"
     truncate_prompt_tokens: bool = True

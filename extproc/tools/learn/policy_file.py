@@ -46,7 +46,7 @@ def policy_entry(learned: Learned, basics: Basics) -> dict[str, Any]:
         "upstream": {"kind": learned.kind, "native": native},
         "tokenizer": tokenizer,
         "prompts": {k: v for k, v in prompts.items() if v}
-        | ({"extra": p.extra} if p.extra else {}),
+        | ({"extra": dict(p.extra)} if p.extra else {}),
     }
     return entry
 

@@ -13,8 +13,9 @@ prefix, the one that also gives its prefix for another task.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
+from extproc.core.policy.model import PromptTemplates
 from extproc.core.policy.presets import presets
 from extproc.tools.learn.basics import EQUIVALENT, Basics
 from extproc.tools.learn.findings import Confidence, Finding, cos, finding, unknown
@@ -36,17 +37,9 @@ class Match:
     extra_tokens: int | None  # tokens the baseline adds beyond the text and specials
 
 
-@dataclass(frozen=True)
-class Prompts:
-    query: str = "{text}"
-    document: str = "{text}"
-    default_instruction: str = ""
-    extra: dict[str, str] = field(default_factory=dict)
-
-
 def learn_prompts(
     session: Session, local: LocalModel, basics: Basics, hint: str | None
-) -> tuple[Prompts, list[Finding], list[str]]:
+) -> tuple[PromptTemplates, list[Finding], list[str]]:
     """(the templates, findings, the input_types the baseline accepts)."""
     session.note("learn: prompts (every input_type, instruction)")
     extras = sorted({k for p in presets().values() for k in p.prompts.extra})
@@ -88,7 +81,7 @@ def learn_prompts(
         found.append(instruction)
     found.append(_input_types(by_type, document_and))
     extra = {t: roles[t].text for t in extras if t in roles}
-    learned = Prompts(
+    learned = PromptTemplates(
         query=query.text if query else "{text}",
         document=document.text if document else "{text}",
         default_instruction=query.instruction if query and query.takes_instruction else "",
