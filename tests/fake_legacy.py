@@ -27,14 +27,15 @@ The constructor's parameters make other legacy servers, for `extproc learn`'s te
 is a choice of the test, never a measurement: the prompt templates (``query_template``,
 ``document_template``, ``{instruction}`` and ``{text}`` as in a policy file) and which
 ``input_type`` values name each role; the token limit (``max_tokens``) and whether a cut
-input keeps its end token (``keep_end``; False: the first ``max_tokens`` of the ids with
-EOS, so EOS is lost) or longer inputs are refused (``refuse_long``: a 422); the Matryoshka sizes (``min_dimensions`` up to ``dim``, or
-``allowed_dimensions``, or ``min_dimensions=None`` for none but ``dim``); whether
-``encoding_format: "base64"`` is honoured (``honour_encoding``: base64 little-endian
-float32, as OpenAI answers); and whether integer fields are read in pydantic's lax mode
-(``lax``: ``"256"``, ``256.0`` and a UTF-8 BOM before the body accepted, as the README
-says the seed's FastAPI did; integers read with pydantic itself; without it all three are
-a 422). The defaults are the seed's server.
+input keeps its end token (``keep_end``; False: the first ``max_tokens`` ids with EOS,
+so EOS is lost) or longer inputs are refused (``refuse_long``: a 422); the Matryoshka
+sizes (``min_dimensions`` up to ``dim``, or ``allowed_dimensions``, or
+``min_dimensions=None`` for ``dim`` alone); whether ``encoding_format: "base64"`` is
+honoured (``honour_encoding``: base64 little-endian float32, as OpenAI answers); and
+whether integers are read in pydantic's lax mode (``lax``: ``"256"``, ``256.0`` and a
+UTF-8 BOM before the body accepted, as the README says the seed's FastAPI did, read with
+pydantic itself; without it all three are a 422, an assumption). The defaults are the
+measured behaviour above, with strict integers.
 
 ASSUMED, never measured (the seed did not probe the legacy server's errors): FastAPI-like
 answers. Validation errors are 422 ``{"detail": [{"type", "loc", "msg", "input"}]}``

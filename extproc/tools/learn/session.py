@@ -25,9 +25,9 @@ Server = Literal["baseline", "candidate"]
 SERVERS: tuple[Server, ...] = ("baseline", "candidate")
 MAX_IN_FLIGHT = 4
 SHOWN_CHARS = 48  # longer strings are shown as their length in the report
-# One server's answers to the same token ids are the same floats; one token more or
-# less, even at the end of a long input, moves some component by far more than this
-# (a cosine cannot tell: it stays within 1e-7 of 1 for the last of 2,048 tokens).
+# One server's answers to the same token ids are the same floats. One token more or
+# less at the end of a long input barely moves the cosine (pooling dilutes it), but
+# moves some component by far more than this.
 SAME_FLOATS = 1e-7
 
 
