@@ -167,6 +167,30 @@ def test_lenient_server_and_a_candidate_that_cuts_dimensions_itself(
     assert any(r.json and r.json.get("dimensions") == 32 for r in mrl.received)
 
 
+def test_a_server_that_knows_only_nomic_input_types(
+    qwen_dir: Path, dynamo: FakeUpstream, tmp_path: Path
+) -> None:
+    """`search_query` and `search_document` only: the prompts are learned from those,
+    and the gateway accepting `query` too is a warning, not a failure."""
+    legacy = FakeLegacy(
+        tokenizer_dir=qwen_dir,
+        query_template="search_query: {text}",
+        document_template="search_document: {text}",
+        query_types=frozenset({"search_query"}),
+        document_types=frozenset({"search_document"}),
+        min_dimensions=64,
+    )
+    with legacy:
+        code, policy, report, _ = learn(legacy, dynamo, tmp_path)
+    assert code == 0, report["problems"]
+    assert policy is not None and policy.prompts.query == "search_query: {text}"
+    assert policy.prompts.document == "search_document: {text}"
+    assert policy.matryoshka == Matryoshka(min_dimensions=64)
+    assert_gateway_like_baseline(report)
+    assert findings(report)["input_type"]["value"] == ["search_query", "search_document"]
+    assert any('`input_type: "query"`' in w for w in report["verification"]["verdict"]["warnings"])
+
+
 def test_an_unknown_query_prefix_is_named_and_marked(
     qwen_dir: Path, dynamo: FakeUpstream, tmp_path: Path
 ) -> None:

@@ -31,7 +31,7 @@ from extproc.tools.learn.plan import Learned, learn
 from extproc.tools.learn.policy_file import policy_text
 from extproc.tools.learn.report import NO_VERIFY, LearnReport, to_json, to_markdown
 from extproc.tools.learn.session import BudgetSpentError, Session
-from extproc.tools.learn.verify import Verification, learned_probes, upstream_root, verify
+from extproc.tools.learn.verify import Verification, upstream_root, verify
 from extproc.tools.probe.client import endpoint_url
 
 DEFAULT_BUDGET = 400
@@ -135,7 +135,7 @@ def _verify(
         findings.append(unknown("policy", f"the written policy does not load: {exc}"))
         return None, "the policy does not load"
     try:
-        return verify(session, contract, urls, args.model, learned_probes(learned)), ""
+        return verify(session, contract, urls, learned), ""
     except BudgetSpentError as exc:
         return None, str(exc)
     except (OSError, RuntimeError) as exc:

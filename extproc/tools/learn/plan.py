@@ -19,7 +19,7 @@ from extproc.tools.learn.dimensions import Dimensions, learn_dimensions
 from extproc.tools.learn.findings import Finding, unknown
 from extproc.tools.learn.local import LocalModel
 from extproc.tools.learn.profile import learn_profile
-from extproc.tools.learn.prompts import KNOWN_TYPES, learn_prompts
+from extproc.tools.learn.prompts import learn_prompts
 from extproc.tools.learn.session import BudgetSpentError, Session
 from extproc.tools.learn.truncation import learn_truncation
 from extproc.tools.learn.upstream import learn_kind, learn_max_tokens, survey
@@ -73,7 +73,7 @@ def learn(
 
     def prompts() -> list[Finding]:
         learned.prompts, items, accepted = learn_prompts(session, local, basics, hint)
-        learned.accepted |= {t: t in accepted for t in KNOWN_TYPES} | dict.fromkeys(accepted, True)
+        learned.accepted |= accepted
         return items
 
     def truncation() -> list[Finding]:

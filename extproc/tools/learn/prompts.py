@@ -25,7 +25,7 @@ from extproc.tools.learn.session import Exchange, Session
 QUERY_ALIASES = ("query", "search_query", "retrieval.query", "question")
 DOCUMENT_ALIASES = ("document", "passage", "search_document", "retrieval.passage", "doc")
 UNKNOWN_TYPE = "no-such-input-type"
-KNOWN_TYPES = (*QUERY_ALIASES, *DOCUMENT_ALIASES, UNKNOWN_TYPE)
+INSTRUCTION_ALONE = "instruction alone"
 MAX_TRIES = 6  # candidate requests per role: templates passing the count are few
 
 
@@ -39,14 +39,15 @@ class Match:
 
 def learn_prompts(
     session: Session, local: LocalModel, basics: Basics, hint: str | None
-) -> tuple[PromptTemplates, list[Finding], list[str]]:
-    """(the templates, findings, the input_types the baseline accepts)."""
+) -> tuple[PromptTemplates, list[Finding], dict[str, bool]]:
+    """(the templates, findings, whether the baseline accepted each input_type asked
+    and `instruction` alone)."""
     session.note("learn: prompts (every input_type, instruction)")
     extras = sorted({k for p in presets().values() for k in p.prompts.extra})
     kinds = [*QUERY_ALIASES, *DOCUMENT_ALIASES, *extras, UNKNOWN_TYPE]
     plain = {"model": basics.model, "input": [TEXT]}
     asked = {f"input_type {t!r}": {**plain, "input_type": t} for t in kinds}
-    asked["instruction alone"] = {**plain, "instruction": INSTRUCTION}
+    asked[INSTRUCTION_ALONE] = {**plain, "instruction": INSTRUCTION}
     for role in ("query", "document"):
         asked[f"input_type {role!r} + instruction"] = {
             **plain,
@@ -87,7 +88,8 @@ def learn_prompts(
         default_instruction=query.instruction if query and query.takes_instruction else "",
         extra=extra,
     )
-    return learned, found, [t for t, a in by_type.items() if a.ok]
+    asked_ok = {t: a.ok for t, a in by_type.items()} | {INSTRUCTION_ALONE: alone.ok}
+    return learned, found, asked_ok
 
 
 def explain(
@@ -212,7 +214,8 @@ def _instruction(
         if chosen.takes_instruction
         else "ignored: the query prompt is applied as it is"
     )
-    warning = "" if query_and.same_as(alone) else "query + instruction differs from instruction"
+    differs = query_and.ok and not query_and.same_as(alone)
+    warning = "input_type 'query' + instruction differs from instruction alone" if differs else ""
     summary = f"instruction alone is a query; its text is {how}"
     return chosen, finding(
         "instruction", chosen.text, "verified", summary, shown=shown, notes=notes, warning=warning

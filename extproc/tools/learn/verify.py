@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TypeVar
 from urllib.parse import urlsplit
 
@@ -34,6 +34,7 @@ from extproc.service.net import free_port
 from extproc.tools.learn.local import TEXT
 from extproc.tools.learn.plan import Learned
 from extproc.tools.learn.profile import requests
+from extproc.tools.learn.prompts import INSTRUCTION_ALONE
 from extproc.tools.learn.session import Session
 from extproc.tools.parity import Verdict
 from extproc.tools.probe.command import LONG_INPUT_TOKENS
@@ -44,7 +45,9 @@ from extproc.tools.probe.verdict import PROBE_THRESHOLDS, decide
 
 T = TypeVar("T")
 # Requests the probe's default contract probes already make.
-COVERED = frozenset({"malformed JSON", "input: []", "unknown model", 'encoding_format "base64"'})
+COVERED = frozenset(
+    {"malformed JSON", "input: []", "unknown model", 'encoding_format "base64"', INSTRUCTION_ALONE}
+)
 
 
 @dataclass(frozen=True)
@@ -95,14 +98,13 @@ def _probe(title: str, body: dict[str, object] | bytes, valid: bool) -> Probe:
 
 
 def verify(
-    session: Session,
-    contract: Contract,
-    urls: dict[str, str],
-    model: str,
-    probes: list[Probe],
+    session: Session, contract: Contract, urls: dict[str, str], learned: Learned
 ) -> Verification:
-    """Start the gateway, compare it with the baseline, stop it."""
-    corpus = load_corpus(None)
+    """Start the gateway, compare it with the baseline, stop it. The probe's own
+    contract rows for a query and for `instruction` are valid only if the baseline
+    accepted those while learning (a gateway that accepts more is a warning)."""
+    corpus, model, accepted = load_corpus(None), learned.model, learned.accepted
+    refused = {"input_type_query": "query", "instruction": INSTRUCTION_ALONE}
     max_tokens = max(m.max_tokens for m in contract.policy.models.values())
 
     def compare(gateway_url: str) -> Verification:
@@ -116,10 +118,12 @@ def verify(
             )
             target = max(LONG_INPUT_TOKENS, 2 * max_tokens)
             text, size = long_text(corpus.documents, target, tokens)
-            contract_probes = default_probes(model, corpus.documents, corpus.queries, text, size)
-            rows = run_contract(
-                baseline, gateway, [*contract_probes, *probes], PROBE_THRESHOLDS.min_cosine
-            )
+            probes = [
+                replace(p, valid=accepted.get(refused.get(p.key, ""), p.valid))
+                for p in default_probes(model, corpus.documents, corpus.queries, text, size)
+            ]
+            probes += learned_probes(learned)
+            rows = run_contract(baseline, gateway, probes, PROBE_THRESHOLDS.min_cosine)
         finally:
             baseline.close()
             gateway.close()
