@@ -12,6 +12,7 @@ candidate that does not embed a plain text.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from datetime import UTC, datetime
@@ -21,7 +22,7 @@ from extproc.commands.launcher import envoy_binary
 from extproc.commands.options import add_tokenizer_option
 from extproc.core.contract import load_contract
 from extproc.core.policy import PolicyError, load_policy_file
-from extproc.core.policy.loader import parse_tokenizer_overrides
+from extproc.core.policy.loader import TOKENIZER_OVERRIDES_ENV, parse_tokenizer_overrides
 from extproc.core.policy.model import TokenizerSource
 from extproc.core.policy.presets import presets
 from extproc.core.tokens import TokenizerLoadError
@@ -143,7 +144,9 @@ def _verify(
 
 
 def _tokenizer_source(args: argparse.Namespace) -> TokenizerSource:
-    overrides = parse_tokenizer_overrides(",".join(args.tokenizer))
+    # $EXTPROC_TOKENIZER_OVERRIDES first: the flags win, as for the policy loader
+    env = os.environ.get(TOKENIZER_OVERRIDES_ENV, "")
+    overrides = parse_tokenizer_overrides(",".join([env, *args.tokenizer]))
     if args.model in overrides:
         return TokenizerSource(path=overrides[args.model])
     hf_id = presets()[args.preset].tokenizer.hf_id if args.preset else args.model
