@@ -23,6 +23,20 @@ Measured legacy behaviour it reproduces (seed, sections 3 and 4):
 - One request at a time: inference runs under a global lock (seed, section 5), with an
   optional ``delay_seconds`` of simulated inference per request.
 
+The constructor's parameters make other legacy servers, for `extproc learn`'s tests; each
+is a choice of the test, never a measurement: the prompt templates (``query_template``,
+``document_template``, ``{instruction}`` and ``{text}`` as in a policy file) and which
+``input_type`` values name each role; the token limit (``max_tokens``) and whether a cut
+input keeps its end token (``keep_end``; False: the first ``max_tokens`` ids with EOS,
+so EOS is lost) or longer inputs are refused (``refuse_long``: a 422); the Matryoshka
+sizes (``min_dimensions`` up to ``dim``, or ``allowed_dimensions``, or
+``min_dimensions=None`` for ``dim`` alone); whether ``encoding_format: "base64"`` is
+honoured (``honour_encoding``: base64 little-endian float32, as OpenAI answers); and
+whether integers are read in pydantic's lax mode (``lax``: ``"256"``, ``256.0`` and a
+UTF-8 BOM before the body accepted, as the README says the seed's FastAPI did, read with
+pydantic itself; without it all three are a 422, an assumption). The defaults are the
+measured behaviour above, with strict integers.
+
 ASSUMED, never measured (the seed did not probe the legacy server's errors): FastAPI-like
 answers. Validation errors are 422 ``{"detail": [{"type", "loc", "msg", "input"}]}``
 (malformed JSON, a body that is not an object, a missing or mistyped ``input``,
@@ -35,6 +49,7 @@ found"}``; a missing ``model`` means the served one; token-id input is not accep
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import socket
@@ -50,6 +65,7 @@ from typing import Any, Final
 import numpy as np
 import orjson
 from numpy.typing import NDArray
+from pydantic import TypeAdapter, ValidationError
 
 from tests.fake_upstream import FakeUpstream, default_tokenizer_dir
 
@@ -60,11 +76,19 @@ DEFAULT_TASK: Final = "Given a web search query, retrieve relevant passages that
 EOS_ID: Final = 151643
 QUERY_TYPES: Final = frozenset({"query"})
 DOCUMENT_TYPES: Final = frozenset({"document", "passage"})
+QWEN3_QUERY_TEMPLATE: Final = "Instruct: {instruction}\nQuery:{text}"
+_LAX_INT: Final = TypeAdapter(int)
 
 
 def qwen3_query(text: str, task: str = DEFAULT_TASK) -> str:
     """The Qwen3-Embedding query prompt, as the legacy server built it."""
-    return f"Instruct: {task}\nQuery:{text}"
+    return fill(QWEN3_QUERY_TEMPLATE, text, task)
+
+
+def fill(template: str, text: str, instruction: str) -> str:
+    """A policy-style template applied (never str.format: texts may hold braces)."""
+    head, _, tail = template.partition("{text}")
+    return head.replace("{instruction}", instruction) + text + tail
 
 
 class _InvalidError(Exception):
@@ -137,16 +161,34 @@ class FakeLegacy:
         tokenizer_dir: Path | None = None,
         dim: int = 1024,
         max_tokens: int = 1024,
-        min_dimensions: int = 32,
+        min_dimensions: int | None = 32,
+        allowed_dimensions: Sequence[int] = (),
         default_task: str = DEFAULT_TASK,
         delay_seconds: float = 0.0,
+        query_template: str = QWEN3_QUERY_TEMPLATE,
+        document_template: str = "{text}",
+        query_types: frozenset[str] = QUERY_TYPES,
+        document_types: frozenset[str] = DOCUMENT_TYPES,
+        keep_end: bool = True,
+        refuse_long: bool = False,
+        honour_encoding: bool = False,
+        lax: bool = False,
     ) -> None:
         self.served_model = served_model
         self.dim = dim
         self.max_tokens = max_tokens
         self.min_dimensions = min_dimensions
+        self.allowed_dimensions = frozenset(allowed_dimensions)
         self.default_task = default_task
         self.delay_seconds = delay_seconds
+        self.query_template = query_template
+        self.document_template = document_template
+        self.query_types = query_types
+        self.document_types = document_types
+        self.keep_end = keep_end
+        self.refuse_long = refuse_long
+        self.honour_encoding = honour_encoding
+        self.lax = lax
         # the fake Dynamo's tokenizer and vector model; it is never started
         self._model = FakeUpstream(
             served_model=served_model,
@@ -228,15 +270,19 @@ class FakeLegacy:
 
     def tokenize(self, text: str) -> list[int]:
         """The ids the legacy model saw for a text: the tokenizer's ids plus EOS, cut to
-        the first ``max_tokens - 1`` ids plus EOS when longer."""
+        the first ``max_tokens - 1`` ids plus EOS when longer (``keep_end=False``: the
+        first ``max_tokens`` ids, EOS lost)."""
         ids = self._model.tokenize(text)
         if len(ids) > self.max_tokens:
-            ids = ids[: self.max_tokens - 1] + [EOS_ID]
+            ids = ids[: self.max_tokens - 1] + [EOS_ID] if self.keep_end else ids[: self.max_tokens]
         return ids
 
     def prompt(self, text: str, input_type: str | None, instruction: str | None) -> str:
-        if instruction is not None or input_type in QUERY_TYPES:
-            return qwen3_query(text, instruction if instruction is not None else self.default_task)
+        if instruction is not None or input_type in self.query_types:
+            task = instruction if instruction is not None else self.default_task
+            return fill(self.query_template, text, task)
+        if input_type in self.document_types:
+            return fill(self.document_template, text, "")
         return text
 
     def embed_text(
@@ -284,7 +330,8 @@ class FakeLegacy:
                 body.decode("utf-8", errors="replace")[:100],
             )
         try:
-            doc = json.loads(body)
+            # bytes: Python's json skips a UTF-8 BOM (lax); text: a BOM is an error (strict)
+            doc = json.loads(body if self.lax else body.decode("utf-8"))
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             pos = exc.pos if isinstance(exc, json.JSONDecodeError) else 0
             detail = exc.msg if isinstance(exc, json.JSONDecodeError) else "invalid UTF-8"
@@ -302,14 +349,15 @@ class FakeLegacy:
         model = _optional_str(doc, "model")
         input_type = _optional_str(doc, "input_type")
         instruction = _optional_str(doc, "instruction")
-        if input_type is not None and input_type not in QUERY_TYPES | DOCUMENT_TYPES:
+        accepted = self.query_types | self.document_types
+        if input_type is not None and input_type not in accepted:
             raise _InvalidError(
                 "literal_error",
                 ["body", "input_type"],
-                "Input should be 'query', 'document' or 'passage'",
+                "Input should be " + " or ".join(repr(t) for t in sorted(accepted)),
                 input_type,
             )
-        if instruction is not None and input_type in DOCUMENT_TYPES:
+        if instruction is not None and input_type in self.document_types:
             raise _InvalidError(
                 "value_error",
                 ["body", "instruction"],
@@ -324,10 +372,32 @@ class FakeLegacy:
             if self.delay_seconds > 0:
                 time.sleep(self.delay_seconds)
             token_lists = [self.tokenize(self.prompt(t, input_type, instruction)) for t in texts]
+            if self.refuse_long and any(
+                len(self._model.tokenize(self.prompt(t, input_type, instruction))) > self.max_tokens
+                for t in texts
+            ):
+                message = f"Input is longer than {self.max_tokens} tokens"
+                return 422, {
+                    "detail": [
+                        {
+                            "type": "value_error",
+                            "loc": ["body", "input"],
+                            "msg": message,
+                            "input": None,
+                        }
+                    ]
+                }
             vectors = [self._model.embed_ids(ids, dimensions) for ids in token_lists]
         tokens = sum(len(ids) for ids in token_lists)
+        base64_asked = self.honour_encoding and doc.get("encoding_format") == "base64"
         data = [
-            {"object": "embedding", "index": i, "embedding": v.tolist()}
+            {
+                "object": "embedding",
+                "index": i,
+                "embedding": base64.b64encode(v.astype("<f4").tobytes()).decode()
+                if base64_asked
+                else v.tolist(),
+            }
             for i, v in enumerate(vectors)
         ]
         return 200, {
@@ -341,10 +411,27 @@ class FakeLegacy:
         value = doc.get("dimensions")
         if value is None:
             return None
+        if self.lax:
+            try:
+                value = _LAX_INT.validate_python(value)
+            except ValidationError:
+                raise _InvalidError(
+                    "int_parsing", ["body", "dimensions"], "Input should be a valid integer", value
+                ) from None
         if not isinstance(value, int) or isinstance(value, bool):
             raise _InvalidError(
                 "int_type", ["body", "dimensions"], "Input should be a valid integer", value
             )
+        if self.min_dimensions is None or self.allowed_dimensions:
+            if value != self.dim and value not in self.allowed_dimensions:
+                sizes = sorted({*self.allowed_dimensions, self.dim})
+                raise _InvalidError(
+                    "literal_error",
+                    ["body", "dimensions"],
+                    "Input should be " + " or ".join(str(n) for n in sizes),
+                    value,
+                )
+            return value
         if value < self.min_dimensions:
             raise _InvalidError(
                 "greater_than_equal",

@@ -1,4 +1,5 @@
-"""Command line: `extproc serve | run | check-config | presets | health | probe | shadow*`."""
+"""Command line: `extproc serve | run | check-config | presets | health | probe | learn`,
+`extproc shadow*`."""
 
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ from extproc.service.tls import (
     read_file,
     settings_from_flags,
 )
+from extproc.tools.learn import command as learn_command
 from extproc.tools.probe import command as probe_command
 from extproc.tools.shadow import command as shadow_command
 
@@ -58,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         "presets": _presets,
         "health": _health,
         "probe": probe_command.run,
+        "learn": learn_command.run,
         "shadow-compare": shadow_command.run_compare,
         "shadow-report": shadow_command.run_report,
         "shadow": shadow_command.run_shadow,
@@ -176,6 +179,7 @@ def _parser() -> argparse.ArgumentParser:
     )
 
     probe_command.add_parser(sub)
+    learn_command.add_parser(sub)
     shadow_command.add_parsers(sub)
     return parser
 

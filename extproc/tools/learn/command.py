@@ -1,0 +1,162 @@
+"""`extproc learn`: write the policy from a live legacy server and the raw new upstream.
+
+Asks both servers a bounded number of questions (--budget each, at most 4 in
+flight), writes DIR/policy.yaml and the report (report.md, report.json), then,
+unless --no-verify, starts the gateway with that policy in front of the candidate
+and compares it with the baseline (the probe's parity and contract checks).
+Exit 0: every field learned and the gateway at parity; 1: a field not learned or the
+verification failed (the report names it); 2: bad arguments, or a baseline or
+candidate that does not embed a plain text.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+from extproc.commands.launcher import envoy_binary
+from extproc.commands.options import add_tokenizer_option
+from extproc.core.contract import load_contract
+from extproc.core.policy import PolicyError, load_policy_file
+from extproc.core.policy.loader import TOKENIZER_OVERRIDES_ENV, parse_tokenizer_overrides
+from extproc.core.policy.model import TokenizerSource
+from extproc.core.policy.presets import presets
+from extproc.core.tokens import TokenizerLoadError
+from extproc.tools.learn.findings import Finding, unknown
+from extproc.tools.learn.local import LocalModel
+from extproc.tools.learn.plan import Learned, learn
+from extproc.tools.learn.policy_file import policy_text
+from extproc.tools.learn.report import NO_VERIFY, LearnReport, to_json, to_markdown
+from extproc.tools.learn.session import BudgetSpentError, Session
+from extproc.tools.learn.verify import Verification, upstream_root, verify
+from extproc.tools.probe.client import endpoint_url
+
+DEFAULT_BUDGET = 400
+MAX_BUDGET = 100_000
+DEFAULT_OUT = Path("learn-report")
+
+
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = subparsers.add_parser(
+        "learn",
+        help="write the policy from a live legacy server and the raw new upstream, verified",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--baseline", required=True, metavar="URL", help="the legacy server")
+    p.add_argument("--candidate", required=True, metavar="URL", help="the new upstream, alone")
+    p.add_argument("--model", required=True, help="the model name clients send")
+    add_tokenizer_option(p)
+    p.add_argument("--preset", default=None, help="the model family to try first (extproc presets)")
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=DEFAULT_OUT,
+        metavar="DIR",
+        help=f"where policy.yaml and the report go (default {DEFAULT_OUT})",
+    )
+    p.add_argument(
+        "--budget",
+        type=int,
+        default=DEFAULT_BUDGET,
+        metavar="N",
+        help=f"most requests to each server (default {DEFAULT_BUDGET})",
+    )
+    p.add_argument(
+        "--no-verify", action="store_true", help="do not start the gateway to check the policy"
+    )
+    p.add_argument(
+        "--timeout", type=float, default=60.0, metavar="SECONDS", help="per socket operation"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    started, wall = time.monotonic(), datetime.now(UTC).isoformat(timespec="seconds")
+    try:
+        urls = {"baseline": endpoint_url(args.baseline), "candidate": endpoint_url(args.candidate)}
+        upstream_root(args.candidate)
+        if not 1 <= args.budget <= MAX_BUDGET:
+            raise ValueError(f"--budget must be within 1..{MAX_BUDGET}")
+        if args.preset is not None and args.preset not in presets():
+            raise ValueError(f"--preset: unknown {args.preset!r} (extproc presets lists them)")
+        local = LocalModel(_tokenizer_source(args))
+        if not args.no_verify:
+            envoy_binary()  # before any request: the verification needs it
+        args.out.mkdir(parents=True, exist_ok=True)
+    except (ValueError, TokenizerLoadError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    session = Session(urls, args.budget, _progress, timeout_s=args.timeout)
+    try:
+        learned, findings = learn(session, local, args.model, args.preset)
+    finally:
+        session.close()
+    header = [
+        f"Written by `extproc learn` on {wall} from the baseline {urls['baseline']}",
+        f"and the candidate {urls['candidate']}; report.md shows how each field was learned.",
+    ]
+    basics = learned.basics
+    text = policy_text(learned, basics, findings, header) if basics else ""
+    verification, note = None, "nothing to verify without a policy"
+    if text:
+        (args.out / "policy.yaml").write_text(text, encoding="utf-8")
+        verification, note = _verify(session, args, urls, learned, findings)
+    learned_all = bool(text) and not any(f.problem for f in findings)
+    verified = args.no_verify or (verification is not None and verification.verdict.ready)
+    code = 0 if learned_all and verified else (1 if text else 2)
+    spent = {str(side): n for side, n in session.spent.items()}
+    report = LearnReport(
+        urls, args.model, wall, time.monotonic() - started, args.budget, spent, findings,
+        session.exchanges, text, verification, note, code,
+    )  # fmt: skip
+    markdown = to_markdown(report)
+    (args.out / "report.md").write_text(markdown, encoding="utf-8")
+    (args.out / "report.json").write_bytes(to_json(report))
+    print(markdown, end="")
+    _progress(f"learn: {report.label}; {args.out / 'policy.yaml'}, {args.out / 'report.md'}")
+    return code
+
+
+def _verify(
+    session: Session,
+    args: argparse.Namespace,
+    urls: dict[str, str],
+    learned: Learned,
+    findings: list[Finding],
+) -> tuple[Verification | None, str]:
+    if args.no_verify:
+        return None, NO_VERIFY
+    try:
+        contract = load_contract(load_policy_file(args.out / "policy.yaml"))
+    except (PolicyError, TokenizerLoadError, OSError) as exc:
+        findings.append(unknown("policy", f"the written policy does not load: {exc}"))
+        return None, "the policy does not load"
+    try:
+        return verify(session, contract, urls, learned), ""
+    except BudgetSpentError as exc:
+        return None, str(exc)
+    except (OSError, RuntimeError) as exc:
+        return None, f"the gateway could not be run: {exc}"
+
+
+def _tokenizer_source(args: argparse.Namespace) -> TokenizerSource:
+    # $EXTPROC_TOKENIZER_OVERRIDES first: the flags win, as for the policy loader
+    env = os.environ.get(TOKENIZER_OVERRIDES_ENV, "")
+    overrides = parse_tokenizer_overrides(",".join([env, *args.tokenizer]))
+    if args.model in overrides:
+        return TokenizerSource(path=overrides[args.model])
+    hf_id = presets()[args.preset].tokenizer.hf_id if args.preset else args.model
+    if hf_id in overrides:
+        return TokenizerSource(path=overrides[hf_id])
+    return TokenizerSource(hf_id=hf_id)
+
+
+def _progress(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+__all__ = ["add_parser", "run"]

@@ -1,0 +1,74 @@
+"""The learned values as a policy file that `extproc run`, `serve` and `check-config`
+load as is.
+
+Every field is written out (no preset: the file says everything it relies on).
+A field whose finding has a problem is still written, so the file loads, with a
+``# NOT LEARNED`` comment above it saying what is known. Values are written as JSON,
+which is YAML: a prompt's newline stays ``\\n`` on one line.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from extproc.tools.learn.basics import Basics
+from extproc.tools.learn.findings import Finding
+from extproc.tools.learn.plan import Learned
+
+# The policy key a finding is about, when its field's first part is not that key.
+_KEY_OF = {"model": "name", "instruction": "prompts", "input_type": "prompts"}
+
+
+def policy_entry(learned: Learned, basics: Basics) -> dict[str, Any]:
+    """The model's entry, in the policy file's schema (key order as written)."""
+    source = learned.tokenizer
+    tokenizer: dict[str, Any] = (
+        {"path": str(source.path)} if source.path else {"hf_id": source.hf_id}
+    )
+    tokenizer["special_tokens"] = basics.layout.policy()
+    p = learned.prompts
+    prompts = {
+        "query": p.query,
+        "document": p.document,
+        "default_instruction": p.default_instruction,
+    }
+    entry: dict[str, Any] = {"name": learned.model, "upstream_model": learned.upstream_model}
+    entry |= {"max_tokens": learned.limit, "native_dimensions": basics.native}
+    d = learned.dimensions
+    if d.matryoshka:
+        rule = {"min_dimensions": d.min_dimensions} if d.min_dimensions else {"allowed": d.allowed}
+        entry["matryoshka"] = rule
+    native = {"dimensions": d.native_cut, "truncate_prompt_tokens": learned.truncate_prompt_tokens}
+    entry |= {
+        "encoding_profile": learned.profile,
+        "upstream": {"kind": learned.kind, "native": native},
+        "tokenizer": tokenizer,
+        "prompts": {k: v for k, v in prompts.items() if v}
+        | ({"extra": dict(p.extra)} if p.extra else {}),
+    }
+    return entry
+
+
+def policy_text(
+    learned: Learned, basics: Basics, findings: Sequence[Finding], header: Sequence[str]
+) -> str:
+    entry = policy_entry(learned, basics)
+    marks: dict[str, list[str]] = {}
+    for item in findings:
+        if item.problem:
+            first = item.field.split()[0].split(".")[0]
+            key = _KEY_OF.get(first, first)
+            marks.setdefault(key if key in entry else "", []).append(
+                f"{item.field}: {item.problem}"
+            )
+    lines = [f"# {line}" for line in header]
+    lines += [f"# NOT LEARNED: {' '.join(text.split())}" for text in marks.get("", [])]
+    lines.append("models:")
+    for index, (key, value) in enumerate(entry.items()):
+        lines += [f"    # NOT LEARNED: {' '.join(text.split())}" for text in marks.get(key, [])]
+        lines.append(
+            f"{'  - ' if index == 0 else '    '}{key}: {json.dumps(value, ensure_ascii=False)}"
+        )
+    return "\n".join(lines) + "\n"

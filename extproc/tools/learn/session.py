@@ -1,0 +1,231 @@
+"""Every request `extproc learn` sends: counted against a budget per server, at most
+four in flight, each answer recorded once (the learners and the report read the record).
+"""
+
+from __future__ import annotations
+
+import threading
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+import orjson
+
+from extproc.core.vectors import FloatMatrix
+from extproc.tools.parity import Answer, cosine
+from extproc.tools.probe.client import DEFAULT_TIMEOUT_S, EmbeddingsClient, HttpResult
+from extproc.tools.probe.contract import error_text
+
+Server = Literal["baseline", "candidate"]
+SERVERS: tuple[Server, ...] = ("baseline", "candidate")
+MAX_IN_FLIGHT = 4
+SHOWN_CHARS = 48  # longer strings are shown as their length in the report
+# One server's answers to the same token ids are the same floats. One token more or
+# less at the end of a long input barely moves the cosine (pooling dilutes it), but
+# moves some component by far more than this.
+SAME_FLOATS = 1e-7
+
+
+class BudgetSpentError(Exception):
+    """A server's request budget is spent; what is left is not learned."""
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """One request and what the server answered, reduced to what learning reads."""
+
+    id: int
+    server: Server
+    label: str  # what the request asks, for people
+    request: str  # the body, long strings shortened
+    status: int  # 0: no answer
+    prompt_tokens: int | None = None
+    dims: int | None = None
+    encoding: str | None = None  # "float" or "base64"
+    norm: float | None = None
+    message: str = ""  # an error's text
+    envelope: str = ""  # an error body's shape: openai, flat, detail, empty or text
+    vectors: FloatMatrix | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def ok(self) -> bool:
+        return self.vectors is not None
+
+    def cosine_to(self, other: Exchange) -> float | None:
+        """Cosine of the first vectors of two answers (None when not comparable)."""
+        if self.vectors is None or other.vectors is None:
+            return None
+        try:
+            return cosine(self.vectors[0], other.vectors[0])
+        except ValueError:
+            return None
+
+    def same_as(self, other: Exchange) -> bool:
+        """The same vector, to the float (for two answers of one server)."""
+        a, b = self.vectors, other.vectors
+        if a is None or b is None or a.shape[1:] != b.shape[1:]:
+            return False
+        return bool(np.max(np.abs(a[0].astype(np.float64) - b[0])) <= SAME_FLOATS)
+
+    def brief(self) -> str:
+        """Status and result on one line, for the report and progress."""
+        if self.status == 0:
+            return f"no answer ({self.message})"
+        if self.vectors is None:
+            return f"{self.status}, {self.message}"
+        tokens = "" if self.prompt_tokens is None else f", {self.prompt_tokens} tokens"
+        return f"{self.status}, {self.dims}-d {self.encoding}{tokens}"
+
+
+Request = tuple[Server, str, "dict[str, Any] | bytes"]
+
+
+class CountedClient(EmbeddingsClient):
+    """An embeddings client whose every request is counted first (``take``)."""
+
+    def __init__(self, url: str, take: Callable[[], None], *, timeout_s: float) -> None:
+        super().__init__(url, timeout_s=timeout_s)
+        self._take = take
+
+    def post(self, body: bytes, content_type: str = "application/json") -> HttpResult:
+        self._take()
+        return super().post(body, content_type)
+
+
+class Session:
+    """Both servers' clients, the budget and the record."""
+
+    def __init__(
+        self,
+        urls: Mapping[str, str],
+        budget: int,
+        progress: Callable[[str], None],
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+    ) -> None:
+        self.timeout_s = timeout_s
+        self.clients = {server: self.client(server, urls[server]) for server in SERVERS}
+        self.budget = budget
+        self.spent: dict[Server, int] = {"baseline": 0, "candidate": 0}
+        self.exchanges: list[Exchange] = []
+        self._progress = progress
+        self._lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(MAX_IN_FLIGHT, thread_name_prefix="learn")
+
+    def client(self, server: Server, url: str) -> CountedClient:
+        """A client for ``url`` whose requests count against ``server``'s budget."""
+        return CountedClient(url, lambda: self.take(server), timeout_s=self.timeout_s)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+        for client in self.clients.values():
+            client.close()
+
+    def note(self, text: str) -> None:
+        self._progress(text)
+
+    def take(self, server: Server) -> None:
+        """Count one request against ``server``'s budget (BudgetSpentError past it)."""
+        with self._lock:
+            if self.spent[server] >= self.budget:
+                raise BudgetSpentError(f"the {server}'s budget of {self.budget} requests is spent")
+            self.spent[server] += 1
+
+    def send(self, server: Server, label: str, body: dict[str, Any] | bytes) -> Exchange:
+        raw = body if isinstance(body, bytes) else orjson.dumps(body)
+        result = self.clients[server].post(raw)
+        answer = Answer.read(result.status, result.body)
+        vectors = answer.vectors
+        with self._lock:
+            exchange = Exchange(
+                id=len(self.exchanges) + 1,
+                server=server,
+                label=label,
+                request=shown(body),
+                status=result.status,
+                prompt_tokens=answer.prompt_tokens,
+                dims=answer.dims,
+                encoding=answer.encoding,
+                norm=None if vectors is None else float(np.linalg.norm(vectors[0])),
+                message=(result.error or "")
+                if result.status == 0
+                else (answer.problem or ("" if vectors is not None else error_text(result.body))),
+                vectors=vectors,
+                envelope="" if vectors is not None else envelope_of(result.body),
+            )
+            self.exchanges.append(exchange)
+        return exchange
+
+    def get_json(self, server: Server, path: str) -> tuple[Exchange, Any]:
+        """GET ``path`` under the server's API root (``/v1``): the record and the JSON."""
+        self.take(server)
+        url = self.clients[server].url.rsplit("/", 1)[0] + path
+        label = "GET " + urllib.parse.urlsplit(url).path
+        status, doc, message = 0, None, ""
+        try:
+            with urllib.request.urlopen(url, timeout=10) as response:
+                status, doc = response.status, orjson.loads(response.read())
+                message = shown(doc) if isinstance(doc, dict) else ""
+        except urllib.error.HTTPError as exc:
+            status, message = exc.code, exc.reason
+        except (OSError, ValueError) as exc:
+            message = type(exc).__name__
+        with self._lock:
+            exchange = Exchange(len(self.exchanges) + 1, server, label, "", status, message=message)
+            self.exchanges.append(exchange)
+        return exchange, doc
+
+    def send_all(self, requests: Sequence[Request]) -> list[Exchange]:
+        """Send in parallel (at most MAX_IN_FLIGHT); answers in the order asked."""
+        futures = [self._pool.submit(self.send, *request) for request in requests]
+        return [future.result() for future in futures]
+
+
+def shown(body: dict[str, Any] | bytes) -> str:
+    """A request body for the report: JSON, with long strings and long lists shortened."""
+    if isinstance(body, bytes):
+        text = body.decode("utf-8", errors="replace").replace("\ufeff", "<BOM>")
+        return text if len(text) <= 2 * SHOWN_CHARS else text[:SHOWN_CHARS] + "…"
+
+    def short(value: Any) -> Any:
+        if isinstance(value, str) and len(value) > SHOWN_CHARS:
+            return f"<text, {len(value):,} chars>"
+        if isinstance(value, list) and len(value) > 8 and all(isinstance(v, int) for v in value):
+            return f"<{len(value):,} token ids>"
+        if isinstance(value, list):
+            return [short(v) for v in value]
+        return value
+
+    return orjson.dumps({k: short(v) for k, v in body.items()}).decode()
+
+
+def envelope_of(body: bytes) -> str:
+    """The shape of an error body: vLLM/OpenAI's ``{"error": {...}}``, Dynamo's flat
+    ``{"message", ...}``, FastAPI's ``{"detail": ...}``, empty, or anything else."""
+    if not body.strip():
+        return "empty"
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return "text"
+    if isinstance(doc, dict):
+        if isinstance(doc.get("error"), dict):
+            return "openai"
+        if "message" in doc:
+            return "flat"
+        if "detail" in doc:
+            return "detail"
+    return "text"
+
+
+def first_true(test: Callable[[int], bool], low: int, high: int) -> int:
+    """The smallest n in (low, high] for which ``test`` holds, by bisection: ``test``
+    must hold from some n on, and hold at ``high`` (which is never asked)."""
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (low, middle) if test(middle) else (middle, high)
+    return high

@@ -1,0 +1,177 @@
+"""Closing the loop: the gateway with the learned policy in front of the candidate,
+compared with the baseline by the probe's parity and contract checks.
+
+The gateway is `extproc run`'s own: its ext_proc server and a real Envoy on the
+shipped ``standalone.yaml``, started in this process by the launcher's functions and
+stopped when the comparison is done. The comparison uses the probe's corpus (texts
+learning never sent), its contract probes, and probes for what was learned: every
+``input_type`` the baseline accepts, the Matryoshka sizes at the edges, the lenient
+spellings and the bad requests, each expected valid when the baseline accepted it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import TypeVar
+from urllib.parse import urlsplit
+
+import orjson
+
+from extproc.commands.envoy_config import (
+    DEFAULT_TEMPLATE,
+    EnvoySettings,
+    Upstream,
+    load_template,
+    render,
+)
+from extproc.commands.launcher import run_envoy, start_server
+from extproc.core.contract import Contract
+from extproc.service.net import free_port
+from extproc.tools.learn.local import TEXT
+from extproc.tools.learn.plan import Learned
+from extproc.tools.learn.profile import requests
+from extproc.tools.learn.prompts import INSTRUCTION_ALONE
+from extproc.tools.learn.session import Session
+from extproc.tools.parity import Verdict
+from extproc.tools.probe.command import LONG_INPUT_TOKENS
+from extproc.tools.probe.contract import Probe, Row, default_probes, run_contract
+from extproc.tools.probe.corpus import load_corpus, long_text
+from extproc.tools.probe.parity import ParityResult, run_parity
+from extproc.tools.probe.verdict import PROBE_THRESHOLDS, decide
+
+T = TypeVar("T")
+# Requests the probe's default contract probes already make.
+COVERED = frozenset(
+    {"malformed JSON", "input: []", "unknown model", 'encoding_format "base64"', INSTRUCTION_ALONE}
+)
+
+
+@dataclass(frozen=True)
+class Verification:
+    parity: ParityResult
+    rows: list[Row]
+    verdict: Verdict
+
+
+def upstream_root(url: str) -> Upstream:
+    """The candidate's server root, which Envoy forwards to (the URL may name /v1 or
+    the endpoint); ValueError for a path the gateway cannot put in front of."""
+    parts = urlsplit(url)
+    path = parts.path.rstrip("/")
+    if path not in ("", "/v1", "/v1/embeddings"):
+        raise ValueError(f"the gateway calls /v1/embeddings on the server root; {url!r} has a path")
+    return Upstream.from_url(f"{parts.scheme}://{parts.netloc}")
+
+
+def learned_probes(learned: Learned) -> list[Probe]:
+    """Probes for what was learned: each expected valid when the baseline answered it
+    2xx while learning; Matryoshka sizes at the rule's edges and just past them."""
+    native = learned.basics.native if learned.basics else 0
+    plain = {"model": learned.model, "input": [TEXT]}
+    spelled = requests(learned.model, learned.size_below_native(native))
+    probes = [
+        _probe(key, spelled[key], ok)
+        if key in spelled
+        else _probe(f"input_type {key!r}", {**plain, "input_type": key}, ok)
+        for key, ok in learned.accepted.items()
+        if key not in COVERED
+    ]
+    d = learned.dimensions
+    sizes: list[tuple[int, bool]] = []
+    if d.min_dimensions is not None:
+        sizes = [(d.min_dimensions, True), (d.min_dimensions - 1, False), (native + 1, False)]
+    elif d.matryoshka:
+        sizes = [*((a, True) for a in d.allowed), (d.allowed[0] + 1, False)]
+    probes += [
+        _probe(f"dimensions {n}", {**plain, "dimensions": n}, ok) for n, ok in sizes if n > 0
+    ]
+    return probes
+
+
+def _probe(title: str, body: dict[str, object] | bytes, valid: bool) -> Probe:
+    raw = body if isinstance(body, bytes) else orjson.dumps(body)
+    return Probe(key="learned " + title, title=title, body=raw, valid=valid)
+
+
+def verify(
+    session: Session, contract: Contract, urls: dict[str, str], learned: Learned
+) -> Verification:
+    """Start the gateway, compare it with the baseline, stop it. The probe's own
+    contract rows for a query and for `instruction` are valid only if the baseline
+    accepted those while learning (a gateway that accepts more is a warning)."""
+    corpus, model, accepted = load_corpus(None), learned.model, learned.accepted
+    refused = {"input_type_query": "query", "instruction": INSTRUCTION_ALONE}
+    max_tokens = max(m.max_tokens for m in contract.policy.models.values())
+
+    def compare(gateway_url: str) -> Verification:
+        baseline = session.client("baseline", urls["baseline"])
+        gateway = session.client("candidate", gateway_url)
+        try:
+            session.note(f"verify: the gateway on {gateway_url} against the baseline")
+            parity = run_parity(baseline, gateway, model, corpus.documents, corpus.queries)
+            tokens = (
+                parity.baseline.prompt_tokens or sum(len(d.text) for d in corpus.documents) // 2
+            )
+            target = max(LONG_INPUT_TOKENS, 2 * max_tokens)
+            text, size = long_text(corpus.documents, target, tokens)
+            probes = [
+                replace(p, valid=accepted.get(refused.get(p.key, ""), p.valid))
+                for p in default_probes(model, corpus.documents, corpus.queries, text, size)
+            ]
+            probes += learned_probes(learned)
+            rows = run_contract(baseline, gateway, probes, PROBE_THRESHOLDS.min_cosine)
+        finally:
+            baseline.close()
+            gateway.close()
+        return Verification(parity, rows, decide(parity, rows, None))
+
+    with contextlib.redirect_stdout(sys.stderr):  # the launcher's ready line is progress here
+        return asyncio.run(_with_gateway(contract, upstream_root(urls["candidate"]), compare))
+
+
+async def _with_gateway(contract: Contract, upstream: Upstream, work: Callable[[str], T]) -> T:
+    """Run ``work(gateway_url)`` in a thread while the gateway serves; stop it after."""
+    server_stop, envoy_stop = asyncio.Event(), asyncio.Event()
+    server, port = await start_server(
+        contract, metrics_address=None, grace_seconds=1.0, stop=server_stop
+    )
+    settings = EnvoySettings(
+        "127.0.0.1", free_port(), free_port(), port, upstream, upstream_timeout_s=120
+    )
+    config = render(load_template(DEFAULT_TEMPLATE), settings, contract.policy)
+    loop = asyncio.get_running_loop()
+    results: list[T] = []
+    errors: list[BaseException] = []
+
+    def on_ready() -> None:
+        try:
+            results.append(work(f"http://127.0.0.1:{settings.listen_port}"))
+        except BaseException as exc:  # raised again below, in the caller's thread
+            errors.append(exc)
+        finally:
+            loop.call_soon_threadsafe(envoy_stop.set)
+
+    try:
+        status = await run_envoy(
+            config,
+            admin_port=settings.admin_port,
+            log_level="error",
+            concurrency=1,
+            ready_line=lambda pid: f"verify: gateway ready (envoy pid {pid}) -> {upstream.url}",
+            stop=envoy_stop,
+            servers=(server,),
+            on_ready=on_ready,
+        )
+    finally:
+        server_stop.set()
+        with contextlib.suppress(asyncio.CancelledError):
+            await server
+    if errors:
+        raise errors[0]
+    if not results:
+        raise RuntimeError(f"the gateway stopped before the comparison (status {status})")
+    return results[0]
