@@ -96,18 +96,16 @@ from extproc.core.contract import Contract
 from extproc.core.errors import ApiError
 from extproc.core.plan import ResponsePlan
 from extproc.core.request_coding import METADATA_NAMESPACE, BodyCoding
-from extproc.core.request_rewrite import (
+from extproc.core.request_headers import (
+    check_content_encoding,
     check_content_type,
     check_declared_length,
-    declared_length,
-    rewrite_request,
-)
-from extproc.core.request_target import (
-    check_content_encoding,
     check_has_body,
     check_method,
+    declared_length,
     upstream_path,
 )
+from extproc.core.request_rewrite import rewrite_request
 from extproc.core.response_rewrite import ClientAnswer, needs_response_body, rewrite_response
 from extproc.core.status import is_success
 from extproc.service import metrics
