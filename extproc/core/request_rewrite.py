@@ -2,14 +2,16 @@
 
 The rewrite decision: once :func:`read_request` has checked the body against the
 model's policy (every client mistake is its 4xx), the legacy contract becomes what
-Dynamo and vLLM understand:
+the upstream is asked for (an :class:`UpstreamAsk`), which the model's upstream
+adapter writes in its own body:
 
 - ``input_type`` / ``instruction`` become the model's prompt prefix (stripped);
 - inputs over ``max_tokens`` are cut with the model's tokenizer and then sent as
   token ids (:mod:`extproc.core.truncation`);
 - ``dimensions`` below native is forwarded to an upstream the policy says cuts
   itself (``upstream.native.dimensions``), else stripped and emulated on the response;
-- ``encoding_format`` is set to what makes the response work cheapest.
+- the answer's encoding is the client's, unless the gateway rewrites the vectors:
+  then the adapter's ``vectors_encoding``.
 
 When nothing changes, ``upstream_body`` is ``None``: the body is forwarded as sent.
 In both profiles a top-level ``null`` means the field is absent: it is never
@@ -22,9 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
-
-import orjson
+from typing import Final
 
 from extproc.core.plan import Encoding, RequestStats, ResponsePlan
 from extproc.core.policy.model import GatewayPolicy
@@ -33,7 +33,10 @@ from extproc.core.request_coding import BodyCoding
 from extproc.core.request_json import LEGACY_ONLY_FIELDS, read_request
 from extproc.core.tokens import ModelTokenizer
 from extproc.core.truncation import fit_inputs
-from extproc.core.upstreams import adapter_for
+from extproc.core.upstreams import UpstreamAsk, adapter_for
+
+# The fields that become the prompt prefix: the gateway's alone, never forwarded.
+_PROMPT_FIELDS: Final = frozenset({"input_type", "instruction"})
 
 
 @dataclass(frozen=True)
@@ -99,40 +102,16 @@ def rewrite_request(
         fields_stripped=len(stripped),
     )
 
-    requested_encoding = request.fields.get("encoding_format")
-    sent_encoding = requested_encoding if requested_encoding is not None else Encoding.FLOAT.value
-    nulls = any(value is None for value in request.fields.values())
-    converted: dict[str, Any] = {}
-    if request.converted_input is not None:
-        converted["input"] = request.converted_input
-    truncate = request.fields.get("truncate_prompt_tokens")
-    if request.truncate_prompt_tokens is not None and type(truncate) is not int:
-        converted["truncate_prompt_tokens"] = request.truncate_prompt_tokens
-    changed = (
-        request.bom
-        or nulls
-        or bool(converted)
-        or bool(stripped)
-        # A forwarded size the client spelled leniently ("256", 256.0) goes up as an int.
-        or (forwarded is not None and type(request.fields.get("dimensions")) is not int)
-        or fitted.input is not None
-        or model.upstream_model != model.name
-        or sent_encoding != upstream_encoding.value
+    ask = UpstreamAsk(
+        model=model.upstream_model,
+        input=fitted.input if fitted.input is not None else request.converted_input,
+        encoding=upstream_encoding.value,
+        dimensions=forwarded,
+        truncate_prompt_tokens=request.truncate_prompt_tokens,
     )
-    if not changed:
-        return Forward(upstream_body=None, plan=plan, stats=stats)
-
     # null means absent: never forwarded (an absent field is every upstream's default).
-    upstream = {k: v for k, v in request.fields.items() if k not in stripped and v is not None}
-    upstream.update(converted)
-    if forwarded is not None:
-        upstream["dimensions"] = forwarded  # the validated integer, never the client's spelling
-    upstream["model"] = model.upstream_model
-    if fitted.input is not None:
-        upstream["input"] = fitted.input
-    if upstream_encoding is Encoding.FLOAT:
-        upstream.pop("encoding_format", None)  # float is every upstream's default
-    else:
-        upstream["encoding_format"] = upstream_encoding.value
-    upstream_body = orjson.dumps(upstream)
+    sent = {k: v for k, v in request.fields.items() if v is not None and k not in _PROMPT_FIELDS}
+    upstream_body = adapter.write_request(
+        ask, sent, force=request.bom or len(sent) < len(request.fields)
+    )
     return Forward(upstream_body=upstream_body, plan=plan, stats=stats)
