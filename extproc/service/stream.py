@@ -22,7 +22,7 @@ Rules (Envoy 1.40, verified live; the Envoy behaviour they rely on: docs/envoy-f
    of the endpoint (404), another method (405), a compressed body (415), a
    bodyless POST, a non-JSON content type or a declared content-length over the
    limit is answered at once, before any body is buffered
-   (extproc/core/request_target.py). When they are skipped (standalone.yaml's
+   (extproc/core/request_headers.py). When they are skipped (standalone.yaml's
    other routes, which with its Lua filter take these decisions), content type
    and request id arrive as attributes of the body message.
    2b. The reply to accepted request headers tells the upstream what the one-filter
