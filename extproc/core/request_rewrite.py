@@ -55,9 +55,8 @@ def rewrite_request(
     *,
     coding: BodyCoding | None = None,
 ) -> Forward:
-    """Validate and rewrite one ``POST /v1/embeddings`` body; raise ApiError for the client.
-
-    ``coding``: how the body was sent, when Envoy decoded it (its errors say so)."""
+    """Validate and rewrite one ``POST /v1/embeddings`` body (``coding`` as for
+    :func:`read_request`); raise ApiError for the client."""
     request = read_request(body, policy, tokenizers, coding=coding)
     model = request.model
     prefix = prompt_prefix(model.prompts, request.input_type, request.instruction)

@@ -56,10 +56,7 @@ def fit_inputs(
     # Started here, after parsing: the deadline is for tokenizing alone.
     budget = TokenizeBudget(limits.max_tokenize_bytes, limits.max_tokenize_ms / 1000)
     try:
-        if token_ids is not None:
-            return _fit_ids(token_ids, prefix, max_tokens, tokenizer, budget)
-        assert texts is not None
-        return _fit_texts(texts, prefix, max_tokens, tokenizer, budget)
+        return _fit(texts, token_ids, prefix, max_tokens, tokenizer, budget=budget)
     except TokenizeBudgetError as exc:
         raise _over_budget(exc, limits, max_tokens) from None
 
@@ -121,42 +118,37 @@ def _over_budget(exc: TokenizeBudgetError, limits: Limits, max_tokens: int) -> A
     )
 
 
-def _fit_ids(
-    id_lists: list[list[int]],
+def _fit(
+    texts: list[str] | None,
+    id_lists: list[list[int]] | None,
     prefix: str,
     limit: int,
     tokenizer: ModelTokenizer,
+    *,
     budget: TokenizeBudget,
 ) -> FittedInputs:
-    """Token-id inputs: the prefix's ids in front, each cut to ``limit``. Every
-    tokenizer call is charged to ``budget`` (raises TokenizeBudgetError)."""
-    prefix_ids = tokenizer.encode([prefix], budget)[0] if prefix else []
-    fitted: list[list[int]] = []
-    truncated = cut = 0
-    for ids in id_lists:
-        full = [*prefix_ids, *ids]
-        if len(full) > limit:
-            # Keep the head; keep the model's end tokens if the client sent them.
-            tail = list(tokenizer.append_ids)
-            keep_tail = bool(tail) and full[-len(tail) :] == tail
-            head = full[: limit - len(tail)] if keep_tail else full[:limit]
-            truncated += 1
-            cut += len(full) - limit
-            full = [*head, *tail] if keep_tail else head
-        fitted.append(full)
-    changed = bool(prefix_ids) or truncated > 0
-    return FittedInputs(fitted if changed else None, truncated, cut)
+    """Every tokenizer call is charged to ``budget`` (raises TokenizeBudgetError)."""
+    if id_lists is not None:
+        # Token ids: the prefix's ids in front, each cut to ``limit``.
+        prefix_ids = tokenizer.encode([prefix], budget)[0] if prefix else []
+        fitted: list[list[int]] = []
+        truncated = cut = 0
+        for ids in id_lists:
+            full = [*prefix_ids, *ids]
+            if len(full) > limit:
+                # Keep the head; keep the model's end tokens if the client sent them.
+                tail = list(tokenizer.append_ids)
+                keep_tail = bool(tail) and full[-len(tail) :] == tail
+                head = full[: limit - len(tail)] if keep_tail else full[:limit]
+                truncated += 1
+                cut += len(full) - limit
+                full = [*head, *tail] if keep_tail else head
+            fitted.append(full)
+        changed = bool(prefix_ids) or truncated > 0
+        return FittedInputs(fitted if changed else None, truncated, cut)
 
-
-def _fit_texts(
-    texts: list[str],
-    prefix: str,
-    limit: int,
-    tokenizer: ModelTokenizer,
-    budget: TokenizeBudget,
-) -> FittedInputs:
-    """Text inputs: prompted, and sent as token ids when any is over ``limit``. Every
-    tokenizer call is charged to ``budget`` (raises TokenizeBudgetError)."""
+    # Texts: prompted, and all sent as token ids when any is over ``limit``.
+    assert texts is not None
     prompts = [prefix + t for t in texts] if prefix else texts
     unchanged = FittedInputs(prompts if prefix else None, 0, 0)
     specials = tokenizer.special_count
