@@ -8,7 +8,7 @@ Four outcomes:
 
 - ``REFUSED``: the documented 4xx in the OpenAI envelope, with the case's ``type``,
   ``param`` and ``code``; the upstream never sees the request. Most come from the
-  gateway (request_rewrite.py); some from the shipped Envoy config (405 direct
+  gateway (request_json.py and its neighbours); some from the shipped Envoy config (405 direct
   response, 413 buffer limit, a 400 for broken chunking, enveloped by its
   local_reply_config).
 - ``ANSWERED``: hostile but valid (zero-width and bidi characters, lone NULs, an
@@ -26,7 +26,7 @@ Four outcomes:
   be decided until Envoy's request_timeout (300 s shipped), which then answers a
   408 envelope; never the upstream, never a 5xx.
 
-Decisions this corpus pins (request_rewrite.py's docstring has the reasons):
+Decisions this corpus pins (request_json.py's docstring has the reasons):
 
 - A key repeated in a JSON object is a 400 (``param`` = the field when it is one
   the gateway interprets), not "the last one wins".

@@ -47,12 +47,8 @@ from extproc.core.plan import Encoding, ResponsePlan
 from extproc.core.policy import load_policy_text
 from extproc.core.policy.model import EncodingProfile, ModelPolicy
 from extproc.core.prompts import DOCUMENT_TYPES, QUERY_TYPES
-from extproc.core.request_rewrite import (
-    Forward,
-    check_content_type,
-    check_declared_length,
-    rewrite_request,
-)
+from extproc.core.request_headers import check_content_type, check_declared_length
+from extproc.core.request_rewrite import Forward, rewrite_request
 from extproc.core.response_rewrite import rewrite_response
 from extproc.core.tokens import load_tokenizer
 from extproc.core.upstreams import ADAPTERS

@@ -22,7 +22,7 @@ from extproc.core.contract import Contract, load_contract
 from extproc.core.errors import MAX_MESSAGE_CHARS, ApiError
 from extproc.core.plan import Encoding
 from extproc.core.policy import GatewayPolicy, load_policy_text
-from extproc.core.request_rewrite import Forward, check_content_type, rewrite_request
+from extproc.core.request_rewrite import Forward, rewrite_request
 from extproc.core.tokens import ModelTokenizer
 
 MODEL = "Qwen/Qwen3-Embedding-0.6B"
@@ -402,50 +402,6 @@ def test_valid_edge_values_are_accepted(body: dict[str, Any], qwen_contract: Con
     assert forward.plan.model == MODEL
     if forward.upstream_body is not None:
         assert_clean_upstream(upstream_doc(forward))
-
-
-# -- Content-Type ------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    "content_type",
-    [
-        pytest.param(None, id="none"),
-        pytest.param("application/json", id="json"),
-        pytest.param("application/json; charset=utf-8", id="json-charset"),
-        pytest.param("Application/JSON", id="json-upper"),
-        pytest.param(" application/json ", id="json-spaces"),
-        pytest.param("text/json", id="text-json"),
-        pytest.param("application/vnd.api+json", id="plus-json"),
-    ],
-)
-def test_json_content_types_accepted(content_type: str | None) -> None:
-    check_content_type(content_type)
-
-
-@pytest.mark.parametrize(
-    ("content_type", "media"),
-    [
-        pytest.param("text/plain", "text/plain", id="text-plain"),
-        pytest.param("text/plain; charset=utf-8", "text/plain", id="text-plain-charset"),
-        pytest.param(
-            "application/x-www-form-urlencoded", "application/x-www-form-urlencoded", id="form"
-        ),
-        pytest.param("multipart/form-data; boundary=xyz", "multipart/form-data", id="multipart"),
-        pytest.param("application/jsonl", "application/jsonl", id="jsonl"),
-        pytest.param("", "", id="empty"),
-    ],
-)
-def test_other_content_types_are_415(content_type: str, media: str) -> None:
-    with pytest.raises(ApiError) as caught:
-        check_content_type(content_type)
-    exc = caught.value
-    assert exc.status == 415
-    assert exc.type == "invalid_request_error"
-    assert repr(media) in exc.message
-    assert "application/json" in exc.message
-    envelope = orjson.loads(exc.envelope())
-    assert set(envelope["error"]) == {"message", "type", "param", "code"}
 
 
 # -- prompts -----------------------------------------------------------------------

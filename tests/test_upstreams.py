@@ -15,7 +15,13 @@ from extproc.core.plan import Encoding, ResponsePlan
 from extproc.core.response_rewrite import rewrite_response
 from extproc.core.status import is_success, status_class
 from extproc.core.upstream_errors import UpstreamError, parse_upstream_error
-from extproc.core.upstreams import ADAPTERS, Capabilities, UnknownUpstreamError, adapter_for
+from extproc.core.upstreams import (
+    ADAPTERS,
+    Capabilities,
+    UnknownUpstreamError,
+    UpstreamAsk,
+    adapter_for,
+)
 from extproc.core.vectors import BadVectorsError
 
 
@@ -243,6 +249,104 @@ def test_capabilities_every_deployment_has(kind: str) -> None:
     adapter = adapter_for(kind)
     assert adapter.defaults == Capabilities(dimensions=False, truncate_prompt_tokens=True)
     assert adapter.vectors_encoding == "base64"
+
+
+# What each adapter is asked: both kinds take OpenAI's request shape.
+ASK = UpstreamAsk(model="m", input=None, encoding="float")
+
+
+@pytest.mark.parametrize("kind", sorted(ADAPTERS))
+@pytest.mark.parametrize(
+    ("sent", "ask"),
+    [
+        pytest.param({"model": "m", "input": "x"}, ASK, id="bare"),
+        pytest.param(
+            {"model": "m", "input": [1, 2], "encoding_format": "float", "user": "u", "x": [{}]},
+            ASK,
+            id="float-spelled-out",
+        ),
+        pytest.param(
+            {"input": "x", "model": "m", "encoding_format": "base64", "dimensions": 8},
+            UpstreamAsk(model="m", input=None, encoding="base64", dimensions=8),
+            id="native-dimensions-base64",
+        ),
+        pytest.param(
+            {"model": "m", "input": "x", "truncate_prompt_tokens": -1},
+            UpstreamAsk(model="m", input=None, encoding="float", truncate_prompt_tokens=-1),
+            id="truncate-prompt-tokens",
+        ),
+    ],
+)
+def test_a_body_that_already_asks_it_goes_as_sent(
+    kind: str, sent: dict[str, Any], ask: UpstreamAsk
+) -> None:
+    assert adapter_for(kind).write_request(ask, sent, force=False) is None
+    # Forced (the client's body held more: a null, a prompt field, a byte order mark),
+    # the same fields are written, float left out as every upstream's default.
+    forced = adapter_for(kind).write_request(ask, sent, force=True)
+    assert forced is not None
+    expected = {k: v for k, v in sent.items() if (k, v) != ("encoding_format", "float")}
+    assert list(orjson.loads(forced).items()) == list(expected.items())
+
+
+@pytest.mark.parametrize("kind", sorted(ADAPTERS))
+@pytest.mark.parametrize(
+    ("sent", "ask", "written"),
+    [
+        pytest.param(
+            {"model": "m", "input": "x"},
+            UpstreamAsk(model="upstream/m", input=None, encoding="float"),
+            b'{"model":"upstream/m","input":"x"}',
+            id="model-renamed",
+        ),
+        pytest.param(
+            {"input": "x", "model": "m"},
+            UpstreamAsk(model="m", input=[[1, 2], [3]], encoding="float"),
+            b'{"input":[[1,2],[3]],"model":"m"}',
+            id="input-replaced-in-place",
+        ),
+        pytest.param(
+            {"model": "m", "dimensions": 1024, "input": "x", "encoding_format": "float"},
+            UpstreamAsk(model="m", input=None, encoding="base64"),
+            b'{"model":"m","input":"x","encoding_format":"base64"}',
+            id="dimensions-dropped-base64-asked",
+        ),
+        pytest.param(
+            {"model": "m", "input": "x", "encoding_format": "base64", "extra": {"k": [1.5]}},
+            ASK,
+            b'{"model":"m","input":"x","extra":{"k":[1.5]}}',
+            id="float-left-out",
+        ),
+        pytest.param(
+            {"model": "m", "input": "x"},
+            UpstreamAsk(model="m", input=None, encoding="base64"),
+            b'{"model":"m","input":"x","encoding_format":"base64"}',
+            id="encoding-added-last",
+        ),
+        pytest.param(
+            {"dimensions": "256", "model": "m", "input": "x"},
+            UpstreamAsk(model="m", input=None, encoding="float", dimensions=256),
+            b'{"dimensions":256,"model":"m","input":"x"}',
+            id="dimensions-string-as-integer",
+        ),
+        pytest.param(
+            {"model": "m", "input": "x", "dimensions": 256.0},
+            UpstreamAsk(model="m", input=None, encoding="float", dimensions=256),
+            b'{"model":"m","input":"x","dimensions":256}',
+            id="dimensions-float-as-integer",
+        ),
+        pytest.param(
+            {"model": "m", "input": "x", "truncate_prompt_tokens": True},
+            UpstreamAsk(model="m", input=None, encoding="float", truncate_prompt_tokens=1),
+            b'{"model":"m","input":"x","truncate_prompt_tokens":1}',
+            id="truncate-prompt-tokens-bool-as-integer",
+        ),
+    ],
+)
+def test_what_each_adapter_is_asked(
+    kind: str, sent: dict[str, Any], ask: UpstreamAsk, written: bytes
+) -> None:
+    assert adapter_for(kind).write_request(ask, sent, force=False) == written
 
 
 @pytest.mark.parametrize("kind", sorted(ADAPTERS))

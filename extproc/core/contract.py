@@ -36,9 +36,8 @@ def load_contract(policy: GatewayPolicy, *, reuse: Contract | None = None) -> Co
     """Load every model's tokenizer once; models sharing a source share it.
 
     With ``reuse``, a model whose :func:`tokenizer_key` is also in that contract gets
-    its already-loaded tokenizer: loading one takes ~0.5 s (seconds on a busy machine)
-    and the tokenizers library holds the interpreter lock throughout, pausing every
-    other thread and the event loop.
+    its already-loaded tokenizer: the tokenizers library holds the interpreter lock
+    while it loads one, pausing every other thread and the event loop for that long.
     """
     cache: dict[Hashable, ModelTokenizer] = {}
     if reuse is not None:

@@ -19,7 +19,7 @@ coding and the sizes: a client is not told that its JSON is broken when its
 compression is, nor the other way round.
 
 The one-filter shape (envoy/single-filter.yaml, the meshes) has no decoder; it
-refuses compressed bodies from the request headers (request_target.py).
+refuses compressed bodies from the request headers (request_headers.py).
 """
 
 from __future__ import annotations

@@ -27,12 +27,12 @@ from extproc.core.policy.model import SpecialTokens, TokenizerSource
 _PREFIX_CHARS_PER_TOKEN = 8
 _MIN_PREFIX_CHARS = 4096
 # Under a budget, batches go to the tokenizer in calls of about this many bytes, so
-# the deadline is checked often: 64 KiB is ~60 ms of English on this CPU and ~1 s of
-# the costliest text measured (~16 us a byte).
+# the deadline is checked often: one call stays short next to the deadline even for
+# the text that is costliest per byte.
 _CALL_BYTES = 64 * 1024
 # A long input's growing prefix (see encode_heads) stops at this size. Growth past the
-# first prefix means its words are huge (one "word" of 8 MB of 'x' or of CJK without
-# punctuation); tokenizing such a word is ~1-4 us a byte and cannot be cut up.
+# first prefix means its words are huge (one "word" of a whole body of 'x' or of CJK
+# without punctuation), and such a word cannot be cut up: only tokenized whole.
 MAX_PREFIX_BYTES = 256 * 1024
 
 
@@ -71,9 +71,9 @@ class TokenizeBudget:
 
     Bytes are the deterministic bound (the same request always gets the same answer)
     and, unlike tokens, are known before the tokenizer runs: work over the budget is
-    refused before it starts. Time per byte still varies ~30x with the text (measured
-    0.5-16 us a byte here), so a deadline, checked before every tokenizer call, bounds
-    the rest. Mutable on purpose: one per request, charged as the work goes.
+    refused before it starts. Time per byte still varies widely with the text, so a
+    deadline, checked before every tokenizer call, bounds the rest. Mutable on
+    purpose: one per request, charged as the work goes.
     """
 
     def __init__(
@@ -155,8 +155,8 @@ class ModelTokenizer:
         """Each text's token ids, or - for a text far longer than ``need`` tokens - at
         least its first ``need`` ids, exactly as the whole text would begin.
 
-        Tokenizing is linear but not cheap (~10 us a token on this CPU; a 7 MB body
-        would take ~20 s), and truncation only ever keeps the head. So a long text is
+        Tokenizing is linear but not cheap (a body-sized text takes far longer than
+        Envoy waits), and truncation only ever keeps the head. So a long text is
         tokenized by growing prefixes, and only the tokens of words that end well
         before the cut are kept: a cut can only change the word it falls in (and NFC
         composition across it), never the words before.

@@ -70,7 +70,7 @@ def truncate_renormalise(matrix: FloatMatrix, dimensions: int) -> FloatMatrix:
     norms = np.sqrt(np.einsum("ij,ij->i", head, head, dtype=np.float64))[:, None]
     if head.size and norms.min() > 1e-30 and norms.max() < 1e30:
         # The usual case: every norm is a normal float32, and dividing in float32 is
-        # ~3x faster than in float64 (two reductions instead of five array passes).
+        # cheaper than in float64 (two reductions instead of five array passes).
         head /= norms.astype(np.float32)
         return head
     if np.all((norms == 0) | ((norms > 1e-30) & (norms < 1e30))):

@@ -22,7 +22,7 @@ Rules (Envoy 1.40, verified live; the Envoy behaviour they rely on: docs/envoy-f
    of the endpoint (404), another method (405), a compressed body (415), a
    bodyless POST, a non-JSON content type or a declared content-length over the
    limit is answered at once, before any body is buffered
-   (extproc/core/request_target.py). When they are skipped (standalone.yaml's
+   (extproc/core/request_headers.py). When they are skipped (standalone.yaml's
    other routes, which with its Lua filter take these decisions), content type
    and request id arrive as attributes of the body message.
    2b. The reply to accepted request headers tells the upstream what the one-filter
@@ -96,18 +96,16 @@ from extproc.core.contract import Contract
 from extproc.core.errors import ApiError
 from extproc.core.plan import ResponsePlan
 from extproc.core.request_coding import METADATA_NAMESPACE, BodyCoding
-from extproc.core.request_rewrite import (
+from extproc.core.request_headers import (
+    check_content_encoding,
     check_content_type,
     check_declared_length,
-    declared_length,
-    rewrite_request,
-)
-from extproc.core.request_target import (
-    check_content_encoding,
     check_has_body,
     check_method,
+    declared_length,
     upstream_path,
 )
+from extproc.core.request_rewrite import rewrite_request
 from extproc.core.response_rewrite import ClientAnswer, needs_response_body, rewrite_response
 from extproc.core.status import is_success
 from extproc.service import metrics

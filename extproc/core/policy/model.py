@@ -20,15 +20,14 @@ DEFAULT_MAX_INPUTS = 2048
 # no batch the body limit admits, so bulk batches of long documents (512 x 4,000
 # characters, which must all be counted since each is over max_tokens in bytes) are
 # served. What bounds the work is the wall-clock deadline, checked between tokenizer
-# calls of ~64 KiB: English costs ~1 us a byte of one core's time here (2 MB: ~1 s
-# of CPU, spread over every core), other text up to ~16 us. 5 s admits the 2 MB
-# batch with room for a loaded machine and ends a hostile 8 MB body after at most
-# one more call, well before Envoy's 15 s message timeout.
+# calls of ~64 KiB: the default admits such a batch of English with room for a loaded
+# machine, and ends a hostile body after at most one more call, well before Envoy's
+# ext_proc message timeout (15 s in envoy/*.yaml).
 DEFAULT_MAX_TOKENIZE_MS = 5000
 # Admission control (per ext_proc process). 48 MiB of work in flight is two of the
-# largest rewrites (2,048 inputs, a 1,024-d answer cut to `dimensions`: ~18 MiB of
-# bodies each, ~55 MB of RSS while processed) plus room for ordinary requests:
-# measured to keep the process under 400 MB RSS with 40 or 100 such requests at once.
+# largest rewrites (2,048 inputs, a 1,024-d answer cut to `dimensions`) plus room for
+# ordinary requests. The process's memory follows the work in flight, so bounding it
+# bounds the memory: a burst past it waits (bounded) for room, then gets a 503.
 DEFAULT_MAX_INFLIGHT_BYTES = 48 * 1024 * 1024
 DEFAULT_ADMISSION_WAIT_MS = 250
 DEFAULT_RETRY_AFTER_S = 1

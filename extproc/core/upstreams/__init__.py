@@ -13,7 +13,12 @@ from types import MappingProxyType
 from typing import Final
 
 from extproc.core.upstreams import dynamo, vllm
-from extproc.core.upstreams.adapter import Capabilities, UpstreamAdapter, VectorsEncoding
+from extproc.core.upstreams.adapter import (
+    Capabilities,
+    UpstreamAdapter,
+    UpstreamAsk,
+    VectorsEncoding,
+)
 
 ADAPTERS: Final[Mapping[str, UpstreamAdapter]] = MappingProxyType(
     {adapter.name: adapter for adapter in (dynamo.ADAPTER, vllm.ADAPTER)}
@@ -37,6 +42,7 @@ __all__ = [
     "Capabilities",
     "UnknownUpstreamError",
     "UpstreamAdapter",
+    "UpstreamAsk",
     "VectorsEncoding",
     "adapter_for",
 ]

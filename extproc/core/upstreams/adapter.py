@@ -1,15 +1,20 @@
 """The interface every upstream adapter implements, and what an upstream can do itself.
 
-An adapter holds everything that differs between upstream kinds: the encoding the
-gateway asks for when it must read the vectors, how success and error bodies are
-read, and which parts of the contract the upstream can apply itself. It imports
+An adapter holds everything that differs between upstream kinds, in both
+directions: what the upstream is asked (the encoding the gateway asks for when it
+must read the vectors, and how a request - native capabilities included - is
+written in the upstream's body) and how its answers are read (success and error
+bodies), plus which parts of the contract the upstream can apply itself. It imports
 nothing from the policy or the plan, so both can name adapters.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
+
+import orjson
 
 from extproc.core.embeddings_body import EmbeddingsBody, parse_embeddings_body
 from extproc.core.upstream_errors import UpstreamError, parse_upstream_error
@@ -28,10 +33,24 @@ class Capabilities:
     truncate_prompt_tokens: bool = False
 
 
+@dataclass(frozen=True)
+class UpstreamAsk:
+    """What the gateway asks the upstream for, in no kind's terms: decided from the
+    client's request and the model's policy, written into the body by the adapter."""
+
+    model: str  # the upstream's name for the model
+    # The input the upstream gets (token ids after truncation, prompted texts, ids the
+    # client spelled otherwise), or None: the client's, as sent.
+    input: list[str] | list[int] | list[list[int]] | None
+    encoding: VectorsEncoding  # how the answer's vectors must be encoded
+    dimensions: int | None = None  # the Matryoshka size the upstream cuts to itself
+    truncate_prompt_tokens: int | None = None  # the client's (valid) value, passed on
+
+
 class UpstreamAdapter(Protocol):
     """One upstream kind (a policy's ``upstream.kind``). An adapter module subclasses
-    this and sets the attributes; the methods read the OpenAI shapes unless the kind
-    answers differently."""
+    this and sets the attributes; the methods write and read the OpenAI shapes unless
+    the kind's differ."""
 
     name: str  # the kind's name in policy files and in the response plan
     summary: str  # one line for people: what this adapter talks to
@@ -40,6 +59,37 @@ class UpstreamAdapter(Protocol):
     # wherever the upstream writes it: decoding it beats parsing float JSON).
     vectors_encoding: VectorsEncoding
 
+    def write_request(
+        self, ask: UpstreamAsk, sent: Mapping[str, Any], *, force: bool
+    ) -> bytes | None:
+        """The upstream's body for ``ask``, or None when the client's body already asks
+        exactly that and may be forwarded byte for byte.
+
+        ``sent``: the client's top-level fields that may reach the upstream (none null,
+        none the gateway consumes), as parsed; ``force``: the client's body holds more
+        than ``sent`` (or a byte order mark), so it is written anew in any case. Fields
+        the gateway does not interpret go upstream as sent. OpenAI's shape: ``dimensions``
+        only when the upstream cuts to it, integers as JSON integers whatever the
+        client's spelling, ``encoding_format`` left out for float (every upstream's
+        default)."""
+        if not force and _asks(sent, ask):
+            return None
+        fields = dict(sent)
+        fields["model"] = ask.model
+        if ask.input is not None:
+            fields["input"] = ask.input
+        if ask.dimensions is None:
+            fields.pop("dimensions", None)
+        else:
+            fields["dimensions"] = ask.dimensions
+        if ask.truncate_prompt_tokens is not None:
+            fields["truncate_prompt_tokens"] = ask.truncate_prompt_tokens
+        if ask.encoding == "float":
+            fields.pop("encoding_format", None)
+        else:
+            fields["encoding_format"] = ask.encoding
+        return orjson.dumps(fields)
+
     def parse_success(self, body: bytes, *, input_count: int, dimensions: int) -> EmbeddingsBody:
         """A 2xx body checked against what was asked; BadVectorsError otherwise."""
         return parse_embeddings_body(body, input_count=input_count, dimensions=dimensions)
@@ -47,3 +97,21 @@ class UpstreamAdapter(Protocol):
     def parse_error(self, status: int, body: bytes) -> UpstreamError:
         """What a non-2xx answer says, in words a client or an operator can use."""
         return parse_upstream_error(body)
+
+
+def _asks(sent: Mapping[str, Any], ask: UpstreamAsk) -> bool:
+    """``sent``, in OpenAI's shape, already says exactly ``ask``."""
+    return (
+        sent.get("model") == ask.model
+        and ask.input is None
+        and _same_int(sent.get("dimensions"), ask.dimensions)
+        and _same_int(sent.get("truncate_prompt_tokens"), ask.truncate_prompt_tokens)
+        and sent.get("encoding_format", "float") == ask.encoding
+    )
+
+
+def _same_int(value: Any, expected: int | None) -> bool:
+    """``value`` is absent when ``expected`` is, else that integer as a JSON integer."""
+    if expected is None:
+        return value is None
+    return type(value) is int and value == expected

@@ -1,5 +1,10 @@
 """NVIDIA Dynamo 1.6.x frontend in front of a vLLM embedding worker.
 
+What it is asked: OpenAI's shape, the interface's writer. Its frontend takes
+``dimensions`` only as a JSON unsigned integer and ``encoding_format`` only as
+``float`` or ``base64``: the writer sends integers whatever the client's spelling,
+and the gateway never asks for another encoding.
+
 What it answers (docs/upstreams.md): OpenAI-shaped success bodies (no ``id`` or
 ``created``; ``usage`` has ``prompt_tokens`` and ``total_tokens``); errors as a flat
 ``{"message", "type", "code"}``; every validation error raised in the worker

@@ -1,5 +1,7 @@
 """vLLM's OpenAI-compatible server (``vllm serve``) running an embedding model.
 
+What it is asked: OpenAI's shape, the interface's writer.
+
 What it answers (docs/upstreams.md): OpenAI-shaped success bodies; errors as
 ``{"error": {"message", "type", "param", "code": <int>}}`` with a 400 for every
 request it refuses (context length, ``dimensions``, ``truncate_prompt_tokens``) and
