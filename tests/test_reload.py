@@ -686,7 +686,10 @@ def test_a_half_written_file_is_never_served(watched: tuple[Gateway, ConfigMapVo
             writer.write(complete[len(half) :])
         completed = time.monotonic()
         latency = wait_until_answered(gw, ADDED, completed)
-    print(f"half-written file: the completed one answered {latency:.2f} s after the last write")
+    print(
+        f"half-written file: {len(traffic.results)} requests, none saw the preset's defaults; "
+        f"the completed file answered {latency:.2f} s after its last write"
+    )
     assert traffic.statuses.keys() == {200}, traffic.statuses
     assert len(traffic.results) >= 10
     assert reloads(gw, "reloaded") == count + 1
@@ -845,7 +848,7 @@ def test_an_over_long_default_instruction_is_refused_at_start(
     ],
     ids=["fifo", "dev-zero", "over-1-mib"],
 )
-@pytest.mark.parametrize("command", ["check-config", "serve"])
+@pytest.mark.parametrize("command", ["check-config", "serve", "run"])
 def test_a_start_on_what_is_no_policy_file_fails_fast(
     command: str, make: Callable[[Path], object], phrase: str, qwen_dir: Path, tmp_path: Path
 ) -> None:
