@@ -23,6 +23,19 @@ from extproc.core.policy.reading import (
 )
 
 TEXT = "models:\n  - {name: m, preset: e5}\n"
+# What a policy path can lead to that is no regular file: how to make it at a path,
+# and what its refusal says.
+NOT_REGULAR_FILES: dict[str, tuple[Callable[[Path], object], str]] = {
+    "fifo": (os.mkfifo, "resolves to a FIFO"),
+    "dev-zero": (lambda p: p.symlink_to("/dev/zero"), "resolves to a character device (/dev/zero)"),
+    "dev-null": (lambda p: p.symlink_to("/dev/null"), "resolves to a character device (/dev/null)"),
+    "directory": (lambda p: p.mkdir(), "resolves to a directory"),
+    "dangling-symlink": (
+        lambda p: p.symlink_to(p.parent / "gone.yaml"),
+        "is a dangling symlink (to ",
+    ),
+    "missing": (lambda p: None, "does not exist"),
+}
 DEADLINE_S = 5.0
 
 
@@ -109,20 +122,9 @@ def test_a_fifo_swapped_in_after_the_check_is_refused_without_blocking(
     assert "resolves to a FIFO" in refusal(path).reason
 
 
-@pytest.mark.parametrize(
-    ("make", "phrase"),
-    [
-        (lambda p: p.symlink_to("/dev/zero"), "resolves to a character device (/dev/zero)"),
-        (lambda p: p.symlink_to("/dev/null"), "resolves to a character device (/dev/null)"),
-        (lambda p: p.mkdir(), "resolves to a directory"),
-        (lambda p: p.symlink_to(p.parent / "nowhere"), "is a dangling symlink (to "),
-        (lambda p: None, "does not exist"),
-    ],
-    ids=["dev-zero", "dev-null", "directory", "dangling-symlink", "missing"],
-)
-def test_what_is_not_a_regular_file_is_refused(
-    tmp_path: Path, make: Callable[[Path], None], phrase: str
-) -> None:
+@pytest.mark.parametrize("kind", NOT_REGULAR_FILES)
+def test_what_is_not_a_regular_file_is_refused(tmp_path: Path, kind: str) -> None:
+    make, phrase = NOT_REGULAR_FILES[kind]
     path = tmp_path / "policy.yaml"
     make(path)
     assert phrase in refusal(path).reason

@@ -67,6 +67,7 @@ from extproc.service.server import serve
 from tests.conftest import QWEN_MODEL
 from tests.fake_upstream import FakeUpstream
 from tests.harness import Gateway, http, metric_value, start_gateway
+from tests.test_policy_reading import NOT_REGULAR_FILES
 
 ADDED = "qwen-added"  # a model name only the new files serve
 RELOAD_DEADLINE_S = 10.0
@@ -310,20 +311,11 @@ def test_a_file_that_changed_while_read_must_settle_again() -> None:
     assert poll(state, STAMP_B, 7.0)[1] is Action.LOAD
 
 
-@pytest.mark.parametrize(
-    ("make", "problem"),
-    [
-        (os.mkfifo, "resolves to a FIFO"),
-        (lambda p: p.symlink_to("/dev/zero"), "resolves to a character device (/dev/zero)"),
-        (lambda p: p.mkdir(), "resolves to a directory"),
-        (lambda p: p.symlink_to(p.parent / "gone"), "is a dangling symlink (to "),
-        (lambda p: None, "does not exist"),
-    ],
-    ids=["fifo", "dev-zero", "directory", "dangling-symlink", "missing"],
-)
+@pytest.mark.parametrize("kind", NOT_REGULAR_FILES)
 def test_the_stamp_of_what_is_no_regular_file_says_why_and_holds_still(
-    tmp_path: Path, make: Callable[[Path], object], problem: str
+    tmp_path: Path, kind: str
 ) -> None:
+    make, problem = NOT_REGULAR_FILES[kind]
     path = tmp_path / "policy.yaml"
     make(path)
     first = policy_stamp(path)
@@ -640,9 +632,8 @@ def test_a_policy_needing_larger_envoy_limits_is_flagged(
     assert set(not_applied(gw).values()) == {0}
 
 
-def test_sighup_reloads_an_unwatched_file(
-    upstream: FakeUpstream, qwen_dir: Path, tmp_path: Path
-) -> None:
+def start_unwatched(upstream: FakeUpstream, qwen_dir: Path, tmp_path: Path) -> tuple[Gateway, Path]:
+    """`extproc run --no-watch` on a policy of its own (QWEN_MODEL only), and its path."""
     config = tmp_path / "policy.yaml"
     config.write_text(policy_yaml(QWEN_MODEL))
     gw = start_gateway(
@@ -652,6 +643,13 @@ def test_sighup_reloads_an_unwatched_file(
         tokenizer_overrides=f"{QWEN_MODEL}={qwen_dir}",
         extra_args=["--no-watch"],
     )
+    return gw, config
+
+
+def test_sighup_reloads_an_unwatched_file(
+    upstream: FakeUpstream, qwen_dir: Path, tmp_path: Path
+) -> None:
+    gw, config = start_unwatched(upstream, qwen_dir, tmp_path)
     try:
         write_in_place(config, policy_yaml(QWEN_MODEL, ADDED))
         time.sleep(2.5)  # the watch would have loaded it by now
@@ -697,18 +695,7 @@ def test_a_half_written_file_is_never_served(watched: tuple[Gateway, ConfigMapVo
     assert [line.split("policy change: ", 1)[1] for line in changes] == [f"models added: {ADDED}"]
 
 
-UNREADABLE: dict[str, tuple[Callable[[Path], object], str]] = {
-    "fifo": (os.mkfifo, "resolves to a FIFO"),
-    "dev-zero": (lambda p: p.symlink_to("/dev/zero"), "resolves to a character device (/dev/zero)"),
-    "directory": (lambda p: p.mkdir(), "resolves to a directory"),
-    "dangling-symlink": (
-        lambda p: p.symlink_to(p.parent / "gone.yaml"),
-        "is a dangling symlink (to ",
-    ),
-}
-
-
-@pytest.mark.parametrize("kind", UNREADABLE)
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero", "directory", "dangling-symlink"])
 def test_a_path_that_is_no_regular_file_is_refused_once_and_blocks_nothing(
     watched: tuple[Gateway, ConfigMapVolume], kind: str
 ) -> None:
@@ -717,7 +704,7 @@ def test_a_path_that_is_no_regular_file_is_refused_once_and_blocks_nothing(
     again at the next polls; SIGHUP gets its answer at once; requests keep their
     latency; the next regular file is loaded as usual."""
     gw, volume = watched
-    make, phrase = UNREADABLE[kind]
+    make, phrase = NOT_REGULAR_FILES[kind]
     serve_file(gw, volume.path, policy_yaml(QWEN_MODEL, ADDED))
     body = {"model": ADDED, "input": "hello"}
     with Traffic(gw, body) as before:
@@ -755,15 +742,7 @@ def test_a_path_that_is_no_regular_file_is_refused_once_and_blocks_nothing(
 def test_sighup_with_a_fifo_returns_at_once_and_the_gateway_still_stops(
     upstream: FakeUpstream, qwen_dir: Path, tmp_path: Path
 ) -> None:
-    config = tmp_path / "policy.yaml"
-    config.write_text(policy_yaml(QWEN_MODEL))
-    gw = start_gateway(
-        upstream.url,
-        tmp_path,
-        config=config,
-        tokenizer_overrides=f"{QWEN_MODEL}={qwen_dir}",
-        extra_args=["--no-watch"],
-    )
+    gw, config = start_unwatched(upstream, qwen_dir, tmp_path)
     try:
         os.mkfifo(tmp_path / "fifo")
         (tmp_path / "link").symlink_to(tmp_path / "fifo")
