@@ -158,9 +158,11 @@ def test_a_write_racing_the_read_is_never_returned(
     path = tmp_path / "policy.yaml"
     path.write_text(TEXT)
     real_read = os.read
+    written: list[bool] = []
 
     def write_then_read(fd: int, size: int) -> bytes:
-        if reads_policy(fd, path):
+        if not written and reads_policy(fd, path):
+            written.append(True)
             with path.open("a") as writer:
                 writer.write("  - {name: half-written")
         return real_read(fd, size)

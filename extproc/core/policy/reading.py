@@ -125,20 +125,7 @@ def read_policy_file(path: str | os.PathLike[str]) -> PolicyFileVersion:
         os.close(fd)
     if len(data) > MAX_POLICY_BYTES:
         raise PolicyFileChangedError(source, FILE_FIELD, over_size(len(data)))
-    identity = (
-        before.st_dev,
-        before.st_ino,
-        before.st_size,
-        before.st_mtime_ns,
-        before.st_ctime_ns,
-    )
-    if identity != (
-        after.st_dev,
-        after.st_ino,
-        after.st_size,
-        after.st_mtime_ns,
-        after.st_ctime_ns,
-    ):
+    if _identity(before) != _identity(after):
         raise PolicyFileChangedError(source, FILE_FIELD, "changed while it was read")
     if len(data) != after.st_size:
         raise PolicyFileChangedError(source, FILE_FIELD, "its size changed while it was read")
@@ -155,6 +142,11 @@ def read_policy_file(path: str | os.PathLike[str]) -> PolicyFileVersion:
         mtime_ns=after.st_mtime_ns,
         ctime_ns=after.st_ctime_ns,
     )
+
+
+def _identity(st: os.stat_result) -> tuple[int, int, int, int, int]:
+    """What changes when the file is written or replaced."""
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 def _read_at_most(fd: int, limit: int) -> bytes:
