@@ -5,8 +5,14 @@ Dynamo: a model added to the watched file answers within 10 s; a broken file (ba
 YAML, unknown field, unloadable tokenizer) is refused with one log line and the
 running policy keeps answering; a Kubernetes ConfigMap symlink swap is picked up even
 when the new file has the old one's size and mtime; a policy that needs larger Envoy
-limits is served but flagged; with --no-watch, SIGHUP reloads. In-process, over
-gRPC: a stream that started before a reload finishes on the old policy.
+limits, or other precheck markers, is served but flagged; with --no-watch, SIGHUP
+reloads. Hostile files: a file caught half-written is never served; a path that
+leads to a FIFO, a device, a directory or nowhere is refused once, blocks nothing
+(SIGHUP included) and keeps requests at their latency; a default instruction that
+leaves no room for the input is refused at start and on reload. Each reload logs
+what changed. In-process, over gRPC: a stream that started before a reload finishes
+on the old policy. The decisions (when a file has settled) are tested as pure
+functions.
 """
 
 from __future__ import annotations
@@ -15,8 +21,14 @@ import asyncio
 import os
 import shutil
 import signal
+import statistics
+import subprocess
+import sys
+import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -28,20 +40,34 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ep_grpc
 from prometheus_client import REGISTRY
 
+from extproc.commands.envoy_config import (
+    DEFAULT_TEMPLATE,
+    load_template,
+    rendered_precheck_markers,
+    template_path,
+)
 from extproc.core.contract import Contract, load_contract
-from extproc.core.policy import load_policy_file
+from extproc.core.policy import load_policy_file, load_policy_text
+from extproc.service.net import free_port
 from extproc.service.reload import (
+    NOT_APPLIED_SETTINGS,
+    Action,
     EnvoyLimits,
+    FileStamp,
+    FixedAtStart,
+    Now,
     ReloadSettings,
     WatchState,
     after_load,
     after_poll,
+    after_race,
     policy_stamp,
 )
 from extproc.service.server import serve
 from tests.conftest import QWEN_MODEL
 from tests.fake_upstream import FakeUpstream
 from tests.harness import Gateway, http, metric_value, start_gateway
+from tests.test_policy_reading import NOT_REGULAR_FILES
 
 ADDED = "qwen-added"  # a model name only the new files serve
 RELOAD_DEADLINE_S = 10.0
@@ -101,7 +127,7 @@ def wait_until_answered(gw: Gateway, model: str, since: float) -> float:
 
 def serve_file(gw: Gateway, path: Path, text: str) -> None:
     """Make ``text`` the running policy (written in place, waited for)."""
-    if path.read_text() != text:
+    if not path.is_file() or path.read_text() != text:
         count = reloads(gw, "reloaded")
         write_in_place(path, text)
         wait_for_count(gw, "reloaded", count)
@@ -111,31 +137,217 @@ def rejected_lines(gw: Gateway) -> list[str]:
     return [line for line in gw.log().splitlines() if "policy reload rejected" in line]
 
 
+def not_applied(gw: Gateway) -> dict[str, float]:
+    text = metrics(gw)
+    return {
+        setting: metric_value(text, "extproc_policy_settings_not_applied", setting=setting)
+        for setting in NOT_APPLIED_SETTINGS
+    }
+
+
+def log_since(gw: Gateway, lines: int) -> list[str]:
+    return gw.log().splitlines()[lines:]
+
+
+class Traffic:
+    """Requests sent one after another from a thread while the block runs: each
+    one's status and seconds."""
+
+    def __init__(self, gw: Gateway, body: dict[str, Any]) -> None:
+        self.results: list[tuple[int, float]] = []
+        self._gw, self._body = gw, body
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._send, daemon=True)
+
+    def _send(self) -> None:
+        while not self._stop.is_set():
+            started = time.monotonic()
+            status = self._gw.embeddings(self._body, timeout=30).status
+            self.results.append((status, time.monotonic() - started))
+
+    def __enter__(self) -> Traffic:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(60)
+        assert not self._thread.is_alive()
+
+    @property
+    def statuses(self) -> Counter[int]:
+        return Counter(status for status, _ in self.results)
+
+    @property
+    def seconds(self) -> list[float]:
+        return [took for _, took in self.results]
+
+
+LONG_INSTRUCTION = "Given" + " word" * 1100  # ~1,100 Qwen3 tokens, over max_tokens 1024
+
+
+def with_long_instruction(text: str) -> str:
+    """``text`` with the over-long default instruction on its last model."""
+    return text + f"    prompts: {{default_instruction: {LONG_INSTRUCTION}}}\n"
+
+
 # -- decisions ---------------------------------------------------------------------------
 
 
-STAMP_A = ("/cm/..2026_a/policy.yaml", 1, 10, 300, 5, 5)
-STAMP_B = ("/cm/..2026_b/policy.yaml", 1, 11, 300, 5, 6)
+SETTLE_S = 2.0
+WALL_S = 1_000_000.0  # the wall clock when the monotonic one reads 0
 
 
-def test_a_change_is_loaded_once_it_holds_still_for_one_poll() -> None:
+def stamp(version: str, *, mtime_s: float = WALL_S - 60, problem: str | None = None) -> FileStamp:
+    """A ConfigMap version's file, written ``mtime_s`` (wall clock; a minute before the
+    polls by default)."""
+    mtime_ns = int(mtime_s * 1e9)
+    if problem is not None:
+        return FileStamp(f"/cm/..{version}/policy.yaml", problem=problem)
+    return FileStamp(f"/cm/..{version}/policy.yaml", 1, len(version), 300, mtime_ns, mtime_ns)
+
+
+def at(t: float, *, wall_s: float | None = None) -> Now:
+    return Now(t, int(((WALL_S + t) if wall_s is None else wall_s) * 1e9))
+
+
+def poll(
+    state: WatchState, seen: FileStamp, t: float, *, wall_s: float | None = None, watch: bool = True
+) -> tuple[WatchState, Action]:
+    return after_poll(state, seen, at(t, wall_s=wall_s), settle_s=SETTLE_S, watch=watch)
+
+
+STAMP_A, STAMP_B = stamp("a"), stamp("b")
+MISSING = stamp("gone", problem="does not exist")
+FIFO = stamp("fifo", problem="resolves to a FIFO (/cm/..fifo/policy.yaml), not a regular file")
+
+
+def test_a_change_is_loaded_once_it_has_held_still_for_the_settle_time() -> None:
     state = WatchState(loaded=STAMP_A, seen=STAMP_A)
-    state, load = after_poll(state, STAMP_B)
-    assert not load  # just seen: maybe still being written
-    state, load = after_poll(state, STAMP_B)
-    assert load
-    assert after_poll(after_load(state, STAMP_B, ok=True), STAMP_B) == (
-        WatchState(STAMP_B, STAMP_B),
-        False,
-    )
+    state, action = poll(state, STAMP_B, 1.0)
+    assert action is Action.WAIT  # just seen: maybe still being written
+    state, action = poll(state, STAMP_B, 2.9)
+    assert action is Action.WAIT  # 1.9 s still: not yet
+    state, action = poll(state, STAMP_B, 3.0)
+    assert action is Action.LOAD
+    state = after_load(state, STAMP_B, ok=True)
+    assert poll(state, STAMP_B, 4.0) == (state, Action.WAIT)
+
+
+def test_a_file_caught_half_written_is_never_loaded() -> None:
+    """The attack: a prefix that parses, then the rest 1.5 s later (under the settle time)."""
+    half = stamp("a", mtime_s=WALL_S + 0.9)
+    whole = replace(half, size=600, mtime_ns=int((WALL_S + 2.4) * 1e9))
+    state = WatchState(loaded=STAMP_A, seen=STAMP_A)
+    actions = []
+    for t, seen in ((1.0, half), (2.0, half), (3.0, whole), (4.0, whole), (5.0, whole)):
+        state, action = poll(state, seen, t)
+        actions.append(action)
+    assert actions == [Action.WAIT] * 4 + [Action.LOAD]
+
+
+def test_a_recent_mtime_holds_a_file_back_even_when_the_polls_saw_it_still() -> None:
+    """The polls' clock and the file's disagree (the wall clock was stepped back): the
+    mtime must be at least the settle time old as well."""
+    fresh = stamp("b", mtime_s=WALL_S - 0.5)
+    state, _ = poll(WatchState(loaded=STAMP_A), fresh, 0.0, wall_s=WALL_S)
+    assert poll(state, fresh, 2.5, wall_s=WALL_S + 1.0)[1] is Action.WAIT  # mtime 1.5 s old
+    assert poll(state, fresh, 3.5, wall_s=WALL_S + 2.0)[1] is Action.LOAD
+
+
+def test_a_file_dated_in_the_future_is_judged_by_the_polls_alone() -> None:
+    future = stamp("b", mtime_s=WALL_S + 3600)
+    state, _ = poll(WatchState(loaded=STAMP_A), future, 0.0)
+    assert poll(state, future, 2.0)[1] is Action.LOAD
 
 
 def test_a_refused_file_is_not_tried_again_until_it_changes() -> None:
-    state = after_load(WatchState(STAMP_A, STAMP_B), STAMP_B, ok=False)
-    assert after_poll(state, STAMP_B)[1] is False
-    state, _ = after_poll(state, STAMP_A)  # restored: a change from what was refused
-    assert state.loaded == STAMP_A and after_poll(state, STAMP_A)[1] is False
-    assert after_poll(state, None)[1] is False  # missing mid-swap: keep serving
+    state = after_load(WatchState(STAMP_A, STAMP_B, 0.0), STAMP_B, ok=False)
+    assert poll(state, STAMP_B, 5.0)[1] is Action.WAIT
+    state, _ = poll(state, STAMP_A, 6.0)  # restored: a change from what was refused
+    assert state.loaded == STAMP_A and poll(state, STAMP_A, 9.0)[1] is Action.WAIT
+
+
+def test_a_missing_file_is_tolerated_mid_swap_and_reported_once_it_stays() -> None:
+    state = WatchState(loaded=STAMP_A, seen=STAMP_A)
+    state, action = poll(state, MISSING, 1.0)
+    state, action2 = poll(state, STAMP_A, 1.5)  # back within the settle time
+    assert (action, action2) == (Action.WAIT, Action.WAIT)
+    state, _ = poll(state, MISSING, 2.0)
+    state, action = poll(state, MISSING, 4.0)
+    assert action is Action.REFUSE
+    state = after_load(state, MISSING, ok=False)
+    assert poll(state, MISSING, 5.0)[1] is Action.WAIT  # once per distinct state
+    state, _ = poll(state, FIFO, 6.0)
+    assert poll(state, FIFO, 8.0)[1] is Action.REFUSE  # another state: reported too
+
+
+def test_sighup_acts_as_soon_as_the_file_has_settled_whatever_was_loaded() -> None:
+    state = WatchState(loaded=STAMP_A, seen=STAMP_A, seen_at=0.0, hangup=True)
+    state, action = poll(state, STAMP_A, 5.0, watch=False)
+    assert action is Action.LOAD  # the same file, read again now
+    assert not after_load(state, STAMP_A, ok=True).hangup
+    # A file changed moments ago: read once it has held still.
+    state = WatchState(loaded=STAMP_A, seen=STAMP_B, seen_at=4.0, hangup=True)
+    assert poll(state, STAMP_B, 5.0, watch=False)[1] is Action.WAIT
+    assert poll(state, STAMP_B, 6.0, watch=False)[1] is Action.LOAD
+    # A state already refused is refused again: SIGHUP always gets its answer.
+    state = WatchState(loaded=STAMP_A, seen=FIFO, seen_at=0.0, refused=FIFO, hangup=True)
+    assert poll(state, FIFO, 5.0)[1] is Action.REFUSE
+
+
+def test_unwatched_the_polls_only_tell_when_the_file_settled() -> None:
+    state, _ = poll(WatchState(loaded=STAMP_A, seen=STAMP_A), STAMP_B, 1.0, watch=False)
+    assert poll(state, STAMP_B, 9.0, watch=False)[1] is Action.WAIT
+    assert poll(replace(state, hangup=True), STAMP_B, 9.0, watch=False)[1] is Action.LOAD
+
+
+def test_a_file_that_changed_while_read_must_settle_again() -> None:
+    state = WatchState(loaded=STAMP_A, seen=STAMP_B, seen_at=0.0, hangup=True)
+    state = after_race(state)
+    assert state.hangup  # the SIGHUP still waits for it
+    state, action = poll(state, STAMP_B, 5.0)
+    assert action is Action.WAIT and state.seen_at == 5.0
+    assert poll(state, STAMP_B, 7.0)[1] is Action.LOAD
+
+
+@pytest.mark.parametrize("kind", NOT_REGULAR_FILES)
+def test_the_stamp_of_what_is_no_regular_file_says_why_and_holds_still(
+    tmp_path: Path, kind: str
+) -> None:
+    make, problem = NOT_REGULAR_FILES[kind]
+    path = tmp_path / "policy.yaml"
+    make(path)
+    first = policy_stamp(path)
+    assert first.problem is not None and problem in first.problem, first
+    assert policy_stamp(path) == first
+
+
+def test_what_a_reload_cannot_apply_is_named_per_setting(qwen_dir: Path) -> None:
+    overrides = {QWEN_MODEL: qwen_dir}
+    start = load_policy_text(policy_yaml(QWEN_MODEL), tokenizer_overrides=overrides)
+    native = load_policy_text(
+        policy_yaml(QWEN_MODEL) + "    upstream: {native: {dimensions: true}}\n",
+        tokenizer_overrides=overrides,
+    )
+    standalone = load_template(DEFAULT_TEMPLATE)
+    single = load_template(template_path("single-filter.yaml"))
+    assert rendered_precheck_markers(standalone, start) == ("dimensions",)
+    assert rendered_precheck_markers(standalone, native) == ()
+    assert rendered_precheck_markers(single, start) is None  # no precheck to render
+    run = FixedAtStart.for_policy(start, rendered_precheck_markers(standalone, start))
+    assert run.not_applied(start) == {}
+    (markers,) = run.not_applied(native).items()
+    assert markers == (
+        "precheck_markers",
+        "precheck markers rendered into Envoy [dimensions], the policy needs [none]: "
+        "a request naming them may cost one ext_proc message more",
+    )
+    assert FixedAtStart.for_policy(start, None).not_applied(native) == {}  # `serve`
+    started_native = FixedAtStart.for_policy(native, ())
+    assert (
+        "take the second ext_proc stream" in started_native.not_applied(start)["precheck_markers"]
+    )
 
 
 def test_envoy_limits_name_each_one_a_policy_outgrows(qwen_dir: Path, tmp_path: Path) -> None:
@@ -203,7 +415,9 @@ async def reloading_server(
             grace_seconds=1.0,
             stop=stop,
             on_ready=ready.set_result,
-            reload=ReloadSettings(config, overrides, interval_s=0.1, started_from=started_from),
+            reload=ReloadSettings(
+                config, overrides, interval_s=0.1, settle_s=0.3, started_from=started_from
+            ),
         )
     )
     await asyncio.wait_for(asyncio.shield(ready), 60)
@@ -293,18 +507,26 @@ class ConfigMapVolume:
     def _version_dir(self) -> Path:
         return self.root / f"..2026_12_01_{self.version:02d}"
 
-    def _write_version(self, text: str) -> Path:
+    def _write_version(self, text: str) -> None:
         directory = self._version_dir()
         directory.mkdir()
         (directory / "policy.yaml").write_text(text, encoding="utf-8")
-        return directory / "policy.yaml"
 
     def update(self, text: str, *, mtime_ns: int | None = None) -> None:
+        def write(path: Path) -> None:
+            path.write_text(text, encoding="utf-8")
+            if mtime_ns is not None:
+                os.utime(path, ns=(mtime_ns, mtime_ns))
+
+        self.update_entry(write)
+
+    def update_entry(self, make: Callable[[Path], object]) -> None:
+        """A new version whose ``policy.yaml`` is what ``make`` puts at that path (a
+        file, a FIFO, a symlink...), swapped in as the kubelet does."""
         old = self._version_dir()
         self.version += 1
-        new_file = self._write_version(text)
-        if mtime_ns is not None:
-            os.utime(new_file, ns=(mtime_ns, mtime_ns))
+        self._version_dir().mkdir()
+        make(self._version_dir() / "policy.yaml")
         (self.root / "..data_tmp").symlink_to(self._version_dir().name)
         os.replace(self.root / "..data_tmp", self.root / "..data")
         shutil.rmtree(old)
@@ -396,16 +618,22 @@ def test_a_policy_needing_larger_envoy_limits_is_flagged(
     volume.update(policy_yaml(QWEN_MODEL, limits="limits: {max_request_bytes: 67108864}"))
     wait_for_count(gw, "reloaded", count)
     assert metric_value(metrics(gw), "extproc_policy_envoy_limits_stale") == 1
+    assert not_applied(gw) == {
+        "request_body_buffer": 1,
+        "response_buffer": 0,
+        "grpc_message": 1,
+        "precheck_markers": 0,
+    }
     (warning,) = [line for line in gw.log().splitlines() if "needs larger limits" in line]
     assert "request body buffer 67108864 bytes > 8388608" in warning, warning
     volume.update(policy_yaml(QWEN_MODEL))
     wait_for_count(gw, "reloaded", count + 1)
     assert metric_value(metrics(gw), "extproc_policy_envoy_limits_stale") == 0
+    assert set(not_applied(gw).values()) == {0}
 
 
-def test_sighup_reloads_an_unwatched_file(
-    upstream: FakeUpstream, qwen_dir: Path, tmp_path: Path
-) -> None:
+def start_unwatched(upstream: FakeUpstream, qwen_dir: Path, tmp_path: Path) -> tuple[Gateway, Path]:
+    """`extproc run --no-watch` on a policy of its own (QWEN_MODEL only), and its path."""
     config = tmp_path / "policy.yaml"
     config.write_text(policy_yaml(QWEN_MODEL))
     gw = start_gateway(
@@ -415,6 +643,13 @@ def test_sighup_reloads_an_unwatched_file(
         tokenizer_overrides=f"{QWEN_MODEL}={qwen_dir}",
         extra_args=["--no-watch"],
     )
+    return gw, config
+
+
+def test_sighup_reloads_an_unwatched_file(
+    upstream: FakeUpstream, qwen_dir: Path, tmp_path: Path
+) -> None:
+    gw, config = start_unwatched(upstream, qwen_dir, tmp_path)
     try:
         write_in_place(config, policy_yaml(QWEN_MODEL, ADDED))
         time.sleep(2.5)  # the watch would have loaded it by now
@@ -427,3 +662,255 @@ def test_sighup_reloads_an_unwatched_file(
         assert reloads(gw, "reloaded") == 1 and "SIGHUP: reloading" in gw.log()
     finally:
         assert gw.stop() == 0, gw.log()
+
+
+def test_a_half_written_file_is_never_served(watched: tuple[Gateway, ConfigMapVolume]) -> None:
+    """The attack: a writer pauses after the `preset` line (what was written parses:
+    the preset's OPENAI profile and 32,768 tokens fill in the rest), then completes
+    the file. No request may meet the preset's defaults in between: under the file's
+    LEGACY profile `"dimensions": "256"` is accepted, under OPENAI it is a 400."""
+    gw, volume = watched
+    serve_file(gw, volume.path, policy_yaml(QWEN_MODEL))
+    complete = policy_yaml(QWEN_MODEL, ADDED)
+    half = complete.split("    max_tokens", maxsplit=1)[0]
+    body = {"model": QWEN_MODEL, "input": "hello", "dimensions": "256"}
+    assert gw.embeddings(body).status == 200
+    count, lines = reloads(gw, "reloaded"), len(gw.log().splitlines())
+    with Traffic(gw, body) as traffic:
+        with volume.path.open("w", encoding="utf-8") as writer:
+            writer.write(half)
+            writer.flush()
+            time.sleep(1.5)  # over a poll, under the settle time
+            writer.write(complete[len(half) :])
+        completed = time.monotonic()
+        latency = wait_until_answered(gw, ADDED, completed)
+    print(
+        f"half-written file: {len(traffic.results)} requests, none saw the preset's defaults; "
+        f"the completed file answered {latency:.2f} s after its last write"
+    )
+    assert traffic.statuses.keys() == {200}, traffic.statuses
+    assert len(traffic.results) >= 10
+    assert reloads(gw, "reloaded") == count + 1
+    changes = [line for line in log_since(gw, lines) if "policy change:" in line]
+    assert [line.split("policy change: ", 1)[1] for line in changes] == [f"models added: {ADDED}"]
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero", "directory", "dangling-symlink"])
+def test_a_path_that_is_no_regular_file_is_refused_once_and_blocks_nothing(
+    watched: tuple[Gateway, ConfigMapVolume], kind: str
+) -> None:
+    """A ConfigMap version whose policy.yaml is a FIFO, a device, a directory or a
+    dangling symlink: refused with one line and one count once it has settled, not
+    again at the next polls; SIGHUP gets its answer at once; requests keep their
+    latency; the next regular file is loaded as usual."""
+    gw, volume = watched
+    make, phrase = NOT_REGULAR_FILES[kind]
+    serve_file(gw, volume.path, policy_yaml(QWEN_MODEL, ADDED))
+    body = {"model": ADDED, "input": "hello"}
+    with Traffic(gw, body) as before:
+        time.sleep(1.5)
+    rejected, lines = reloads(gw, "rejected"), len(rejected_lines(gw))
+    with Traffic(gw, body) as during:
+        swapped = time.monotonic()
+        volume.update_entry(make)
+        wait_for_count(gw, "rejected", rejected)
+        noticed = time.monotonic() - swapped
+        time.sleep(2.5)  # more polls of the same state: no second line, no second count
+        assert reloads(gw, "rejected") == rejected + 1
+        (line,) = rejected_lines(gw)[lines:]
+        assert f"{volume.path}: <file>: " in line and phrase in line, line
+        sent = time.monotonic()
+        gw.process.send_signal(signal.SIGHUP)
+        wait_for_count(gw, "rejected", rejected + 1)
+        answered = time.monotonic() - sent
+    assert during.statuses.keys() == {200}, during.statuses
+    usual, worst = statistics.median(before.seconds), max(during.seconds)
+    print(
+        f"{kind}: refused {noticed:.2f} s after the swap, SIGHUP refused in {answered:.3f} s; "
+        f"requests: median {usual * 1000:.1f} ms before, {statistics.median(during.seconds) * 1000:.1f} "
+        f"ms during (worst {worst * 1000:.1f} ms, {len(during.results)} requests)"
+    )
+    assert answered < 2.0
+    assert statistics.median(during.seconds) < 3 * usual + 0.05
+    assert worst < 2.0
+    count = reloads(gw, "reloaded")
+    volume.update(policy_yaml(QWEN_MODEL))
+    wait_for_count(gw, "reloaded", count)
+    assert embed(gw, ADDED) == 404
+
+
+def test_sighup_with_a_fifo_returns_at_once_and_the_gateway_still_stops(
+    upstream: FakeUpstream, qwen_dir: Path, tmp_path: Path
+) -> None:
+    gw, config = start_unwatched(upstream, qwen_dir, tmp_path)
+    try:
+        os.mkfifo(tmp_path / "fifo")
+        (tmp_path / "link").symlink_to(tmp_path / "fifo")
+        os.replace(tmp_path / "link", config)  # the policy path now leads to a FIFO
+        sent = time.monotonic()
+        gw.process.send_signal(signal.SIGHUP)
+        while "SIGHUP: reloading" not in gw.log():
+            assert time.monotonic() - sent < 5, gw.log()
+            time.sleep(0.01)
+        heard = time.monotonic() - sent
+        wait_for_count(gw, "rejected", 0)
+        refused = time.monotonic() - sent
+        assert embed(gw, QWEN_MODEL) == 200
+        (line,) = rejected_lines(gw)
+        assert f"{config}: <file>: resolves to a FIFO" in line, line
+    finally:
+        stopping = time.monotonic()
+        assert gw.stop() == 0, gw.log()
+    stopped = time.monotonic() - stopping
+    print(
+        f"SIGHUP with a FIFO: logged after {heard:.3f} s, refused after {refused:.2f} s "
+        f"(the settle time); the gateway stopped in {stopped:.2f} s"
+    )
+    assert stopped < 15
+
+
+def start_command(command: str, config: Path) -> list[str]:
+    return {
+        "check-config": ["check-config", str(config)],
+        "serve": ["serve", "--config", str(config), "--listen", "127.0.0.1:0"],
+        "run": [
+            "run",
+            "--config",
+            str(config),
+            "--upstream",
+            "http://127.0.0.1:9",
+            "--listen",
+            f"127.0.0.1:{free_port()}",
+        ],
+    }[command]
+
+
+def start_fails(command: str, config: Path, qwen_dir: Path) -> tuple[str, float]:
+    """The one error line of a start that must fail, and how long it took."""
+    env = {**os.environ, "EXTPROC_TOKENIZER_OVERRIDES": f"{QWEN_MODEL}={qwen_dir}"}
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "extproc", *start_command(command, config)],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        stdin=subprocess.DEVNULL,
+    )
+    took = time.monotonic() - started
+    assert done.returncode == (1 if command == "check-config" else 2), done
+    (line,) = [line for line in done.stderr.splitlines() if line.strip()]
+    return line, took
+
+
+@pytest.mark.parametrize("command", ["check-config", "serve", "run"])
+def test_an_over_long_default_instruction_is_refused_at_start(
+    command: str, qwen_dir: Path, tmp_path: Path
+) -> None:
+    config = tmp_path / "policy.yaml"
+    config.write_text(with_long_instruction(policy_yaml(QWEN_MODEL)))
+    line, _ = start_fails(command, config, qwen_dir)
+    assert line.startswith(
+        f"error: {config}: models[0].prompts.default_instruction: model '{QWEN_MODEL}': "
+        "the query prompt with its default instruction is "
+    ), line
+    assert "leaves no token for the input, at least 16 are needed" in line, line
+
+
+@pytest.mark.parametrize(
+    ("make", "phrase"),
+    [
+        (os.mkfifo, "resolves to a FIFO"),
+        (lambda p: p.symlink_to("/dev/zero"), "resolves to a character device (/dev/zero)"),
+        (lambda p: p.write_text("#" * (1024 * 1024 + 1)), "is 1,048,577 bytes"),
+    ],
+    ids=["fifo", "dev-zero", "over-1-mib"],
+)
+@pytest.mark.parametrize("command", ["check-config", "serve", "run"])
+def test_a_start_on_what_is_no_policy_file_fails_fast(
+    command: str, make: Callable[[Path], object], phrase: str, qwen_dir: Path, tmp_path: Path
+) -> None:
+    config = tmp_path / "policy.yaml"
+    make(config)
+    line, took = start_fails(command, config, qwen_dir)
+    print(f"{command} on {phrase}: failed in {took:.2f} s")
+    assert line.startswith(f"error: {config}: <file>: ") and phrase in line, line
+
+
+def test_an_over_long_default_instruction_is_refused_on_reload(
+    watched: tuple[Gateway, ConfigMapVolume],
+) -> None:
+    gw, volume = watched
+    serve_file(gw, volume.path, policy_yaml(QWEN_MODEL, ADDED))
+    rejected, lines = reloads(gw, "rejected"), len(rejected_lines(gw))
+    write_in_place(volume.path, with_long_instruction(policy_yaml(QWEN_MODEL, ADDED)))
+    wait_for_count(gw, "rejected", rejected)
+    (line,) = rejected_lines(gw)[lines:]
+    assert (
+        f"{volume.path}: models[1].prompts.default_instruction: model '{ADDED}': "
+        "the query prompt with its default instruction is "
+    ) in line, line
+    assert LONG_INSTRUCTION[:40] not in line  # the text itself is not logged
+    assert embed(gw, ADDED) == 200  # the running policy stays
+
+
+def test_each_reload_says_what_changed_or_that_nothing_did(
+    watched: tuple[Gateway, ConfigMapVolume],
+) -> None:
+    gw, volume = watched
+    serve_file(gw, volume.path, policy_yaml(QWEN_MODEL, ADDED))
+    count, lines = reloads(gw, "reloaded"), len(gw.log().splitlines())
+    # The preset's profile and max_tokens, a smaller admission budget, ADDED gone.
+    changed = (
+        "limits: {max_inflight_bytes: 16777216}\n"
+        f"models:\n  - name: {QWEN_MODEL}\n    preset: qwen3-embedding-0.6b\n"
+        "    upstream_flavour: DYNAMO\n"
+    )
+    write_in_place(volume.path, changed)
+    wait_for_count(gw, "reloaded", count)
+    said = [
+        line.split("policy change: ", 1)[1]
+        for line in log_since(gw, lines)
+        if "policy change: " in line
+    ]
+    assert said == [
+        f"{QWEN_MODEL}: encoding_profile LEGACY -> OPENAI, max_tokens 1024 -> 32768",
+        f"models removed: {ADDED}",
+        "limits: max_inflight_bytes 50331648 -> 16777216",
+    ]
+    lines = len(gw.log().splitlines())
+    write_in_place(
+        volume.path, changed.replace("upstream_flavour: DYNAMO", "upstream: {kind: dynamo}")
+    )
+    wait_for_count(gw, "reloaded", count + 1)
+    (line,) = [line for line in log_since(gw, lines) if "policy reload" in line]
+    assert "nothing changed in effect" in line, line
+    serve_file(gw, volume.path, policy_yaml(QWEN_MODEL, ADDED))
+
+
+def test_a_policy_needing_other_precheck_markers_is_flagged(
+    watched: tuple[Gateway, ConfigMapVolume],
+) -> None:
+    """`extproc run` rendered Envoy's precheck for the starting policy (`dimensions`:
+    the gateway cuts them). A policy whose upstream cuts them itself needs none: served,
+    but the difference is named and counted until a restart renders it."""
+    gw, volume = watched
+    serve_file(gw, volume.path, policy_yaml(QWEN_MODEL))
+    count, lines = reloads(gw, "reloaded"), len(gw.log().splitlines())
+    volume.update(policy_yaml(QWEN_MODEL) + "    upstream: {native: {dimensions: true}}\n")
+    wait_for_count(gw, "reloaded", count)
+    assert not_applied(gw) == {
+        "request_body_buffer": 0,
+        "response_buffer": 0,
+        "grpc_message": 0,
+        "precheck_markers": 1,
+    }
+    (warning,) = [line for line in log_since(gw, lines) if "WARNING" in line]
+    assert (
+        "precheck markers rendered into Envoy [dimensions], the policy needs [none]" in warning
+    ), warning
+    assert "policy change: " + f"{QWEN_MODEL}: upstream.native.dimensions false -> true" in gw.log()
+    volume.update(policy_yaml(QWEN_MODEL))
+    wait_for_count(gw, "reloaded", count + 1)
+    assert set(not_applied(gw).values()) == {0}

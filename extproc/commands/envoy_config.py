@@ -176,6 +176,21 @@ def render_precheck(hcm: dict[str, Any], markers: tuple[str, ...]) -> None:
     )
 
 
+def rendered_precheck_markers(
+    template: dict[str, Any], policy: GatewayPolicy
+) -> tuple[str, ...] | None:
+    """The markers :func:`render` gives the template's precheck for ``policy`` (none:
+    the filter removed); None when the template has no precheck whose list it sets."""
+    precheck = next((f for f in _http_filters(template) if f.get("name") == PRECHECK_FILTER), None)
+    if precheck is None:
+        return None
+    markers = policy.response_markers()
+    source = precheck.get("typed_config", {}).get("default_source_code", {})
+    if markers and not _MARKERS_LINE.search(source.get("inline_string", "")):
+        return None  # the template keeps its own list
+    return markers
+
+
 def _lua_string(text: str) -> str:
     # Markers are field names; anything else would need Lua escaping.
     if not re.fullmatch(r"[A-Za-z0-9_]+", text):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import importlib.util
 import logging
@@ -32,6 +33,7 @@ from extproc.commands.envoy_config import (
     dump,
     load_template,
     render,
+    rendered_precheck_markers,
     with_extproc_tls,
 )
 from extproc.core.contract import Contract
@@ -180,13 +182,19 @@ async def run_envoy(
 async def run(contract: Contract, options: RunOptions) -> int:
     stop = stop_on_signals()
     server_stop = asyncio.Event()
+    template = load_template(options.envoy_template)
+    reload = options.reload
+    if reload is not None:
+        # What this Envoy takes from the starting policy, for reloads to compare with.
+        markers = rendered_precheck_markers(template, contract.policy)
+        reload = dataclasses.replace(reload, precheck_markers=markers)
     server, extproc_port = await start_server(
         contract,
         metrics_address=options.metrics_address,
         grace_seconds=options.grace_seconds,
         stop=server_stop,
         tls=options.server_tls,
-        reload=options.reload,
+        reload=reload,
     )
     try:
         listen_host, listen_port = split_host_port(options.listen)
@@ -199,7 +207,7 @@ async def run(contract: Contract, options: RunOptions) -> int:
             upstream_timeout_s=options.upstream_timeout_s,
             legacy=options.legacy,
         )
-        config = render(load_template(options.envoy_template), settings, contract.policy)
+        config = render(template, settings, contract.policy)
         if options.envoy_tls is not None:
             config = with_extproc_tls(config, options.envoy_tls)
         shown_host = "127.0.0.1" if listen_host in ("0.0.0.0", "::") else listen_host

@@ -6,7 +6,9 @@ import os
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 
+from extproc.core.policy.errors import PolicyError
 from extproc.core.policy.model import GatewayPolicy, ModelPolicy
+from extproc.core.prompts import policy_prompts, prompt_budget_problem
 from extproc.core.tokens import ModelTokenizer, load_tokenizer
 
 
@@ -33,7 +35,9 @@ def tokenizer_key(model: ModelPolicy) -> Hashable:
 
 
 def load_contract(policy: GatewayPolicy, *, reuse: Contract | None = None) -> Contract:
-    """Load every model's tokenizer once; models sharing a source share it.
+    """Load every model's tokenizer once; models sharing a source share it. Raises
+    PolicyError for a prompt that leaves too little room for inputs
+    (:func:`check_prompt_budgets`: it needs the tokenizer).
 
     With ``reuse``, a model whose :func:`tokenizer_key` is also in that contract gets
     its already-loaded tokenizer: the tokenizers library holds the interpreter lock
@@ -52,4 +56,22 @@ def load_contract(policy: GatewayPolicy, *, reuse: Contract | None = None) -> Co
             cache[key] = load_tokenizer(model.tokenizer, model.special_tokens)
         tokenizers[name] = cache[key]
         keys[name] = key
+    for index, (name, model) in enumerate(policy.models.items()):
+        check_prompt_budgets(policy.source, index, model, tokenizers[name])
     return Contract(policy=policy, tokenizers=tokenizers, tokenizer_keys=keys)
+
+
+def check_prompt_budgets(
+    source: str, index: int, model: ModelPolicy, tokenizer: ModelTokenizer
+) -> None:
+    """Raise PolicyError naming file, model and field when a prompt of the policy's own
+    leaves too few of ``max_tokens`` for the input (extproc.core.prompts)."""
+    for prompt in policy_prompts(model.prompts):
+        (ids,) = tokenizer.encode([prompt.prefix])
+        problem = prompt_budget_problem(
+            prompt, len(ids), max_tokens=model.max_tokens, special_tokens=tokenizer.special_count
+        )
+        if problem is not None:
+            raise PolicyError(
+                source, f"models[{index}].{prompt.field}", f"model {model.name!r}: {problem}"
+            )

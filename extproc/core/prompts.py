@@ -7,6 +7,7 @@ Clients name the role in ``input_type`` with one of several vendors' vocabularie
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Final
 
 from extproc.core.errors import ApiError, invalid_request, quoted
@@ -45,9 +46,7 @@ def prompt_prefix(
         raise _unknown_input_type(templates, input_type)
     if "{instruction}" in template and instruction is None:
         instruction = templates.default_instruction
-    prefix, _, _ = template.partition("{text}")
-    # Replace, never str.format: braces in a client's instruction are just text.
-    return prefix.replace("{instruction}", instruction or "")
+    return _prefix(template, instruction or "")
 
 
 def _unknown_input_type(templates: PromptTemplates, input_type: str) -> ApiError:
@@ -56,3 +55,69 @@ def _unknown_input_type(templates: PromptTemplates, input_type: str) -> ApiError
         f"Unsupported input_type {quoted(input_type)}; accepted values: {', '.join(accepted)}.",
         param="input_type",
     )
+
+
+# Fewest tokens a policy's own prompt may leave for the input under max_tokens. A
+# prompt that leaves fewer is refused when the policy loads: every input would be cut
+# to (almost) nothing, and different inputs would get the same vector.
+MIN_INPUT_TOKENS = 16
+
+
+@dataclass(frozen=True)
+class PolicyPrompt:
+    """A prefix the policy itself puts before inputs, and the field that makes it."""
+
+    field: str  # relative to the model entry, e.g. "prompts.default_instruction"
+    role: str  # what it is, for the message: "the query prompt with its default instruction"
+    prefix: str
+
+
+def policy_prompts(templates: PromptTemplates) -> tuple[PolicyPrompt, ...]:
+    """Every prefix the policy alone can put before an input (a client's own
+    ``instruction`` is a request-time matter). The query template comes twice: without
+    the instruction (a long template is the template's fault) and with the default."""
+    prompts = [PolicyPrompt("prompts.query", "the query prompt", _prefix(templates.query, ""))]
+    if "{instruction}" in templates.query:
+        prompts.append(
+            PolicyPrompt(
+                "prompts.default_instruction",
+                "the query prompt with its default instruction",
+                _prefix(templates.query, templates.default_instruction),
+            )
+        )
+    prompts.append(
+        PolicyPrompt("prompts.document", "the document prompt", _prefix(templates.document, ""))
+    )
+    for name, template in templates.extra.items():
+        prompts.append(
+            PolicyPrompt(f"prompts.extra.{name}", f"the {name!r} prompt", _prefix(template, ""))
+        )
+    return tuple(p for p in prompts if p.prefix)
+
+
+def prompt_budget_problem(
+    prompt: PolicyPrompt,
+    prompt_tokens: int,
+    *,
+    max_tokens: int,
+    special_tokens: int,
+    minimum: int = MIN_INPUT_TOKENS,
+) -> str | None:
+    """Why ``prompt`` (``prompt_tokens`` long) leaves too little of ``max_tokens`` for
+    the input once the model's ``special_tokens`` are counted; None when it leaves enough."""
+    left = max_tokens - special_tokens - prompt_tokens
+    if left >= minimum:
+        return None
+    specials = f" and {special_tokens} special token{'s' * (special_tokens != 1)}"
+    leaves = f"leaves {left:,} tokens" if left > 0 else "leaves no token"
+    return (
+        f"{prompt.role} is {prompt_tokens:,} tokens: with max_tokens {max_tokens:,}"
+        f"{specials if special_tokens else ''} it {leaves} for the input, at least "
+        f"{minimum} are needed (every input would be cut to the prompt)"
+    )
+
+
+def _prefix(template: str, instruction: str) -> str:
+    prefix, _, _ = template.partition("{text}")
+    # Replace, never str.format: braces in a client's instruction are just text.
+    return prefix.replace("{instruction}", instruction)

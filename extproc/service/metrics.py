@@ -95,7 +95,17 @@ POLICY_RELOADS = Counter(
 POLICY_ENVOY_LIMITS_STALE = Gauge(
     "extproc_policy_envoy_limits_stale",
     "1 while the running policy needs larger Envoy buffer or gRPC message limits than "
-    "this process started with (a restart applies them), else 0.",
+    "this process started with (a restart applies them), else 0. The same as any of "
+    "extproc_policy_settings_not_applied's limit settings at 1.",
+)
+POLICY_SETTINGS_NOT_APPLIED = Gauge(
+    "extproc_policy_settings_not_applied",
+    "1 while the running policy asks for a setting that this process, or the Envoy "
+    "`extproc run` rendered, took from the policy it started with and a reload cannot "
+    "change (a restart applies it), else 0. By setting: request_body_buffer, "
+    "response_buffer, grpc_message (limits smaller than the policy needs), "
+    "precheck_markers (Envoy's precheck searches bodies for other fields).",
+    ["setting"],
 )
 
 

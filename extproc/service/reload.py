@@ -8,46 +8,81 @@ Rules:
    response stream needs no contract at all: the plan travels in the metadata.
 2. The file is watched by polling ``os.stat`` of what its path resolves to, every
    ``interval_s`` (1 s by default): the resolved path, device, inode, size, mtime and
-   ctime. A Kubernetes ConfigMap volume replaces the file by re-pointing a ``..data``
-   symlink at a new directory: the resolved path and inode change even when size and
-   mtime do not. An in-place rewrite changes size or times.
-3. A change is loaded once the stamp has held still for one poll, so a file caught
-   half-written is not refused before it is complete. A stamp that failed to load is
-   not tried again until it changes (one log line per broken version). SIGHUP loads
-   at once, whatever the stamp says.
-4. Loading (YAML, schema, tokenizers) runs in a worker thread. Tokenizers whose source
-   and file are unchanged are reused (``load_contract(reuse=...)``): the tokenizers
-   library holds the interpreter lock while it parses a tokenizer.json, which pauses
-   the event loop, so only a new or replaced tokenizer costs that pause. A file that
-   cannot be served is refused with one warning naming file, field and reason, and the
-   running contract keeps serving. ``extproc_policy_reloads_total{outcome}`` counts
-   both.
-5. Envoy's buffer and message limits, and this server's gRPC message limit, were sized
-   from the policy the process started with. A policy that needs more is served (its
-   own checks apply), but a warning names each limit that is now too small and
-   ``extproc_policy_envoy_limits_stale`` is 1 until a policy within them is loaded
-   again; restarting applies the new limits.
+   ctime (:class:`FileStamp`). A Kubernetes ConfigMap volume replaces the file by
+   re-pointing a ``..data`` symlink at a new directory: the resolved path and inode
+   change even when size and mtime do not. An in-place rewrite changes size or times.
+   The polls run with or without the watch: unwatched, they only tell when the file
+   has settled, for SIGHUP.
+3. A file is read only once it has settled: its stamp unchanged over ``settle_s``
+   (2 s by default) of polls, and its mtime at least that old (a file dated in the
+   future, by a skewed clock, is judged by the polls alone). So a file caught
+   half-written is never read, even when what was written so far parses (the presets
+   would fill in what is missing). The watch then loads a settled stamp it has not
+   loaded or refused; SIGHUP loads the file as soon as it is settled, whatever was
+   loaded. The bytes parsed are those of that settled version
+   (:func:`~extproc.core.policy.reading.read_policy_file`): a write racing the read,
+   or a change since the stamp settled, sends the watch back to waiting, unreported.
+4. Only a regular file of at most 1 MiB is read. A path that resolves to a FIFO, a
+   device, a directory or a socket, a dangling symlink, or nothing at all, is never
+   opened in a way that can block: once that state has settled it is refused with
+   one warning and one count, once per distinct state (a missing file mid-swap,
+   shorter than ``settle_s``, is never reported).
+5. Loading (YAML, schema, tokenizers, the prompt budget check of
+   :func:`~extproc.core.contract.load_contract`) runs in a worker thread. Tokenizers
+   whose source and file are unchanged are reused (``load_contract(reuse=...)``): the
+   tokenizers library holds the interpreter lock while it parses a tokenizer.json,
+   which pauses the event loop, so only a new or replaced tokenizer costs that pause.
+   A file that cannot be served is refused with one warning naming file, field and
+   reason, and the running contract keeps serving; a refused stamp is not tried again
+   until it changes. ``extproc_policy_reloads_total{outcome}`` counts both outcomes.
+6. Each reload says what changed in effect (:mod:`extproc.core.policy.changes`): per
+   model, per limit, models added and removed; or that nothing did.
+7. What the process and its Envoy took from the starting policy cannot change by a
+   reload (:class:`FixedAtStart`): Envoy's buffer and message limits and this server's
+   gRPC message limit, and the precheck markers `extproc run` rendered into Envoy. A
+   policy that needs others is served (its own checks apply), but a warning names each
+   one and ``extproc_policy_settings_not_applied{setting}`` is 1 until a policy that
+   fits is loaded again; a restart applies them. ``extproc_policy_envoy_limits_stale``
+   is 1 while any limit is.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import logging
 import os
+import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from extproc.core.contract import Contract, load_contract
-from extproc.core.policy import GatewayPolicy, PolicyError, load_policy_file
+from extproc.core.policy import GatewayPolicy, PolicyError, load_policy_text
+from extproc.core.policy.changes import policy_changes
+from extproc.core.policy.reading import (
+    FILE_FIELD,
+    REGULAR,
+    PolicyFileChangedError,
+    PolicyFileVersion,
+    kind_of,
+    not_regular,
+    read_policy_file,
+    stat_failure,
+)
 from extproc.core.tokens import TokenizerLoadError
-from extproc.service.metrics import POLICY_ENVOY_LIMITS_STALE, POLICY_RELOADS
+from extproc.service.metrics import (
+    POLICY_ENVOY_LIMITS_STALE,
+    POLICY_RELOADS,
+    POLICY_SETTINGS_NOT_APPLIED,
+)
 
 log = logging.getLogger("extproc.service.reload")
 
-# (resolved path, device, inode, size, mtime ns, ctime ns) of the policy file.
-FileStamp = tuple[str, int, int, int, int, int]
+# The label values of extproc_policy_settings_not_applied.
+LIMIT_SETTINGS = ("request_body_buffer", "response_buffer", "grpc_message")
+NOT_APPLIED_SETTINGS = (*LIMIT_SETTINGS, "precheck_markers")
 
 
 @dataclass(frozen=True)
@@ -59,9 +94,15 @@ class ReloadSettings:
     tokenizer_overrides: Mapping[str, Path] = field(default_factory=dict)
     watch: bool = True
     interval_s: float = 1.0
+    # How long a file must hold still (and its mtime be old) before it is read.
+    settle_s: float = 2.0
     # The file as it was just before the starting policy was read from it: a change
     # made after that stamp is loaded by the first polls.
     started_from: FileStamp | None = None
+    # The markers `extproc run` rendered into Envoy's precheck from the starting
+    # policy (envoy_config.rendered_precheck_markers); None when this process renders
+    # no Envoy, or its template has no precheck.
+    precheck_markers: tuple[str, ...] | None = None
 
 
 class ContractHolder:
@@ -95,47 +136,174 @@ class EnvoyLimits:
             grpc_message_bytes=policy.max_message_bytes(),
         )
 
+    def shortfall_by_setting(self, needed: EnvoyLimits) -> dict[str, str]:
+        """Per setting (LIMIT_SETTINGS) of ours that ``needed`` exceeds, a phrase."""
+        limits = (
+            ("request_body_buffer", "request body buffer", self.request_body_bytes),
+            ("response_buffer", "response buffer", self.response_buffer_bytes),
+            ("grpc_message", "gRPC message", self.grpc_message_bytes),
+        )
+        wanted = (
+            needed.request_body_bytes,
+            needed.response_buffer_bytes,
+            needed.grpc_message_bytes,
+        )
+        return {
+            setting: f"{name} {want} bytes > {have}"
+            for (setting, name, have), want in zip(limits, wanted, strict=True)
+            if want > have
+        }
+
     def shortfalls(self, needed: EnvoyLimits) -> tuple[str, ...]:
         """One phrase per limit of ours that ``needed`` exceeds."""
-        names = (
-            ("request body buffer", self.request_body_bytes, needed.request_body_bytes),
-            ("response buffer", self.response_buffer_bytes, needed.response_buffer_bytes),
-            ("gRPC message", self.grpc_message_bytes, needed.grpc_message_bytes),
+        return tuple(self.shortfall_by_setting(needed).values())
+
+
+@dataclass(frozen=True)
+class FixedAtStart:
+    """What this process, and the Envoy `extproc run` rendered, took from the starting
+    policy and keep until a restart."""
+
+    limits: EnvoyLimits
+    precheck_markers: tuple[str, ...] | None = None  # None: not rendered from the policy
+
+    @classmethod
+    def for_policy(
+        cls, policy: GatewayPolicy, precheck_markers: tuple[str, ...] | None
+    ) -> FixedAtStart:
+        return cls(EnvoyLimits.for_policy(policy), precheck_markers)
+
+    def not_applied(self, policy: GatewayPolicy) -> dict[str, str]:
+        """Per setting (NOT_APPLIED_SETTINGS) that ``policy`` needs otherwise, why."""
+        out = self.limits.shortfall_by_setting(EnvoyLimits.for_policy(policy))
+        rendered = self.precheck_markers
+        if rendered is not None and set(policy.response_markers()) != set(rendered):
+            out["precheck_markers"] = _markers_phrase(rendered, policy.response_markers())
+        return out
+
+
+def _markers_phrase(rendered: tuple[str, ...], needed: tuple[str, ...]) -> str:
+    missing = [m for m in needed if m not in rendered]
+    shown = ", ".join(rendered) or "none: no precheck"
+    if missing:
+        effect = (
+            "requests naming them take the second ext_proc stream (right answers, one stream more)"
         )
-        return tuple(f"{name} {want} bytes > {have}" for name, have, want in names if want > have)
+    else:
+        effect = "a request naming them may cost one ext_proc message more"
+    return (
+        f"precheck markers rendered into Envoy [{shown}], the policy needs "
+        f"[{', '.join(needed) or 'none'}]: {effect}"
+    )
 
 
-def policy_stamp(path: Path) -> FileStamp | None:
-    """None while the file is missing (mid-swap, or deleted: keep serving)."""
+# -- the file's state ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FileStamp:
+    """What the policy path resolves to, as the watch compares it. A path that is
+    no regular file has a ``problem`` and no size or times (a FIFO written to stays
+    the same state)."""
+
+    resolved: str
+    device: int = 0
+    inode: int = 0
+    size: int = 0
+    mtime_ns: int = 0
+    ctime_ns: int = 0
+    problem: str | None = None  # why it is not read; None for a regular file
+
+    @property
+    def regular(self) -> bool:
+        return self.problem is None
+
+    @classmethod
+    def of_version(cls, version: PolicyFileVersion) -> FileStamp:
+        return cls(
+            version.resolved,
+            version.device,
+            version.inode,
+            version.size,
+            version.mtime_ns,
+            version.ctime_ns,
+        )
+
+
+def policy_stamp(path: Path) -> FileStamp:
+    """The path's state now (``os.stat`` only: nothing is opened)."""
+    source = os.fspath(path)
+    resolved = os.path.realpath(source)
     try:
-        resolved = os.path.realpath(path)
         st = os.stat(resolved)
-    except OSError:
-        return None
-    return (resolved, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    except OSError as exc:
+        return FileStamp(resolved, problem=stat_failure(source, resolved, exc))
+    kind = kind_of(st.st_mode)
+    if kind != REGULAR:
+        return FileStamp(resolved, st.st_dev, st.st_ino, problem=not_regular(kind, resolved))
+    return FileStamp(resolved, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 # -- decisions (pure) ---------------------------------------------------------------
 
 
 @dataclass(frozen=True)
+class Now:
+    monotonic: float  # seconds, for how long a stamp has held still
+    wall_ns: int  # the clock file times are written with
+
+    @classmethod
+    def read(cls) -> Now:
+        return cls(time.monotonic(), time.time_ns())
+
+
+class Action(enum.Enum):
+    WAIT = "wait"
+    LOAD = "load"  # read and load the settled file
+    REFUSE = "refuse"  # report the settled state of a path that is not read
+
+
+@dataclass(frozen=True)
 class WatchState:
     loaded: FileStamp | None  # the file as it was when the running contract was read
-    seen: FileStamp | None = None  # the previous poll's stamp
-    refused: FileStamp | None = None  # the last stamp that failed to load
+    seen: FileStamp | None = None  # the latest poll's stamp
+    seen_at: float = 0.0  # when a poll first saw ``seen`` (monotonic seconds)
+    refused: FileStamp | None = None  # the last stamp that failed to load or was refused
+    hangup: bool = False  # SIGHUP: act on the file once it has settled
 
 
-def after_poll(state: WatchState, stamp: FileStamp | None) -> tuple[WatchState, bool]:
-    """(next state, load now?) for one poll of the watch."""
-    settled = stamp is not None and stamp == state.seen
-    load = settled and stamp not in (state.loaded, state.refused)
-    return WatchState(state.loaded, stamp, state.refused), load
+def settled(state: WatchState, now: Now, settle_s: float) -> bool:
+    """The stamp seen has held still for ``settle_s`` and, for a regular file, its
+    mtime is at least that old (or in the future: then the polls alone decide)."""
+    seen = state.seen
+    if seen is None or now.monotonic - state.seen_at < settle_s:
+        return False
+    age_ns = now.wall_ns - seen.mtime_ns
+    return not (seen.regular and 0 <= age_ns < settle_s * 1e9)
 
 
-def after_load(state: WatchState, stamp: FileStamp | None, ok: bool) -> WatchState:
+def after_poll(
+    state: WatchState, stamp: FileStamp, now: Now, *, settle_s: float, watch: bool
+) -> tuple[WatchState, Action]:
+    """(next state, what to do) for one poll of the file."""
+    if stamp != state.seen:
+        state = replace(state, seen=stamp, seen_at=now.monotonic)
+    if not settled(state, now, settle_s) or not (watch or state.hangup):
+        return state, Action.WAIT
+    if state.hangup or stamp not in (state.loaded, state.refused):
+        return state, Action.LOAD if stamp.regular else Action.REFUSE
+    return state, Action.WAIT
+
+
+def after_load(state: WatchState, stamp: FileStamp, ok: bool) -> WatchState:
     if ok:
-        return WatchState(stamp, state.seen, None)
-    return WatchState(state.loaded, state.seen, stamp)
+        return replace(state, loaded=stamp, refused=None, hangup=False)
+    return replace(state, refused=stamp, hangup=False)
+
+
+def after_race(state: WatchState) -> WatchState:
+    """The file changed since it settled: it must settle again (a SIGHUP still waits)."""
+    return replace(state, seen=None)
 
 
 # -- the shell ----------------------------------------------------------------------
@@ -145,21 +313,23 @@ class PolicyReloader:
     """Watches the policy file and answers SIGHUP; swaps the holder's contract."""
 
     def __init__(
-        self, settings: ReloadSettings, holder: ContractHolder, running: EnvoyLimits
+        self, settings: ReloadSettings, holder: ContractHolder, fixed: FixedAtStart
     ) -> None:
         self._settings = settings
         self._holder = holder
-        self._running = running
+        self._fixed = fixed
         self._state = WatchState(loaded=None)
         self.hangup = asyncio.Event()
         POLICY_RELOADS.labels("reloaded")
         POLICY_RELOADS.labels("rejected")
         POLICY_ENVOY_LIMITS_STALE.set(0)
+        for setting in NOT_APPLIED_SETTINGS:
+            POLICY_SETTINGS_NOT_APPLIED.labels(setting).set(0)
 
     def mark_loaded(self, stamp: FileStamp | None) -> None:
         """The running contract was read from the file as ``stamp`` describes (take the
         stamp before reading, so that a change made meanwhile is loaded again)."""
-        self._state = WatchState(loaded=stamp, seen=stamp)
+        self._state = WatchState(loaded=stamp, seen=stamp, seen_at=time.monotonic())
 
     async def run(self, stop: asyncio.Event) -> None:
         """Until ``stop``: poll the file, and reload when it changed or on SIGHUP."""
@@ -168,22 +338,40 @@ class PolicyReloader:
                 await asyncio.wait_for(self.hangup.wait(), self._settings.interval_s)
             if stop.is_set():
                 return
-            stamp = policy_stamp(self._settings.config)
             if self.hangup.is_set():
                 self.hangup.clear()
-                log.info("SIGHUP: reloading the policy from %s", self._settings.config)
-                await self.reload(stamp)
-                continue
-            if not self._settings.watch:
-                continue
-            self._state, load = after_poll(self._state, stamp)
-            if load:
-                await self.reload(stamp)
+                log.info(
+                    "SIGHUP: reloading the policy from %s (as soon as it has held still for %g s)",
+                    self._settings.config,
+                    self._settings.settle_s,
+                )
+                self._state = replace(self._state, hangup=True)
+            await self.poll()
 
-    async def reload(self, stamp: FileStamp | None) -> bool:
-        """Load the file off the event loop; on success new streams get it."""
+    async def poll(self) -> None:
+        stamp = policy_stamp(self._settings.config)
+        self._state, action = after_poll(
+            self._state,
+            stamp,
+            Now.read(),
+            settle_s=self._settings.settle_s,
+            watch=self._settings.watch,
+        )
+        if action is Action.LOAD:
+            await self.reload(stamp)
+        elif action is Action.REFUSE:
+            self._refuse(stamp, str(self._settings.config), FILE_FIELD, stamp.problem or "")
+
+    async def reload(self, stamp: FileStamp) -> bool:
+        """Load the file, as ``stamp`` describes it, off the event loop; on success new
+        streams get it."""
+        old = self._holder.current
         try:
-            contract = await asyncio.to_thread(self._load, self._holder.current)
+            contract = await asyncio.to_thread(self._load, old, stamp)
+        except PolicyFileChangedError as exc:
+            self._state = after_race(self._state)
+            log.info("policy file %s %s: read again once it holds still", exc.source, exc.reason)
+            return False
         except PolicyError as exc:
             self._refuse(stamp, exc.source, exc.field, exc.reason)
             return False
@@ -195,33 +383,63 @@ class PolicyReloader:
             return False
         self._state = after_load(self._state, stamp, ok=True)
         self._holder.replace(contract)
-        POLICY_RELOADS.labels("reloaded").inc()
-        log.info(
-            "policy reloaded from %s: new streams use it (models: %s)",
-            self._settings.config,
-            ", ".join(contract.policy.models),
-        )
-        self._check_limits(contract.policy)
+        self._report_changes(old, contract)
+        self._check_fixed(contract.policy)
+        POLICY_RELOADS.labels("reloaded").inc()  # last: whoever sees it sees the log too
         return True
 
-    def _load(self, reuse: Contract) -> Contract:
-        policy = load_policy_file(
-            self._settings.config, tokenizer_overrides=self._settings.tokenizer_overrides
+    def _load(self, reuse: Contract, expected: FileStamp) -> Contract:
+        version = read_policy_file(self._settings.config)
+        if FileStamp.of_version(version) != expected:
+            raise PolicyFileChangedError(str(self._settings.config), FILE_FIELD, "changed")
+        policy = load_policy_text(
+            version.text,
+            source=str(self._settings.config),
+            tokenizer_overrides=self._settings.tokenizer_overrides,
         )
         return load_contract(policy, reuse=reuse)
 
-    def _refuse(self, stamp: FileStamp | None, source: str, field: str, reason: str) -> None:
+    def _report_changes(self, old: Contract, new: Contract) -> None:
+        lines = list(policy_changes(old.policy, new.policy).lines())
+        # A tokenizer.json replaced under an unchanged policy entry: loaded again.
+        lines += [
+            f"{name}: tokenizer file replaced, loaded again"
+            for name, key in new.tokenizer_keys.items()
+            if name in old.tokenizer_keys
+            and key != old.tokenizer_keys[name]
+            and new.policy.models[name].tokenizer == old.policy.models[name].tokenizer
+        ]
+        models = ", ".join(new.policy.models)
+        if not lines:
+            log.info(
+                "policy reloaded from %s: nothing changed in effect (models: %s)",
+                self._settings.config,
+                models,
+            )
+            return
+        log.info(
+            "policy reloaded from %s: new streams use it (models: %s)",
+            self._settings.config,
+            models,
+        )
+        for line in lines:
+            log.info("policy change: %s", line)
+
+    def _refuse(self, stamp: FileStamp, source: str, field: str, reason: str) -> None:
         self._state = after_load(self._state, stamp, ok=False)
-        POLICY_RELOADS.labels("rejected").inc()
         log.warning(
             "policy reload rejected, the running policy stays: %s: %s: %s",
             source,
             field,
             " ".join(reason.split()),
         )
+        POLICY_RELOADS.labels("rejected").inc()
 
-    def _check_limits(self, policy: GatewayPolicy) -> None:
-        short = self._running.shortfalls(EnvoyLimits.for_policy(policy))
+    def _check_fixed(self, policy: GatewayPolicy) -> None:
+        not_applied = self._fixed.not_applied(policy)
+        for setting in NOT_APPLIED_SETTINGS:
+            POLICY_SETTINGS_NOT_APPLIED.labels(setting).set(1 if setting in not_applied else 0)
+        short = [not_applied[s] for s in LIMIT_SETTINGS if s in not_applied]
         POLICY_ENVOY_LIMITS_STALE.set(1 if short else 0)
         if short:
             log.warning(
@@ -229,4 +447,10 @@ class PolicyReloader:
                 "were started with (%s): larger requests or answers fail until a restart "
                 "applies them",
                 "; ".join(short),
+            )
+        if "precheck_markers" in not_applied:
+            log.warning(
+                "the reloaded policy is served, but not as `extproc run` set Envoy up "
+                "until a restart: %s",
+                not_applied["precheck_markers"],
             )

@@ -21,7 +21,7 @@ from prometheus_client import start_http_server
 
 from extproc.core.contract import Contract
 from extproc.service.net import split_host_port
-from extproc.service.reload import ContractHolder, EnvoyLimits, PolicyReloader, ReloadSettings
+from extproc.service.reload import ContractHolder, FixedAtStart, PolicyReloader, ReloadSettings
 from extproc.service.servicer import ExternalProcessor
 from extproc.service.tls import TlsSettings, server_credentials
 
@@ -93,8 +93,10 @@ async def serve(
     loop = asyncio.get_running_loop()
     reloading: asyncio.Task[None] | None = None
     if reload is not None:
-        # Envoy's limits and this server's gRPC limit were sized from this policy.
-        reloader = PolicyReloader(reload, contracts, EnvoyLimits.for_policy(contract.policy))
+        # Envoy's limits, this server's gRPC limit and (`extproc run`) the precheck's
+        # markers were set from this policy.
+        fixed = FixedAtStart.for_policy(contract.policy, reload.precheck_markers)
+        reloader = PolicyReloader(reload, contracts, fixed)
         reloader.mark_loaded(reload.started_from)
         loop.add_signal_handler(signal.SIGHUP, reloader.hangup.set)
         reloading = asyncio.create_task(reloader.run(stop))

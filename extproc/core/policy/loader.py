@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,7 @@ from extproc.core.policy.model import (
 )
 from extproc.core.policy.overlay import overlay
 from extproc.core.policy.presets import presets
+from extproc.core.policy.reading import PolicyFileChangedError, read_policy_file
 from extproc.core.policy.v1 import policy_pb2 as pb
 from extproc.core.upstreams import ADAPTERS, Capabilities, UnknownUpstreamError, adapter_for
 
@@ -57,6 +59,9 @@ MAX_INFLIGHT_BYTES_CEILING = 2**32 - 1
 MAX_ADMISSION_WAIT_MS = 10_000
 MAX_RETRY_AFTER_S = 3600
 TOKENIZER_OVERRIDES_ENV = "EXTPROC_TOKENIZER_OVERRIDES"
+# A file being written while read at start is read again after a pause, at most so often.
+READ_ATTEMPTS = 5
+READ_RETRY_S = 0.1
 _FIELD_RE = re.compile(r"\{(\w*)\}")
 
 
@@ -76,12 +81,17 @@ def load_policy_file(
     *,
     tokenizer_overrides: Mapping[str, Path] | None = None,
 ) -> GatewayPolicy:
-    source = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise PolicyError(source, "<file>", f"cannot read: {exc.strerror or exc}") from exc
-    return load_policy_text(text, source=source, tokenizer_overrides=tokenizer_overrides)
+    """The policy in a file, read by :func:`read_policy_file` (a regular file only, one
+    version of it: a write racing the read is read again, a few times)."""
+    for attempt in range(READ_ATTEMPTS):
+        try:
+            version = read_policy_file(path)
+            break
+        except PolicyFileChangedError:
+            if attempt == READ_ATTEMPTS - 1:
+                raise
+            time.sleep(READ_RETRY_S)
+    return load_policy_text(version.text, source=str(path), tokenizer_overrides=tokenizer_overrides)
 
 
 def load_policy_text(
