@@ -32,6 +32,11 @@ DEFAULT_MAX_TOKENIZE_MS = 5000
 DEFAULT_MAX_INFLIGHT_BYTES = 48 * 1024 * 1024
 DEFAULT_ADMISSION_WAIT_MS = 250
 DEFAULT_RETRY_AFTER_S = 1
+# A body announced by its request headers keeps its room in the budget for as long
+# as it takes to arrive at this rate (8 MiB: 0.25 s, the default wait): long enough
+# for an upload that is read at once, as in a burst; an upload that stalls holds
+# nothing longer.
+DEFAULT_ADMISSION_UPLOAD_BYTES_PER_S = 32 * 1024 * 1024
 
 
 class EncodingProfile(enum.Enum):
@@ -147,6 +152,9 @@ class Limits:
     max_inflight_bytes: int = DEFAULT_MAX_INFLIGHT_BYTES  # admission budget, per process
     admission_wait_ms: int = DEFAULT_ADMISSION_WAIT_MS  # bounded wait for room
     retry_after_s: int = DEFAULT_RETRY_AFTER_S  # Retry-After of the 503 `overloaded`
+    # Floor upload rate: a reservation made at the request headers lapses after
+    # declared bytes / this (extproc/service/admission.py).
+    admission_upload_bytes_per_s: int = DEFAULT_ADMISSION_UPLOAD_BYTES_PER_S
 
 
 @dataclass(frozen=True)
