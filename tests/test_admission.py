@@ -32,7 +32,6 @@ from extproc.service.admission import (
     Budget,
     Ticket,
     overloaded_error,
-    request_work_bytes,
     response_work_bytes,
 )
 from extproc.service.stream import ExtProcStream, Phase
@@ -80,7 +79,6 @@ def now() -> float:
 
 def invariant_holds(budget: Budget, tickets: list[Ticket], at: float) -> bool:
     held = [t for t in tickets if t.held]
-    reserving = [t for t in tickets if t.pending]
     budget.prune(at)
     return (
         budget.in_flight == sum(t.cost for t in held)
@@ -90,7 +88,6 @@ def invariant_holds(budget: Budget, tickets: list[Ticket], at: float) -> bool:
         and budget.pending == sum(t.pending for t in tickets)
         and budget.pending_holders == len([t for t in tickets if t.pending])
         and all(t.pending_until > at for t in tickets if t.pending)
-        and len(reserving) >= budget.pending_holders
     )
 
 
@@ -157,7 +154,7 @@ def test_a_reservation_lapses_after_its_hold_and_is_never_work_in_flight() -> No
     budget = Budget(capacity=100)
     stalled, other = Ticket(), Ticket()
     budget.reserve(stalled, 80, until=0.25, now=0.0)
-    assert (budget.in_flight, budget.live_pending(0.1)) == (0, 80)
+    assert (budget.in_flight, budget.live_pending(0.1)) == (0, (80, 1))
     assert not budget.fits_reserved(other, 40, 0.1)  # not at the headers
     assert budget.fits(other, 40)  # but a body is admitted: only work here counts
     assert budget.fits_reserved(other, 40, 0.25)  # lapsed: it counts for nothing
@@ -168,7 +165,7 @@ def test_a_reservation_lapses_after_its_hold_and_is_never_work_in_flight() -> No
     budget.reserve(other, 60, until=1.0, now=0.5)
     budget.unreserve(other)
     budget.take(other, 30)
-    assert (budget.in_flight, budget.live_pending(0.6), other.cost) == (30, 0, 30)
+    assert (budget.in_flight, budget.live_pending(0.6), other.cost) == (30, (0, 0), 30)
     budget.prune(2.0)  # its old expiry comes up: nothing to drop
     assert (budget.in_flight, budget.pending) == (30, 0)
     assert budget.next_expiry() == math.inf
@@ -203,6 +200,7 @@ def test_a_stalled_reservation_holds_a_waiter_back_for_at_most_its_own_hold() ->
         at = gate()
         log: Log = []
         stalled = await headers(at, log, "stalled", 90, 50)  # live until 0.5 s
+        await asyncio.sleep(0.01)
         await asyncio.gather(
             headers(at, log, "small", 30, 10),  # its hold: 0.1 s
             headers(at, log, "large", 30, 150),  # 1.5 s, over the 1 s wait
@@ -213,10 +211,32 @@ def test_a_stalled_reservation_holds_a_waiter_back_for_at_most_its_own_hold() ->
     log, pending = run_virtual(scenario)
     assert log == [
         ("stalled", True, 0.0, 90),
-        ("small", True, 0.1, 0),  # after its own hold, without a reservation
-        ("large", True, 0.5, 30),  # when the stalled one lapsed, with its reservation
+        ("small", True, 0.11, 30),  # after its own hold, next to work in flight only
+        ("large", True, 0.5, 30),  # when the stalled one lapsed
     ]
     assert pending == 30
+
+
+def test_past_its_hold_a_waiter_counts_the_reservations_granted_since_it_came() -> None:
+    """Waiters whose hold ends together do not all go on: each one's reservation
+    counts for those that came before it was granted."""
+
+    async def scenario() -> Log:
+        at = AdmissionGate(Budget(48), wait_s=1.0, upload_rate=32.0)
+        log: Log = []
+        for name in ("stalled 1", "stalled 2"):
+            await headers(at, log, name, 24, 100)  # live for 3.125 s
+        await asyncio.sleep(0.01)
+        await asyncio.gather(*(headers(at, log, f"w{i}", 6, 2) for i in range(10)))
+        return log
+
+    log = run_virtual(scenario)
+    assert log[:2] == [("stalled 1", True, 0.0, 24), ("stalled 2", True, 0.0, 24)]
+    # 48 of room in flight, 6 each: 8 after their hold (2 / 32 s), the other two once
+    # those 8 reservations lapse in their turn.
+    assert log[2:] == [(f"w{i}", True, 0.0725, 6) for i in range(8)] + [
+        (f"w{i}", True, 0.135, 6) for i in (8, 9)
+    ]
 
 
 def test_bodies_go_first_and_headers_wait_in_order() -> None:
@@ -227,7 +247,7 @@ def test_bodies_go_first_and_headers_wait_in_order() -> None:
         assert await at.admit(first, 80)
         waiting = [
             asyncio.create_task(headers(at, log, "h1", 50, 500)),  # waits for room in flight
-            asyncio.create_task(headers(at, log, "h2", 10, 1)),  # fits, but h1 is first
+            asyncio.create_task(headers(at, log, "h2", 5, 1)),  # fits, but h1 is first
         ]
         await asyncio.sleep(0.1)
         assert log == []
@@ -236,7 +256,7 @@ def test_bodies_go_first_and_headers_wait_in_order() -> None:
         await asyncio.sleep(0.1)
         at.release(first)  # 15 in flight: b2, then h1, then h2
         await asyncio.gather(late_body, *waiting)
-        refused = await headers(at, log, "late", 60, 1)  # 45 + 50 reserved: no room
+        refused = await headers(at, log, "late", 60, 1)  # 45 + 55 reserved: no room
         assert refused.pending == 0 and not refused.held
         return log
 
@@ -244,19 +264,20 @@ def test_bodies_go_first_and_headers_wait_in_order() -> None:
         ("b1", True, 0.1, 15),
         ("b2", True, 0.2, 30),
         ("h1", True, 0.2, 50),
-        ("h2", True, 0.2, 0),  # 15 + 30 + 50 reserved + 10 is over: no reservation
+        ("h2", True, 0.2, 5),
         ("late", False, 1.2, 0),  # the whole wait, then refused
     ]
 
 
-def test_only_waiters_held_back_by_pending_are_passed() -> None:
+def test_only_waiters_held_back_by_reservations_are_passed() -> None:
     async def scenario() -> Log:
         at = gate(wait_s=2.0)
         log: Log = []
         await headers(at, log, "stalled", 90, 100)  # live until 1.0 s
+        await asyncio.sleep(0.01)
         await asyncio.gather(
-            headers(at, log, "h1", 20, 150),  # held back by pending until 1.0 (hold 1.5)
-            headers(at, log, "h2", 20, 10),  # hold 0.1: passes h1
+            headers(at, log, "h1", 20, 150),  # held back until 1.0 (its hold: 1.5 s)
+            headers(at, log, "h2", 20, 10),  # hold 0.1 s: passes h1
         )
         busy = Ticket()
         assert await at.admit(busy, 80)  # in flight: 80, and h1's reservation of 20
@@ -268,7 +289,7 @@ def test_only_waiters_held_back_by_pending_are_passed() -> None:
 
     assert run_virtual(scenario) == [
         ("stalled", True, 0.0, 90),
-        ("h2", True, 0.1, 0),
+        ("h2", True, 0.11, 20),
         ("h1", True, 1.0, 20),
         ("h4", False, 2.0, 0),
         ("h3", False, 3.0, 0),
@@ -303,7 +324,7 @@ def test_a_burst_of_fast_uploads_is_refused_at_the_headers(
             at.release(ticket)
 
         await asyncio.gather(*(request() for _ in range(20)))
-        return outcomes, now(), at.in_flight + at.budget.live_pending(now())
+        return outcomes, now(), at.in_flight + at.budget.live_pending(now())[0]
 
     outcomes, ended, left = run_virtual(scenario)
     assert sorted(outcomes) == ["refused at the headers"] * (20 - admitted) + ["served"] * admitted
@@ -334,7 +355,7 @@ def test_reconfiguration_applies_to_what_comes_next() -> None:
         ("raised", True, 0.1, 50),
         ("small body", True, 0.3, 1),
         ("new wait", False, 0.8, 0),
-        ("new rate", True, 0.9, 0),
+        ("new rate", True, 0.9, 10),
     ]
 
 
@@ -396,18 +417,25 @@ def test_policy_defaults_and_bounds(tmp_path: Path) -> None:
     assert limits.max_inflight_bytes == DEFAULT_MAX_INFLIGHT_BYTES == 48 * MiB
     assert limits.admission_wait_ms == DEFAULT_ADMISSION_WAIT_MS
     assert limits.retry_after_s == DEFAULT_RETRY_AFTER_S
-    custom = load("  max_inflight_bytes: 2097152\n  admission_wait_ms: 0\n  retryAfterS: 5")
-    assert (custom.max_inflight_bytes, custom.admission_wait_ms, custom.retry_after_s) == (
-        2 * MiB,
-        0,
-        5,
+    assert limits.admission_upload_bytes_per_s == DEFAULT_ADMISSION_UPLOAD_BYTES_PER_S
+    custom = load(
+        "  max_inflight_bytes: 2097152\n  admission_wait_ms: 0\n  retryAfterS: 5\n"
+        "  admission_upload_bytes_per_s: 1048576"
     )
+    assert (
+        custom.max_inflight_bytes,
+        custom.admission_wait_ms,
+        custom.retry_after_s,
+        custom.admission_upload_bytes_per_s,
+    ) == (2 * MiB, 0, 5, MiB)
     for bad, field in [
         ("  max_inflight_bytes: 1000", "max_inflight_bytes"),
         ("  admission_wait_ms: 60000", "admission_wait_ms"),
         ("  retry_after_s: 0", "retry_after_s"),
+        ("  admission_upload_bytes_per_s: 65536", "admission_upload_bytes_per_s"),
+        ("  admission_upload_bytes_per_s: 0", "admission_upload_bytes_per_s"),
     ]:
-        with pytest.raises(PolicyError, match=field):
+        with pytest.raises(PolicyError, match=f"limits.{field}: must be between"):
             load(bad)
 
 

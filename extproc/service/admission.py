@@ -27,21 +27,24 @@ Rules of :class:`AdmissionGate`:
    (``in_flight + work <= capacity``, or no other ticket holds work in flight).
    Bodies wait first come, first served, ahead of every request still at its
    headers: their bytes are already in Envoy.
-2. Request headers go on with a pending reservation when ``in_flight + live
-   pending + work <= capacity``, or when no other ticket holds work in flight or a
-   live reservation. Otherwise they wait, first come, first served. Live pending
-   holds a waiter back for at most its own hold, counted from its headers: after
-   that, room in flight is enough, and it goes on without a reservation (passing
-   waiters held back only by pending, never one that waits for room in flight).
-   A hold as long as the wait or longer never ends early: such a request waits
-   for room with its reservation, as a burst of large uploads does.
+2. Request headers go on with a reservation when ``in_flight + live pending +
+   work <= capacity``, or when no other ticket holds work in flight or a live
+   reservation. Otherwise they wait, first come, first served. A reservation holds
+   back a request that came after it was granted for at most that request's own
+   hold: past it, the reservations granted before it came count for nothing to
+   it, and it goes on (with its own reservation) when the work in flight and the
+   reservations granted since it came leave room, passing waiters held back only
+   by reservations, never one that waits for room in flight. A hold as long as
+   the wait or longer never ends early: such a request waits like one in a burst
+   of large uploads.
 3. Every wait is bounded (``admission_wait_ms``); a request still waiting then is
    refused, and the caller answers 503 ``overloaded``.
 
-So an upload that stalls holds a share of the budget for at most its hold after
-its headers go on (which is within its hold of their arrival, or they go on with
-no share), delays another request by at most that request's own hold, and holds
-no work in this process.
+So an upload that stalls holds its share of the budget for at most its hold after
+its headers go on, holds back the requests that come after that for at most their
+own hold, and holds no work in this process. Bodies slower than the floor rate
+weaken the burst refusal only: their reservations lapse, and each lapse lets at
+most the room it held go on.
 
 Invariants of :class:`Budget`:
 
@@ -120,8 +123,10 @@ class Ticket:
 
     cost: int = 0  # work in flight
     held: bool = False
-    pending: int = 0  # reserved at the request headers, live until pending_until
+    pending: int = 0  # reserved at the request headers, from pending_since to pending_until
+    pending_since: float = 0.0
     pending_until: float = 0.0
+    reservation: int = 0  # which of the budget's reservations it holds
 
 
 @dataclass
@@ -134,7 +139,7 @@ class Budget:
     holders: int = 0
     pending: int = 0
     pending_holders: int = 0
-    # (until, order, ticket) of every reservation made, a heap; an entry whose
+    # (until, reservation, ticket) of every reservation made, a heap; an entry whose
     # ticket no longer holds that reservation is skipped when it comes up.
     _expiries: list[tuple[float, int, Ticket]] = field(default_factory=list)
     _made: int = 0
@@ -161,46 +166,61 @@ class Budget:
         self.holders -= 1
         ticket.cost, ticket.held = 0, False
 
-    def live_pending(self, now: float) -> int:
+    def live_pending(self, now: float, *, since: float = -math.inf) -> tuple[int, int]:
+        """(work, count) of the reservations live at ``now`` and granted at or after
+        ``since`` (default: all of them)."""
         self.prune(now)
-        return self.pending
+        if since == -math.inf:
+            return self.pending, self.pending_holders
+        work = count = 0
+        for _, reservation, ticket in self._expiries:
+            if ticket.reservation == reservation and ticket.pending_since >= since:
+                work += ticket.pending
+                count += 1
+        return work, count
 
-    def fits_reserved(self, ticket: Ticket, work: int, now: float) -> bool:
+    def fits_reserved(
+        self, ticket: Ticket, work: int, now: float, *, since: float = -math.inf
+    ) -> bool:
         """Can ``ticket`` reserve ``work`` at ``now``, next to the work in flight and
-        the other live reservations?"""
-        self.prune(now)
-        own = 1 if ticket.pending else 0
-        alone = (self.holders == 0 or (self.holders == 1 and ticket.held)) and (
-            self.pending_holders == own
+        the live reservations granted at or after ``since`` (default: all)?"""
+        pending, count = self.live_pending(now, since=since)
+        own = ticket.pending if ticket.reservation and ticket.pending_since >= since else 0
+        alone = (self.holders == 0 or (self.holders == 1 and ticket.held)) and count == (
+            1 if own else 0
         )
-        return alone or self.in_flight + self.pending - ticket.pending + work <= self.capacity
+        return alone or self.in_flight + pending - own + work <= self.capacity
 
-    def reserve(self, ticket: Ticket, work: int, until: float, now: float) -> None:
-        """Reserve ``work`` for ``ticket`` (in place of any it had), live until ``until``."""
-        if not self.fits_reserved(ticket, work, now):
+    def reserve(
+        self, ticket: Ticket, work: int, until: float, now: float, *, since: float = -math.inf
+    ) -> None:
+        """Reserve ``work`` for ``ticket`` (in place of any it had) from ``now`` until
+        ``until``, if it fits next to the reservations granted since ``since``."""
+        if not self.fits_reserved(ticket, work, now, since=since):
             raise ValueError("over budget")
         self.unreserve(ticket)
         if work <= 0 or until <= now:
             return  # lapsed already: it would count for nothing
-        ticket.pending, ticket.pending_until = work, until
+        self._made += 1
+        ticket.pending, ticket.reservation = work, self._made
+        ticket.pending_since, ticket.pending_until = now, until
         self.pending += work
         self.pending_holders += 1
-        self._made += 1
         heapq.heappush(self._expiries, (until, self._made, ticket))
 
     def unreserve(self, ticket: Ticket) -> None:
         """Drop ``ticket``'s reservation (its body came, or it is over)."""
-        if ticket.pending:
+        if ticket.reservation:
             self.pending -= ticket.pending
             self.pending_holders -= 1
-            ticket.pending = 0
+            ticket.pending = ticket.reservation = 0
 
     def prune(self, now: float) -> None:
         """Drop the reservations that are no longer live at ``now``."""
         expiries = self._expiries
         while expiries and expiries[0][0] <= now:
-            until, _, ticket = heapq.heappop(expiries)
-            if ticket.pending and ticket.pending_until == until:
+            _, reservation, ticket = heapq.heappop(expiries)
+            if ticket.reservation == reservation:
                 self.unreserve(ticket)
 
     def next_expiry(self) -> float:
@@ -214,8 +234,10 @@ class _Waiter:
     ticket: Ticket
     work: int
     admitted: asyncio.Future[None]
-    # Request headers only: how long the reservation they get lives, and from when
-    # room in flight is enough (infinity: never before the wait ends).
+    # Request headers only: when they came, how long the reservation they get lives,
+    # and from when the reservations granted before they came no longer hold them
+    # back (infinity: not before the wait ends).
+    since: float = 0.0
     hold_s: float = 0.0
     patience_until: float = math.inf
 
@@ -290,6 +312,7 @@ class AdmissionGate:
             ticket,
             work,
             asyncio.get_running_loop().create_future(),
+            since=now,
             hold_s=hold,
             patience_until=now + hold if hold < timeout else math.inf,
         )
@@ -348,19 +371,20 @@ class AdmissionGate:
         waiting: list[_Waiter] = []
         held_back = blocked = False  # a waiter ahead waits: for anything / for room in flight
         for waiter in self._headers:
+            ticket, work = waiter.ticket, waiter.work
+            # Past its hold, the reservations granted before it came count for
+            # nothing to it, and it may pass waiters held back only by reservations.
+            since = waiter.since if now >= waiter.patience_until else -math.inf
             if blocked:
                 waiting.append(waiter)
-            elif not held_back and budget.fits_reserved(waiter.ticket, waiter.work, now):
-                budget.reserve(waiter.ticket, waiter.work, now + waiter.hold_s, now)
+            elif (not held_back or since > -math.inf) and budget.fits_reserved(
+                ticket, work, now, since=since
+            ):
+                budget.reserve(ticket, work, now + waiter.hold_s, now, since=since)
                 waiter.admitted.set_result(None)
-            elif budget.fits(waiter.ticket, waiter.work):
-                if now >= waiter.patience_until:
-                    waiter.admitted.set_result(None)  # goes on without a reservation
-                else:
-                    held_back = True
-                    waiting.append(waiter)
             else:
-                held_back = blocked = True
+                held_back = True
+                blocked = not budget.fits(ticket, work)
                 waiting.append(waiter)
         self._headers[:] = waiting
         if not waiting or not budget.fits(waiting[0].ticket, waiting[0].work):
