@@ -33,10 +33,12 @@ DEFAULT_MAX_INFLIGHT_BYTES = 48 * 1024 * 1024
 DEFAULT_ADMISSION_WAIT_MS = 250
 DEFAULT_RETRY_AFTER_S = 1
 # A body announced by its request headers keeps its room in the budget for as long
-# as it takes to arrive at this rate (8 MiB: 0.25 s, the default wait): long enough
-# for an upload that is read at once, as in a burst; an upload that stalls holds
-# nothing longer.
-DEFAULT_ADMISSION_UPLOAD_BYTES_PER_S = 32 * 1024 * 1024
+# as it takes to arrive at this rate (8 MiB: 0.5 s): longer than the server takes
+# to get the bodies it let through in a burst of large uploads (so the rest of the
+# burst is refused unread), short enough that an upload that stalls holds no room
+# for long. Requests of under 4 MiB (a hold under the default wait) get past such
+# reservations after their own hold.
+DEFAULT_ADMISSION_UPLOAD_BYTES_PER_S = 16 * 1024 * 1024
 
 
 class EncodingProfile(enum.Enum):
