@@ -39,7 +39,7 @@ from tests.test_admission_gateway import SHAPES, shaped_gateway
 SLOW_DECLARED: list[int | None] = [8_388_608] * 10 + [None] * 2  # None: chunked / unsized
 SLOW_EVERY_S = 0.3  # the slow clients come one after the other, while traffic runs
 ATTACK_S = 20.0
-BASELINE_S = 8.0
+BASELINE_S = 10.0
 SEEDS = [
     orjson.dumps(
         {
@@ -293,10 +293,12 @@ def test_slow_uploads_hold_back_no_one(
     ) - metric_value(rejected_before, "extproc_admission_rejected_total", stage="headers")
     assert headers_refused == len(slow.answers) - still_waiting
     # No added wait beyond the documented hold: the median with the slow uploads is
-    # within the spread without them (its 90th percentile, half again for a loaded
-    # 2-core machine) plus the request's own hold.
+    # within the spread without them (their 90th percentile, twice over: the load of
+    # a shared 2-core machine changes from one window to the next) plus the request's
+    # own hold. A seed-sized request that waited out the admission wait (250 ms)
+    # would be far over it.
     for kind, body in (("seed", SEEDS[0]), ("batch", BATCH)):
         without, with_slow = latencies(baseline, kind), latencies(outcomes, kind)
         spread = max(without) if len(without) < 10 else statistics.quantiles(without, n=10)[-1]
-        bound = 1.5 * spread + hold_s(body) + 0.1
+        bound = 2 * spread + hold_s(body) + 0.1
         assert statistics.median(with_slow) <= bound, (kind, with_slow, without)
