@@ -275,6 +275,54 @@ def test_a_reservation_of_unknown_length_settles_to_the_body(
     assert metric_value(scrape(gateway), "extproc_admission_in_flight_bytes") == 0
 
 
+def test_a_reloaded_budget_changes_what_is_admitted(
+    upstream: FakeUpstream, qwen_dir: Path, tmp_path: Path
+) -> None:
+    """A reload that raises `max_inflight_bytes` admits next to a rewrite in flight
+    what the smaller budget refused, and one that lowers it refuses it again."""
+    upstream.reset()
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(SMALL_BUDGET + SHIPPED_QWEN_POLICY.read_text())
+    raised = (
+        SMALL_BUDGET.replace("1048576", str(64 * 1024 * 1024)) + SHIPPED_QWEN_POLICY.read_text()
+    )
+
+    def beside_a_rewrite(gateway: Gateway) -> Reply:
+        """A small request while a 2,048-input rewrite (~18 MiB of work) is in flight."""
+        upstream.fault, upstream.slow_seconds = "slow", 1.5
+        with ThreadPoolExecutor(1) as pool:
+            big = pool.submit(gateway.embeddings, BIG, timeout=60)
+            wait_until_received(upstream, len(upstream.received) + 1)
+            reply = gateway.embeddings(SMALL, timeout=30)
+            assert big.result().status == 200
+        upstream.fault = "none"
+        return reply
+
+    def reload(gateway: Gateway, text: str) -> None:
+        def count() -> float:
+            return metric_value(scrape(gateway), "extproc_policy_reloads_total", outcome="reloaded")
+
+        before = count()
+        policy.write_text(text)
+        deadline = time.monotonic() + 30
+        while count() == before:
+            assert time.monotonic() < deadline, gateway.log()
+            time.sleep(0.1)
+
+    gateway = next(shaped_gateway("standalone", upstream, policy, qwen_dir))
+    try:
+        assert_overloaded(beside_a_rewrite(gateway), "2")
+        reload(gateway, raised)
+        assert beside_a_rewrite(gateway).status == 200
+        reload(gateway, SMALL_BUDGET + SHIPPED_QWEN_POLICY.read_text())
+        assert_overloaded(beside_a_rewrite(gateway), "2")
+    finally:
+        log = gateway.log()
+        assert gateway.stop() == 0, log
+    assert "Traceback" not in log, log
+    assert log.count("admission: budget") == 2, log
+
+
 def start_envoy(
     config: dict[str, object], tmp_path: Path, admin_port: int
 ) -> subprocess.Popen[bytes]:

@@ -20,6 +20,7 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ep_grpc
 
 from extproc.core.errors import ApiError
+from extproc.core.policy import Limits
 from extproc.service import metrics
 from extproc.service.admission import (
     AdmissionGate,
@@ -52,12 +53,9 @@ class ExternalProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc
     def __init__(self, contracts: ContractHolder) -> None:
         self._contracts = contracts
         self.active_streams = 0  # read by the server's drain (extproc/service/server.py)
-        # The budget is the starting policy's: a reload changes what new streams are
-        # checked against, not how much work this process holds at once.
         limits = contracts.current.policy.limits
-        self._admission = AdmissionGate(
-            Budget(limits.max_inflight_bytes), limits.admission_wait_ms / 1000
-        )
+        self._admission = AdmissionGate(Budget(limits.max_inflight_bytes), *_gate_settings(limits))
+        self._admission_limits = limits
         self._idle_trim = IdleTrim()
 
     async def Process(  # noqa: N802 - the proto's method name
@@ -66,7 +64,10 @@ class ExternalProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc
         context: grpc.aio.ServicerContext[ep.ProcessingRequest, ep.ProcessingResponse],
     ) -> AsyncIterator[ep.ProcessingResponse]:
         # Taken once: a policy reloaded while this stream runs applies to later ones.
-        stream = ExtProcStream(self._contracts.current)
+        contract = self._contracts.current
+        if contract.policy.limits is not self._admission_limits:
+            self._follow_admission_limits(contract.policy.limits)
+        stream = ExtProcStream(contract)
         one_message, stream.response_on_stream = _stream_marks(context)
         # Only single-filter.yaml's streams carry no one-message mark: there one stream
         # sees the whole exchange, the rewritten response included (stream.py rule 3).
@@ -123,43 +124,66 @@ class ExternalProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc
             metrics.ACTIVE_STREAMS.dec()
             self.active_streams -= 1
 
+    def _follow_admission_limits(self, limits: Limits) -> None:
+        """A reloaded policy's admission settings apply to the requests that come
+        after it; what running requests hold stays theirs."""
+        self._admission_limits = limits
+        gate = self._admission
+        settings = (limits.max_inflight_bytes, *_gate_settings(limits))
+        if settings != (gate.capacity, gate.wait_s, gate.upload_rate):
+            log.info(
+                "admission: budget %d bytes, wait %d ms, upload floor %d bytes/s",
+                limits.max_inflight_bytes,
+                limits.admission_wait_ms,
+                limits.admission_upload_bytes_per_s,
+            )
+            gate.configure(*settings)
+
     async def _admit_headers(
         self, stream: ExtProcStream, request: ep.ProcessingRequest, ticket: Ticket
     ) -> ep.ProcessingResponse:
-        """Admission control at the request headers, before Envoy sends the body: the
-        work of the declared Content-Length, or of the body limit when none is
-        declared (nothing larger can come: Envoy's buffer and the gateway's own check
-        refuse it), is reserved within one bounded wait. Refused: a 503 ``overloaded``
-        instead, so the body never reaches this process."""
+        """Admission control at the request headers, before Envoy sends the body
+        (admission.py, rule 2): room for the work of the declared Content-Length, or
+        of the body limit when none is declared (nothing larger can come: Envoy's
+        buffer and the gateway's own check refuse it), reserved for as long as the
+        body takes to arrive at the policy's floor rate, within one bounded wait.
+        Refused: a 503 ``overloaded`` instead, so the body never reaches this
+        process."""
         reply = await self._handle(stream, request, 0)
         if not stream.awaits_request_body:  # answered already (404, 405, 413, 415...)
             return reply
         declared = stream.declared_length
         if declared is None:
             declared = stream.contract.policy.limits.max_request_bytes
-        if not await self._admit(ticket, request_work_bytes(declared), self._admission.wait_s):
+        work = request_work_bytes(declared)
+        gate = self._admission
+        if gate.headers_must_wait(ticket, work):
+            metrics.ADMISSION_WAITED.inc()
+        if not await gate.admit_headers(ticket, work, declared):
             return self._overloaded(stream, "headers")
         return reply
 
     async def _admit_and_handle(
         self, stream: ExtProcStream, request: ep.ProcessingRequest, size: int, ticket: Ticket
     ) -> ep.ProcessingResponse:
-        """Admission control around the request body: its work before it is processed
-        (a share reserved at the headers is settled to it), and the answer's estimated
-        bytes once the plan says the answer will be rewritten (both within one bounded
-        wait). Refused: a 503 ``overloaded`` instead."""
+        """Admission control around the request body: its work in flight before it is
+        processed (a reservation made at the headers gives way to it), and the
+        answer's estimated bytes once the plan says the answer will be rewritten
+        (both within one bounded wait). Refused: a 503 ``overloaded`` instead."""
+        gate = self._admission
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self._admission.wait_s
+        deadline = loop.time() + gate.wait_s
         # A body over the size limit is answered 413 before it is parsed: no work.
         over_limit = size > stream.contract.policy.limits.max_request_bytes
         work = 0 if over_limit else request_work_bytes(size)
-        if ticket.held and work <= ticket.cost:
-            self._admission.settle(ticket, work)
-            metrics.ADMISSION_IN_FLIGHT_BYTES.set(self._admission.in_flight)
-        elif work > ticket.cost and not await self._admit(
-            ticket, work - ticket.cost, self._admission.wait_s
-        ):
-            return self._overloaded(stream, "request")
+        if gate.arrived(ticket, work):
+            metrics.ADMISSION_IN_FLIGHT_BYTES.set(gate.in_flight)
+        else:
+            metrics.ADMISSION_WAITED.inc()
+            admitted = await gate.admit(ticket, work)
+            metrics.ADMISSION_IN_FLIGHT_BYTES.set(gate.in_flight)
+            if not admitted:
+                return self._overloaded(stream, "request")
         reply = await self._handle(stream, request, size)
         if stream.response_follows and stream.plan is not None:
             extra = response_work_bytes(stream.plan)
@@ -206,6 +230,11 @@ class ExternalProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc
             return ep.ProcessingResponse(
                 immediate_response=immediate_response(error.status, error.envelope())
             )
+
+
+def _gate_settings(limits: Limits) -> tuple[float, float]:
+    """The admission gate's wait (seconds) and floor upload rate from a policy."""
+    return limits.admission_wait_ms / 1000, float(limits.admission_upload_bytes_per_s)
 
 
 def loggable_id(request_id: str) -> str:

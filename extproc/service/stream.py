@@ -72,9 +72,10 @@ Rules (Envoy 1.40, verified live; the Envoy behaviour they rely on: docs/envoy-f
    refuse a request instead of rule 2b or 3: a 503 ``overloaded`` envelope with
    ``Retry-After``, the stream DONE, nothing forwarded. When the request headers
    are sent (single-filter.yaml and the meshes; standalone.yaml's route for large
-   or unsized bodies) it admits them, by their declared Content-Length (the body
-   limit when none is declared), before Envoy sends the body to the server; the
-   body then settles that share to its real size. Otherwise it admits the body.
+   or unsized bodies) it admits them before Envoy sends the body to the server,
+   keeping room for their declared Content-Length (the body limit when none is
+   declared) for as long as that body takes at the policy's floor upload rate.
+   The body, when it comes, is admitted as work in flight, in every config.
 """
 
 from __future__ import annotations

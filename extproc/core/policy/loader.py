@@ -22,6 +22,7 @@ from google.protobuf.message import Message
 
 from extproc.core.policy.errors import PolicyError
 from extproc.core.policy.model import (
+    DEFAULT_ADMISSION_UPLOAD_BYTES_PER_S,
     DEFAULT_ADMISSION_WAIT_MS,
     DEFAULT_MAX_INFLIGHT_BYTES,
     DEFAULT_MAX_INPUTS,
@@ -58,6 +59,10 @@ MIN_INFLIGHT_BYTES = 1024 * 1024
 MAX_INFLIGHT_BYTES_CEILING = 2**32 - 1
 MAX_ADMISSION_WAIT_MS = 10_000
 MAX_RETRY_AFTER_S = 3600
+# Under 1 MiB/s an 8 MiB body's reservation would outlive a stalled upload by
+# seconds; 4 GiB/s - 1 (the field's range) all but turns reservations off.
+MIN_UPLOAD_BYTES_PER_S = 1024 * 1024
+MAX_UPLOAD_BYTES_PER_S = 2**32 - 1
 TOKENIZER_OVERRIDES_ENV = "EXTPROC_TOKENIZER_OVERRIDES"
 # A file being written while read at start is read again after a pause, at most so often.
 READ_ATTEMPTS = 5
@@ -161,6 +166,9 @@ def _limits(source: str, raw: Any) -> Limits:
     inflight = value("max_inflight_bytes", MIN_INFLIGHT_BYTES, MAX_INFLIGHT_BYTES_CEILING)
     wait_ms = value("admission_wait_ms", 0, MAX_ADMISSION_WAIT_MS)
     retry_after = value("retry_after_s", 1, MAX_RETRY_AFTER_S)
+    upload_rate = value(
+        "admission_upload_bytes_per_s", MIN_UPLOAD_BYTES_PER_S, MAX_UPLOAD_BYTES_PER_S
+    )
     request_bytes = max_bytes or DEFAULT_MAX_REQUEST_BYTES
     # The character caps follow the body size unless set: see Limits.
     total = total_chars or request_bytes
@@ -180,6 +188,7 @@ def _limits(source: str, raw: Any) -> Limits:
         max_inflight_bytes=inflight or DEFAULT_MAX_INFLIGHT_BYTES,
         admission_wait_ms=DEFAULT_ADMISSION_WAIT_MS if wait_ms is None else wait_ms,
         retry_after_s=retry_after or DEFAULT_RETRY_AFTER_S,
+        admission_upload_bytes_per_s=upload_rate or DEFAULT_ADMISSION_UPLOAD_BYTES_PER_S,
     )
 
 

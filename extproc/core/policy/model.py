@@ -31,6 +31,13 @@ DEFAULT_MAX_TOKENIZE_MS = 5000
 DEFAULT_MAX_INFLIGHT_BYTES = 48 * 1024 * 1024
 DEFAULT_ADMISSION_WAIT_MS = 250
 DEFAULT_RETRY_AFTER_S = 1
+# A body announced by its request headers keeps its room in the budget for as long
+# as it takes to arrive at this rate (8 MiB: 0.5 s): longer than the server takes
+# to get the bodies it let through in a burst of large uploads (so the rest of the
+# burst is refused unread), short enough that an upload that stalls holds no room
+# for long. Requests of under 4 MiB (a hold under the default wait) get past such
+# reservations after their own hold.
+DEFAULT_ADMISSION_UPLOAD_BYTES_PER_S = 16 * 1024 * 1024
 
 
 class EncodingProfile(enum.Enum):
@@ -146,6 +153,9 @@ class Limits:
     max_inflight_bytes: int = DEFAULT_MAX_INFLIGHT_BYTES  # admission budget, per process
     admission_wait_ms: int = DEFAULT_ADMISSION_WAIT_MS  # bounded wait for room
     retry_after_s: int = DEFAULT_RETRY_AFTER_S  # Retry-After of the 503 `overloaded`
+    # Floor upload rate: a reservation made at the request headers lapses after
+    # declared bytes / this (extproc/service/admission.py).
+    admission_upload_bytes_per_s: int = DEFAULT_ADMISSION_UPLOAD_BYTES_PER_S
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ class GatewayPolicy(_message.Message):
     def __init__(self, models: _Optional[_Iterable[_Union[ModelPolicy, _Mapping]]] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ...) -> None: ...
 
 class Limits(_message.Message):
-    __slots__ = ("max_request_bytes", "max_inputs", "max_input_chars", "max_total_chars", "max_tokenize_bytes", "max_tokenize_ms", "max_inflight_bytes", "admission_wait_ms", "retry_after_s")
+    __slots__ = ("max_request_bytes", "max_inputs", "max_input_chars", "max_total_chars", "max_tokenize_bytes", "max_tokenize_ms", "max_inflight_bytes", "admission_wait_ms", "retry_after_s", "admission_upload_bytes_per_s")
     MAX_REQUEST_BYTES_FIELD_NUMBER: _ClassVar[int]
     MAX_INPUTS_FIELD_NUMBER: _ClassVar[int]
     MAX_INPUT_CHARS_FIELD_NUMBER: _ClassVar[int]
@@ -44,6 +44,7 @@ class Limits(_message.Message):
     MAX_INFLIGHT_BYTES_FIELD_NUMBER: _ClassVar[int]
     ADMISSION_WAIT_MS_FIELD_NUMBER: _ClassVar[int]
     RETRY_AFTER_S_FIELD_NUMBER: _ClassVar[int]
+    ADMISSION_UPLOAD_BYTES_PER_S_FIELD_NUMBER: _ClassVar[int]
     max_request_bytes: int
     max_inputs: int
     max_input_chars: int
@@ -53,7 +54,8 @@ class Limits(_message.Message):
     max_inflight_bytes: int
     admission_wait_ms: int
     retry_after_s: int
-    def __init__(self, max_request_bytes: _Optional[int] = ..., max_inputs: _Optional[int] = ..., max_input_chars: _Optional[int] = ..., max_total_chars: _Optional[int] = ..., max_tokenize_bytes: _Optional[int] = ..., max_tokenize_ms: _Optional[int] = ..., max_inflight_bytes: _Optional[int] = ..., admission_wait_ms: _Optional[int] = ..., retry_after_s: _Optional[int] = ...) -> None: ...
+    admission_upload_bytes_per_s: int
+    def __init__(self, max_request_bytes: _Optional[int] = ..., max_inputs: _Optional[int] = ..., max_input_chars: _Optional[int] = ..., max_total_chars: _Optional[int] = ..., max_tokenize_bytes: _Optional[int] = ..., max_tokenize_ms: _Optional[int] = ..., max_inflight_bytes: _Optional[int] = ..., admission_wait_ms: _Optional[int] = ..., retry_after_s: _Optional[int] = ..., admission_upload_bytes_per_s: _Optional[int] = ...) -> None: ...
 
 class ModelPolicy(_message.Message):
     __slots__ = ("name", "preset", "upstream_model", "tokenizer", "max_tokens", "prompts", "native_dimensions", "matryoshka", "encoding_profile", "upstream_flavour", "check_responses", "upstream")
