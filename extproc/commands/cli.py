@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from extproc.commands.common import load_contract_or_report
+from extproc.commands.cpus import cpus_available
 from extproc.commands.envoy_config import DEFAULT_TEMPLATE, ExtProcTls, Upstream
 from extproc.commands.options import (
     SHIPPED_POLICY,
@@ -22,6 +23,7 @@ from extproc.commands.options import (
     add_server_options,
     add_server_tls_options,
     add_tokenizer_option,
+    add_workers_option,
 )
 from extproc.core.policy.loader import parse_tokenizer_overrides
 from extproc.core.policy.presets import presets
@@ -123,6 +125,7 @@ def _parser() -> argparse.ArgumentParser:
     run.set_defaults(config=None)
     add_reload_option(run)
     add_server_options(run, metrics_env="EXTPROC_METRICS", grace_s=30.0)
+    add_workers_option(run)
     add_server_tls_options(run)
     envoy_tls = run.add_argument_group("how Envoy talks to the TLS ext_proc port (with --tls-cert)")
     add_file_options(
@@ -284,10 +287,13 @@ def _run(args: argparse.Namespace) -> int:
         print(f"error: TLS: {exc}", file=sys.stderr)
         return 2
 
+    workers = args.workers or cpus_available()
+
     def serve_in_front_of(target: Upstream, on_ready: Callable[[str], None] | None) -> int:
         started_from = policy_stamp(args.config)
         fix_mmap_threshold()  # before the tokenizers load (extproc/service/memory.py)
-        contract = load_contract_or_report(args.config, args.tokenizer)
+        # Workers load the tokenizers themselves: here only the policy is needed.
+        contract = load_contract_or_report(args.config, args.tokenizer, tokenizers=workers == 1)
         if contract is None:
             return 2
         options = RunOptions(
@@ -304,6 +310,7 @@ def _run(args: argparse.Namespace) -> int:
             reload=reload_settings(args, started_from),
             envoy_template=args.envoy_template,
             on_ready=on_ready,
+            workers=workers,
         )
         return main_run(contract, options)
 
