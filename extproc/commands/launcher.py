@@ -38,7 +38,7 @@ from extproc.commands.envoy_config import (
     with_extproc_tls,
     with_extproc_workers,
 )
-from extproc.commands.workers import WorkerHooks, WorkerPool, WorkerSettings
+from extproc.commands.workers import WorkerHooks, WorkerPool, WorkerSettings, WorkerStartError
 from extproc.core.contract import Contract
 from extproc.service.net import free_port, split_host_port
 from extproc.service.reload import ReloadSettings
@@ -393,6 +393,9 @@ async def stop_process(process: asyncio.subprocess.Process, timeout: float = 10.
 def main_run(contract: Contract, options: RunOptions) -> int:
     try:
         return asyncio.run(run(contract, options))
+    except WorkerStartError as exc:  # the worker has logged why
+        log.error("%s: stopping", exc)
+        return 2
     except KeyboardInterrupt:
         return 130
     finally:
