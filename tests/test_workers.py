@@ -35,6 +35,7 @@ from extproc.commands.workers import (
     MAX_RESTART_DELAY_S,
     STABLE_S,
     WorkerSettings,
+    catches_sighup,
     restart_delay,
     worker_argv,
     worker_env,
@@ -140,6 +141,16 @@ def test_a_worker_that_keeps_dying_waits_longer_each_time_up_to_a_bound() -> Non
     assert delays == sorted(delays) and delays[-1] == MAX_RESTART_DELAY_S
     # One that ran long enough is restarted at once again.
     assert restart_delay(MAX_RESTART_DELAY_S, ran_s=STABLE_S) == FIRST_RESTART_DELAY_S
+
+
+def test_a_worker_is_ready_once_it_catches_sighup() -> None:
+    """`extproc serve` installs its SIGHUP handler right after SERVING: the launcher
+    reads that in /proc/PID/status (SigCgt, bit 0 is SIGHUP), whatever TLS it speaks."""
+    starting = "Name:\tpython\nSigIgn:\t0000000001001001\nSigCgt:\t0000000180000002\n"
+    serving = "Name:\tpython\nSigIgn:\t0000000001001000\nSigCgt:\t0000000180004003\n"
+    assert not catches_sighup(starting)
+    assert catches_sighup(serving)
+    assert not catches_sighup("")  # gone
 
 
 # -- Envoy's side ---------------------------------------------------------------------

@@ -274,7 +274,6 @@ def worker_settings(options: RunOptions) -> WorkerSettings:
         grace_seconds=options.grace_seconds,
         watch=options.reload.watch,
         tls=options.server_tls,
-        envoy_tls=options.envoy_tls,
         log_level=logging.getLevelName(logging.getLogger().getEffectiveLevel()).lower(),
     )
 

@@ -37,7 +37,7 @@ class WorkerMetrics:
         )
         self.serving = Gauge(
             "extproc_workers_serving",
-            "ext_proc worker processes of `extproc run` answering SERVING.",
+            "ext_proc worker processes of `extproc run` serving (started, not exited since).",
             registry=self.registry,
         )
         host, port = split_host_port(address)

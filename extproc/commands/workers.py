@@ -11,8 +11,11 @@ Rules (docs/operations.md, "Workers"):
 1. Each worker is ``extproc serve`` (extproc/commands/worker.py) with the launcher's
    policy file, tokenizers, TLS files, --grace and --no-watch. It loads the policy
    itself, so a worker restarted later serves the file as it is then.
-2. Start: every worker must answer its gRPC health check with SERVING before Envoy
-   starts; one that exits first stops the command (its own error is in the log).
+2. Start: every worker must be ready before Envoy starts; one that exits first stops
+   the command (its own error is in the log). Ready is read from outside, whatever TLS
+   the port speaks: the worker catches SIGHUP (``/proc/PID/status``), which `extproc
+   serve` arranges right after its health service says SERVING (until then the worker
+   ignores SIGHUP).
 3. A worker that exits while the launcher runs is restarted on the same port: at once
    after a worker that ran ``STABLE_S``, else after a delay that doubles up to
    ``MAX_RESTART_DELAY_S``. Each restart is logged and counted
@@ -37,12 +40,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
-
-from extproc.commands.envoy_config import ExtProcTls
 from extproc.commands.worker import LAUNCHER_PID_ENV, LOG_LEVEL_ENV, WORKER_INDEX_ENV
-from extproc.service.tls import TlsSettings, channel_credentials
+from extproc.service.tls import TlsSettings
 
 log = logging.getLogger("extproc.commands.workers")
 
@@ -72,7 +71,6 @@ class WorkerSettings:
     grace_seconds: float = 30.0
     watch: bool = True
     tls: TlsSettings | None = None  # the ext_proc port's TLS (the workers' side)
-    envoy_tls: ExtProcTls | None = None  # how a client reaches it (the launcher's checks)
     log_level: str = "info"
     metrics_dir: Path | None = None  # prometheus_client's multiprocess directory
 
@@ -159,7 +157,6 @@ class WorkerPool:
         self.workers = [Worker(i + 1, port) for i, port in enumerate(ports)]
         self._hooks = hooks or WorkerHooks()
         self._stopping = False
-        self._credentials = _credentials(settings.envoy_tls)
 
     @property
     def ports(self) -> list[int]:
@@ -234,7 +231,7 @@ class WorkerPool:
         assert worker.process is not None
         process = worker.process
         deadline = time.monotonic() + timeout_s
-        while not await self._serving(worker.address):
+        while not catches_sighup(_status(process.pid)):
             if process.returncode is not None:
                 raise WorkerStartError(
                     f"worker {worker.index} exited with status {process.returncode} "
@@ -295,29 +292,21 @@ class WorkerPool:
     def _report_serving(self) -> None:
         self._hooks.serving(sum(w.serving for w in self.workers))
 
-    async def _serving(self, address: str) -> bool:
-        """The worker's gRPC health service says SERVING (as Envoy's check asks it)."""
-        if self._credentials is None:
-            channel = grpc.aio.insecure_channel(address)
-        else:
-            credentials, server_name = self._credentials
-            options = [("grpc.ssl_target_name_override", server_name)]
-            channel = grpc.aio.secure_channel(address, credentials, options=options)
-        async with channel:
-            stub = health_pb2_grpc.HealthStub(channel)
-            try:
-                reply = await stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=1.0)
-            except grpc.aio.AioRpcError:
-                return False
-        return bool(reply.status == health_pb2.HealthCheckResponse.SERVING)
+
+def catches_sighup(status: str) -> bool:
+    """Whether a process's ``/proc/PID/status`` text lists SIGHUP among the signals it
+    catches (``SigCgt``, a hexadecimal mask whose bit N-1 is signal N)."""
+    for line in status.splitlines():
+        if line.startswith("SigCgt:"):
+            return bool(int(line.split()[1], 16) >> (signal.SIGHUP - 1) & 1)
+    return False
 
 
-def _credentials(tls: ExtProcTls | None) -> tuple[grpc.ChannelCredentials, str] | None:
-    if tls is None:
-        return None
-    return channel_credentials(tls.ca_file, tls.client_cert_file, tls.client_key_file), (
-        tls.server_name
-    )
+def _status(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/status").read_text(encoding="ascii", errors="replace")
+    except OSError:  # gone: the caller sees its exit status
+        return ""
 
 
 def _signal(process: asyncio.subprocess.Process, sig: int) -> None:
