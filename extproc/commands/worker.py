@@ -22,10 +22,8 @@ import signal
 import sys
 
 from extproc.commands.cli import main as cli_main
+from extproc.commands.workers import LAUNCHER_PID_ENV, LOG_LEVEL_ENV, WORKER_INDEX_ENV
 
-WORKER_INDEX_ENV = "EXTPROC_WORKER_INDEX"
-LAUNCHER_PID_ENV = "EXTPROC_WORKER_LAUNCHER_PID"
-LOG_LEVEL_ENV = "EXTPROC_LOG_LEVEL"
 _PR_SET_PDEATHSIG = 1
 
 

@@ -40,7 +40,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from extproc.commands.worker import LAUNCHER_PID_ENV, LOG_LEVEL_ENV, WORKER_INDEX_ENV
 from extproc.service.tls import TlsSettings
 
 log = logging.getLogger("extproc.commands.workers")
@@ -52,6 +51,10 @@ FIRST_RESTART_DELAY_S = 0.1
 MAX_RESTART_DELAY_S = 10.0
 STOP_MARGIN_S = 5.0
 METRICS_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
+# What a worker (extproc/commands/worker.py) reads from its environment.
+WORKER_INDEX_ENV = "EXTPROC_WORKER_INDEX"  # its number in the logs
+LAUNCHER_PID_ENV = "EXTPROC_WORKER_LAUNCHER_PID"  # whom to die with
+LOG_LEVEL_ENV = "EXTPROC_LOG_LEVEL"
 # Read by `extproc serve` for its defaults: a worker must not serve /metrics itself
 # (the launcher serves every worker's) nor listen where the launcher was told to.
 _LAUNCHER_ONLY_ENV = ("EXTPROC_METRICS", "EXTPROC_LISTEN")
