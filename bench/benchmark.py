@@ -131,8 +131,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         action=argparse.BooleanOptionalAction,
         default=None,
         help="also run F, Z and U, the do-nothing-processor floors, L, the library "
-        "floor, and T, the previous "
-        "two-stream pattern (default: on, off with --quick)",
+        "floor, T, the previous two-stream pattern, and S-a2 and S-n2, the capacity "
+        "table's 2-worker cases (default: on, off with --quick)",
     )
     parser.add_argument("--duration", type=int, help="seconds per cell (default 8, quick 1)")
     parser.add_argument("--repetitions", type=int, default=3, help="alternating repetitions (>= 1)")

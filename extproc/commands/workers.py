@@ -193,18 +193,19 @@ class WorkerPool:
                 worker.hangup_pending = True
 
     async def stop(self) -> None:
-        """SIGTERM to every worker, then wait for each (SIGKILL after the grace)."""
+        """SIGTERM to every worker, then wait for them (SIGKILL after the grace)."""
         self._stopping = True
         running = [w.process for w in self.workers if w.process and w.process.returncode is None]
         for process in running:
             _signal(process, signal.SIGTERM)
-        deadline = self.settings.grace_seconds + STOP_MARGIN_S
+        allowed = self.settings.grace_seconds + STOP_MARGIN_S
+        deadline = time.monotonic() + allowed
         for process in running:
             try:
-                await asyncio.wait_for(process.wait(), deadline)
+                await asyncio.wait_for(process.wait(), max(deadline - time.monotonic(), 0.0))
             except TimeoutError:
                 log.warning(
-                    "worker pid %d still running after %.0f s: killed", process.pid, deadline
+                    "worker pid %d still running after %.0f s: killed", process.pid, allowed
                 )
                 _signal(process, signal.SIGKILL)
                 await process.wait()
@@ -278,6 +279,11 @@ class WorkerPool:
             if self._stopping:
                 return
             await self._spawn(worker)
+            if self._stopping:  # stop() began while it was being started: not seen there
+                assert worker.process is not None
+                _signal(worker.process, signal.SIGTERM)
+                await worker.process.wait()
+                return
             try:
                 await self._wait_serving(worker, READY_TIMEOUT_S)
             except WorkerStartError as exc:
