@@ -90,15 +90,16 @@ class Gateway:
         """Each worker's current PID (the last started), by its number (1..N)."""
         return {int(m[1]): int(m[2]) for m in WORKER_STARTED.finditer(self.log())}
 
-    def streams_per_worker(self) -> dict[str, int]:
-        """Envoy's count of ext_proc streams sent to each address of its cluster."""
+    def streams_per_worker(self, stat: str = "rq_total") -> dict[str, int]:
+        """Envoy's count of ext_proc streams sent to each address of its cluster
+        (``rq_active``: those open now)."""
         text = http("GET", f"{self.admin_url}/clusters", timeout=5).body.decode()
         counts = {}
         for line in text.splitlines():
             name, _, rest = line.partition("::")
-            address, _, stat = rest.partition("::")
-            if name == "extproc" and stat.startswith("rq_total::"):
-                counts[address] = int(stat.rpartition("::")[2])
+            address, _, value = rest.partition("::")
+            if name == "extproc" and value.startswith(f"{stat}::"):
+                counts[address] = int(value.rpartition("::")[2])
         return counts
 
     def stop(self, timeout: float = 20.0) -> int:

@@ -626,8 +626,6 @@ class SigtermTarget:
     """The processor to SIGTERM: its PID and port, how to wait for its exit (status,
     time), and the log whose "stopping:"/"stopped" lines time its drain."""
 
-    url: str
-    upstream: FakeUpstream
     pid: int
     port: int
     wait_exit: Callable[[float], tuple[int, float]]
@@ -635,7 +633,14 @@ class SigtermTarget:
     log_marker: str  # what starts the server's own log lines
 
 
-def serve_target(stack: Stack) -> SigtermTarget:
+@dataclass(frozen=True)
+class SigtermStack:
+    url: str
+    upstream: FakeUpstream
+    target: Callable[[], SigtermTarget]  # chosen once the requests are in flight
+
+
+def serve_stack(stack: Stack) -> SigtermStack:
     stack.ensure_up()
     serve = stack.serve
     assert serve is not None
@@ -644,34 +649,37 @@ def serve_target(stack: Stack) -> SigtermTarget:
         code = serve.wait(timeout_s)
         return code, time.monotonic()
 
-    return SigtermTarget(
-        stack.url, stack.upstream, serve.pid, stack.grpc_port, wait_exit, stack.serve_log, ""
-    )
+    target = SigtermTarget(serve.pid, stack.grpc_port, wait_exit, stack.serve_log, "")
+    return SigtermStack(stack.url, stack.upstream, lambda: target)
 
 
-def worker_target(run: RunStack) -> SigtermTarget:
+def worker_stack(run: RunStack) -> SigtermStack:
+    """SIGTERM goes to the worker holding the most streams now (Envoy chose where)."""
     run.ensure_up()
-    pid, address = run.worker(1)
 
-    def wait_exit(timeout_s: float) -> tuple[int, float]:
-        deadline = time.monotonic() + timeout_s
-        exited = f"worker 1 (pid {pid}) exited with status "
-        while exited not in run.gateway.log():
-            assert time.monotonic() < deadline, f"worker pid {pid} did not exit"
-            time.sleep(0.02)
-        when = time.monotonic()
-        status = run.gateway.log().split(exited, 1)[1].split()[0]
-        return int(status), when
+    def target() -> SigtermTarget:
+        addresses = run.gateway.extproc_addresses
+        active = run.gateway.streams_per_worker("rq_active")
+        busiest = max(addresses, key=lambda a: active.get(a, 0))
+        assert active.get(busiest, 0) > 0, active
+        index = 1 + addresses.index(busiest)
+        pid, _ = run.worker(index)
 
-    return SigtermTarget(
-        run.url,
-        run.upstream,
-        pid,
-        int(address.rsplit(":", 1)[1]),
-        wait_exit,
-        run.gateway.log,
-        "worker 1: extproc.service.server: ",
-    )
+        def wait_exit(timeout_s: float) -> tuple[int, float]:
+            deadline = time.monotonic() + timeout_s
+            exited = f"worker {index} (pid {pid}) exited with status "
+            while exited not in run.gateway.log():
+                assert time.monotonic() < deadline, f"worker pid {pid} did not exit"
+                time.sleep(0.02)
+            when = time.monotonic()
+            status = run.gateway.log().split(exited, 1)[1].split()[0]
+            return int(status), when
+
+        port = int(busiest.rsplit(":", 1)[1])
+        marker = f"worker {index}: extproc.service.server: "
+        return SigtermTarget(pid, port, wait_exit, run.gateway.log, marker)
+
+    return SigtermStack(run.url, run.upstream, target)
 
 
 @pytest.fixture(
@@ -680,41 +688,49 @@ def worker_target(run: RunStack) -> SigtermTarget:
 def sigterm_run(request: pytest.FixtureRequest) -> SigtermRun:
     """One SIGTERM under load, shared by the tests that read it: ``CLIENTS`` requests
     are held by a slow upstream (so they are in flight: past the ext_proc request
-    phase, waiting for their answer) when `extproc serve` (or one worker of `extproc
-    run --workers 2`, which then holds part of them) gets SIGTERM."""
+    phase, waiting for their answer) when `extproc serve` (or the worker of `extproc
+    run --workers 2` that holds most of them) gets SIGTERM."""
     if request.param == 1:
-        target = serve_target(request.getfixturevalue("stack_once"))
+        stack = serve_stack(request.getfixturevalue("stack_once"))
     else:
-        target = worker_target(request.getfixturevalue("run_stack_once"))
-    target.upstream.fault = "slow"
-    target.upstream.slow_seconds = SLOW_S
+        stack = worker_stack(request.getfixturevalue("run_stack_once"))
+    stack.upstream.fault = "slow"
+    stack.upstream.slow_seconds = SLOW_S
+    in_flight: dict[int, Outcome] = {}
+
+    def send(i: int) -> None:
+        kind = "dims" if i % 2 else "query"
+        started = time.monotonic()
+        status, body, error = call(
+            stack.url, query_body(f"in flight {i}?", 256 if kind == "dims" else None)
+        )
+        in_flight[i] = Outcome(kind, started, time.monotonic(), status, body, error)
+
+    # The response rewrites first: their streams stay open on the server until the
+    # upstream answers, so the target is chosen among the processors holding them.
+    # Then the query-only ones.
+    threads = []
+    target: SigtermTarget | None = None
+    for kind in (1, 0):
+        for i in range(kind, CLIENTS, 2):
+            threads.append(threading.Thread(target=send, args=(i,)))
+            threads[-1].start()
+        deadline = time.monotonic() + 10
+        while len(stack.upstream.received) < len(threads):
+            assert time.monotonic() < deadline, "the requests did not reach the upstream"
+            time.sleep(0.005)
+        target = target or stack.target()
+    assert target is not None
     watch = HealthWatch(target.port)
     try:
         watch.wait_for("SERVING", timeout=5)
-        in_flight: dict[int, Outcome] = {}
-
-        def send(i: int) -> None:
-            kind = "dims" if i % 2 else "query"
-            started = time.monotonic()
-            status, body, error = call(
-                target.url, query_body(f"in flight {i}?", 256 if kind == "dims" else None)
-            )
-            in_flight[i] = Outcome(kind, started, time.monotonic(), status, body, error)
-
-        threads = [threading.Thread(target=send, args=(i,)) for i in range(CLIENTS)]
-        for thread in threads:
-            thread.start()
-        deadline = time.monotonic() + 10
-        while len(target.upstream.received) < CLIENTS:
-            assert time.monotonic() < deadline, "the requests did not reach the upstream"
-            time.sleep(0.005)
         termed = time.monotonic()
         os.kill(target.pid, signal.SIGTERM)
         not_serving = watch.wait_for("NOT_SERVING", timeout=2)
         check_during_drain = health(target.port)
         watch.close()  # an open Watch is an RPC in flight too: it would hold the drain
         late_started = time.monotonic()
-        late = Outcome("query", late_started, 0.0, *call(target.url, query_body("late?"), 10))
+        late = Outcome("query", late_started, 0.0, *call(stack.url, query_body("late?"), 10))
         for thread in threads:
             thread.join(timeout=SLOW_S + 10)
         exit_code, exited = target.wait_exit(GRACE_S + 5)
@@ -739,8 +755,8 @@ def sigterm_run(request: pytest.FixtureRequest) -> SigtermRun:
         f"{exit_code} after {exited - termed:.2f} s (grace {GRACE_S:g} s, upstream holds "
         f"requests {SLOW_S:g} s)"
     )
-    assert_upstream_saw_only_rewritten(target.upstream)
-    target.upstream.reset()
+    assert_upstream_saw_only_rewritten(stack.upstream)
+    stack.upstream.reset()
     return run
 
 
