@@ -1,8 +1,8 @@
 """Benchmark: what the ext_proc gateway adds on the request path.
 
     bench/setup.sh                          # once: wrk, nginx + njs from Debian (idempotent)
-    .venv/bin/python -m bench.run --quick   # ~1 min: 2 workloads, 3 x 1 s per cell (CI smoke)
-    .venv/bin/python -m bench.run           # ~13 min: 5 workloads, 3 x 8 s per cell
+    .venv/bin/python -m bench.run --quick   # ~2 min: 2 workloads, 3 x 1 s per cell (CI smoke)
+    .venv/bin/python -m bench.run           # ~40 min: 19 cases, 5 workloads, 3 x 8 s per cell
 
 Everything runs on 127.0.0.1 and stops by itself: every wrk run has a duration and a
 hard timeout, every wait has a deadline, the whole run has ``--max-runtime``, and
@@ -116,7 +116,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = command_parser(
         "python -m bench.run",
         __doc__,
-        "Full mode takes ~13 min on 2 cores (90 cells of 8 s); --quick ~1 min.",
+        "Full mode takes ~40 min on 2 cores (267 cells of 8 s); --quick ~2 min.",
     )
     parser.add_argument(
         "--quick",
