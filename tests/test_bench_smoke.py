@@ -1,4 +1,4 @@
-"""Smoke test of the benchmark harness: `python -m bench.run --quick` end to end (~1 min).
+"""Smoke test of the benchmark harness: `python -m bench.run --quick` end to end (~2 min).
 
 Starts the real pieces (nginx or node upstream, `extproc serve`, the floor processor,
 one Envoy per configuration, wrk) on loopback and checks that the JSON it writes covers
