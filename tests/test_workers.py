@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -229,24 +230,39 @@ def _wait_gone(pids: list[int], timeout_s: float) -> list[int]:
     return alive
 
 
-@pytest.fixture(params=[1, 2], ids=["1-worker", "2-workers"])
+@pytest.fixture(scope="module", params=[1, 2], ids=["1-worker", "2-workers"])
 def gateway(
-    request: pytest.FixtureRequest, upstream: FakeUpstream, qwen_dir: Path, tmp_path: Path
-) -> Gateway:
+    request: pytest.FixtureRequest,
+    upstream: FakeUpstream,
+    qwen_dir: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Gateway]:
     gw = start_gateway(
         upstream.url,
-        tmp_path,
+        tmp_path_factory.mktemp("gateway"),
         tokenizer_overrides=f"{QWEN_MODEL}={qwen_dir}",
         workers=request.param,
     )
-    request.addfinalizer(gw.stop)
-    return gw
+    yield gw
+    assert gw.stop() == 0, gw.log()
+
+
+def _metrics(gw: Gateway) -> str:
+    return http("GET", f"{gw.metrics_url}/metrics").body.decode()
 
 
 def test_metrics_count_the_requests_of_every_worker(
     gateway: Gateway, upstream: FakeUpstream
 ) -> None:
     workers = len(gateway.extproc_addresses)
+    before = _metrics(gateway)
+
+    def counted(name: str, **labels: str) -> float:
+        return metric_value(_metrics(gateway), name, **labels) - metric_value(
+            before, name, **labels
+        )
+
+    shares_before = gateway.streams_per_worker()
     sent = 24
     for i in range(sent):
         body = {"model": QWEN_MODEL, "input": f"doc {i}"}
@@ -255,13 +271,14 @@ def test_metrics_count_the_requests_of_every_worker(
         assert gateway.embeddings(body).status == 200
     bad = gateway.embeddings({"model": QWEN_MODEL, "input": "x", "dimensions": 0})
     assert bad.status == 400
-    text = http("GET", f"{gateway.metrics_url}/metrics").body.decode()
-    assert metric_value(text, "extproc_requests_total") == sent + 1
-    assert metric_value(text, "extproc_requests_total", outcome="rejected") == 1
-    assert metric_value(text, "extproc_responses_rewritten_total", kind="vectors") == sent // 2
+    text = _metrics(gateway)
+    assert counted("extproc_requests_total") == sent + 1
+    assert counted("extproc_requests_total", outcome="rejected") == 1
+    assert counted("extproc_responses_rewritten_total", kind="vectors") == sent // 2
+    assert counted("extproc_processing_seconds_count", phase="request") == sent + 1
     assert metric_value(text, "extproc_active_streams") == 0
-    assert metric_value(text, "extproc_processing_seconds_count", phase="request") == sent + 1
-    shares = gateway.streams_per_worker()
+    after = gateway.streams_per_worker()
+    shares = {address: after[address] - shares_before.get(address, 0) for address in after}
     assert len(shares) == workers
     if workers > 1:
         # Each worker served a share, and the one endpoint counted them all.
