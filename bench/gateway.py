@@ -61,7 +61,8 @@ def start_gateway(workdir: Path, upstream_port: int) -> Gateway:
     """`extproc run` in front of the upstream; returns once its ready line is logged."""
     port = free_port()
     log_path = workdir / "gateway.log"
-    upstream = ("--upstream", f"http://127.0.0.1:{upstream_port}")
+    # One ext_proc process, in `extproc run`'s own: the soak judges that process's RSS.
+    upstream = ("--upstream", f"http://127.0.0.1:{upstream_port}", "--workers", "1")
     process = spawn(extproc_command("run", port, 5, *upstream), log_path)
     gateway = Gateway(process, log_path, port)
     deadline = time.monotonic() + READY_TIMEOUT_S

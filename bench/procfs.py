@@ -43,6 +43,15 @@ def memory_kb(pid: int) -> dict[str, int]:
     return out
 
 
+def memory_kb_sum(pids: Iterable[int]) -> dict[str, int]:
+    """VmRSS and VmHWM added up over processes (those gone count 0)."""
+    total: dict[str, int] = {}
+    for pid in pids:
+        for key, value in memory_kb(pid).items():
+            total[key] = total.get(key, 0) + value
+    return total
+
+
 def rss_mb(pid: int) -> float:
     return memory_kb(pid).get("VmRSS", 0) / 1024
 

@@ -118,6 +118,41 @@ def targets_lines(targets: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def workers_targets_lines(targets: list[dict[str, Any]]) -> list[str]:
+    if not targets:
+        return []
+    lines = ["\ntargets (ext_proc workers vs one process, this run):"]
+    for t in targets:
+        lines.append(
+            f"  {t['target']:<36} {t['workload']:<8} {t['case']} {fmt(t['value'])} / "
+            f"{t['against']} {fmt(t['against_value'])} = {t['ratio']:.2f} "
+            f"(target {t['limit']}): {'met' if t['met'] else 'NOT met'}"
+        )
+    return lines
+
+
+def capacity_lines(rows: list[dict[str, Any]]) -> list[str]:
+    if not rows:
+        return []
+    head = ["workload", "path", "workers", "req/s", "ext_proc ms/req", "Envoy ms/req"]
+    head += ["ext_proc cores / 1k req/s", "+ Envoy"]
+    body = [
+        [
+            r["workload"],
+            r["path"],
+            str(r["workers"]),
+            f"{r['req_per_s']:,.0f}",
+            fmt(r["extproc_cpu_ms_per_req"]),
+            fmt(r["envoy_cpu_ms_per_req"]),
+            fmt(r["extproc_cores_per_1000_rps"]),
+            fmt(r["gateway_cores_per_1000_rps"]),
+        ]
+        for r in rows
+    ]
+    table = text_table(head, body, left={0, 1})
+    return ["\ncapacity (CPU per request at saturation; cores per 1,000 req/s):", table]
+
+
 def beyond_floor_lines(gaps: list[dict[str, Any]]) -> list[str]:
     if not gaps:
         return []

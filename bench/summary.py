@@ -187,3 +187,73 @@ def cpu_beyond_floor(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 }
             )
     return out
+
+
+# (what, case, against, workload, figure, at least): what more ext_proc processes buy.
+WORKERS_TARGETS = [
+    ("b2: full rewrite, 2 workers, req/s", "S-b2", "S-b", "sat-c16", "req_per_s", 1.25),
+]
+
+
+def workers_targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The 2-worker case against the same path with one ext_proc process, this run."""
+    get = {(r["case"], r["workload"]): r for r in rows}
+    out = []
+    for what, case, against, wl, key, limit in WORKERS_TARGETS:
+        mine, base = get.get((case, wl)), get.get((against, wl))
+        if not mine or not base or mine[key] is None or base[key] in (None, 0):
+            continue
+        ratio = mine[key] / base[key]
+        out.append(
+            {
+                "target": what,
+                "workload": wl,
+                "case": case,
+                "against": against,
+                "value": mine[key],
+                "against_value": base[key],
+                "ratio": ratio,
+                "limit": f">= {limit:g}",
+                "met": ratio >= limit,
+            }
+        )
+    return out
+
+
+# (path, case with one ext_proc process, case with two workers)
+CAPACITY_PATHS = [
+    ("plain request (no rewrite)", "S-a", "S-a2"),
+    ("native cut (upstream cuts dimensions)", "S-n", "S-n2"),
+    ("emulated full rewrite", "S-b", "S-b2"),
+]
+
+
+def capacity(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """CPU per request of ext_proc (all its processes) and Envoy on each shipped path,
+    with one ext_proc process and with two, per saturation workload of this run; in
+    cores per 1,000 req/s that is the same number (ms per request x 1,000 / 1,000)."""
+    get = {(r["case"], r["workload"]): r for r in rows}
+    out = []
+    for wl in dict.fromkeys(r["workload"] for r in rows):
+        if not wl.startswith("sat-"):
+            continue
+        for path, *cases in CAPACITY_PATHS:
+            for workers, case in zip((1, 2), cases, strict=True):
+                row = get.get((case, wl))
+                if not row or row["extproc_cpu_ms_per_req"] is None:
+                    continue
+                extproc, envoy = row["extproc_cpu_ms_per_req"], row["envoy_cpu_ms_per_req"]
+                out.append(
+                    {
+                        "path": path,
+                        "case": case,
+                        "workers": workers,
+                        "workload": wl,
+                        "req_per_s": row["req_per_s"],
+                        "extproc_cpu_ms_per_req": extproc,
+                        "envoy_cpu_ms_per_req": envoy,
+                        "extproc_cores_per_1000_rps": extproc,
+                        "gateway_cores_per_1000_rps": None if envoy is None else extproc + envoy,
+                    }
+                )
+    return out

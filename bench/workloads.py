@@ -26,7 +26,7 @@ UPSTREAM_DIMENSIONS = 1024
 class Case:
     key: str
     label: str
-    target: str  # "upstream" or an Envoy name: "B", "N", "S", "T", "F", "Z", "U"
+    target: str  # "upstream" or an Envoy name: "B", "N", "S", "S2", "T", "F", "Z", "U", ...
     request: str  # "plain" (a) or "rewrite" (b)
     uses_extproc: bool
     floor: bool = False  # served by floor_processor.py instead of `extproc serve`
@@ -37,7 +37,16 @@ class Case:
     # the policy says so (`upstream.native.dimensions`): `dimensions` is forwarded.
     native: bool = False
     comparison: bool = False  # a pattern no shipped config uses any more, run with the floors
+    # ext_proc server processes behind the case's Envoy: more than 1 are `extproc serve`
+    # workers of their own, in one Envoy cluster as `extproc run --workers N` renders it.
+    workers: int = 1
+    # For the capacity table only (bench/README.md): run with the floors, and only on
+    # ``workloads``.
+    capacity: bool = False
+    workloads: tuple[str, ...] = ()  # empty: every workload of the run
 
+
+SATURATION = ("sat-c16", "sat-c64")
 
 CASES = [
     Case("A", "A upstream direct", "upstream", "plain", False),
@@ -45,7 +54,18 @@ CASES = [
     Case("N-a", "N naive, no rewrite", "N", "plain", True),
     Case("N-b", "N naive, full rewrite", "N", "rewrite", True),
     Case("S-a", "S shipped, no rewrite", "S", "plain", True),
+    Case(
+        "S-a2",
+        "S shipped, no rewr., 2 wkr",
+        "S2",
+        "plain",
+        True,
+        workers=2,
+        capacity=True,
+        workloads=SATURATION,
+    ),
     Case("S-b", "S shipped, full rewrite", "S", "rewrite", True),
+    Case("S-b2", "S shipped, full r., 2 wkr", "S2", "rewrite", True, workers=2),
     Case("F-a", "F floor of S, no rewrite", "F", "plain", True, floor=True),
     Case("F-b", "F floor of S, full rewr.", "F", "rewrite", True, floor=True),
     Case("Z-a", "Z floor of N, no rewrite", "Z", "plain", True, floor=True),
@@ -53,6 +73,17 @@ CASES = [
     Case("L-a", "L library floor, no rewr.", "L", "plain", True, floor=True, library=True),
     Case("L-b", "L library floor, full r.", "L", "rewrite", True, floor=True, library=True),
     Case("S-n", "S shipped, native dims", "S-n", "rewrite", True, native=True),
+    Case(
+        "S-n2",
+        "S shipped, native, 2 wkr",
+        "S-n2",
+        "rewrite",
+        True,
+        native=True,
+        workers=2,
+        capacity=True,
+        workloads=SATURATION,
+    ),
     Case("F-n", "F floor of S, native dims", "F-n", "rewrite", True, floor=True, native=True),
     Case("T-b", "T two streams, full rewr.", "T", "rewrite", True, comparison=True),
     Case("U-b", "U floor of T, full rewr.", "U", "rewrite", True, floor=True),

@@ -5,6 +5,7 @@ stopped by its own PID."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -21,6 +22,8 @@ import orjson
 from extproc.service.net import free_port
 
 READY_TIMEOUT_S = 90.0
+# The launcher's log line for each worker process it starts (extproc/commands/workers.py).
+WORKER_STARTED = re.compile(r"worker (\d+) started \(pid (\d+), 127\.0\.0\.1:(\d+)\)")
 
 
 @dataclass(frozen=True)
@@ -70,6 +73,35 @@ class Gateway:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
 
+    @property
+    def admin_url(self) -> str:
+        match = re.search(r"admin (127\.0\.0\.1:\d+)", self.ready_line)
+        assert match, self.ready_line
+        return f"http://{match.group(1)}"
+
+    @property
+    def extproc_addresses(self) -> list[str]:
+        """The ext_proc server's address, or each worker's, from the ready line."""
+        match = re.search(r"ext_proc ([\d.:,]+)", self.ready_line)
+        assert match, self.ready_line
+        return [address for address in match.group(1).split(",") if address]
+
+    def worker_pids(self) -> dict[int, int]:
+        """Each worker's current PID (the last started), by its number (1..N)."""
+        return {int(m[1]): int(m[2]) for m in WORKER_STARTED.finditer(self.log())}
+
+    def streams_per_worker(self, stat: str = "rq_total") -> dict[str, int]:
+        """Envoy's count of ext_proc streams sent to each address of its cluster
+        (``rq_active``: those open now)."""
+        text = http("GET", f"{self.admin_url}/clusters", timeout=5).body.decode()
+        counts = {}
+        for line in text.splitlines():
+            name, _, rest = line.partition("::")
+            address, _, value = rest.partition("::")
+            if name == "extproc" and value.startswith(f"{stat}::"):
+                counts[address] = int(value.rpartition("::")[2])
+        return counts
+
     def stop(self, timeout: float = 20.0) -> int:
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
@@ -91,9 +123,12 @@ def start_gateway(
     extproc: Sequence[str] = (sys.executable, "-m", "extproc"),
     env: Mapping[str, str] | None = None,
     cwd: Path | None = None,
+    workers: int = 1,
 ) -> Gateway:
     """``extproc run`` (``extproc`` is the command to start it with: this checkout's
-    by default) with ``env`` (default: this process's) from ``cwd``."""
+    by default) with ``env`` (default: this process's) from ``cwd``. One ext_proc
+    server process (in `extproc run`'s own) unless ``workers`` asks for more: the
+    default would follow the machine's CPUs, and the suite starts many gateways."""
     listen_port, metrics_port = free_port(), free_port()
     argv = [
         *extproc,
@@ -106,6 +141,8 @@ def start_gateway(
         f"127.0.0.1:{metrics_port}",
         "--grace",
         "5",
+        "--workers",
+        str(workers),
         *(["--config", str(config)] if config else []),
         *(extra_args or []),
     ]

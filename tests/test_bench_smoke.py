@@ -1,4 +1,4 @@
-"""Smoke test of the benchmark harness: `python -m bench.run --quick` end to end (~1 min).
+"""Smoke test of the benchmark harness: `python -m bench.run --quick` end to end (~2 min).
 
 Starts the real pieces (nginx or node upstream, `extproc serve`, the floor processor,
 one Envoy per configuration, wrk) on loopback and checks that the JSON it writes covers
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-CASES = {"A", "B", "N-a", "N-b", "S-a", "S-b", "S-n"}
+CASES = {"A", "B", "N-a", "N-b", "S-a", "S-b", "S-b2", "S-n"}
 QUICK_WORKLOADS = {"seed-c1", "sat-c16"}
 
 
@@ -45,7 +45,7 @@ def run_bench(
 
 
 def test_quick_benchmark_writes_sane_json(tmp_path: Path) -> None:
-    run, result = run_bench(tmp_path, "--quick", max_runtime_s=110)
+    run, result = run_bench(tmp_path, "--quick", max_runtime_s=125)
     output = run.stdout + run.stderr
 
     assert result["complete"], output
@@ -70,12 +70,20 @@ def test_quick_benchmark_writes_sane_json(tmp_path: Path) -> None:
         else:
             assert row["extproc_cpu_ms_per_req"] > 0
             assert 0 < row["extproc_rss_mb"] < 2048
+    (workers_target,) = result["workers_targets"]
+    assert workers_target["case"] == "S-b2" and workers_target["against"] == "S-b"
+    assert workers_target["ratio"] > 0 and "target >= 1.25" in output
     for workload in QUICK_WORKLOADS:
         # Naive is all four phases by construction; shipped never sends more.
         assert rows[("N-a", workload)]["ext_proc_msgs_per_req"] == 4
         assert rows[("N-b", workload)]["ext_proc_msgs_per_req"] == 4
         assert rows[("S-a", workload)]["ext_proc_msgs_per_req"] <= 4
         assert rows[("S-b", workload)]["ext_proc_msgs_per_req"] <= 4
+        # Two workers: the same messages, whichever worker gets them.
+        assert (
+            rows[("S-b2", workload)]["ext_proc_msgs_per_req"]
+            == rows[("S-b", workload)]["ext_proc_msgs_per_req"]
+        )
         # The upstream cuts `dimensions` itself: no response phase.
         assert rows[("S-n", workload)]["ext_proc_msgs_per_req"] == 1
     assert "S shipped, full rewrite" in run.stdout

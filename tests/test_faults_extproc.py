@@ -1,6 +1,11 @@
 """Faults of the processes around the gateway: the ext_proc server
 SIGKILLed or SIGTERMed under load, Envoy killed and restarted under load.
 
+The SIGKILL and SIGTERM cases run twice: against `extproc serve` alone (below), and
+against one worker of `extproc run --workers 2` (tests/harness.py), whose launcher
+restarts it while Envoy sends its share to the other worker
+(extproc/commands/workers.py).
+
 A real stack on 127.0.0.1, shared by the tests of this module and repaired between
 them: `extproc serve` as its own process on a fixed port, a real Envoy rendered from
 envoy/standalone.yaml by extproc/commands/envoy_config.py (as `extproc run` does) pointing at
@@ -42,7 +47,7 @@ from extproc.commands.launcher import envoy_argv
 from extproc.core.policy import GatewayPolicy
 from tests.conftest import QWEN_MODEL, SHIPPED_QWEN_POLICY
 from tests.fake_upstream import FakeUpstream
-from tests.harness import free_port, http, metric_value
+from tests.harness import Gateway, free_port, http, metric_value, start_gateway
 
 INSTRUCTION = (
     "Instruct: Given a web search query, retrieve relevant passages that answer the query\nQuery:"
@@ -53,6 +58,11 @@ START_TIMEOUT_S = 60.0
 # From the restarted server's SERVING to the first 200: Envoy reconnecting. (The
 # restart itself, Python and the tokenizer loading, takes 3-20 s on a loaded 2-core box.)
 RECONNECT_BOUND_S = 5.0
+# With several workers, from a worker's death to the last request that can fail for it:
+# Envoy ejects it at the first stream that cannot reach it and its health check (every
+# second) keeps it out; only streams already on it, or started in that instant, fail.
+EJECT_BOUND_S = 2.0
+WORKERS = 2
 ENVELOPE_KEYS = {"message", "type", "param", "code"}
 
 
@@ -199,6 +209,62 @@ def stack(stack_once: Stack) -> Stack:
     return stack_once
 
 
+@dataclass
+class RunStack:
+    """`extproc run --workers 2` in front of its own fake Dynamo: the launcher's workers
+    are the processors; the test kills or stops one of them by PID."""
+
+    upstream: FakeUpstream
+    gateway: Gateway
+
+    @property
+    def url(self) -> str:
+        return f"{self.gateway.url}/v1/embeddings"
+
+    def worker(self, index: int) -> tuple[int, str]:
+        """(PID, address) of worker ``index`` as the launcher last started it."""
+        pid = self.gateway.worker_pids()[index]
+        return pid, self.gateway.extproc_addresses[index - 1]
+
+    def ensure_up(self) -> None:
+        """Every worker serving (restarted by the launcher if a test stopped one) and
+        the gateway answering 200."""
+        deadline = time.monotonic() + START_TIMEOUT_S
+        for address in self.gateway.extproc_addresses:
+            port = int(address.rsplit(":", 1)[1])
+            while health(port) != "SERVING":
+                assert self.gateway.process.poll() is None, self.gateway.log()
+                assert time.monotonic() < deadline, f"worker {address} not serving"
+                time.sleep(0.05)
+        while call(self.url, query_body("warm-up"))[0] != 200:
+            assert time.monotonic() < deadline, "the gateway did not answer 200"
+            time.sleep(0.1)
+        self.upstream.reset()
+
+
+@pytest.fixture(scope="module")
+def run_stack_once(qwen_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunStack]:
+    folder = tmp_path_factory.mktemp("faults-workers")
+    with FakeUpstream(flavour="dynamo", tokenizer_dir=qwen_dir) as upstream:
+        gateway = start_gateway(
+            upstream.url,
+            folder,
+            config=SHIPPED_QWEN_POLICY,
+            tokenizer_overrides=f"{QWEN_MODEL}={qwen_dir}",
+            workers=WORKERS,
+        )
+        try:
+            yield RunStack(upstream, gateway)
+        finally:
+            gateway.stop()
+
+
+@pytest.fixture
+def run_stack(run_stack_once: RunStack) -> RunStack:
+    run_stack_once.ensure_up()
+    return run_stack_once
+
+
 # -- clients -----------------------------------------------------------------------------
 
 
@@ -337,41 +403,108 @@ def assert_upstream_saw_only_rewritten(upstream: FakeUpstream) -> int:
 # -- 1. ext_proc SIGKILLed under load -------------------------------------------------------
 
 
-def test_extproc_sigkill_under_load_fails_closed_and_recovers(stack: Stack) -> None:
+@dataclass(frozen=True)
+class Recovery:
+    killed: float
+    serving: float  # the processor serves again
+    first_ok: float  # the first 200 through it after that
+    note: str
+
+
+def sigkill_serve(stack: Stack, load: Load) -> Recovery:
+    """`extproc serve` alone: clients meet the dead processor until the test restarts it."""
     assert stack.serve is not None
-    with Load(stack.url) as load:
-        load.wait_for(lambda o: o.status == 200, 2 * CLIENTS, timeout=30)
-        killed = time.monotonic()
-        os.kill(stack.serve.pid, signal.SIGKILL)
-        stack.serve.wait(5)
-        # Let the clients meet the dead processor for a while.
-        load.wait_for(lambda o: o.started > killed + 0.05, 2 * CLIENTS, timeout=10)
-        time.sleep(0.5)
-        restarted = time.monotonic()
-        stack.start_serve()  # the SAME port
-        serving = time.monotonic()
-        first_ok = load.wait_for(
-            lambda o: o.status == 200 and o.started > restarted, 1, timeout=RECONNECT_BOUND_S
-        )
-        load.wait_for(lambda o: o.status == 200 and o.started > first_ok, 2 * CLIENTS, timeout=10)
-    outcomes = load.snapshot()
-    print(
-        f"\n[sigkill] outcomes {summary(outcomes)}; restart -> SERVING {serving - restarted:.2f} s, "
-        f"SERVING seen -> first 200 {first_ok - serving:+.3f} s (health is polled every "
-        f"50 ms: <= 0 means at once), restart -> first 200 "
-        f"{first_ok - restarted:.2f} s, kill -> first 200 {first_ok - killed:.2f} s"
+    killed = time.monotonic()
+    os.kill(stack.serve.pid, signal.SIGKILL)
+    stack.serve.wait(5)
+    # Let the clients meet the dead processor for a while.
+    load.wait_for(lambda o: o.started > killed + 0.05, 2 * CLIENTS, timeout=10)
+    time.sleep(0.5)
+    restarted = time.monotonic()
+    stack.start_serve()  # the SAME port
+    serving = time.monotonic()
+    first_ok = load.wait_for(
+        lambda o: o.status == 200 and o.started > restarted, 1, timeout=RECONNECT_BOUND_S
     )
+    return Recovery(
+        killed,
+        serving,
+        first_ok,
+        f"restart -> SERVING {serving - restarted:.2f} s, restart -> first 200 "
+        f"{first_ok - restarted:.2f} s",
+    )
+
+
+def sigkill_worker(run: RunStack, load: Load) -> Recovery:
+    """A worker of `extproc run --workers 2`: the launcher restarts it on its port, and
+    Envoy sends it streams again once its health check passes."""
+    pid, address = run.worker(1)
+    killed = time.monotonic()
+    os.kill(pid, signal.SIGKILL)
+    deadline = killed + START_TIMEOUT_S
+    while f"worker 1 serving again (pid {run.gateway.worker_pids()[1]})" not in run.gateway.log():
+        assert time.monotonic() < deadline, run.gateway.log()
+        time.sleep(0.02)
+    serving = time.monotonic()
+    before = run.gateway.streams_per_worker()[address]
+    while run.gateway.streams_per_worker()[address] < before + CLIENTS:
+        assert time.monotonic() < serving + RECONNECT_BOUND_S, "Envoy never used it again"
+        time.sleep(0.02)
+    first_ok = time.monotonic()
+    assert run.gateway.worker_pids()[1] != pid
+    return Recovery(
+        killed, serving, first_ok, f"kill -> restarted worker serving {serving - killed:.2f} s"
+    )
+
+
+@pytest.fixture(params=[1, WORKERS], ids=["extproc-serve", f"run-{WORKERS}-workers"])
+def sigkilled(
+    request: pytest.FixtureRequest,
+) -> tuple[int, str, FakeUpstream, Callable[[Load], Recovery]]:
+    """(workers, url, upstream, kill-and-recover) of the stack under test."""
+    if request.param == 1:
+        stack: Stack = request.getfixturevalue("stack")
+        return 1, stack.url, stack.upstream, lambda load: sigkill_serve(stack, load)
+    run: RunStack = request.getfixturevalue("run_stack")
+    return WORKERS, run.url, run.upstream, lambda load: sigkill_worker(run, load)
+
+
+def test_extproc_sigkill_under_load_fails_closed_and_recovers(
+    sigkilled: tuple[int, str, FakeUpstream, Callable[[Load], Recovery]],
+) -> None:
+    workers, url, upstream, kill_and_recover = sigkilled
+    with Load(url) as load:
+        load.wait_for(lambda o: o.status == 200, 2 * CLIENTS, timeout=30)
+        recovery = kill_and_recover(load)
+        load.wait_for(
+            lambda o: o.status == 200 and o.started > recovery.first_ok, 2 * CLIENTS, timeout=10
+        )
+    outcomes = load.snapshot()
     failed = [o for o in outcomes if o.status != 200]
-    assert failed, "the kill did not reach any client: nothing was tested"
+    print(
+        f"\n[sigkill, {workers} worker(s)] outcomes {summary(outcomes)}; {recovery.note}; "
+        f"SERVING seen -> first 200 {recovery.first_ok - recovery.serving:+.3f} s (health is "
+        f"polled: <= 0 means at once), kill -> first 200 "
+        f"{recovery.first_ok - recovery.killed:.2f} s; failures started up to "
+        f"{max((o.started - recovery.killed for o in failed), default=0):+.3f} s after the kill"
+    )
+    if workers == 1:
+        assert failed, "the kill did not reach any client: nothing was tested"
+    else:
+        # The other worker took the load at once: only streams already on the dead
+        # one, or started in the instant before Envoy ejected it, failed.
+        assert all(o.started < recovery.killed + EJECT_BOUND_S for o in failed), summary(failed)
     for outcome in failed:
         assert_fail_closed(outcome)  # 503 envelope, never a cut connection or another 5xx
     for outcome in outcomes:
         if outcome.status == 200:
             assert_good_200(outcome)
-    assert assert_upstream_saw_only_rewritten(stack.upstream) >= 4 * CLIENTS
-    assert first_ok - serving < RECONNECT_BOUND_S
+    assert assert_upstream_saw_only_rewritten(upstream) >= 4 * CLIENTS
+    assert recovery.first_ok - recovery.serving < RECONNECT_BOUND_S
     # Recovered for good: everything after the first 200 is a 200 again.
-    assert all(o.status == 200 for o in outcomes if o.started > first_ok), summary(outcomes)
+    assert all(o.status == 200 for o in outcomes if o.started > recovery.first_ok), summary(
+        outcomes
+    )
 
 
 # -- 2. Envoy killed and restarted under load ------------------------------------------------
@@ -488,50 +621,122 @@ def _log_seconds(log: str, start: str, end: str) -> float:
 SLOW_S = 1.0  # how long the in-flight requests wait for the upstream
 
 
-@pytest.fixture(scope="module")
-def sigterm_run(stack_once: Stack) -> SigtermRun:
+@dataclass(frozen=True)
+class SigtermTarget:
+    """The processor to SIGTERM: its PID and port, how to wait for its exit (status,
+    time), and the log whose "stopping:"/"stopped" lines time its drain."""
+
+    pid: int
+    port: int
+    wait_exit: Callable[[float], tuple[int, float]]
+    log: Callable[[], str]
+    log_marker: str  # what starts the server's own log lines
+
+
+@dataclass(frozen=True)
+class SigtermStack:
+    url: str
+    upstream: FakeUpstream
+    target: Callable[[], SigtermTarget]  # chosen once the requests are in flight
+
+
+def serve_stack(stack: Stack) -> SigtermStack:
+    stack.ensure_up()
+    serve = stack.serve
+    assert serve is not None
+
+    def wait_exit(timeout_s: float) -> tuple[int, float]:
+        code = serve.wait(timeout_s)
+        return code, time.monotonic()
+
+    target = SigtermTarget(serve.pid, stack.grpc_port, wait_exit, stack.serve_log, "")
+    return SigtermStack(stack.url, stack.upstream, lambda: target)
+
+
+def worker_stack(run: RunStack) -> SigtermStack:
+    """SIGTERM goes to the worker holding the most streams now (Envoy chose where)."""
+    run.ensure_up()
+
+    def target() -> SigtermTarget:
+        addresses = run.gateway.extproc_addresses
+        active = run.gateway.streams_per_worker("rq_active")
+        busiest = max(addresses, key=lambda a: active.get(a, 0))
+        assert active.get(busiest, 0) > 0, active
+        index = 1 + addresses.index(busiest)
+        pid, _ = run.worker(index)
+
+        def wait_exit(timeout_s: float) -> tuple[int, float]:
+            deadline = time.monotonic() + timeout_s
+            exited = f"worker {index} (pid {pid}) exited with status "
+            while exited not in run.gateway.log():
+                assert time.monotonic() < deadline, f"worker pid {pid} did not exit"
+                time.sleep(0.02)
+            when = time.monotonic()
+            status = run.gateway.log().split(exited, 1)[1].split()[0]
+            return int(status), when
+
+        port = int(busiest.rsplit(":", 1)[1])
+        marker = f"worker {index}: extproc.service.server: "
+        return SigtermTarget(pid, port, wait_exit, run.gateway.log, marker)
+
+    return SigtermStack(run.url, run.upstream, target)
+
+
+@pytest.fixture(
+    scope="module", params=[1, WORKERS], ids=["extproc-serve", f"run-{WORKERS}-workers"]
+)
+def sigterm_run(request: pytest.FixtureRequest) -> SigtermRun:
     """One SIGTERM under load, shared by the tests that read it: ``CLIENTS`` requests
     are held by a slow upstream (so they are in flight: past the ext_proc request
-    phase, waiting for their answer) when `extproc serve` gets SIGTERM."""
-    stack = stack_once
-    stack.ensure_up()
-    assert stack.serve is not None
+    phase, waiting for their answer) when `extproc serve` (or the worker of `extproc
+    run --workers 2` that holds most of them) gets SIGTERM."""
+    if request.param == 1:
+        stack = serve_stack(request.getfixturevalue("stack_once"))
+    else:
+        stack = worker_stack(request.getfixturevalue("run_stack_once"))
     stack.upstream.fault = "slow"
     stack.upstream.slow_seconds = SLOW_S
-    watch = HealthWatch(stack.grpc_port)
-    try:
-        watch.wait_for("SERVING", timeout=5)
-        in_flight: dict[int, Outcome] = {}
+    in_flight: dict[int, Outcome] = {}
 
-        def send(i: int) -> None:
-            kind = "dims" if i % 2 else "query"
-            started = time.monotonic()
-            status, body, error = call(
-                stack.url, query_body(f"in flight {i}?", 256 if kind == "dims" else None)
-            )
-            in_flight[i] = Outcome(kind, started, time.monotonic(), status, body, error)
+    def send(i: int) -> None:
+        kind = "dims" if i % 2 else "query"
+        started = time.monotonic()
+        status, body, error = call(
+            stack.url, query_body(f"in flight {i}?", 256 if kind == "dims" else None)
+        )
+        in_flight[i] = Outcome(kind, started, time.monotonic(), status, body, error)
 
-        threads = [threading.Thread(target=send, args=(i,)) for i in range(CLIENTS)]
-        for thread in threads:
-            thread.start()
+    # The response rewrites first: their streams stay open on the server until the
+    # upstream answers, so the target is chosen among the processors holding them.
+    # Then the query-only ones.
+    threads = []
+    target: SigtermTarget | None = None
+    for kind in (1, 0):
+        for i in range(kind, CLIENTS, 2):
+            threads.append(threading.Thread(target=send, args=(i,)))
+            threads[-1].start()
         deadline = time.monotonic() + 10
-        while len(stack.upstream.received) < CLIENTS:
+        while len(stack.upstream.received) < len(threads):
             assert time.monotonic() < deadline, "the requests did not reach the upstream"
             time.sleep(0.005)
+        target = target or stack.target()
+    assert target is not None
+    watch = HealthWatch(target.port)
+    try:
+        watch.wait_for("SERVING", timeout=5)
         termed = time.monotonic()
-        stack.serve.send_signal(signal.SIGTERM)
+        os.kill(target.pid, signal.SIGTERM)
         not_serving = watch.wait_for("NOT_SERVING", timeout=2)
-        check_during_drain = health(stack.grpc_port)
+        check_during_drain = health(target.port)
         watch.close()  # an open Watch is an RPC in flight too: it would hold the drain
         late_started = time.monotonic()
         late = Outcome("query", late_started, 0.0, *call(stack.url, query_body("late?"), 10))
         for thread in threads:
             thread.join(timeout=SLOW_S + 10)
-        exit_code = stack.serve.wait(GRACE_S + 5)
-        exited = time.monotonic()
+        exit_code, exited = target.wait_exit(GRACE_S + 5)
     finally:
         watch.close()
-    log = stack.serve_log()
+    log = target.log()
     run = SigtermRun(
         in_flight=[in_flight[i] for i in sorted(in_flight)],
         late=late,
@@ -541,13 +746,14 @@ def sigterm_run(stack_once: Stack) -> SigtermRun:
         not_serving=not_serving,
         exited=exited,
         exit_code=exit_code,
-        drain_s=_log_seconds(log, "stopping:", "stopped"),
+        drain_s=_log_seconds(log, f"{target.log_marker}stopping:", f"{target.log_marker}stopped"),
     )
     print(
-        f"\n[sigterm] in flight {summary(run.in_flight)}, late {run.late.status}; health watch "
-        f"NOT_SERVING after {not_serving - termed:.3f} s (Check during the drain: "
-        f"{check_during_drain}); drain {run.drain_s:.2f} s; exit {exit_code} after "
-        f"{exited - termed:.2f} s (grace {GRACE_S:g} s, upstream holds requests {SLOW_S:g} s)"
+        f"\n[sigterm, {request.param} worker(s)] in flight {summary(run.in_flight)}, late "
+        f"{run.late.status}; health watch NOT_SERVING after {not_serving - termed:.3f} s "
+        f"(Check during the drain: {check_during_drain}); drain {run.drain_s:.2f} s; exit "
+        f"{exit_code} after {exited - termed:.2f} s (grace {GRACE_S:g} s, upstream holds "
+        f"requests {SLOW_S:g} s)"
     )
     assert_upstream_saw_only_rewritten(stack.upstream)
     stack.upstream.reset()

@@ -6,7 +6,9 @@ On 127.0.0.1, all started here and stopped by their own PIDs:
 - the fake Dynamo (``tests/fake_upstream.py``) and the fake legacy server
   (``tests/fake_legacy.py``), in this process;
 - the gateway: ``extproc run --metrics`` (Envoy + ext_proc) in front of the fake Dynamo,
-  with a copy of the shipped Qwen3 policy;
+  with a copy of the shipped Qwen3 policy; the whole module runs twice, with one ext_proc
+  process and with ``--workers 2`` (the launcher's /metrics adds up both workers'
+  metrics: one target either way);
 - the shadow set-up: ``extproc shadow`` (Envoy, ext_proc server, comparator) with the
   legacy server as baseline and the fake Dynamo as candidate, its ext_proc policy
   without the Qwen3 query instruction, so that query inputs mismatch (the seed's
@@ -193,7 +195,9 @@ class Shadow:
     http_url: str  # the comparator's /summary and /metrics
 
 
-def start_shadow(baseline: str, candidate: str, qwen_dir: Path, log_dir: Path) -> Shadow:
+def start_shadow(
+    baseline: str, candidate: str, qwen_dir: Path, log_dir: Path, workers: int
+) -> Shadow:
     """`extproc shadow` whose candidate-side policy has no query instruction."""
     policy = yaml.safe_load(SHIPPED_QWEN_POLICY.read_text())
     policy["models"][0]["prompts"] = {"query": "{text}"}
@@ -205,7 +209,7 @@ def start_shadow(baseline: str, candidate: str, qwen_dir: Path, log_dir: Path) -
         *("--baseline", baseline, "--candidate", candidate),
         *("--listen", f"127.0.0.1:{listen}", "--http", f"127.0.0.1:{http_port}"),
         *("--config", str(policy_path), "--tokenizer", f"{QWEN_MODEL}={qwen_dir}"),
-        *("--grace", "1"),
+        *("--grace", "1", "--workers", str(workers)),
     ]
     process = Process(argv, log_dir / "shadow.log")
     shadow = Shadow(process, f"http://127.0.0.1:{listen}", f"http://127.0.0.1:{http_port}")
@@ -465,9 +469,10 @@ def overload_round(envoy: Envoy, held: list[socket.socket]) -> list[Reply]:
     return replies
 
 
-def admission_round(gateway: Gateway, upstream: FakeUpstream) -> dict[int, int]:
-    """One large rewrite holds the gateway's whole admission budget while the upstream
-    is slow; the REFUSED_PER_ROUND requests sent meanwhile are refused."""
+def admission_round(gateway: Gateway, upstream: FakeUpstream, workers: int) -> dict[int, int]:
+    """One large rewrite per ext_proc process holds its whole admission budget (each
+    worker has its own) while the upstream is slow; the REFUSED_PER_ROUND requests sent
+    meanwhile are refused."""
     holder = {
         "model": QWEN_MODEL,
         "input": [f"Document {i}." for i in range(ADMISSION_HOLDER_INPUTS)],
@@ -479,20 +484,30 @@ def admission_round(gateway: Gateway, upstream: FakeUpstream) -> dict[int, int]:
     upstream.fault = "slow"
     upstream.slow_seconds = 2.0
     try:
-        with ThreadPoolExecutor(1) as pool:
-            held = pool.submit(gateway.embeddings, holder, timeout=60)
+        with ThreadPoolExecutor(2 * workers + 2) as pool:
+            held = []
             deadline = time.monotonic() + 20
-            while len(upstream.received) == arrived and time.monotonic() < deadline:
-                time.sleep(0.02)
-            assert len(upstream.received) > arrived, "the large rewrite never reached the upstream"
+            # Envoy picks the worker: a holder sent to one already full is refused
+            # (not counted here; the gateway's own metrics do) and sent again.
+            while len(upstream.received) - arrived < workers:
+                assert time.monotonic() < deadline, "the large rewrites never reached the upstream"
+                reached = len(upstream.received)
+                attempt = pool.submit(gateway.embeddings, holder, timeout=60)
+                while len(upstream.received) == reached and not attempt.done():
+                    assert time.monotonic() < deadline, "a large rewrite got no answer"
+                    time.sleep(0.02)
+                if len(upstream.received) > reached:
+                    held.append(attempt)
+                else:
+                    assert is_overloaded(attempt.result()), attempt.result()
             for _ in range(REFUSED_PER_ROUND):
                 reply = gateway.embeddings(small, timeout=30)
                 assert is_overloaded(reply), reply
                 statuses[reply.status] = statuses.get(reply.status, 0) + 1
-            assert held.result().status == 200
+            assert [h.result().status for h in held] == [200] * workers
     finally:
         upstream.fault = "none"
-    statuses[200] = statuses.get(200, 0) + 1
+    statuses[200] = statuses.get(200, 0) + workers
     return statuses
 
 
@@ -537,10 +552,14 @@ def gateway_admin(gateway: Gateway) -> str:
     return match.group(1)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="module", params=[1, 2], ids=["1-worker", "2-workers"])
 def evaluated(
-    qwen_dir: Path, qwen_policy: GatewayPolicy, tmp_path_factory: pytest.TempPathFactory
+    request: pytest.FixtureRequest,
+    qwen_dir: Path,
+    qwen_policy: GatewayPolicy,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Evaluated]:
+    workers: int = request.param
     started = time.monotonic()
     logs = tmp_path_factory.mktemp("observability")
     policy_copy = logs / "policy.yaml"
@@ -554,9 +573,10 @@ def evaluated(
             logs,
             config=policy_copy,
             tokenizer_overrides=f"{QWEN_MODEL}={qwen_dir}",
+            workers=workers,
         )
         cleanup.callback(gateway.stop)
-        shadow = start_shadow(legacy.url, upstream.url, qwen_dir, logs)
+        shadow = start_shadow(legacy.url, upstream.url, qwen_dir, logs, workers)
         cleanup.callback(shadow.process.stop)
         faults = start_processor_faults(upstream, qwen_dir, qwen_policy, logs)
         cleanup.callback(faults.envoy.process.stop)
@@ -594,7 +614,10 @@ def evaluated(
             if round_number == 1:
                 # A policy change the gateway reloads, where live reload exists.
                 policy_copy.write_text(policy_copy.read_text() + "# reloaded by the test\n")
-            for counted in (gateway_round(gateway, upstream), admission_round(gateway, upstream)):
+            for counted in (
+                gateway_round(gateway, upstream),
+                admission_round(gateway, upstream, workers),
+            ):
                 for status, count in counted.items():
                     statuses[status] = statuses.get(status, 0) + count
             sent_to_shadow += shadow_round(shadow)

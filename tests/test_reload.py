@@ -1,7 +1,9 @@
 """Live policy reload (extproc/service/reload.py).
 
 Through a real Envoy and `extproc run` (tests/harness.py), in front of the fake
-Dynamo: a model added to the watched file answers within 10 s; a broken file (bad
+Dynamo, with one ext_proc process and with two workers (`--workers 2`: each worker
+watches the file and gets SIGHUP, and reloads on its own, so every count and log line
+comes once per worker): a model added to the watched file answers within 10 s; a broken file (bad
 YAML, unknown field, unloadable tokenizer) is refused with one log line and the
 running policy keeps answering; a Kubernetes ConfigMap symlink swap is picked up even
 when the new file has the old one's size and mtime; a policy that needs larger Envoy
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import shutil
 import signal
 import statistics
@@ -105,11 +108,32 @@ def reloads(gw: Gateway, outcome: str) -> float:
     return metric_value(metrics(gw), "extproc_policy_reloads_total", outcome=outcome)
 
 
-def wait_for_count(gw: Gateway, outcome: str, above: float) -> None:
+def workers(gw: Gateway) -> int:
+    return len(gw.extproc_addresses)
+
+
+def wait_for_count(gw: Gateway, outcome: str, before: float) -> None:
+    """Until every worker has counted one more ``outcome`` reload than ``before``."""
     deadline = time.monotonic() + RELOAD_DEADLINE_S
-    while reloads(gw, outcome) <= above:
+    while reloads(gw, outcome) < before + workers(gw):
         assert time.monotonic() < deadline, f"no {outcome} reload within 10 s:\n{gw.log()}"
         time.sleep(0.1)
+    assert reloads(gw, outcome) == before + workers(gw)
+
+
+def reloaded_by(gw: Gateway, since: int) -> set[str]:
+    """Who logged "policy reloaded" among the log's lines from ``since`` on: each
+    worker names itself ("worker 2"); one process, "server"."""
+    found = set()
+    for line in gw.log().splitlines()[since:]:
+        match = re.search(r" INFO (worker \d+: )?extproc\.service\.reload: policy reloaded", line)
+        if match:
+            found.add(match.group(1)[:-2] if match.group(1) else "server")
+    return found
+
+
+def everyone(gw: Gateway) -> set[str]:
+    return {"server"} if workers(gw) == 1 else {f"worker {i}" for i in range(1, workers(gw) + 1)}
 
 
 def embed(gw: Gateway, model: str) -> int:
@@ -532,9 +556,12 @@ class ConfigMapVolume:
         shutil.rmtree(old)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="module", params=[1, 2], ids=["1-worker", "2-workers"])
 def watched(
-    upstream: FakeUpstream, qwen_dir: Path, tmp_path_factory: pytest.TempPathFactory
+    request: pytest.FixtureRequest,
+    upstream: FakeUpstream,
+    qwen_dir: Path,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[tuple[Gateway, ConfigMapVolume]]:
     root = tmp_path_factory.mktemp("configmap")
     volume = ConfigMapVolume(root, policy_yaml(QWEN_MODEL))
@@ -543,6 +570,7 @@ def watched(
         tmp_path_factory.mktemp("watched"),
         config=volume.path,
         tokenizer_overrides=f"{QWEN_MODEL}={qwen_dir}",
+        workers=request.param,
     )
     yield gw, volume
     assert gw.stop() == 0, gw.log()
@@ -553,13 +581,15 @@ def test_a_model_added_to_the_file_answers_within_10_seconds(
 ) -> None:
     gw, volume = watched
     assert embed(gw, ADDED) == 404
+    before, lines = reloads(gw, "reloaded"), len(gw.log().splitlines())
     written = time.monotonic()
     write_in_place(volume.path, policy_yaml(QWEN_MODEL, ADDED))
     latency = wait_until_answered(gw, ADDED, written)
     print(f"reload latency (file written -> new model answers): {latency:.2f} s")
-    assert embed(gw, QWEN_MODEL) == 200
-    assert reloads(gw, "reloaded") >= 1
-    assert "policy reloaded from" in gw.log()
+    wait_for_count(gw, "reloaded", before)  # every worker reloaded it, once
+    assert reloaded_by(gw, lines) == everyone(gw)
+    for _ in range(4 * workers(gw)):
+        assert embed(gw, ADDED) == 200 and embed(gw, QWEN_MODEL) == 200
 
 
 @pytest.mark.parametrize(
@@ -589,9 +619,11 @@ def test_a_broken_file_is_refused_and_the_running_policy_keeps_answering(
     wait_for_count(gw, "rejected", rejected)
     assert embed(gw, ADDED) == 200 and embed(gw, QWEN_MODEL) == 200
     time.sleep(2.5)  # more polls of the same broken file: no second line, no second count
-    (line,) = rejected_lines(gw)[lines:]
-    assert f"{volume.path}: {field}: " in line and reason in line, line
-    assert reloads(gw, "rejected") == rejected + 1
+    new_lines = rejected_lines(gw)[lines:]
+    assert len(new_lines) == workers(gw), new_lines  # one per worker
+    for line in new_lines:
+        assert f"{volume.path}: {field}: " in line and reason in line, line
+    assert reloads(gw, "rejected") == rejected + workers(gw)
 
 
 def test_a_configmap_swap_is_seen_even_with_the_same_size_and_mtime(
@@ -602,12 +634,15 @@ def test_a_configmap_swap_is_seen_even_with_the_same_size_and_mtime(
     old = volume.path.stat()
     swapped = policy_yaml(QWEN_MODEL, SWAPPED)
     assert len(swapped.encode()) == old.st_size  # only the inode and target tell
+    before = reloads(gw, "reloaded")
     written = time.monotonic()
     volume.update(swapped, mtime_ns=old.st_mtime_ns)
     assert volume.path.stat().st_mtime_ns == old.st_mtime_ns
     latency = wait_until_answered(gw, SWAPPED, written)
     print(f"reload latency (ConfigMap swap -> new model answers): {latency:.2f} s")
-    assert embed(gw, ADDED) == 404  # the swapped-in file no longer has it
+    wait_for_count(gw, "reloaded", before)
+    for _ in range(2 * workers(gw)):
+        assert embed(gw, ADDED) == 404  # the swapped-in file no longer has it
 
 
 def test_a_policy_needing_larger_envoy_limits_is_flagged(
@@ -624,15 +659,19 @@ def test_a_policy_needing_larger_envoy_limits_is_flagged(
         "grpc_message": 1,
         "precheck_markers": 0,
     }
-    (warning,) = [line for line in gw.log().splitlines() if "needs larger limits" in line]
-    assert "request body buffer 67108864 bytes > 8388608" in warning, warning
+    warnings = [line for line in gw.log().splitlines() if "needs larger limits" in line]
+    assert len(warnings) == workers(gw), warnings
+    for warning in warnings:
+        assert "request body buffer 67108864 bytes > 8388608" in warning, warning
     volume.update(policy_yaml(QWEN_MODEL))
-    wait_for_count(gw, "reloaded", count + 1)
+    wait_for_count(gw, "reloaded", count + workers(gw))
     assert metric_value(metrics(gw), "extproc_policy_envoy_limits_stale") == 0
     assert set(not_applied(gw).values()) == {0}
 
 
-def start_unwatched(upstream: FakeUpstream, qwen_dir: Path, tmp_path: Path) -> tuple[Gateway, Path]:
+def start_unwatched(
+    upstream: FakeUpstream, qwen_dir: Path, tmp_path: Path, worker_count: int = 1
+) -> tuple[Gateway, Path]:
     """`extproc run --no-watch` on a policy of its own (QWEN_MODEL only), and its path."""
     config = tmp_path / "policy.yaml"
     config.write_text(policy_yaml(QWEN_MODEL))
@@ -642,24 +681,30 @@ def start_unwatched(upstream: FakeUpstream, qwen_dir: Path, tmp_path: Path) -> t
         config=config,
         tokenizer_overrides=f"{QWEN_MODEL}={qwen_dir}",
         extra_args=["--no-watch"],
+        workers=worker_count,
     )
     return gw, config
 
 
+@pytest.mark.parametrize("worker_count", [1, 2], ids=["1-worker", "2-workers"])
 def test_sighup_reloads_an_unwatched_file(
-    upstream: FakeUpstream, qwen_dir: Path, tmp_path: Path
+    upstream: FakeUpstream, qwen_dir: Path, tmp_path: Path, worker_count: int
 ) -> None:
-    gw, config = start_unwatched(upstream, qwen_dir, tmp_path)
+    gw, config = start_unwatched(upstream, qwen_dir, tmp_path, worker_count)
     try:
         write_in_place(config, policy_yaml(QWEN_MODEL, ADDED))
         time.sleep(2.5)  # the watch would have loaded it by now
         assert embed(gw, ADDED) == 404
         assert reloads(gw, "reloaded") == 0
         sent = time.monotonic()
-        gw.process.send_signal(signal.SIGHUP)
+        gw.process.send_signal(signal.SIGHUP)  # to `extproc run`: it reaches every worker
         latency = wait_until_answered(gw, ADDED, sent)
         print(f"reload latency (SIGHUP -> new model answers): {latency:.2f} s")
-        assert reloads(gw, "reloaded") == 1 and "SIGHUP: reloading" in gw.log()
+        wait_for_count(gw, "reloaded", 0)
+        assert gw.log().count("SIGHUP: reloading") == worker_count
+        assert reloaded_by(gw, 0) == everyone(gw)
+        for _ in range(4 * worker_count):
+            assert embed(gw, ADDED) == 200
     finally:
         assert gw.stop() == 0, gw.log()
 

@@ -667,8 +667,10 @@ def test_latency_added_to_the_primary_path(stack: Stack, world: World) -> None:
     assert summary["status"]["mismatches"] == 0
 
 
-def test_extproc_shadow_launcher(world: World, qwen_dir: Path) -> None:
-    """`extproc shadow` (here `python -m extproc shadow`): one command, one line."""
+@pytest.mark.parametrize("workers", [1, 2], ids=["1-worker", "2-workers"])
+def test_extproc_shadow_launcher(world: World, qwen_dir: Path, workers: int) -> None:
+    """`extproc shadow` (here `python -m extproc shadow`): one command, one line; the
+    gateway's ext_proc server in it, or two workers behind its Envoy."""
     listen, http_port = free_port(), free_port()
     proc = Proc(
         [
@@ -688,8 +690,10 @@ def test_extproc_shadow_launcher(world: World, qwen_dir: Path) -> None:
             f"{QWEN_MODEL}={qwen_dir}",
             "--grace",
             "1",
+            "--workers",
+            str(workers),
         ],
-        world.logs / "launcher.log",
+        world.logs / f"launcher-{workers}.log",
     )
     try:
         line = proc.wait_line("extproc shadow ready:")
@@ -702,5 +706,6 @@ def test_extproc_shadow_launcher(world: World, qwen_dir: Path) -> None:
         wait_for(lambda: comparator.summary()["pairs"] >= len(requests), PAIRS_TIMEOUT_S, "pairs")
         result = report(comparator.url)
         assert result.returncode == 0, result.stdout + result.stderr
+        assert proc.log().count(" started (pid ") == (workers if workers > 1 else 0)
     finally:
         assert proc.stop() == 0, proc.log()

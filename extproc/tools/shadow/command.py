@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from extproc.commands.common import load_contract_or_report
-from extproc.commands.options import add_policy_options, add_server_options
+from extproc.commands.options import add_policy_options, add_server_options, add_workers_option
 
 if TYPE_CHECKING:
     from extproc.tools.parity import Thresholds
@@ -85,6 +85,7 @@ def add_parsers(subparsers: Any) -> None:
     arg("--envoy-concurrency", type=int, default=None)
     add_policy_options(shadow)
     add_server_options(shadow, metrics_env="EXTPROC_METRICS", grace_s=5.0)
+    add_workers_option(shadow)
     _comparator_args(shadow)
     shadow.set_defaults(shadow_handler=run_shadow)
 
@@ -164,7 +165,12 @@ def run_shadow(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    contract = load_contract_or_report(args.config, args.tokenizer)
+    from extproc.commands.cpus import cpus_available
+    from extproc.core.policy.loader import parse_tokenizer_overrides
+
+    workers = args.workers or cpus_available()
+    # Workers load the tokenizers themselves: here only the policy is needed.
+    contract = load_contract_or_report(args.config, args.tokenizer, tokenizers=workers == 1)
     if contract is None:
         return 2
     options = ShadowRunOptions(
@@ -182,6 +188,9 @@ def run_shadow(args: argparse.Namespace) -> int:
         envoy_concurrency=args.envoy_concurrency,
         upstream_timeout_s=args.upstream_timeout,
         gateway_template=args.gateway_template,
+        workers=workers,
+        policy_file=args.config,
+        tokenizer_overrides=parse_tokenizer_overrides(",".join(args.tokenizer)),
     )
     return main_shadow(contract, options)
 

@@ -1,6 +1,7 @@
 """``extproc shadow``: the whole shadow set-up on one machine, one command.
 
-Starts, in this process, the contract gateway's ext_proc server and a comparator;
+Starts, in this process, the contract gateway's ext_proc server (with ``--workers N``
+above 1, N worker processes instead: extproc/commands/workers.py) and a comparator;
 renders the shipped shadow config (``envoy/shadow.yaml``, or
 ``envoy/shadow-reverse.yaml`` with ``--reverse``) for the given baseline and
 candidate; starts Envoy; prints one line when everything is up. On SIGTERM or
@@ -13,12 +14,19 @@ import asyncio
 import contextlib
 import logging
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from extproc.commands.envoy_config import Upstream, load_template
-from extproc.commands.launcher import run_envoy, start_server
+from extproc.commands.launcher import (
+    ExtprocServers,
+    in_process_server,
+    run_envoy,
+    worker_processes,
+)
+from extproc.commands.workers import WorkerSettings, WorkerStartError
 from extproc.core.contract import Contract
 from extproc.service.net import free_port, split_host_port
 from extproc.service.server import stop_on_signals
@@ -45,6 +53,33 @@ class ShadowRunOptions:
     upstream_timeout_s: float = 300.0
     template: Path | None = None  # default: the shipped shadow(-reverse).yaml
     gateway_template: Path | None = None  # another gateway config for the candidate side
+    # ext_proc server processes of the gateway: 1 serves in this process; more run as
+    # workers that load ``policy_file`` (with ``tokenizer_overrides``) themselves.
+    workers: int = 1
+    policy_file: Path | None = None
+    tokenizer_overrides: Mapping[str, Path] = field(default_factory=dict)
+
+
+def gateway_servers(
+    contract: Contract, options: ShadowRunOptions
+) -> contextlib.AbstractAsyncContextManager[ExtprocServers]:
+    """The contract gateway's ext_proc server(s); the policy stays as started (no
+    watch), as in this process."""
+    if options.workers == 1:
+        return in_process_server(
+            contract, metrics_address=options.metrics_address, grace_seconds=options.grace_seconds
+        )
+    if options.policy_file is None:
+        raise ValueError("workers load the policy from a file: policy_file is needed")
+    settings = WorkerSettings(
+        count=options.workers,
+        config=options.policy_file,
+        tokenizer_overrides=options.tokenizer_overrides,
+        grace_seconds=options.grace_seconds,
+        watch=False,
+        log_level=logging.getLevelName(logging.getLogger().getEffectiveLevel()).lower(),
+    )
+    return worker_processes(settings, options.metrics_address)
 
 
 async def run_shadow(contract: Contract, options: ShadowRunOptions) -> int:
@@ -52,7 +87,7 @@ async def run_shadow(contract: Contract, options: ShadowRunOptions) -> int:
     compare_ready: asyncio.Future[tuple[int, int | None]] = (
         asyncio.get_running_loop().create_future()
     )
-    gateway_stop, compare_stop = asyncio.Event(), asyncio.Event()
+    compare_stop = asyncio.Event()
     compare_options = replace(options.compare, expect_noise=options.noise is not None)
     comparator = asyncio.create_task(
         serve_compare(
@@ -61,60 +96,51 @@ async def run_shadow(contract: Contract, options: ShadowRunOptions) -> int:
             on_ready=lambda grpc_port, http_port: compare_ready.set_result((grpc_port, http_port)),
         )
     )
-    servers: list[asyncio.Task[None]] = [comparator]
     try:
-        gateway, extproc_port = await start_server(
-            contract,
-            metrics_address=options.metrics_address,
-            grace_seconds=options.grace_seconds,
-            stop=gateway_stop,
-        )
-        servers.append(gateway)
-        waiting: set[asyncio.Future[Any]] = {comparator, compare_ready}
-        await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
-        if not compare_ready.done():
-            comparator.result()  # re-raises why it could not start
-            return 1
-        compare_port, http_port = compare_ready.result()
-        listen_host, listen_port = split_host_port(options.listen)
-        settings = ShadowEnvoySettings(
-            listen_host=listen_host,
-            listen_port=listen_port,
-            admin_port=free_port(),
-            shadow_port=free_port(),
-            noise_port=free_port(),
-            extproc_port=extproc_port,
-            compare=(("127.0.0.1", compare_port),),
-            baseline=options.baseline,
-            candidate=options.candidate,
-            noise=options.noise,
-            percent=options.percent,
-            candidate_gateway_port=free_port() if options.reverse else 0,
-            upstream_timeout_s=options.upstream_timeout_s,
-            legacy=options.legacy,
-        )
-        template = options.template or template_path(reverse=options.reverse)
-        gateway_config = (
-            load_template(options.gateway_template) if options.gateway_template else None
-        )
-        config = render_shadow(
-            load_template(template), settings, contract.policy, gateway=gateway_config
-        )
-        return await run_envoy(
-            config,
-            admin_port=settings.admin_port,
-            log_level=options.envoy_log_level,
-            concurrency=options.envoy_concurrency,
-            ready_line=lambda pid: _ready_line(options, settings, pid, http_port),
-            stop=stop,
-            servers=servers,
-        )
+        async with gateway_servers(contract, options) as gateway:
+            waiting: set[asyncio.Future[Any]] = {comparator, compare_ready}
+            await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+            if not compare_ready.done():
+                comparator.result()  # re-raises why it could not start
+                return 1
+            compare_port, http_port = compare_ready.result()
+            listen_host, listen_port = split_host_port(options.listen)
+            settings = ShadowEnvoySettings(
+                listen_host=listen_host,
+                listen_port=listen_port,
+                admin_port=free_port(),
+                shadow_port=free_port(),
+                noise_port=free_port(),
+                extproc_port=gateway.ports[0],
+                compare=(("127.0.0.1", compare_port),),
+                baseline=options.baseline,
+                candidate=options.candidate,
+                noise=options.noise,
+                percent=options.percent,
+                candidate_gateway_port=free_port() if options.reverse else 0,
+                upstream_timeout_s=options.upstream_timeout_s,
+                legacy=options.legacy,
+            )
+            template = options.template or template_path(reverse=options.reverse)
+            gateway_config = (
+                load_template(options.gateway_template) if options.gateway_template else None
+            )
+            config = render_shadow(
+                load_template(template), settings, contract.policy, gateway=gateway_config
+            )
+            return await run_envoy(
+                gateway.render_into(config),
+                admin_port=settings.admin_port,
+                log_level=options.envoy_log_level,
+                concurrency=options.envoy_concurrency,
+                ready_line=lambda pid: _ready_line(options, settings, pid, http_port),
+                stop=stop,
+                servers=(comparator, *gateway.watched),
+            )
     finally:
-        gateway_stop.set()
         compare_stop.set()
-        for task in servers:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        with contextlib.suppress(asyncio.CancelledError):
+            await comparator
 
 
 def _ready_line(
@@ -137,6 +163,9 @@ def _ready_line(
 def main_shadow(contract: Contract, options: ShadowRunOptions) -> int:
     try:
         return asyncio.run(run_shadow(contract, options))
+    except WorkerStartError as exc:  # the worker has logged why
+        log.error("%s: stopping", exc)
+        return 2
     except KeyboardInterrupt:
         return 130
     finally:
