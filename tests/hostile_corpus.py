@@ -23,7 +23,7 @@ Four outcomes:
   the stream and the codec resets it first (nothing comes back); ``enveloped_in``
   lists the shapes that answer each case. Either way: never the upstream, never a hang.
 - ``BODY_NEVER_ENDS``: the body declared is longer than the body sent. Nothing can
-  be decided until Envoy's request_timeout (300 s shipped), which then answers a
+  be decided until Envoy's request_timeout (60 s shipped), which then answers a
   408 envelope; never the upstream, never a 5xx.
 
 Decisions this corpus pins (request_json.py's docstring has the reasons):

@@ -161,6 +161,9 @@ def test_without_markers_there_is_no_precheck(qwen_dir: Path, tmp_path: Path) ->
 
 # -- one canonical path before routing; client codes for the codec's refusals ---------
 
+# How long a client may take to send its whole request (upload and request phase):
+# past it, a trickling upload loses its connection and the bytes it sent (408).
+REQUEST_RECEIVED_TIMEOUT = "60s"
 PATH_FIELDS = {
     "normalize_path": True,
     "merge_slashes": True,
@@ -243,6 +246,7 @@ def test_every_connection_manager_settles_the_path_before_routing(
             if name.startswith("envoyfilter-shadow-taps"):
                 continue  # inserts taps only, no connection manager patch
             assert {k: hcm.get(k) for k in PATH_FIELDS} == PATH_FIELDS, name
+            assert hcm.get("request_timeout") == REQUEST_RECEIVED_TIMEOUT, name
             checked += 1
     assert checked >= 20, checked
 
@@ -257,6 +261,8 @@ def test_envoy_gateway_settles_the_path_before_routing() -> None:
         "escapedSlashesAction": "UnescapeAndForward",
         "disableMergeSlashes": False,
     }
+    received = policy["spec"]["timeout"]["http"]["requestReceivedTimeout"]
+    assert received == REQUEST_RECEIVED_TIMEOUT
 
 
 def test_every_local_reply_config_gives_the_codecs_refusals_client_codes(
