@@ -39,8 +39,12 @@ NATIVE = 1024
 DOCS = ["The harbour lights flickered.", "A ferry crossed the bay at dusk."]
 
 
-def policy_yaml(*, native: bool, profile: str = "LEGACY", check: bool = False) -> str:
+def policy_yaml(
+    *, native: bool, profile: str = "LEGACY", check: bool = False, truncate: bool = True
+) -> str:
     declared = ", native: {dimensions: true}" if native else ""
+    if not truncate:
+        declared = ", native: {truncate_prompt_tokens: false}"
     return (
         "models:\n"
         f"  - name: {MODEL}\n"
@@ -245,6 +249,25 @@ def test_gateway_truncation_kept_with_dimensions_forwarded(
     assert isinstance(doc["input"][0], list) and len(doc["input"][0]) == 1024
     assert "truncate_prompt_tokens" not in doc
     assert on_native.stats.truncated_inputs == on_emulated.stats.truncated_inputs == 1
+
+
+@pytest.mark.parametrize("value", [-1, 100])
+def test_truncate_prompt_tokens_is_forwarded_only_where_the_upstream_applies_it(
+    qwen_dir: Path, emulated: Contract, value: int
+) -> None:
+    """vLLM and Dynamo apply it (their adapters' default): forwarded. A policy that
+    says its upstream cannot: a 400 naming the field, never forwarded to be ignored."""
+    body = {"model": MODEL, "input": DOCS, "truncate_prompt_tokens": value}
+    assert sent(run(body, emulated), body)["truncate_prompt_tokens"] == value
+    text = policy_yaml(native=False, truncate=False)
+    cannot = load_contract(load_policy_text(text, tokenizer_overrides={MODEL: qwen_dir}))
+    assert not cannot.policy.models[MODEL].upstream.native.truncate_prompt_tokens
+    with pytest.raises(ApiError) as caught:
+        run(body, cannot)
+    assert (caught.value.status, caught.value.param) == (400, "truncate_prompt_tokens")
+    assert "not supported" in caught.value.message
+    del body["truncate_prompt_tokens"]
+    assert "truncate_prompt_tokens" not in sent(run(body, cannot), body)
 
 
 # -- through a real Envoy ----------------------------------------------------------

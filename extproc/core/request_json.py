@@ -415,9 +415,16 @@ def _optional_str(request: dict[str, Any], field: str) -> str | None:
 
 
 def _truncate_prompt_tokens(raw: Any, model: ModelPolicy, *, lenient: bool) -> int | None:
-    """vLLM's extension: forwarded, but a bad value is our 400, not Dynamo's 500."""
+    """vLLM's extension: forwarded, but a bad value is our 400, not Dynamo's 500. An
+    upstream the policy says cannot apply it would ignore it or fail on it: refused."""
     if raw is None:
         return None
+    if not model.upstream.native.truncate_prompt_tokens:
+        raise invalid_request(
+            "'truncate_prompt_tokens' is not supported for this model; leave it out "
+            f"(inputs over {model.max_tokens} tokens are cut to that limit anyway).",
+            param="truncate_prompt_tokens",
+        )
     value = lax_int(raw) if lenient else _strict_int(raw)
     if value is None or not (value == -1 or 1 <= value <= model.max_tokens):
         raise invalid_request(
