@@ -507,12 +507,27 @@ def test_load_material_names_the_bad_file(pki: Pki, tmp_path: Path) -> None:
         "does not match the certificate": TlsSettings(pki.server.cert, pki.client.key),
         "holds no PEM private key": TlsSettings(pki.server.cert, pki.server.cert),
         "not a PEM CA bundle": TlsSettings(pki.server.cert, pki.server.key, _junk_ca(tmp_path)),
-        "is a directory": TlsSettings(tmp_path, pki.server.key),
+        "resolves to a directory": TlsSettings(tmp_path, pki.server.key),
+        # Never opened in a way that blocks: a FIFO would wait for a writer forever.
+        "resolves to a FIFO": TlsSettings(pki.server.cert, _fifo(tmp_path)),
+        "resolves to a character device": TlsSettings(_dev_zero(tmp_path), pki.server.key),
     }
     for reason, settings in cases.items():
         with pytest.raises(TlsError, match=reason) as caught:
             load_material(settings)
         assert any(str(p) in str(caught.value) for p in settings.files()), caught.value
+
+
+def _fifo(tmp_path: Path) -> Path:
+    path = tmp_path / "key.fifo"
+    os.mkfifo(path)
+    return path
+
+
+def _dev_zero(tmp_path: Path) -> Path:
+    path = tmp_path / "cert.pem"
+    path.symlink_to("/dev/zero")
+    return path
 
 
 def _junk_ca(tmp_path: Path) -> Path:

@@ -3,6 +3,8 @@ whole text (the cut of a prefix may only change the words it falls in)."""
 
 from __future__ import annotations
 
+import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -10,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tokenizers import Tokenizer
 
-from extproc.core.policy.model import SpecialTokens
-from extproc.core.tokens import ModelTokenizer
+from extproc.core.policy.model import SpecialTokens, TokenizerSource
+from extproc.core.tokens import ModelTokenizer, TokenizerLoadError, load_tokenizer
 
 NEED = 1024
 
@@ -84,3 +86,33 @@ def test_uncertain_texts_are_those_not_certain_to_fit(
     for i, text in enumerate(texts):
         if i not in uncertain:
             assert len(raw.encode(text, add_special_tokens=False).ids) <= budget
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero", "directory"])
+def test_a_tokenizer_json_that_is_no_regular_file_is_refused_without_blocking(
+    tmp_path: Path, kind: str
+) -> None:
+    """A FIFO (opening it would wait for a writer), a device (reading it never ends)
+    or a directory where tokenizer.json should be: a TokenizerLoadError naming it, at
+    once (checked in a thread joined with a deadline, so a block fails the test)."""
+    target = tmp_path / "tokenizer.json"
+    {
+        "fifo": os.mkfifo,
+        "dev-zero": lambda p: p.symlink_to("/dev/zero"),
+        "directory": lambda p: p.mkdir(),
+    }[kind](target)
+    outcome: list[BaseException] = []
+
+    def load() -> None:
+        try:
+            load_tokenizer(TokenizerSource(path=tmp_path), SpecialTokens())
+        except BaseException as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=load, daemon=True)
+    thread.start()
+    thread.join(5.0)
+    assert not thread.is_alive(), "loading the tokenizer blocked"
+    (error,) = outcome
+    assert isinstance(error, TokenizerLoadError), error
+    assert str(target) in str(error) and "not a regular file: not read" in str(error)

@@ -21,6 +21,7 @@ from pathlib import Path
 from tokenizers import Tokenizer
 
 from extproc.core.policy.model import SpecialTokens, TokenizerSource
+from extproc.core.regular_file import FileRefusedError, read_regular_file
 
 # Prefix sizes for head-only tokenization: generous (most tokens cover < 8 chars),
 # and a too-small prefix only costs a retry with a 4x longer one.
@@ -34,6 +35,9 @@ _CALL_BYTES = 64 * 1024
 # first prefix means its words are huge (one "word" of a whole body of 'x' or of CJK
 # without punctuation), and such a word cannot be cut up: only tokenized whole.
 MAX_PREFIX_BYTES = 256 * 1024
+# Far above any real vocabulary's tokenizer.json (a few to a few tens of MB).
+MAX_TOKENIZER_JSON_BYTES = 256 * 1024 * 1024
+_WHAT = "a tokenizer.json"
 
 
 class TokenizerLoadError(RuntimeError):
@@ -278,18 +282,30 @@ def _specials_of(tokenizer: Tokenizer) -> tuple[tuple[int, ...], tuple[int, ...]
 def load_tokenizer(source: TokenizerSource, special: SpecialTokens) -> ModelTokenizer:
     path = _tokenizer_json(source)
     try:
-        tokenizer = Tokenizer.from_file(str(path))
+        # Read here, never by the library from the path: a FIFO or a device put where
+        # the file was must be refused, not block the loading thread forever.
+        data = read_regular_file(path, max_bytes=MAX_TOKENIZER_JSON_BYTES, what=_WHAT).data
+    except FileRefusedError as exc:
+        raise TokenizerLoadError(f"{path} {exc.reason}") from None
+    try:
+        tokenizer = Tokenizer.from_str(data.decode("utf-8"))
     except Exception as exc:  # the Rust library raises a bare Exception for a bad file
         raise TokenizerLoadError(f"{path} cannot be loaded: {exc}") from exc
     return ModelTokenizer(tokenizer, special)
 
 
+def tokenizer_json_bytes(path: Path) -> bytes:
+    """A tokenizer.json's bytes, read by the same rules (for tools that hash or parse
+    it themselves)."""
+    try:
+        return read_regular_file(path, max_bytes=MAX_TOKENIZER_JSON_BYTES, what=_WHAT).data
+    except FileRefusedError as exc:
+        raise TokenizerLoadError(f"{path} {exc.reason}") from None
+
+
 def _tokenizer_json(source: TokenizerSource) -> Path:
     if source.path is not None:
-        path = source.path / "tokenizer.json"
-        if not path.is_file():
-            raise TokenizerLoadError(f"{path} does not exist")
-        return path
+        return source.path / "tokenizer.json"
     assert source.hf_id is not None
     # Imported lazily: only HF-id sources need it. hf_hub_download honours
     # HF_HUB_OFFLINE and the shared HF cache, so a pre-downloaded model works air-gapped.

@@ -29,7 +29,11 @@ from typing import cast
 
 import grpc
 
+from extproc.core.regular_file import FileRefusedError, read_regular_file
 from extproc.service.metrics import TLS_RELOADS
+
+# A certificate chain or key is a few KiB; a CA bundle can hold a few hundred.
+MAX_PEM_BYTES = 4 * 1024 * 1024
 
 log = logging.getLogger("extproc.service.tls")
 
@@ -112,14 +116,14 @@ def ssl_reason(exc: ssl.SSLError) -> str:
 
 
 def read_file(path: Path, kind: str) -> bytes:
+    """A PEM file's bytes: a regular file only, never blocking (a FIFO or a device
+    put where a certificate was is refused, extproc/core/regular_file.py)."""
     try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise TlsError(f"{path}: no such file ({kind})") from None
-    except IsADirectoryError:
-        raise TlsError(f"{path}: is a directory, not a {kind} file") from None
-    except OSError as exc:
-        raise TlsError(f"{path}: cannot read the {kind}: {exc.strerror or exc}") from None
+        data = read_regular_file(path, max_bytes=MAX_PEM_BYTES, what=f"a {kind} file").data
+    except FileRefusedError as exc:
+        if not path.exists() and not path.is_symlink():
+            raise TlsError(f"{path}: no such file ({kind})") from None
+        raise TlsError(f"{path}: {exc.reason} ({kind})") from None
     problem = pem_problem(data, kind)
     if problem:
         raise TlsError(f"{path}: {problem}")

@@ -23,8 +23,11 @@ from tokenizers import Tokenizer
 from extproc.core.policy.model import SpecialTokens, TokenizerSource
 from extproc.core.policy.presets import presets
 from extproc.core.prompts import DOCUMENT_TYPES, QUERY_TYPES
-from extproc.core.tokens import ModelTokenizer, TokenizerLoadError
+from extproc.core.regular_file import FileRefusedError, read_regular_file
+from extproc.core.tokens import ModelTokenizer, TokenizerLoadError, tokenizer_json_bytes
 
+# A model's JSON configuration files (prompts, tokenizer options) are a few KiB.
+_CONFIG_BYTES = 1024 * 1024
 TEXT = "How do I reset a forgotten password on my account?"
 INSTRUCTION = "Given a customer question, retrieve the help-center passage that answers it"
 # Plain words, mostly one token each in every tokenizer: long inputs repeat them.
@@ -88,7 +91,7 @@ class LocalModel:
         path = _model_file(source, "tokenizer.json")
         if path is None:
             raise TokenizerLoadError(f"no tokenizer.json for {source.describe()}")
-        self.tokenizer = Tokenizer.from_file(str(path))
+        self.tokenizer = Tokenizer.from_str(tokenizer_json_bytes(path).decode("utf-8"))
         self.tokenizer.no_truncation()
         self.tokenizer.no_padding()
         prompts = _json(source, "config_sentence_transformers.json").get("prompts")
@@ -224,7 +227,8 @@ def _model_file(source: TokenizerSource, name: str) -> Path | None:
 def _json(source: TokenizerSource, name: str) -> dict[str, Any]:
     path = _model_file(source, name)
     try:
-        doc = json.loads(path.read_text(encoding="utf-8")) if path else {}
-    except (OSError, ValueError):
+        data = read_regular_file(path, max_bytes=_CONFIG_BYTES).data if path else b"{}"
+        doc = json.loads(data)
+    except (FileRefusedError, ValueError):
         return {}
     return doc if isinstance(doc, dict) else {}
