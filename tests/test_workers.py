@@ -11,6 +11,7 @@ reaching every worker in tests/test_reload.py.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -35,13 +36,16 @@ from extproc.commands.workers import (
     FIRST_RESTART_DELAY_S,
     MAX_RESTART_DELAY_S,
     STABLE_S,
+    WorkerPool,
     WorkerSettings,
+    WorkerStartError,
     catches_sighup,
     restart_delay,
     worker_argv,
     worker_env,
 )
 from extproc.core.policy import GatewayPolicy
+from extproc.service.net import free_port
 from extproc.service.tls import TlsSettings
 from tests.conftest import QWEN_MODEL
 from tests.fake_upstream import FakeUpstream
@@ -329,11 +333,11 @@ def test_sigterm_stops_envoy_then_drains_every_worker(
     assert "restarting" not in log and "Traceback" not in log
 
 
-def test_a_worker_that_cannot_start_stops_the_command(
+def test_a_policy_that_cannot_be_served_stops_the_command_before_any_worker(
     upstream: FakeUpstream, tmp_path: Path
 ) -> None:
-    """A tokenizer that does not load: the workers say why, the launcher stops before
-    starting Envoy, with status 2 and no process left."""
+    """A tokenizer that does not load: the launcher checks the whole contract first,
+    so one line says why, no worker and no Envoy start, status 2."""
     broken = tmp_path / "tokenizer"
     broken.mkdir()
     (broken / "tokenizer.json").write_text("{bad", encoding="utf-8")
@@ -350,8 +354,22 @@ def test_a_worker_that_cannot_start_stops_the_command(
         )
     text = log_path.read_text()
     assert run.returncode == 2, text
-    assert "tokenizer" in text and "before it served" in text, text
-    assert "extproc ready" not in text and "Traceback" not in text, text
+    (line,) = text.splitlines()
+    assert line.startswith("error: ") and f"{broken}/tokenizer.json cannot be loaded" in line
+    assert "worker" not in text and "extproc ready" not in text, text
+
+
+async def test_a_worker_that_cannot_start_stops_the_pool(tmp_path: Path) -> None:
+    """A worker that exits before it serves (here: its policy file is gone by the time
+    it reads it): start() says which and why, and no worker is left running."""
+    settings = WorkerSettings(2, tmp_path / "gone.yaml", grace_seconds=2)
+    pool = WorkerPool(settings, [free_port(), free_port()])
+    with pytest.raises(WorkerStartError, match="before it served") as caught:
+        await asyncio.wait_for(pool.start(), 120)
+    assert "worker 1" in str(caught.value) and "worker 2" in str(caught.value)
+    for pid in pool.pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
 
 
 def test_the_workers_go_when_the_launcher_is_killed(
