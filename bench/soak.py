@@ -89,7 +89,7 @@ from bench.processes import die_with_parent, sigterm_interrupts
 from bench.procfs import loadavg, memory_kb
 from bench.render import fmt, markdown_table, text_table
 from bench.sampler import Sampler
-from bench.verdict import verdict, verdict_lines
+from bench.soak_verdict import verdict, verdict_lines
 from bench.windows import REQUEST_TIMEOUT_S, check_requests, measure_window
 from bench.workloads import HERE
 from extproc.service.net import free_port

@@ -2,7 +2,7 @@
 vLLM embeddings frontend answer like the legacy server (or OpenAI) it replaces."""
 
 from extproc.core.contract import Contract, load_contract
-from extproc.core.errors import ApiError
+from extproc.core.error_envelope import ApiError
 from extproc.core.plan import Encoding, RequestStats, ResponsePlan
 from extproc.core.request_rewrite import Forward, rewrite_request
 from extproc.core.response_rewrite import ClientAnswer, rewrite_response

@@ -31,7 +31,7 @@ import orjson
 import pytest
 import yaml
 
-from extproc.core.errors import MAX_MESSAGE_CHARS
+from extproc.core.error_envelope import MAX_MESSAGE_CHARS
 from tests.conftest import QWEN_MODEL, REPO, SHIPPED_QWEN_POLICY
 from tests.fake_upstream import FakeUpstream
 from tests.harness import Gateway, http, metric_value, start_gateway

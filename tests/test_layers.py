@@ -3,8 +3,13 @@
 - core: the sans-I/O contract. It imports no grpc, no prometheus_client, no Envoy protos,
   and nothing from the layers above it.
 - service: the ext_proc shell around the core; it does not reach up into commands or tools.
-- tools: probe and shadow; they may use core, service and the shared command helpers, never
-  the CLI module itself (the CLI imports them).
+- tools: probe, shadow, learn and parity; they may use core, service and the shared
+  command helpers (the launcher, the Envoy config rendering, the workers), never a
+  command-line module: those run the tools, so they sit above them. The command-line
+  modules are listed here (COMMAND_LINE): cli, and each tool's command and launcher, which
+  live in extproc/commands/ beside the other commands; a commands module that imports a
+  tool must be one of them. A package's ``__main__`` is a command line of its own
+  (``python -m extproc.tools.shadow``) and may use one.
 - No module imports itself back through a cycle.
 """
 
@@ -83,9 +88,30 @@ def test_service_does_not_reach_up(name: str) -> None:
     assert not bad, f"{name} (service) imports {bad}"
 
 
-@pytest.mark.parametrize("name", [n for n in MODULES if layer(n) == "tools"])
-def test_tools_do_not_import_the_cli(name: str) -> None:
-    assert "extproc.commands.cli" not in internal_imports(name)
+COMMAND_LINE = frozenset(
+    f"extproc.commands.{name}" for name in ("cli", "probe", "learn", "shadow", "shadow_launcher")
+)
+
+
+@pytest.mark.parametrize(
+    "name", [n for n in MODULES if layer(n) == "tools" and not n.endswith(".__main__")]
+)
+def test_tools_do_not_import_the_command_line(name: str) -> None:
+    bad = sorted(internal_imports(name) & COMMAND_LINE)
+    assert not bad, f"{name} (tools) imports the command-line modules {bad}"
+
+
+@pytest.mark.parametrize("name", [n for n in MODULES if layer(n) == "commands"])
+def test_only_command_line_modules_import_tools(name: str) -> None:
+    tools = sorted(t for t in internal_imports(name) if layer(t) == "tools")
+    assert name in COMMAND_LINE or not tools, (
+        f"{name} imports the tools {tools}: only the command-line modules (COMMAND_LINE) "
+        "run the tools; the other commands modules are helpers the tools may use"
+    )
+
+
+def test_command_line_modules_exist() -> None:
+    assert not COMMAND_LINE - MODULES.keys(), sorted(COMMAND_LINE - MODULES.keys())
 
 
 def test_no_import_cycles() -> None:

@@ -17,15 +17,15 @@ from typing import Any
 
 import pytest
 
+from extproc.commands import learn as learn_command
 from extproc.commands.cli import _parser
 from extproc.core.policy import ModelPolicy, load_policy_file, load_policy_text
 from extproc.core.policy.model import EncodingProfile, Matryoshka, TokenizerSource
-from extproc.tools.learn import command
-from extproc.tools.learn.basics import learn_basics
+from extproc.tools.learn.basics_learner import learn_basics
 from extproc.tools.learn.local import LocalModel, Template, templates
 from extproc.tools.learn.session import Session, envelope_of
-from extproc.tools.learn.truncation import _cut_point
-from extproc.tools.learn.upstream import learn_max_tokens
+from extproc.tools.learn.truncation_learner import _cut_point
+from extproc.tools.learn.upstream_learner import learn_max_tokens
 from tests.conftest import QWEN_EOS, QWEN_MODEL, SHIPPED_QWEN_POLICY, qwen_tokenizer_dir
 from tests.fake_legacy import FakeLegacy
 from tests.fake_upstream import FakeUpstream
@@ -56,7 +56,7 @@ def learn(
             *extra,
         ]
     )
-    code = command.run(args)
+    code = learn_command.run(args)
     report = json.loads((out / "report.json").read_text(encoding="utf-8"))
     md = (out / "report.md").read_text(encoding="utf-8")
     assert report["result"]["exit_code"] == code
@@ -276,7 +276,7 @@ def test_no_baseline_is_inconclusive(dynamo: FakeUpstream, qwen_dir: Path, tmp_p
         ["learn", "--baseline", f"http://127.0.0.1:{free_port()}", "--candidate", dynamo.url,
          "--model", QWEN_MODEL, "--tokenizer", f"{QWEN_MODEL}={qwen_dir}", "--out", str(tmp_path)]
     )  # fmt: skip
-    assert command.run(args) == 2
+    assert learn_command.run(args) == 2
     assert not (tmp_path / "policy.yaml").exists()
     assert "connection refused" in (tmp_path / "report.md").read_text(encoding="utf-8")
 
@@ -290,11 +290,12 @@ def test_bad_arguments_exit_2(
         ["--candidate", "http://h:1", "--budget", "0"],
         ["--candidate", "http://h:1", "--preset", "nope"],
     ):
-        assert command.run(_parser().parse_args(base + extra)) == 2
+        assert learn_command.run(_parser().parse_args(base + extra)) == 2
     monkeypatch.setenv("ENVOY_BIN", "no-such-envoy-binary")
     qwen = ["--candidate", "http://h:1", "--preset", "qwen3-embedding-0.6b"]
     override = ["--tokenizer", f"Qwen/Qwen3-Embedding-0.6B={qwen_tokenizer_dir()}"]
-    assert command.run(_parser().parse_args(base + qwen + override)) == 2  # no Envoy to verify
+    # no Envoy to verify
+    assert learn_command.run(_parser().parse_args(base + qwen + override)) == 2
     err = capsys.readouterr().err
     assert err.count("error: ") == 4 and "ENVOY_BIN=no-such-envoy-binary" in err
     assert not (tmp_path / "report.md").exists()  # nothing was asked

@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel, ValidationError
 
 from extproc.core.contract import Contract
-from extproc.core.errors import ApiError
+from extproc.core.error_envelope import ApiError
 from extproc.core.lax import lax_int
 from extproc.core.request_rewrite import Forward, rewrite_request
 from tests.conftest import QWEN_MODEL, SHIPPED_QWEN_POLICY

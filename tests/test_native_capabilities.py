@@ -22,7 +22,7 @@ import orjson
 import pytest
 
 from extproc.core.contract import Contract, load_contract
-from extproc.core.errors import ApiError
+from extproc.core.error_envelope import ApiError
 from extproc.core.plan import Encoding, ResponsePlan
 from extproc.core.policy import load_policy_text
 from extproc.core.request_rewrite import Forward, rewrite_request

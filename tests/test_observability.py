@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 import extproc.service.metrics  # noqa: F401  (registers the gateway's metrics)
-from extproc.tools.shadow.metrics import ShadowMetrics
+from extproc.tools.shadow.comparator_metrics import ShadowMetrics
 from tests.conftest import REPO
 from tests.test_observability_live import DASHBOARD, MAY_LACK_DATA_UNTIL_RELOADS_ARE_COUNTED
 

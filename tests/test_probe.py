@@ -22,11 +22,11 @@ import numpy as np
 import orjson
 import pytest
 
+from extproc.commands import probe as probe_command
 from extproc.core.status import status_class
 from extproc.tools.parity import Answer, ExitCode, Thresholds, cosine
-from extproc.tools.probe import command
 from extproc.tools.probe.client import EmbeddingsClient, endpoint_url
-from extproc.tools.probe.contract import Cell, Probe, compare_row, error_text, observe
+from extproc.tools.probe.contract_table import Cell, Probe, compare_row, error_text, observe
 from extproc.tools.probe.corpus import (
     CorpusError,
     Item,
@@ -48,11 +48,11 @@ from extproc.tools.probe.latency import (
     figures,
     ratios,
 )
-from extproc.tools.probe.parity import CosineSet, ParityResult, SideSummary, compare_vectors
-from extproc.tools.probe.report import Meta, ProbeReport, cell, to_markdown
+from extproc.tools.probe.probe_report import Meta, ProbeReport, cell, to_markdown
+from extproc.tools.probe.readiness_checks import PROBE_THRESHOLDS, decide
 from extproc.tools.probe.stats import histogram, percentile, ratio, spread
 from extproc.tools.probe.svg import cosine_histogram, grouped_bars
-from extproc.tools.probe.verdict import PROBE_THRESHOLDS, decide
+from extproc.tools.probe.vector_parity import CosineSet, ParityResult, SideSummary, compare_vectors
 from tests.conftest import QWEN_EOS, QWEN_MODEL, SHIPPED_QWEN_POLICY
 from tests.fake_legacy import DEFAULT_TASK, FakeLegacy, qwen3_query
 from tests.fake_upstream import FakeUpstream
@@ -433,17 +433,17 @@ def test_markdown_and_html_rendering() -> None:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="extproc")
-    command.add_parser(parser.add_subparsers(dest="command", required=True))
+    probe_command.add_parser(parser.add_subparsers(dest="command", required=True))
     return parser
 
 
 def test_options() -> None:
     p = _parser()
-    quick = command.options_from(
+    quick = probe_command.options_from(
         p.parse_args(["probe", "--baseline", "http://a", "--candidate", "http://b", "--quick"])
     )
     assert quick.plan == QUICK_PLAN and quick.thresholds.min_cosine == 0.9995
-    full = command.options_from(
+    full = probe_command.options_from(
         p.parse_args(
             [
                 "probe",
@@ -469,10 +469,11 @@ def test_options() -> None:
         ["--header", "novalue"],
     ):
         with pytest.raises(ValueError):
-            command.options_from(
+            probe_command.options_from(
                 p.parse_args(["probe", "--baseline", "http://a", "--candidate", "http://b", *bad])
             )
-    assert command.run(p.parse_args(["probe", "--baseline", "a:1", "--candidate", "http://b"])) == 2
+    args = p.parse_args(["probe", "--baseline", "a:1", "--candidate", "http://b"])
+    assert probe_command.run(args) == 2
 
 
 # --------------------------------------------------------------------- the fake legacy server
@@ -560,7 +561,7 @@ def _probe(
     args = _parser().parse_args(
         ["probe", "--baseline", baseline, "--candidate", candidate, "--quick", "--out", str(out)]
     )
-    code = command.run(args)
+    code = probe_command.run(args)
     printed = capsys.readouterr().out
     md = (out / "report.md").read_text(encoding="utf-8")
     assert printed == md
@@ -669,7 +670,7 @@ def test_probe_without_baseline_is_inconclusive(
             str(tmp_path),
         ]
     )
-    assert command.run(args) == 2
+    assert probe_command.run(args) == 2
     md = capsys.readouterr().out
     assert "**Verdict: INCONCLUSIVE**" in md and "connection refused" in md
     assert "Not measured" in md
@@ -699,7 +700,7 @@ def test_probe_with_candidate_down_is_not_ready(
             str(tmp_path),
         ]
     )
-    assert command.run(args) == 1
+    assert probe_command.run(args) == 1
     md = capsys.readouterr().out
     assert "**Verdict: NOT READY**" in md
     assert "parity: the candidate embedded 0/40 documents" in md

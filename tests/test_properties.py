@@ -19,7 +19,7 @@ from hypothesis.extra import numpy as hnp
 from tokenizers import Tokenizer
 
 from extproc.core.contract import Contract
-from extproc.core.errors import ApiError
+from extproc.core.error_envelope import ApiError
 from extproc.core.plan import Encoding, ResponsePlan
 from extproc.core.request_rewrite import Forward, rewrite_request
 from extproc.core.response_rewrite import rewrite_response

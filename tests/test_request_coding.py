@@ -8,7 +8,7 @@ import gzip
 import pytest
 
 from extproc.core.contract import Contract
-from extproc.core.errors import ApiError
+from extproc.core.error_envelope import ApiError
 from extproc.core.request_coding import MAX_INFLATE_RATIO, BodyCoding
 from extproc.core.request_rewrite import rewrite_request
 

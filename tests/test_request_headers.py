@@ -5,7 +5,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from extproc.core.errors import ApiError
+from extproc.core.error_envelope import ApiError
 from extproc.core.request_headers import (
     UPSTREAM_PATH,
     check_content_encoding,

@@ -41,6 +41,7 @@ from extproc.tools.shadow import (
     judge,
     summarize,
 )
+from extproc.tools.shadow.comparator_server import CompareOptions, serve_compare
 from extproc.tools.shadow.envoy_render import (
     EMBEDDED_GATEWAY,
     REVERSE_TEMPLATE,
@@ -53,8 +54,7 @@ from extproc.tools.shadow.envoy_render import (
     routes_of,
 )
 from extproc.tools.shadow.half import digest
-from extproc.tools.shadow.report import render_report
-from extproc.tools.shadow.server import CompareOptions, serve_compare
+from extproc.tools.shadow.shadow_report import render_report
 from extproc.tools.shadow.tap import TapStream
 
 RNG = np.random.default_rng(7)

@@ -511,7 +511,7 @@ def test_the_silent_failure_is_caught_with_the_rewrite_off(world: World) -> None
 
 
 def report_from(summary: dict[str, Any]) -> str:
-    from extproc.tools.shadow.report import render_report
+    from extproc.tools.shadow.shadow_report import render_report
 
     return render_report(summary)
 

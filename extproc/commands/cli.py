@@ -14,6 +14,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from extproc.commands import learn as learn_command
+from extproc.commands import probe as probe_command
+from extproc.commands import shadow as shadow_command
 from extproc.commands.common import load_contract_or_report
 from extproc.commands.cpus import cpus_available
 from extproc.commands.envoy_config import DEFAULT_TEMPLATE, ExtProcTls, Upstream
@@ -44,9 +47,6 @@ from extproc.service.tls import (
     read_file,
     settings_from_flags,
 )
-from extproc.tools.learn import command as learn_command
-from extproc.tools.probe import command as probe_command
-from extproc.tools.shadow import command as shadow_command
 
 if TYPE_CHECKING:
     import grpc

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-from extproc.core.errors import ApiError, invalid_request, quoted
+from extproc.core.error_envelope import ApiError, invalid_request, quoted
 from extproc.core.policy.model import PromptTemplates
 
 QUERY_TYPES: Final = frozenset({"query", "search_query", "retrieval.query", "question"})

@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from extproc.core.errors import ApiError, invalid_request
+from extproc.core.error_envelope import ApiError, invalid_request
 
 METADATA_NAMESPACE: Final = "embgw.request"
 # How many times its size as sent Envoy's decoder lets a body grow before it stops:

@@ -34,7 +34,7 @@ from __future__ import annotations
 import re
 from typing import Final
 
-from extproc.core.errors import ApiError, invalid_request, quoted
+from extproc.core.error_envelope import ApiError, invalid_request, quoted
 from extproc.core.policy.model import Limits
 
 UPSTREAM_PATH: Final = "/v1/embeddings"

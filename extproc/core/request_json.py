@@ -26,7 +26,7 @@ from typing import Any, Final
 
 import orjson
 
-from extproc.core.errors import ApiError, invalid_request, quoted
+from extproc.core.error_envelope import ApiError, invalid_request, quoted
 from extproc.core.lax import lax_int
 from extproc.core.plan import Encoding
 from extproc.core.policy.model import EncodingProfile, GatewayPolicy, ModelPolicy

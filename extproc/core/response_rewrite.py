@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import orjson
 
 from extproc.core.embeddings_body import EmbeddingsBody
-from extproc.core.errors import ApiError, type_for_status
+from extproc.core.error_envelope import ApiError, type_for_status
 from extproc.core.plan import Encoding, ResponsePlan
 from extproc.core.status import is_success
 from extproc.core.upstream_errors import parse_upstream_error

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from extproc.core.errors import ApiError, invalid_request
+from extproc.core.error_envelope import ApiError, invalid_request
 from extproc.core.policy.model import Limits
 from extproc.core.tokens import (
     MAX_PREFIX_BYTES,

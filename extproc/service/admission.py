@@ -72,7 +72,7 @@ import heapq
 import math
 from dataclasses import dataclass, field
 
-from extproc.core.errors import SERVER_ERROR, ApiError
+from extproc.core.error_envelope import SERVER_ERROR, ApiError
 from extproc.core.plan import Encoding, ResponsePlan
 
 # Bytes per vector component as the upstream or the client sees it: base64 of a

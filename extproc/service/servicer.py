@@ -19,7 +19,7 @@ import grpc
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ep_grpc
 
-from extproc.core.errors import ApiError
+from extproc.core.error_envelope import ApiError
 from extproc.core.policy import Limits
 from extproc.service import metrics
 from extproc.service.admission import (

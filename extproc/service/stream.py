@@ -94,7 +94,7 @@ from envoy.type.v3 import http_status_pb2
 from google.protobuf import struct_pb2
 
 from extproc.core.contract import Contract
-from extproc.core.errors import ApiError
+from extproc.core.error_envelope import ApiError
 from extproc.core.plan import ResponsePlan
 from extproc.core.request_coding import METADATA_NAMESPACE, BodyCoding
 from extproc.core.request_headers import (

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from extproc.commands import learn as learn_command
 from extproc.commands.cli import _parser
 from extproc.core.policy import load_policy_file
 from extproc.core.policy.model import EncodingProfile, Matryoshka
-from extproc.tools.learn import command
 from tests.harness import free_port, http
 from tests.real_upstream import SERVED_MODEL, RealEnv, Stack, _server_env, _spawn, _wait
 
@@ -56,7 +56,7 @@ def test_learns_the_legacy_minilm_contract(
             str(tmp_path),
         ]
     )
-    code = command.run(args)
+    code = learn_command.run(args)
     report = json.loads((tmp_path / "report.json").read_text(encoding="utf-8"))
     assert code == 0, (report["problems"], upstream.logs())
     assert report["result"]["label"] == "READY"

@@ -2,8 +2,10 @@
 
 Modules, one concept each: ``session`` (the requests: budget, at most 4 in flight,
 the record), ``local`` (the tokenizer, the model's files, the candidate prompts and
-special tokens), one learner per aspect (``basics``, ``prompts``, ``truncation``,
-``dimensions``, ``profile``, ``upstream``), ``findings`` (what a learner concludes),
-``policy_file`` (the YAML), ``verify`` (the gateway against the baseline),
-``report`` (Markdown, JSON) and ``command`` (CLI).
+special tokens), one learner per aspect (``basics_learner``, ``prompts_learner``,
+``truncation_learner``, ``dimensions_learner``, ``profile_learner``,
+``upstream_learner``), ``probing_plan`` (every learner in order), ``findings`` (what a
+learner concludes), ``policy_file`` (the YAML), ``verify`` (the gateway against the
+baseline) and ``learn_report`` (Markdown, JSON). The command line is
+:mod:`extproc.commands.learn`.
 """

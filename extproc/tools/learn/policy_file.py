@@ -13,9 +13,9 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from extproc.tools.learn.basics import Basics
+from extproc.tools.learn.basics_learner import Basics
 from extproc.tools.learn.findings import Finding
-from extproc.tools.learn.plan import Learned
+from extproc.tools.learn.probing_plan import Learned
 
 # The policy key a finding is about, when its field's first part is not that key.
 _KEY_OF = {"model": "name", "instruction": "prompts", "input_type": "prompts"}

@@ -19,7 +19,7 @@ import orjson
 from extproc.core.vectors import FloatMatrix
 from extproc.tools.parity import Answer, cosine
 from extproc.tools.probe.client import DEFAULT_TIMEOUT_S, EmbeddingsClient, HttpResult
-from extproc.tools.probe.contract import error_text
+from extproc.tools.probe.contract_table import error_text
 
 Server = Literal["baseline", "candidate"]
 SERVERS: tuple[Server, ...] = ("baseline", "candidate")

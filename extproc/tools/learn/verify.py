@@ -32,16 +32,15 @@ from extproc.commands.launcher import run_envoy, start_server
 from extproc.core.contract import Contract
 from extproc.service.net import free_port
 from extproc.tools.learn.local import TEXT
-from extproc.tools.learn.plan import Learned
-from extproc.tools.learn.profile import requests
-from extproc.tools.learn.prompts import INSTRUCTION_ALONE
+from extproc.tools.learn.probing_plan import Learned
+from extproc.tools.learn.profile_learner import requests
+from extproc.tools.learn.prompts_learner import INSTRUCTION_ALONE
 from extproc.tools.learn.session import Session
 from extproc.tools.parity import Verdict
-from extproc.tools.probe.command import LONG_INPUT_TOKENS
-from extproc.tools.probe.contract import Probe, Row, default_probes, run_contract
-from extproc.tools.probe.corpus import load_corpus, long_text
-from extproc.tools.probe.parity import ParityResult, run_parity
-from extproc.tools.probe.verdict import PROBE_THRESHOLDS, decide
+from extproc.tools.probe.contract_table import Probe, Row, default_probes, run_contract
+from extproc.tools.probe.corpus import LONG_INPUT_TOKENS, load_corpus, long_text
+from extproc.tools.probe.readiness_checks import PROBE_THRESHOLDS, decide
+from extproc.tools.probe.vector_parity import ParityResult, run_parity
 
 T = TypeVar("T")
 # Requests the probe's default contract probes already make.

@@ -1,13 +1,13 @@
 """What the probe and shadow mode share: reading and comparing two servers' answers
 to the same embeddings request, and the verdict model.
 
-``compare`` reads an answer with the core's parsers (:class:`Answer`) and compares
-two of them (status class, vector count, cosine, dimensions and norm per input,
-``usage.prompt_tokens``); ``verdict`` holds the thresholds, checks and exit codes
-both tools report. Pure: no I/O.
+``answer_comparison`` reads an answer with the core's parsers (:class:`Answer`) and
+compares two of them (status class, vector count, cosine, dimensions and norm per input,
+``usage.prompt_tokens``); ``readiness_verdict`` holds the thresholds, checks and exit
+codes both tools report. Pure: no I/O.
 """
 
-from extproc.tools.parity.compare import (
+from extproc.tools.parity.answer_comparison import (
     Answer,
     Comparison,
     InputComparison,
@@ -16,7 +16,13 @@ from extproc.tools.parity.compare import (
     compare_inputs,
     cosine,
 )
-from extproc.tools.parity.verdict import Check, ExitCode, Thresholds, Verdict, cosine_check
+from extproc.tools.parity.readiness_verdict import (
+    Check,
+    ExitCode,
+    Thresholds,
+    Verdict,
+    cosine_check,
+)
 
 __all__ = [
     "Answer",

@@ -3,11 +3,8 @@
 Answers are read and compared, and judged, with :mod:`extproc.tools.parity`.
 
 Modules, one concept each: ``corpus`` (documents and queries), ``client`` (HTTP),
-``stats`` (percentiles, spreads), ``parity`` (section 1), ``contract`` (section 2),
-``latency`` (section 3), ``verdict`` (the checks, on the shared verdict model),
-``report`` (Markdown, JSON), ``html_report`` and ``svg`` (HTML page), ``command`` (CLI).
+``stats`` (percentiles, spreads), ``vector_parity`` (section 1), ``contract_table``
+(section 2), ``latency`` (section 3), ``readiness_checks`` (the checks, on the shared
+verdict model), ``probe_report`` (Markdown, JSON), ``html_report`` and ``svg`` (HTML
+page). The command line is :mod:`extproc.commands.probe`.
 """
-
-from extproc.tools.probe.command import add_parser, run
-
-__all__ = ["add_parser", "run"]

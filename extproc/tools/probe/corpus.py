@@ -17,6 +17,7 @@ from typing import Literal
 Kind = Literal["document", "query"]
 
 DEFAULT_CORPUS_NAME = "data/corpus.jsonl"
+LONG_INPUT_TOKENS = 3000  # the seed's "input over the limit" (the legacy limit is 1,024)
 MAX_LONG_INPUT_CHARS = 200_000  # hard cap on the "over the limit" probe's text
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from html import escape
 
-from extproc.tools.probe.contract import Row
+from extproc.tools.probe.contract_table import Row
 from extproc.tools.probe.latency import FIGURES, LatencyResult
-from extproc.tools.probe.report import (
+from extproc.tools.probe.probe_report import (
     FIGURE_LABELS,
     SEVERITY_MARK,
     ProbeReport,

@@ -5,15 +5,19 @@ ext_proc taps on both send copies of each exchange to one comparator
 (``extproc shadow-compare``), which pairs the two halves by ``x-request-id``,
 compares them input by input (with :mod:`extproc.tools.parity`) and serves a
 summary, Prometheus metrics and a verdict (``extproc shadow-report``).
-``extproc shadow`` runs it all on one machine.
+``extproc shadow`` runs it all on one machine (:mod:`extproc.commands.shadow_launcher`;
+the command lines: :mod:`extproc.commands.shadow`).
 
 The core is sans-I/O: :func:`extract_half` (bodies -> :class:`Half`),
-:func:`compare_pair` (halves -> :class:`PairResult`), :class:`PairStore`,
-:class:`Tally`, :func:`summarize` and :func:`judge`.
+:func:`compare_pair` (halves -> :class:`PairResult`, ``pair_comparison``),
+:class:`PairStore`, :class:`Tally`, :func:`summarize` and :func:`judge`; the
+:class:`~extproc.tools.shadow.comparator.Comparator` runs them with its
+``comparator_metrics``, and ``comparator_server`` serves it (``extproc shadow-compare``).
+``shadow_report`` renders a running comparator's summary (``extproc shadow-report``).
 """
 
-from extproc.tools.shadow.compare import InputResult, PairResult, Tolerances, compare_pair
 from extproc.tools.shadow.half import Half, InputKind, RawHalf, Role, extract_half
+from extproc.tools.shadow.pair_comparison import InputResult, PairResult, Tolerances, compare_pair
 from extproc.tools.shadow.store import Completed, Dropped, PairStore, StoreLimits
 from extproc.tools.shadow.summary import judge, summarize
 from extproc.tools.shadow.tally import Tally

@@ -5,7 +5,7 @@ import argparse
 import logging
 import sys
 
-from extproc.tools.shadow.command import add_parsers
+from extproc.commands.shadow import add_parsers
 
 parser = argparse.ArgumentParser(prog="python -m extproc.tools.shadow")
 add_parsers(parser.add_subparsers(dest="command", required=True))

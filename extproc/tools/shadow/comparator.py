@@ -10,9 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 from extproc.tools.parity import Thresholds
-from extproc.tools.shadow.compare import PairResult, Tolerances, compare_pair
+from extproc.tools.shadow.comparator_metrics import ShadowMetrics
 from extproc.tools.shadow.half import Half
-from extproc.tools.shadow.metrics import ShadowMetrics
+from extproc.tools.shadow.pair_comparison import PairResult, Tolerances, compare_pair
 from extproc.tools.shadow.store import Completed, Dropped, PairStore, StoreLimits
 from extproc.tools.shadow.summary import summarize
 from extproc.tools.shadow.tally import Tally

@@ -9,7 +9,7 @@ from typing import Any, Final
 from ddsketch import DDSketch
 
 from extproc.tools.parity import Check, Thresholds, Verdict, cosine_check
-from extproc.tools.shadow.compare import Tolerances
+from extproc.tools.shadow.pair_comparison import Tolerances
 from extproc.tools.shadow.tally import KindTally, Tally, TokenTally
 
 FORMAT: Final = 2

@@ -17,8 +17,8 @@ from typing import Any, Final
 
 from ddsketch import DDSketch
 
-from extproc.tools.shadow.compare import InputResult, PairResult
 from extproc.tools.shadow.half import InputKind
+from extproc.tools.shadow.pair_comparison import InputResult, PairResult
 
 WORST_SIZE: Final = 20
 EXAMPLES_SIZE: Final = 20

@@ -22,20 +22,26 @@ import orjson
 
 from extproc.tools.parity import ExitCode, Thresholds
 from extproc.tools.probe.client import DEFAULT_TIMEOUT_S, EmbeddingsClient, endpoint_url
-from extproc.tools.probe.contract import default_probes, run_contract
-from extproc.tools.probe.corpus import Corpus, CorpusError, batches, load_corpus, long_text
+from extproc.tools.probe.contract_table import default_probes, run_contract
+from extproc.tools.probe.corpus import (
+    LONG_INPUT_TOKENS,
+    Corpus,
+    CorpusError,
+    batches,
+    load_corpus,
+    long_text,
+)
 from extproc.tools.probe.html_report import to_html
 from extproc.tools.probe.latency import QUICK_PLAN, LatencyPlan, Request, run_latency
-from extproc.tools.probe.parity import BATCH_SIZE, run_parity
-from extproc.tools.probe.report import Meta, ProbeReport, to_json, to_markdown
-from extproc.tools.probe.verdict import PROBE_THRESHOLDS, decide
+from extproc.tools.probe.probe_report import Meta, ProbeReport, to_json, to_markdown
+from extproc.tools.probe.readiness_checks import PROBE_THRESHOLDS, decide
+from extproc.tools.probe.vector_parity import BATCH_SIZE, run_parity
 
 log = logging.getLogger("extproc.tools.probe")
 
 DEFAULT_MODEL = "Qwen/Qwen3-Embedding-0.6B"
 DEFAULT_OUT = Path("probe-report")
 DEFAULT_REPETITIONS = 3
-LONG_INPUT_TOKENS = 3000  # the seed's "input over the limit" (the legacy limit is 1,024)
 FALLBACK_TOKENS_PER_CHAR = 0.5  # when the baseline gave no usage to measure it
 MAX_REPETITIONS = 100
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from extproc.tools.learn.basics import Basics
+from extproc.tools.learn.basics_learner import Basics
 from extproc.tools.learn.findings import Confidence, Finding, finding, unknown
 from extproc.tools.learn.local import TEXT, LocalModel
 from extproc.tools.learn.session import Exchange, Session, first_true

@@ -19,7 +19,7 @@ from extproc.commands.options import add_policy_options, add_server_options, add
 
 if TYPE_CHECKING:
     from extproc.tools.parity import Thresholds
-    from extproc.tools.shadow.server import CompareOptions
+    from extproc.tools.shadow.comparator_server import CompareOptions
 
 
 def add_parsers(subparsers: Any) -> None:
@@ -111,7 +111,7 @@ def _threshold_args(parser: argparse.ArgumentParser) -> None:
 
 def run_compare(args: argparse.Namespace) -> int:
     from extproc.service.server import stop_on_signals
-    from extproc.tools.shadow.server import serve_compare
+    from extproc.tools.shadow.comparator_server import serve_compare
 
     options = _compare_options(args, args.listen, noise=args.noise)
 
@@ -133,7 +133,7 @@ def run_report(args: argparse.Namespace) -> int:
     """Exit 0 when ready, 1 when not ready, 2 when the comparator cannot be read."""
     import orjson
 
-    from extproc.tools.shadow.report import fetch_summary, render_report
+    from extproc.tools.shadow.shadow_report import fetch_summary, render_report
     from extproc.tools.shadow.summary import judge
 
     try:
@@ -153,7 +153,7 @@ def run_report(args: argparse.Namespace) -> int:
 
 def run_shadow(args: argparse.Namespace) -> int:
     from extproc.commands.envoy_config import Upstream
-    from extproc.tools.shadow.launcher import ShadowRunOptions, main_shadow
+    from extproc.commands.shadow_launcher import ShadowRunOptions, main_shadow
 
     try:
         baseline = Upstream.from_url(args.baseline)
@@ -196,8 +196,8 @@ def run_shadow(args: argparse.Namespace) -> int:
 
 
 def _compare_options(args: argparse.Namespace, listen: str, *, noise: bool) -> CompareOptions:
-    from extproc.tools.shadow.compare import Tolerances
-    from extproc.tools.shadow.server import CompareOptions
+    from extproc.tools.shadow.comparator_server import CompareOptions
+    from extproc.tools.shadow.pair_comparison import Tolerances
     from extproc.tools.shadow.store import StoreLimits
 
     return CompareOptions(

@@ -22,9 +22,9 @@ from __future__ import annotations
 from typing import Final
 
 from extproc.tools.parity import Check, Thresholds, Verdict
-from extproc.tools.probe.contract import Row
+from extproc.tools.probe.contract_table import Row
 from extproc.tools.probe.latency import LatencyResult
-from extproc.tools.probe.parity import ParityResult
+from extproc.tools.probe.vector_parity import ParityResult
 
 # Offline, on a fixed corpus, the probe can afford a stricter bar than live traffic.
 PROBE_THRESHOLDS: Final = Thresholds(min_cosine=0.9995)

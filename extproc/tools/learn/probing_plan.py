@@ -14,15 +14,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from extproc.core.policy.model import PromptTemplates, TokenizerSource
-from extproc.tools.learn.basics import Basics, learn_basics
-from extproc.tools.learn.dimensions import Dimensions, learn_dimensions
+from extproc.tools.learn.basics_learner import Basics, learn_basics
+from extproc.tools.learn.dimensions_learner import Dimensions, learn_dimensions
 from extproc.tools.learn.findings import Finding, unknown
 from extproc.tools.learn.local import LocalModel
-from extproc.tools.learn.profile import learn_profile
-from extproc.tools.learn.prompts import learn_prompts
+from extproc.tools.learn.profile_learner import learn_profile
+from extproc.tools.learn.prompts_learner import learn_prompts
 from extproc.tools.learn.session import BudgetSpentError, Session
-from extproc.tools.learn.truncation import learn_truncation
-from extproc.tools.learn.upstream import learn_kind, learn_max_tokens, survey
+from extproc.tools.learn.truncation_learner import learn_truncation
+from extproc.tools.learn.upstream_learner import learn_kind, learn_max_tokens, survey
 
 FALLBACK_MAX_TOKENS = 512  # written (marked) only when no limit was learned
 

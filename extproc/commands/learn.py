@@ -27,10 +27,10 @@ from extproc.core.policy.model import TokenizerSource
 from extproc.core.policy.presets import presets
 from extproc.core.tokens import TokenizerLoadError
 from extproc.tools.learn.findings import Finding, unknown
+from extproc.tools.learn.learn_report import NO_VERIFY, LearnReport, to_json, to_markdown
 from extproc.tools.learn.local import LocalModel
-from extproc.tools.learn.plan import Learned, learn
 from extproc.tools.learn.policy_file import policy_text
-from extproc.tools.learn.report import NO_VERIFY, LearnReport, to_json, to_markdown
+from extproc.tools.learn.probing_plan import Learned, learn
 from extproc.tools.learn.session import BudgetSpentError, Session
 from extproc.tools.learn.verify import Verification, upstream_root, verify
 from extproc.tools.probe.client import endpoint_url

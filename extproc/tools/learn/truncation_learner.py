@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from extproc.tools.learn.basics import EQUIVALENT, Basics
+from extproc.tools.learn.basics_learner import EQUIVALENT, Basics
 from extproc.tools.learn.findings import Confidence, Finding, cos, finding, unknown
 from extproc.tools.learn.local import LocalModel
 from extproc.tools.learn.session import Exchange, Session, first_true

@@ -10,7 +10,7 @@ from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from extproc.tools.shadow.compare import PairResult
+from extproc.tools.shadow.pair_comparison import PairResult
 
 COSINE_BUCKETS: Final = (0.0, 0.5, 0.8, 0.9, 0.95, 0.99, 0.995, 0.999, 0.9995, 0.9999, 0.99999, 1.0)
 RATIO_BUCKETS: Final = (0.1, 0.25, 0.5, 0.67, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0, 4.0, 10.0)

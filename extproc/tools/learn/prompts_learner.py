@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from extproc.core.policy.model import PromptTemplates
 from extproc.core.policy.presets import presets
-from extproc.tools.learn.basics import EQUIVALENT, Basics
+from extproc.tools.learn.basics_learner import EQUIVALENT, Basics
 from extproc.tools.learn.findings import Confidence, Finding, cos, finding, unknown
 from extproc.tools.learn.local import INSTRUCTION, TEXT, LocalModel, Template, templates
 from extproc.tools.learn.session import Exchange, Session

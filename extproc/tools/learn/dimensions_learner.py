@@ -20,7 +20,7 @@ import numpy as np
 
 from extproc.core.policy.presets import presets
 from extproc.core.vectors import truncate_renormalise
-from extproc.tools.learn.basics import EQUIVALENT, Basics
+from extproc.tools.learn.basics_learner import EQUIVALENT, Basics
 from extproc.tools.learn.findings import Finding, cos, finding
 from extproc.tools.learn.local import TEXT
 from extproc.tools.learn.session import Exchange, Server, Session, first_true

@@ -18,7 +18,7 @@ import orjson
 from extproc.tools.learn.findings import Finding
 from extproc.tools.learn.session import Exchange
 from extproc.tools.learn.verify import Verification
-from extproc.tools.probe.report import cell, contract_lines, parity_lines, verdict_lines
+from extproc.tools.probe.probe_report import cell, contract_lines, parity_lines, verdict_lines
 
 NO_VERIFY = "--no-verify was given"
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from extproc.tools.learn.basics import Basics
+from extproc.tools.learn.basics_learner import Basics
 from extproc.tools.learn.findings import Finding, finding
 from extproc.tools.learn.local import TEXT
 from extproc.tools.learn.session import Exchange, Request, Session

@@ -32,12 +32,12 @@ from prometheus_client import make_wsgi_app
 from extproc.service.net import split_host_port
 from extproc.tools.parity import Thresholds
 from extproc.tools.shadow.comparator import Comparator
-from extproc.tools.shadow.compare import Tolerances
 from extproc.tools.shadow.half import RawHalf, Role, extract_half
+from extproc.tools.shadow.pair_comparison import Tolerances
 from extproc.tools.shadow.store import StoreLimits
 from extproc.tools.shadow.tap import ROLE_METADATA, TapStream
 
-log = logging.getLogger("extproc.tools.shadow.server")
+log = logging.getLogger("extproc.tools.shadow.comparator_server")
 
 PROCESSOR_SERVICE: Final = "envoy.service.ext_proc.v3.ExternalProcessor"
 EXPIRY_PERIOD_S: Final = 1.0

@@ -30,10 +30,10 @@ from extproc.commands.workers import WorkerSettings, WorkerStartError
 from extproc.core.contract import Contract
 from extproc.service.net import free_port, split_host_port
 from extproc.service.server import stop_on_signals
+from extproc.tools.shadow.comparator_server import CompareOptions, serve_compare
 from extproc.tools.shadow.envoy_render import ShadowEnvoySettings, render_shadow, template_path
-from extproc.tools.shadow.server import CompareOptions, serve_compare
 
-log = logging.getLogger("extproc.tools.shadow.launcher")
+log = logging.getLogger("extproc.commands.shadow_launcher")
 
 
 @dataclass(frozen=True)
