@@ -1,7 +1,9 @@
 """The gRPC face of the gateway: Envoy's ExternalProcessor service on grpc.aio.
 
-A thin shell: it owns one :class:`ExtProcStream` per gRPC stream and moves
-messages between Envoy and it. A bug in our own code must still fail closed with
+A thin shell: it owns one :class:`ExtProcStream` per gRPC stream, of the
+:class:`Shape` the stream's gRPC metadata names, moves messages between Envoy and
+it, applies admission control, and reports to the :class:`StreamMetrics` it is
+given. A bug in our own code must still fail closed with
 a readable answer, so an unexpected exception becomes a 500 envelope (logged
 without request content), never an empty "continue" that would forward an
 unrewritten request.
@@ -72,7 +74,6 @@ class ExternalProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc
         metrics = self._metrics
         shape = stream_shape(context.invocation_metadata() or ())
         stream = ExtProcStream(contract, shape, metrics)
-        one_message = shape is not Shape.WHOLE_EXCHANGE
         # The request's share of the admission budget, held until this stream ends:
         # with standalone.yaml the request stream of a rewrite stays open until the
         # response's stream is done, so the answer's work is covered too.
@@ -95,7 +96,9 @@ class ExternalProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc
                 del reply, request  # sent: let a huge body and its answer go (trim below)
                 largest_body = max(largest_body, size)
                 if stream.decided or (
-                    one_message and not stream.awaits_request_body and not stream.response_follows
+                    shape is not Shape.WHOLE_EXCHANGE  # one message per stream
+                    and not stream.awaits_request_body
+                    and not stream.response_follows
                 ):
                     # Nothing more will come that the gateway needs: end the RPC with OK
                     # ourselves, since a status sent on a call Envoy cancelled leaks

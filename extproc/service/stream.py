@@ -89,32 +89,31 @@ class Shape(enum.Enum):
     RESPONSE_BODY_ON_THIS_STREAM = "response_body_on_this_stream"
 
 
-REQUEST_TRAILERS = "request_trailers"
-RESPONSE_TRAILERS = "response_trailers"
-
-# (phase, message kind) -> the handler's name; it returns the reply and the next phase.
+# (phase, message kind) -> handler, by name (resolved once, below the class). Each
+# handler returns its reply and the next phase, named at its row.
 TRANSITIONS: Final[Mapping[tuple[Phase, str], str]] = {
-    # -> AWAIT_REQUEST (a body follows) | DONE (refused before any body is buffered)
+    # Checked before Envoy buffers a body. -> AWAIT_REQUEST (a body follows) | DONE
     (Phase.AWAIT_REQUEST, "request_headers"): "_check_request_headers",
-    # -> AWAIT_RESPONSE_HEADERS (forwarded) | DONE (refused: nothing reaches the upstream)
+    # The whole body in one message, whatever its end_of_stream says (trailers may
+    # follow it): a second one has no row. -> AWAIT_RESPONSE_HEADERS | DONE (refused)
     (Phase.AWAIT_REQUEST, "request_body"): "_forward_request",
-    # -> AWAIT_RESPONSE_BODY | PASS_THROUGH | DONE (a bodyless answer replaced).
-    # Before any request body (no plan), the upstream's own answer is checked as one.
+    # -> AWAIT_RESPONSE_BODY | PASS_THROUGH | DONE (a bodyless answer replaced). Before
+    # any request body (Envoy's own reply to a request it refused) there is no plan.
     (Phase.AWAIT_REQUEST, "response_headers"): "_decide_on_response_headers",
     (Phase.AWAIT_RESPONSE_HEADERS, "response_headers"): "_decide_on_response_headers",
     # Response headers skipped (standalone.yaml): the status is an attribute of the
-    # body. -> DONE | PASS_THROUGH; no usable status: an anomaly.
+    # body. -> DONE | PASS_THROUGH | unchanged (no usable status: an anomaly)
     (Phase.AWAIT_REQUEST, "response_body"): "_decide_and_rewrite_response",
     (Phase.AWAIT_RESPONSE_HEADERS, "response_body"): "_decide_and_rewrite_response",
     # -> DONE
     (Phase.AWAIT_RESPONSE_BODY, "response_body"): "_rewrite_response",
     # A config that always buffers the response sends it although nothing changes.
     (Phase.PASS_THROUGH, "response_body"): "_leave_unchanged",
-    # Trailers pass unchanged, in any phase.
+    # Trailers pass unchanged in any phase (the shipped configs never send them).
     **{
         (phase, kind): "_leave_unchanged"
         for phase in Phase
-        for kind in (REQUEST_TRAILERS, RESPONSE_TRAILERS)
+        for kind in ("request_trailers", "response_trailers")
     },
 }
 
