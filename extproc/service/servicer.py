@@ -74,6 +74,7 @@ class ExternalProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc
         metrics = self._metrics
         shape = stream_shape(context.invocation_metadata() or ())
         stream = ExtProcStream(contract, shape, metrics)
+        one_message_per_stream = shape is not Shape.WHOLE_EXCHANGE
         # The request's share of the admission budget, held until this stream ends:
         # with standalone.yaml the request stream of a rewrite stays open until the
         # response's stream is done, so the answer's work is covered too.
@@ -96,7 +97,7 @@ class ExternalProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc
                 del reply, request  # sent: let a huge body and its answer go (trim below)
                 largest_body = max(largest_body, size)
                 if stream.decided or (
-                    shape is not Shape.WHOLE_EXCHANGE  # one message per stream
+                    one_message_per_stream
                     and not stream.awaits_request_body
                     and not stream.response_follows
                 ):
