@@ -1,13 +1,14 @@
 """The per-stream ext_proc state machine: the messages Envoy sends about one HTTP
 request on one gRPC stream, each answered with exactly one reply.
 
-:data:`TRANSITIONS` is the whole machine: for each (phase, message kind) the handler
-that answers the message and returns the next phase. A message without a row is
-out of order or unknown: it gets the neutral reply of its own kind, is counted as
-an anomaly and changes nothing. A confused Envoy must not get a crashed stream, and
-a neutral reply to a response message can only leave the upstream's own answer in
-place. The servicer's admission control may end a stream with a 503 instead
-(:meth:`ExtProcStream.refuse_overloaded`). Where the response comes is the stream's
+:data:`TRANSITIONS` holds every transition Envoy's messages cause: for each (phase,
+message kind) the handler that answers the message and returns the next phase. A
+message without a row is out of order or unknown: it gets the neutral reply of its
+own kind, is counted as an anomaly and changes nothing. A confused Envoy must not
+get a crashed stream, and a neutral reply to a response message can only leave the
+upstream's own answer in place. The one transition outside the table is the
+servicer's: its admission control may answer 503 instead and end the stream (DONE,
+:meth:`ExtProcStream.refuse_overloaded`). Where the response comes is the stream's
 :class:`Shape`, decided once by the servicer.
 
 The Envoy behaviour each row relies on: docs/envoy-facts.md, "The ext_proc stream".
@@ -183,9 +184,10 @@ class ExtProcStream:
 
     def _check_request_headers(self, request: ep.ProcessingRequest, attributes: Attributes) -> Step:
         """Everything the headers alone can refuse is refused here, before Envoy
-        buffers a body: another path than a spelling of the endpoint (404), another
-        method (405), a compressed body (415), a POST without a body, a content type
-        that is not JSON, a declared length over the limit (extproc/core/request_headers.py)."""
+        buffers a body (extproc/core/request_headers.py): another path than a
+        spelling of the endpoint (404), another method (405), a compressed body
+        (415), a POST without a body, a content type that is not JSON, a declared
+        length over the limit."""
         headers = request.request_headers
         values = header_map(headers.headers)
         self.content_type = values.get("content-type", self.content_type)
