@@ -46,8 +46,9 @@ from bench.upstream import SMALL_BATCH, embeddings_body
 from bench.workloads import MODEL, POLICY, request_body
 from extproc.core.contract import load_contract
 from extproc.core.policy import load_policy_file
+from extproc.service.metrics import PrometheusStreamMetrics
 from extproc.service.reload import ContractHolder
-from extproc.service.servicer import ExternalProcessor
+from extproc.service.servicer import ExternalProcessor, stream_shape
 from extproc.service.stream import ExtProcStream
 
 ATTRIBUTES = "envoy.filters.http.ext_proc"
@@ -103,14 +104,17 @@ def main(argv: list[str] | None = None) -> None:
     contract = load_contract(policy)
     sequences = messages()
     contexts = {"a": _Context(ONE_MESSAGE), "b": _Context(ON_STREAM)}
-    servicer = ExternalProcessor(ContractHolder(contract))
+    shapes = {
+        kind: stream_shape(context.invocation_metadata()) for kind, context in contexts.items()
+    }
+    metrics = PrometheusStreamMetrics()
+    servicer = ExternalProcessor(ContractHolder(contract), metrics)
     floor = FloorProcessor()
 
     def handle(kind: str) -> float:
         started = time.perf_counter()
         for _ in range(ITERATIONS):
-            stream = ExtProcStream(contract)
-            stream.response_on_stream = kind == "b"  # set by the servicer from metadata
+            stream = ExtProcStream(contract, shapes[kind], metrics)
             for message in sequences[kind]:
                 stream.handle(message)
         return (time.perf_counter() - started) / ITERATIONS * 1e6

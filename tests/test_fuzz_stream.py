@@ -368,7 +368,7 @@ def exchange(status: str, body_index: int, response_index: int) -> list[ep.Proce
 
 def standalone_response(status: Any, plan: str, response_index: int) -> list[ep.ProcessingRequest]:
     """envoy/standalone.yaml's response stream: one body message, status as an attribute,
-    the plan as metadata (rule 5b)."""
+    the plan as metadata."""
     message = ep.ProcessingRequest()
     message.response_body.body = RESPONSE_BODIES[response_index]
     message.response_body.end_of_stream = True

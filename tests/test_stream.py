@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import gzip
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -17,7 +18,10 @@ from google.protobuf import struct_pb2
 
 from extproc.core.contract import Contract
 from extproc.core.plan import ResponsePlan
-from extproc.service.stream import ExtProcStream, Phase
+from extproc.service.reload import ContractHolder
+from extproc.service.servicer import ExternalProcessor, stream_shape
+from extproc.service.stream import ExtProcStream, Phase, Shape
+from tests.recorded_metrics import RecordedMetrics
 
 MODEL = "Qwen/Qwen3-Embedding-0.6B"
 ATTRIBUTES_KEY = "envoy.filters.http.ext_proc"
@@ -128,9 +132,18 @@ PLAIN = {"model": MODEL, "input": ["a", "b"]}
 DIMS = {"model": MODEL, "input": ["a", "b"], "dimensions": 256}
 
 
+def recorded(stream: ExtProcStream) -> RecordedMetrics:
+    assert isinstance(stream.metrics, RecordedMetrics)
+    return stream.metrics
+
+
+def new_stream(contract: Contract, shape: Shape = Shape.RESPONSE_ON_SECOND_STREAM) -> ExtProcStream:
+    return ExtProcStream(contract, shape, RecordedMetrics())
+
+
 @pytest.fixture
 def stream(qwen_contract: Contract) -> ExtProcStream:
-    return ExtProcStream(contract=qwen_contract)
+    return new_stream(qwen_contract)
 
 
 def unit_rows(n: int, dim: int = 1024) -> np.ndarray[Any, np.dtype[np.float32]]:
@@ -195,7 +208,7 @@ def plan_metadata(reply: ep.ProcessingResponse) -> dict[str, Any]:
 def test_a_rewrite_on_a_second_stream_gets_the_plan_and_a_reroute(
     stream: ExtProcStream,
 ) -> None:
-    """Rule 3, standalone.yaml's fallback: the response comes on another stream."""
+    """standalone.yaml's fallback: the response comes on another stream."""
     reply = stream.handle(request_body(DIMS))
     meta = plan_metadata(reply)
     assert meta["respond"] == "rewrite"
@@ -204,9 +217,9 @@ def test_a_rewrite_on_a_second_stream_gets_the_plan_and_a_reroute(
 
 
 def test_a_rewrite_on_the_one_stream_route_gets_only_the_cue(qwen_contract: Contract) -> None:
-    """Rule 3: the one-stream route says the response comes on this stream, so the
-    reply carries no plan and no re-route, only the Lua filter's cue."""
-    stream = ExtProcStream(contract=qwen_contract, response_on_stream=True)
+    """The one-stream route says the response comes on this stream, so the reply
+    carries no plan and no re-route, only the Lua filter's cue."""
+    stream = new_stream(qwen_contract, Shape.RESPONSE_BODY_ON_THIS_STREAM)
     reply = stream.handle(request_body(DIMS))
     assert plan_metadata(reply) == {"respond": "rewrite"}
     assert not reply.request_body.response.clear_route_cache
@@ -220,9 +233,9 @@ def test_a_rewrite_on_the_one_stream_route_gets_only_the_cue(qwen_contract: Cont
 
 
 def test_a_rewrite_on_the_whole_exchange_needs_no_metadata(qwen_contract: Contract) -> None:
-    """Rule 3, the one-filter shape: its stream sees the whole exchange, so the
-    response headers come on it too; no metadata, no re-route."""
-    stream = ExtProcStream(contract=qwen_contract, whole_exchange=True)
+    """The one-filter shape: its stream sees the whole exchange, so the response
+    headers come on it too; no metadata, no re-route."""
+    stream = new_stream(qwen_contract, Shape.WHOLE_EXCHANGE)
     stream.handle(request_headers({":path": "/v1/embeddings", ":method": "POST"}))
     reply = stream.handle(request_body(DIMS))
     assert not reply.HasField("dynamic_metadata")
@@ -233,7 +246,7 @@ def test_a_rewrite_on_the_whole_exchange_needs_no_metadata(qwen_contract: Contra
 def test_a_rewrite_after_request_headers_on_standalone_gets_the_plan(
     stream: ExtProcStream,
 ) -> None:
-    """Rule 3, standalone.yaml's route for large bodies: it sends the request headers
+    """standalone.yaml's route for large bodies: it sends the request headers
     (to admit the body first) but the response comes on a second stream, so the plan
     and the re-route are needed as on any other standalone route."""
     stream.handle(request_headers({":path": "/v1/embeddings", ":method": "POST"}))
@@ -246,8 +259,8 @@ def test_a_rewrite_after_request_headers_on_standalone_gets_the_plan(
 
 def test_no_metadata_when_the_response_needs_nothing(qwen_contract: Contract) -> None:
     for stream in (
-        ExtProcStream(contract=qwen_contract),
-        ExtProcStream(contract=qwen_contract, response_on_stream=True),
+        new_stream(qwen_contract),
+        new_stream(qwen_contract, Shape.RESPONSE_BODY_ON_THIS_STREAM),
     ):
         reply = stream.handle(request_body(QUERY))
         assert not reply.HasField("dynamic_metadata")
@@ -359,7 +372,8 @@ def test_request_headers(
         assert stream.phase is Phase.DONE
 
 
-# Rule 2 and 2b: the one-filter shape's matchers send every spelling of the endpoint.
+# The one-filter shape's matchers send every spelling of the endpoint: the server
+# answers the others and gives the upstream the canonical path.
 POST_JSON = {":method": "POST", "content-type": "application/json"}
 
 
@@ -634,6 +648,9 @@ LATE_MESSAGES = {
     "response_trailers": _trailers_resp,
 }
 
+# (setup, message) pairs neutral but expected: no anomaly
+UNCOUNTED = {("after-passthrough-done", "response_body")}
+
 # (setup, message) pairs that are legitimately processed rather than neutral
 PROCESSED = {
     ("fresh", "request_headers"),
@@ -651,6 +668,7 @@ def test_out_of_order_message_gets_a_neutral_reply(
     SETUPS[setup](stream)
     phase_before = stream.phase
     plan_before = stream.plan
+    anomalies_before = len(recorded(stream).named("anomaly"))
     reply = stream.handle(LATE_MESSAGES[kind]())
     if (setup, kind) in PROCESSED:
         assert reply.WhichOneof("response") == kind
@@ -658,6 +676,11 @@ def test_out_of_order_message_gets_a_neutral_reply(
     assert reply == NEUTRAL[kind], reply
     assert stream.phase is phase_before
     assert stream.plan is plan_before
+    # Counted as an anomaly unless the message is expected: trailers, or a body after
+    # the response was left as it is (a config that always buffers it).
+    expected = "trailers" in kind or (setup, kind) in UNCOUNTED
+    counted = recorded(stream).named("anomaly")[anomalies_before:]
+    assert counted == ([] if expected else [("anomaly", kind)])
 
 
 def test_request_body_twice(stream: ExtProcStream) -> None:
@@ -901,3 +924,204 @@ def test_skipped_headers_without_a_usable_status_is_neutral(
     reply = stream.handle(skipped_headers_body(b"{}", status))
     assert reply == ep.ProcessingResponse(response_body=ep.BodyResponse())
     assert status_metadata(reply) is None
+
+
+# -- what the stream reports (its metrics) ---------------------------------------------
+
+
+def event_names(metrics: RecordedMetrics) -> list[str]:
+    return [event[0] for event in metrics.events]
+
+
+def test_a_rewritten_exchange_reports_forward_status_times_and_rewrite(
+    qwen_contract: Contract,
+) -> None:
+    metrics = RecordedMetrics()
+    stream = ExtProcStream(qwen_contract, Shape.WHOLE_EXCHANGE, metrics)
+    stream.handle(request_headers({**POST_JSON, ":path": "/v1/embeddings"}))
+    assert metrics.events == []  # accepted headers report nothing
+    stream.handle(request_body(DIMS))
+    stream.handle(response_headers(200))
+    stream.handle(response_body(b64_body(unit_rows(2))))
+    assert event_names(metrics) == [
+        "forwarded",
+        "phase_seconds",
+        "upstream_response",
+        "phase_seconds",
+        "stream_seconds",
+        "response_rewritten",
+    ]
+    _, stats, rewritten = metrics.events[0]
+    assert rewritten and stats.inputs == 2 and stats.dimensions_emulated
+    assert metrics.events[1] == ("phase_seconds", "request")
+    assert metrics.events[2] == ("upstream_response", 200, False)
+    assert metrics.events[3] == ("phase_seconds", "response")
+    assert metrics.events[5] == ("response_rewritten", "vectors")
+    assert all(0 <= seconds < 60 for seconds in metrics.seconds)
+    # The whole stream took at least its two processing phases.
+    assert metrics.seconds[2] >= metrics.seconds[0] + metrics.seconds[1]
+
+
+def test_a_response_left_alone_reports_the_stream_time_once(qwen_contract: Contract) -> None:
+    metrics = RecordedMetrics()
+    stream = ExtProcStream(qwen_contract, Shape.RESPONSE_ON_SECOND_STREAM, metrics)
+    stream.handle(request_body(PLAIN))
+    stream.handle(response_headers(200))
+    stream.handle(response_body(b"{}"))  # a config that buffers every response
+    assert event_names(metrics) == [
+        "forwarded",
+        "phase_seconds",
+        "upstream_response",
+        "stream_seconds",
+    ]
+    assert metrics.events[0][2] is False  # forwarded as sent
+
+
+@pytest.mark.parametrize(
+    ("message", "rejection", "timed"),
+    [
+        pytest.param(request_body(b"{not json"), ("rejected", 400, None), True, id="body"),
+        pytest.param(
+            request_body({"model": MODEL, "input": "x", "dimensions": 31}),
+            ("rejected", 400, "dimensions"),
+            True,
+            id="body-param",
+        ),
+        pytest.param(
+            request_headers({":method": "GET", ":path": "/v1/embeddings"}, eos=True),
+            ("rejected", 405, None),
+            False,
+            id="headers",
+        ),
+    ],
+)
+def test_a_refused_request_reports_its_rejection_and_no_forward(
+    message: ep.ProcessingRequest,
+    rejection: tuple[Any, ...],
+    timed: bool,
+    qwen_contract: Contract,
+) -> None:
+    metrics = RecordedMetrics()
+    stream = ExtProcStream(qwen_contract, Shape.WHOLE_EXCHANGE, metrics)
+    stream.handle(message)
+    timing = [("phase_seconds", "request")] if timed else []
+    assert metrics.events == [*timing, rejection]
+
+
+def test_envoy_local_reply_reports_a_local_status(qwen_contract: Contract) -> None:
+    metrics = RecordedMetrics()
+    stream = ExtProcStream(qwen_contract, Shape.RESPONSE_ON_SECOND_STREAM, metrics)
+    stream.handle(skipped_headers_body(b"{}", 504, details="upstream_response_timeout"))
+    assert metrics.events == [("upstream_response", 504, True)]
+
+
+def test_a_bodyless_error_reports_an_envelope(qwen_contract: Contract) -> None:
+    metrics = RecordedMetrics()
+    stream = ExtProcStream(qwen_contract, Shape.WHOLE_EXCHANGE, metrics)
+    stream.handle(request_body(PLAIN))
+    stream.handle(response_headers(404, eos=True))
+    assert metrics.events[-2:] == [
+        ("upstream_response", 404, False),
+        ("response_rewritten", "error_envelope"),
+    ]
+
+
+def test_anomalies_are_reported_by_message_kind(qwen_contract: Contract) -> None:
+    metrics = RecordedMetrics()
+    stream = ExtProcStream(qwen_contract, Shape.RESPONSE_ON_SECOND_STREAM, metrics)
+    stream.handle(ep.ProcessingRequest())
+    stream.handle(skipped_headers_body(b"{}", None))  # no status attribute
+    stream.handle(_trailers_req())
+    stream.handle(request_body(PLAIN))
+    stream.handle(request_body(PLAIN))
+    stream.handle(request_headers(POST_JSON))
+    stream.handle(_trailers_resp())
+    assert metrics.named("anomaly") == [
+        ("anomaly", "unknown_message"),
+        ("anomaly", "response_body"),
+        ("anomaly", "request_body"),
+        ("anomaly", "request_headers"),
+    ]
+
+
+# -- the shapes, as the servicer reads them ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("metadata", "shape"),
+    [
+        pytest.param((), Shape.WHOLE_EXCHANGE, id="single-filter"),
+        pytest.param(
+            (("x-embgw-one-message", "1"),), Shape.RESPONSE_ON_SECOND_STREAM, id="one-message"
+        ),
+        pytest.param(
+            (("x-embgw-one-message", "1"), ("x-embgw-response-on-stream", "1")),
+            Shape.RESPONSE_BODY_ON_THIS_STREAM,
+            id="one-stream-route",
+        ),
+        pytest.param(
+            (("x-embgw-response-on-stream", "1"),), Shape.WHOLE_EXCHANGE, id="route-mark-alone"
+        ),
+        pytest.param(
+            (("x-embgw-one-message", "0"), ("user-agent", "grpc-c++")),
+            Shape.WHOLE_EXCHANGE,
+            id="not-1",
+        ),
+    ],
+)
+def test_the_shape_comes_from_the_streams_grpc_metadata(
+    metadata: tuple[tuple[str, str], ...], shape: Shape
+) -> None:
+    assert stream_shape(metadata) is shape
+
+
+class _Context:
+    """What the servicer reads of grpc.aio's ServicerContext: the stream's metadata."""
+
+    def __init__(self, metadata: tuple[tuple[str, str], ...]) -> None:
+        self._metadata = metadata
+
+    def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
+        return self._metadata
+
+
+async def _process(
+    contract: Contract,
+    metadata: tuple[tuple[str, str], ...],
+    messages: list[ep.ProcessingRequest],
+    metrics: RecordedMetrics,
+) -> list[ep.ProcessingResponse]:
+    async def requests() -> AsyncIterator[ep.ProcessingRequest]:
+        for message in messages:
+            yield message
+
+    servicer = ExternalProcessor(ContractHolder(contract), metrics)
+    context: Any = _Context(metadata)  # grpc.aio's ServicerContext, as far as read
+    return [reply async for reply in servicer.Process(requests(), context)]
+
+
+@pytest.mark.parametrize(
+    ("metadata", "replies"),
+    [
+        pytest.param((), 2, id="whole-exchange-stays-open"),
+        pytest.param((("x-embgw-one-message", "1"),), 1, id="one-message-ends"),
+    ],
+)
+def test_the_servicer_ends_a_one_message_stream_after_its_reply(
+    metadata: tuple[tuple[str, str], ...], replies: int, qwen_contract: Contract
+) -> None:
+    """The servicer's decision from the shape: a one-message stream whose request
+    needs nothing more ends after its reply; a whole-exchange stream waits for the
+    response. Its events: the stream opened and closed, the work admitted and given back."""
+    metrics = RecordedMetrics()
+    messages = [request_body(PLAIN), response_headers(200)]
+    got = asyncio.run(_process(qwen_contract, metadata, messages, metrics))
+    assert [reply.WhichOneof("response") for reply in got] == [
+        "request_body",
+        "response_headers",
+    ][:replies]
+    names = event_names(metrics)
+    assert names[0] == "stream_opened" and names[-1] == "stream_closed"
+    in_flight = [event[1] for event in metrics.named("admission_in_flight")]
+    assert in_flight[0] > 0 and in_flight[-1] == 0
+    assert "forwarded" in names and "anomaly" not in names

@@ -4,8 +4,8 @@ cannot hold.
 A request's work is its body, counted :data:`REQUEST_WORK_PER_BODY_BYTE` times
 (:func:`request_work_bytes`), plus, when the gateway must rewrite or check the
 answer, an estimate of the upstream's answer and of the client's (see
-:func:`response_work_bytes`). The process's RSS follows the work it holds (about
-three times it above the idle size, measured), so bounding that bounds the memory.
+:func:`response_work_bytes`). The process's RSS above its idle size grows in
+proportion to the work it holds, so bounding that bounds the memory.
 
 The budget keeps two kinds of share:
 
@@ -81,11 +81,10 @@ _BYTES_PER_VALUE = {Encoding.BASE64: 16 / 3, Encoding.FLOAT: 12.0}
 _BYTES_PER_ITEM = 96  # `{"object":"embedding","index":N,"embedding":...}`
 
 
-# The body's bytes, the parsed inputs and, for inputs long enough to be tokenized,
-# their token ids and the rewritten body: an 8 MB body of 2,048 English inputs of
-# 4,000 characters took the process ~90 MB above idle, 2 MB bodies 6-24 MB. Counted
-# three times, a body weighs what its RSS does in the budget's unit of work (the
-# answers' estimate below is of their bytes, whose RSS is about three times that).
+# A body's work: its bytes, the parsed inputs and, for inputs long enough to be
+# tokenized, their token ids and the rewritten body. Counted three times, a body
+# weighs in the budget what its memory does next to the answers' bytes estimated
+# below, so one budget bounds the RSS of both.
 REQUEST_WORK_PER_BODY_BYTE = 3
 
 

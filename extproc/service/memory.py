@@ -9,13 +9,11 @@ reference cycle (its method-handler lookup: ``_HandlerCallDetails``, the metadat
 and a closure), which keeps the call's native buffers, a multi-megabyte message
 among them, alive until the cycle is collected; it survives into the oldest
 generation, whose collections a process with a large long-lived heap (the
-tokenizers) rarely runs. Measured with ``bench.refused_bodies`` (4 x 9 MiB bodies
-refused a round, no Envoy): +40 MB of RSS a round, back down only every ~8 rounds,
-up to 560 MB; with the collection, flat.
+tokenizers) rarely runs (docs/envoy-facts.md, "The server process's memory").
 
-The collection costs ~20-30 ms (it holds the interpreter lock), so it runs only
-after bodies above a threshold; the trim (~1 ms) also once the process is idle again
-after a burst of smaller ones (:class:`IdleTrim`).
+The collection holds the interpreter lock while it scans the heap, so it runs only
+after bodies above a threshold; the much cheaper trim also once the process is idle
+again after a burst of smaller ones (:class:`IdleTrim`).
 
 And at start, :func:`fix_mmap_threshold`: glibc serves allocations above its mmap
 threshold from their own mappings, returned whole when freed, but starts that
@@ -52,13 +50,11 @@ def _libc() -> ctypes.CDLL | None:
 
 def fix_mmap_threshold() -> bool:
     """Serve allocations of MMAP_THRESHOLD_BYTES and more from their own mappings
-    for the life of the process (setting the threshold ends glibc's adjustment).
-    Measured with ``bench.refused_bodies --body word`` (4 x 8 MB bodies parsed and
-    refused a round, 20 rounds): RSS 180 -> 252 MB (+3.8 MB a round) with glibc's
-    default, 128-162 MB with no trend with it fixed (1 MiB and 4 MiB alike), and 12 MB
-    less at idle. A threshold the operator chose (``MALLOC_MMAP_THRESHOLD_``, the
-    ``glibc.malloc.mmap_threshold`` tunable) is left alone. False when nothing was
-    set (not glibc, or the operator's)."""
+    for the life of the process (setting the threshold ends glibc's adjustment), so
+    that bodies past the first large one do not fragment the heap. A threshold the
+    operator chose (``MALLOC_MMAP_THRESHOLD_``, the ``glibc.malloc.mmap_threshold``
+    tunable) is left alone. False when nothing was set (not glibc, or the
+    operator's)."""
     if "MALLOC_MMAP_THRESHOLD_" in os.environ or "mmap_threshold" in os.environ.get(
         "GLIBC_TUNABLES", ""
     ):
@@ -86,7 +82,7 @@ def release_after(body_bytes: int) -> None:
 
 
 def trim_heap() -> None:
-    """Return free heap pages to the OS (~1 ms): after a burst of smaller bodies,
+    """Return free heap pages to the OS: after a burst of smaller bodies,
     whose calls' cycles hold little and go with the ordinary collections."""
     trim = _malloc_trim()
     if trim is not None:

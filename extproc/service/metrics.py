@@ -1,20 +1,21 @@
 """Prometheus metrics. Label values come from fixed sets only (never from client
 input: no model names, no text), so cardinality stays bounded.
 
-The per-request paths go through the functions at the end of this file, which look
-each labelled child up once (prometheus_client's ``labels()`` takes a lock and builds
-its key on every call: ~2 us, several times per request); a series still appears in
-the output only once it has been counted.
+:class:`PrometheusStreamMetrics` is the stream's and the servicer's
+:class:`~extproc.service.stream_metrics.StreamMetrics`. It looks each labelled child
+up once: prometheus_client's ``labels()`` takes a lock and builds its key on every
+call, several times per request. A series still appears in the output only once it
+has been counted.
 """
 
 from __future__ import annotations
 
 import functools
-import time
 
 from prometheus_client import Counter, Gauge, Histogram
 
 from extproc.core.plan import RequestStats
+from extproc.service.stream_metrics import AdmissionStage, ProcessingPhase, RewriteKind
 
 REQUESTS = Counter(
     "extproc_requests_total",
@@ -124,41 +125,58 @@ _upstream_responses = functools.cache(UPSTREAM_RESPONSES.labels)
 _responses_rewritten = functools.cache(RESPONSES_REWRITTEN.labels)
 _anomalies = functools.cache(STREAM_ANOMALIES.labels)
 _processing_seconds = functools.cache(PROCESSING_SECONDS.labels)
+_admission_rejected = functools.cache(ADMISSION_REJECTED.labels)
 
 
-def record_forward(stats: RequestStats, *, rewritten: bool) -> None:
-    _requests("rewritten" if rewritten else "passthrough").inc()
-    if stats.prompted:
-        _rewrites("instruction").inc()
-    if stats.truncated_inputs:
-        _rewrites("truncation").inc()
-        TOKENS_CUT.inc(stats.tokens_cut)
-    if stats.dimensions_emulated:
-        _rewrites("dimensions").inc()
-    if stats.fields_stripped:
-        _rewrites("fields_stripped").inc()
+class PrometheusStreamMetrics:
+    """The stream's and the servicer's events, counted in this module's metrics."""
+
+    def stream_opened(self) -> None:
+        ACTIVE_STREAMS.inc()
+
+    def stream_closed(self) -> None:
+        ACTIVE_STREAMS.dec()
+
+    def forwarded(self, stats: RequestStats, *, rewritten: bool) -> None:
+        _requests("rewritten" if rewritten else "passthrough").inc()
+        if stats.prompted:
+            _rewrites("instruction").inc()
+        if stats.truncated_inputs:
+            _rewrites("truncation").inc()
+            TOKENS_CUT.inc(stats.tokens_cut)
+        if stats.dimensions_emulated:
+            _rewrites("dimensions").inc()
+        if stats.fields_stripped:
+            _rewrites("fields_stripped").inc()
+
+    def rejected(self, status: int, param: str | None) -> None:
+        _requests("rejected").inc()
+        _rejections(str(status), param or "-").inc()
+
+    def upstream_response(self, status: int, *, local: bool) -> None:
+        _upstream_responses("local" if local else _status_class(status)).inc()
+
+    def response_rewritten(self, kind: RewriteKind) -> None:
+        _responses_rewritten(kind).inc()
+
+    def anomaly(self, message: str) -> None:
+        _anomalies(message).inc()
+
+    def phase_seconds(self, phase: ProcessingPhase, seconds: float) -> None:
+        _processing_seconds(phase).observe(seconds)
+
+    def stream_seconds(self, seconds: float) -> None:
+        STREAM_SECONDS.observe(seconds)
+
+    def admission_waited(self) -> None:
+        ADMISSION_WAITED.inc()
+
+    def admission_refused(self, stage: AdmissionStage) -> None:
+        _admission_rejected(stage).inc()
+
+    def admission_in_flight(self, work_bytes: int) -> None:
+        ADMISSION_IN_FLIGHT_BYTES.set(work_bytes)
 
 
-def record_rejection(status: int, param: str | None) -> None:
-    _requests("rejected").inc()
-    _rejections(str(status), param or "-").inc()
-
-
-def count_upstream_response(status_class: str) -> None:
-    _upstream_responses(status_class).inc()
-
-
-def count_response_rewritten(kind: str) -> None:
-    _responses_rewritten(kind).inc()
-
-
-def count_anomaly(message: str) -> None:
-    _anomalies(message).inc()
-
-
-def observe_phase(phase: str, started: float) -> None:
-    _processing_seconds(phase).observe(time.perf_counter() - started)
-
-
-def observe_total(started: float) -> None:
-    STREAM_SECONDS.observe(time.perf_counter() - started)
+def _status_class(status: int) -> str:
+    return f"{status // 100}xx" if 100 <= status < 600 else "invalid"

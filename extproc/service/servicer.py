@@ -1,7 +1,9 @@
 """The gRPC face of the gateway: Envoy's ExternalProcessor service on grpc.aio.
 
-A thin shell: it owns one :class:`ExtProcStream` per gRPC stream and moves
-messages between Envoy and it. A bug in our own code must still fail closed with
+A thin shell: it owns one :class:`ExtProcStream` per gRPC stream, of the
+:class:`Shape` the stream's gRPC metadata names, moves messages between Envoy and
+it, applies admission control, and reports to the :class:`StreamMetrics` it is
+given. A bug in our own code must still fail closed with
 a readable answer, so an unexpected exception becomes a 500 envelope (logged
 without request content), never an empty "continue" that would forward an
 unrewritten request.
@@ -12,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import traceback
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
 import grpc
@@ -21,7 +23,6 @@ from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ep_grpc
 
 from extproc.core.error_envelope import ApiError
 from extproc.core.policy import Limits
-from extproc.service import metrics
 from extproc.service.admission import (
     AdmissionGate,
     Budget,
@@ -30,9 +31,11 @@ from extproc.service.admission import (
     request_work_bytes,
     response_work_bytes,
 )
+from extproc.service.envoy_messages import immediate_response
 from extproc.service.memory import TRIM_AFTER_BYTES, IdleTrim, release_after, trim_heap
 from extproc.service.reload import ContractHolder
-from extproc.service.stream import ExtProcStream, immediate_response
+from extproc.service.stream import ExtProcStream, Shape
+from extproc.service.stream_metrics import AdmissionStage, StreamMetrics
 
 log = logging.getLogger("extproc.service.servicer")
 
@@ -41,7 +44,7 @@ log = logging.getLogger("extproc.service.servicer")
 # its route for large or unsized bodies.
 ONE_MESSAGE_METADATA = "x-embgw-one-message"
 # gRPC metadata a route adds when the response body comes on the same stream as the
-# request body (standalone.yaml's one-stream route; stream.py, rule 3).
+# request body (standalone.yaml's one-stream route).
 RESPONSE_ON_STREAM_METADATA = "x-embgw-response-on-stream"
 
 # Bodies above this are processed in a worker thread so that one huge request
@@ -50,8 +53,9 @@ OFFLOAD_BODY_BYTES = 256 * 1024
 
 
 class ExternalProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc]
-    def __init__(self, contracts: ContractHolder) -> None:
+    def __init__(self, contracts: ContractHolder, metrics: StreamMetrics) -> None:
         self._contracts = contracts
+        self._metrics = metrics
         self.active_streams = 0  # read by the server's drain (extproc/service/server.py)
         limits = contracts.current.policy.limits
         self._admission = AdmissionGate(Budget(limits.max_inflight_bytes), *_gate_settings(limits))
@@ -67,17 +71,16 @@ class ExternalProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc
         contract = self._contracts.current
         if contract.policy.limits is not self._admission_limits:
             self._follow_admission_limits(contract.policy.limits)
-        stream = ExtProcStream(contract)
-        one_message, stream.response_on_stream = _stream_marks(context)
-        # Only single-filter.yaml's streams carry no one-message mark: there one stream
-        # sees the whole exchange, the rewritten response included (stream.py rule 3).
-        stream.whole_exchange = not one_message
+        metrics = self._metrics
+        shape = stream_shape(context.invocation_metadata() or ())
+        stream = ExtProcStream(contract, shape, metrics)
+        one_message_per_stream = shape is not Shape.WHOLE_EXCHANGE
         # The request's share of the admission budget, held until this stream ends:
         # with standalone.yaml the request stream of a rewrite stays open until the
         # response's stream is done, so the answer's work is covered too.
         ticket = Ticket()
         largest_body = 0
-        metrics.ACTIVE_STREAMS.inc()
+        metrics.stream_opened()
         self.active_streams += 1
         try:
             requests = aiter(request_iterator)
@@ -94,34 +97,31 @@ class ExternalProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc
                 del reply, request  # sent: let a huge body and its answer go (trim below)
                 largest_body = max(largest_body, size)
                 if stream.decided or (
-                    one_message and not stream.awaits_request_body and not stream.response_follows
+                    one_message_per_stream
+                    and not stream.awaits_request_body
+                    and not stream.response_follows
                 ):
-                    # Nothing more will come: end the RPC here, with an OK status. Left
-                    # to Envoy, it ends with a half-close plus a reset, and grpc.aio leaks
-                    # native memory for every RPC whose status it sends on a cancelled
-                    # call (grpc/grpc#43360): measured ~90 bytes per stream, the slow
-                    # RSS growth of the soak. Envoy takes a server close as "done".
-                    # A request stream whose response stream is still to come stays
-                    # open: the graceful drain (server.py) counts on it. Decided streams
-                    # end in every config: with single-filter.yaml a response left as it
-                    # is then streams past the closed processor, as Envoy does after a
-                    # server close.
+                    # Nothing more will come that the gateway needs: end the RPC with OK
+                    # ourselves, since a status sent on a call Envoy cancelled leaks
+                    # native memory in grpc.aio. A request stream whose response's stream
+                    # is still to come stays open: the graceful drain (server.py) counts
+                    # on it.
                     await _close(requests)
                     break
         finally:
             self._idle_trim.note(ticket.cost)
             self._admission.release(ticket)
-            metrics.ADMISSION_IN_FLIGHT_BYTES.set(self._admission.in_flight)
+            metrics.admission_in_flight(self._admission.in_flight)
             # After a very large body, or once idle after a burst (memory.py). Once the
-            # ticket is back (the collection holds the interpreter lock for tens of
-            # milliseconds), and not awaited: this generator may be closing.
+            # ticket is back (the collection holds the interpreter lock), and not
+            # awaited: this generator may be closing.
             idle_again = self._idle_trim.due(self._admission.in_flight)
             loop = asyncio.get_running_loop()
             if largest_body >= TRIM_AFTER_BYTES:
                 loop.run_in_executor(None, release_after, largest_body)
             elif idle_again:
                 loop.run_in_executor(None, trim_heap)
-            metrics.ACTIVE_STREAMS.dec()
+            metrics.stream_closed()
             self.active_streams -= 1
 
     def _follow_admission_limits(self, limits: Limits) -> None:
@@ -158,7 +158,7 @@ class ExternalProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc
         work = request_work_bytes(declared)
         gate = self._admission
         if gate.headers_must_wait(ticket, work):
-            metrics.ADMISSION_WAITED.inc()
+            self._metrics.admission_waited()
         if not await gate.admit_headers(ticket, work, declared):
             return self._overloaded(stream, "headers")
         return reply
@@ -176,12 +176,13 @@ class ExternalProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc
         # A body over the size limit is answered 413 before it is parsed: no work.
         over_limit = size > stream.contract.policy.limits.max_request_bytes
         work = 0 if over_limit else request_work_bytes(size)
+        metrics = self._metrics
         if gate.arrived(ticket, work):
-            metrics.ADMISSION_IN_FLIGHT_BYTES.set(gate.in_flight)
+            metrics.admission_in_flight(gate.in_flight)
         else:
-            metrics.ADMISSION_WAITED.inc()
+            metrics.admission_waited()
             admitted = await gate.admit(ticket, work)
-            metrics.ADMISSION_IN_FLIGHT_BYTES.set(gate.in_flight)
+            metrics.admission_in_flight(gate.in_flight)
             if not admitted:
                 return self._overloaded(stream, "request")
         reply = await self._handle(stream, request, size)
@@ -193,13 +194,13 @@ class ExternalProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc
 
     async def _admit(self, ticket: Ticket, extra: int, wait_s: float) -> bool:
         if self._admission.must_wait(ticket, extra):
-            metrics.ADMISSION_WAITED.inc()
+            self._metrics.admission_waited()
         admitted = await self._admission.admit(ticket, extra, wait_s=wait_s)
-        metrics.ADMISSION_IN_FLIGHT_BYTES.set(self._admission.in_flight)
+        self._metrics.admission_in_flight(self._admission.in_flight)
         return admitted
 
-    def _overloaded(self, stream: ExtProcStream, stage: str) -> ep.ProcessingResponse:
-        metrics.ADMISSION_REJECTED.labels(stage).inc()
+    def _overloaded(self, stream: ExtProcStream, stage: AdmissionStage) -> ep.ProcessingResponse:
+        self._metrics.admission_refused(stage)
         retry_after_s = self._contracts.current.policy.limits.retry_after_s
         return stream.refuse_overloaded(overloaded_error(retry_after_s), retry_after_s)
 
@@ -220,16 +221,14 @@ class ExternalProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc
                 type(exc).__name__,
                 _frames(exc) if log.isEnabledFor(logging.DEBUG) else "",
             )
-            metrics.count_anomaly("internal_error")
+            self._metrics.anomaly("internal_error")
             error = ApiError(
                 500,
                 "The gateway failed to process this request.",
                 type="server_error",
                 code="gateway_error",
             )
-            return ep.ProcessingResponse(
-                immediate_response=immediate_response(error.status, error.envelope())
-            )
+            return immediate_response(error.status, error.envelope())
 
 
 def _gate_settings(limits: Limits) -> tuple[float, float]:
@@ -251,21 +250,23 @@ def _frames(exc: BaseException) -> str:
     return "\n" + "".join(traceback.format_tb(exc.__traceback__)).rstrip()
 
 
-def _stream_marks(context: grpc.aio.ServicerContext[Any, Any]) -> tuple[bool, bool]:
-    """(one message, response on this stream) from the stream's gRPC metadata.
-
-    envoy/standalone.yaml's filters send one message per stream and say so; its
-    one-stream route says that the response body follows on the same stream (the
-    one message plus, when the response must change, the response's). Other configs
-    (single-filter.yaml) send several messages and set neither."""
+def stream_shape(metadata: Iterable[tuple[str, Any]]) -> Shape:
+    """The stream's shape from its gRPC metadata. envoy/standalone.yaml's filters send
+    one message per stream and say so; its one-stream route also says that the
+    response body follows on the same stream. Other configs (single-filter.yaml, the
+    meshes) send the whole exchange on one stream and set neither."""
     one_message = response_on_stream = False
-    for key, value in context.invocation_metadata() or ():
+    for key, value in metadata:
         if value == "1":
             if key == ONE_MESSAGE_METADATA:
                 one_message = True
             elif key == RESPONSE_ON_STREAM_METADATA:
                 response_on_stream = True
-    return one_message, response_on_stream
+    if not one_message:
+        return Shape.WHOLE_EXCHANGE
+    if response_on_stream:
+        return Shape.RESPONSE_BODY_ON_THIS_STREAM
+    return Shape.RESPONSE_ON_SECOND_STREAM
 
 
 async def _close(requests: AsyncIterator[ep.ProcessingRequest]) -> None:
