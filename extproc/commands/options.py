@@ -74,7 +74,8 @@ def add_reload_option(parser: argparse._ActionsContainer) -> None:
         "--no-watch",
         action="store_true",
         help="do not reload the policy file when it changes; only on SIGHUP "
-        "(default: new streams get a changed file within ~2 s)",
+        "(default: new streams get a changed file ~3 s after its last write, "
+        "once it has held still for 2 s)",
     )
 
 
