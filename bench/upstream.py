@@ -5,8 +5,7 @@ measure the gateway, so the upstream has to cost next to nothing per request on 
 2-core machine where everything (client, Envoy, ext_proc, upstream) shares the CPU.
 nginx is event-driven C; one worker answers a 104 KB body in a few microseconds of
 CPU, and njs is only used to pick one of four precomputed bodies (a substring test
-on the request, no JSON parsing). It is also what the calibration in bench/README.md used,
-so figures stay comparable. When nginx or its njs module is missing, a Node.js
+on the request, no JSON parsing). When nginx or its njs module is missing, a Node.js
 ``http`` server (``upstream_node.js``, node ships on this machine's image) serves
 the same files: single-threaded JavaScript costs a few times more CPU per request,
 which only matters for the configurations without ext_proc (A, B); the harness
