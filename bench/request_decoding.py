@@ -1,5 +1,5 @@
-"""Compressed request bodies through `extproc run` (envoy/standalone.yaml): the README's
-figures for what decoding costs.
+"""Compressed request bodies through `extproc run` (envoy/standalone.yaml): what decoding costs
+(docs/operations.md).
 
 For a seed-sized batch (8 documents of 400 characters, answered 200 by the fake Dynamo
 upstream) and a bulk one (2,048 of 1,000: ~2 MB, naming a model the gateway does not

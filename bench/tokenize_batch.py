@@ -1,4 +1,5 @@
-"""Tokenizing a bulk batch on one core and on every core: the README's limits figure.
+"""Tokenizing a bulk batch on one core and on every core: the limits figure
+of docs/operations.md.
 
 512 documents of 4,000 characters of English (2 MB; each over 1,023 bytes, so each is
 counted) go through the gateway's own ModelTokenizer.encode, as a request does (calls

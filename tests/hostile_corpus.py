@@ -1,7 +1,7 @@
 """Hostile requests for POST /v1/embeddings, as data, and what each gets.
 
 Every case is one HTTP/1.1 request as it goes on the wire, with the answer the
-gateway documents for it (README "Errors"). tests/test_hostile_input.py sends each
+gateway documents for it (docs/errors.md). tests/test_hostile_input.py sends each
 through a real Envoy + ext_proc (`extproc run`) in front of tests/fake_upstream.py.
 
 Four outcomes:

@@ -381,7 +381,7 @@ def test_processor_unreachable_is_a_clean_503(
         url = f"http://127.0.0.1:{envoy_settings.listen_port}/v1/embeddings"
         assert_overloaded(http("POST", url, SMALL), "1")
         stats = http("GET", f"http://127.0.0.1:{envoy_settings.admin_port}/stats?filter=ext_proc")
-        # Envoy counts its side of the failure (README, Operations: counters to watch).
+        # Envoy counts its side of the failure (docs/metrics.md: the Envoy series worth watching).
         assert b"http.embeddings.ext_proc.streams_failed: 1" in stats.body, stats.body
     finally:
         stop(envoy)

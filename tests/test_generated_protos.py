@@ -26,4 +26,7 @@ def test_generated_policy_code_is_fresh(tmp_path: Path) -> None:
     for name in GENERATED:
         fresh = (tmp_path / name).read_text()
         committed = (REPO / name).read_text()
-        assert fresh == committed, f"{name} is stale: run `make protos` (see README)"
+        assert fresh == committed, (
+            f"{name} is stale: regenerate with `python -m grpc_tools.protoc -Iprotos "
+            f"--python_out=. --pyi_out=. protos/{PROTO}`"
+        )

@@ -209,7 +209,7 @@ def test_the_dashboard_covers_what_operators_watch() -> None:
         "extproc_shadow_input_mismatches_total",
         "extproc_shadow_cosine_bucket",
         "extproc_admission_rejected_total",
-        # Envoy's own series (README, Metrics): what the ext_proc server cannot see.
+        # Envoy's own series (docs/metrics.md): what the ext_proc server cannot see.
         "envoy_http_ext_proc_streams_failed",
         "envoy_http_ext_proc_message_timeouts",
         "envoy_http_ext_proc_failure_mode_allowed",

@@ -940,7 +940,7 @@ def test_error_messages_never_echo_a_huge_field(
 def test_unknown_fields_are_forwarded_as_sent(
     profile: str, rewritten: bool, qwen_contract: Contract, openai_contract: Contract
 ) -> None:
-    """README "The request contract": fields the gateway does not interpret (``foo``,
+    """docs/errors.md, "The request contract": fields the gateway does not interpret (``foo``,
     vLLM's ``priority``, Dynamo's ``nvext``) reach the upstream unchanged, in an
     unchanged body or in a rewritten one; ``user`` is checked to be a string and
     forwarded; the legacy fields never are."""

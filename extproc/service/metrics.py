@@ -29,7 +29,7 @@ REJECTIONS = Counter(
 )
 REWRITES = Counter(
     "extproc_rewrites_total",
-    "Request rewrites by kind: instruction, truncation, dimensions, fields_stripped, model.",
+    "Request rewrites by kind: instruction, truncation, dimensions, fields_stripped.",
     ["kind"],
 )
 TOKENS_CUT = Counter(

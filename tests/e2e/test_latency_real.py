@@ -1,6 +1,6 @@
 """The seed's latency procedure through the gateway versus direct, on the real
 upstreams: 30 sequential batch-8 requests and 40 requests at concurrency 4,
-median of 3 alternating repetitions. Prints the table (README "End-to-end");
+median of 3 alternating repetitions. Prints the table (docs/upstreams.md);
 asserts only that every request succeeded: absolute times on this CPU are only
 indicative, and speed targets belong to the benchmark harness."""
 
