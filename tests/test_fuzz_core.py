@@ -53,6 +53,8 @@ from extproc.core.response_rewrite import rewrite_response
 from extproc.core.tokens import load_tokenizer
 from extproc.core.upstreams import ADAPTERS
 
+UTF8_BOM = b"\xef\xbb\xbf"
+
 QWEN = "Qwen/Qwen3-Embedding-0.6B"
 SHORT = "fuzz/openai-short"  # OpenAI profile, 12 tokens, Matryoshka sizes 8/16/32 of 64
 FRAMED = "fuzz/framed"  # a token before and after every input, 6 tokens, 8-d, Matryoshka 2..8
@@ -322,7 +324,11 @@ def check_request(body: bytes, core: Core) -> Forward | ApiError:
         return error
     assert isinstance(forward, Forward)
     assert len(body) <= MAX_REQUEST_BYTES
-    request = orjson.loads(body)
+    # A leading byte order mark is accepted only where the policy is lenient (the
+    # legacy profile); the document after it is what the core read.
+    if body.startswith(UTF8_BOM):
+        assert core.policy.models[orjson.loads(body[3:])["model"]].encoding_profile is EncodingProfile.LEGACY
+    request = orjson.loads(body.removeprefix(UTF8_BOM))
     assert isinstance(request, dict)
     model = core.policy.models[request["model"]]
     tokenizer = core.tokenizers[model.name]
@@ -398,6 +404,7 @@ def check_request(body: bytes, core: Core) -> Forward | ApiError:
 
 @cfg(300)
 @given(body=st.binary(max_size=400))
+@example(body=b"\xef\xbb\xbf{\"model\": \"Qwen/Qwen3-Embedding-0.6B\", \"input\": \"\"}")
 @example(body=b"\xef\xbb\xbf{}")
 @example(body=b'{"model":"Qwen/Qwen3-Embedding-0.6B","input":"\\ud800\\u0000"}')
 @example(body=b'{"model":"Qwen/Qwen3-Embedding-0.6B","input":"\\ud83d\\ude00\\u202e"}')
