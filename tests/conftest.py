@@ -21,6 +21,7 @@ from tests.harness import (
     Gateways,
     qwen_tokenizer_dir,
 )
+from tests.legacy_stand_in import LegacyStandIn
 
 # Where the tests have long imported them from.
 __all__ = ["QWEN_EOS", "QWEN_MODEL", "REPO", "SHIPPED_QWEN_POLICY", "qwen_tokenizer_dir"]
@@ -54,6 +55,13 @@ def fake_vllm(qwen_dir: Path) -> Iterator[FakeUpstream]:
     """The fake plain vLLM 0.32 of the whole session."""
     with FakeUpstream(flavour="vllm", tokenizer_dir=qwen_dir) as fake:
         yield fake
+
+
+@pytest.fixture(scope="session")
+def legacy_stand_in() -> Iterator[LegacyStandIn]:
+    """The session's stand-in for the legacy server of a split migration (``--legacy``)."""
+    with LegacyStandIn() as stand_in:
+        yield stand_in
 
 
 @pytest.fixture(scope="module")

@@ -93,8 +93,16 @@ class Gateway:
     def embeddings(self, body: bytes | dict[str, Any], **kwargs: Any) -> Reply:
         return http("POST", f"{self.url}/v1/embeddings", body, **kwargs)
 
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
+    def log(self, since: int = 0) -> str:
+        """Its log (``since``: from that offset, a :meth:`log_mark` taken before)."""
+        with self.log_path.open("rb") as file:
+            file.seek(since)
+            return file.read().decode(errors="replace")
+
+    def log_mark(self) -> int:
+        """Where its log ends now: what a shared gateway logs from here on is
+        ``log(since=mark)``."""
+        return self.log_path.stat().st_size
 
     @property
     def admin_url(self) -> str:
