@@ -155,7 +155,8 @@ class GatewaySpec:
     or policy text (written to ``policy.yaml`` beside the gateway's log); None is the
     launcher's default (the shipped Qwen3 policy). ``tokenizers``: the
     ``NAME=DIR,...`` overrides (default: the real Qwen3 tokenizer for QWEN_MODEL).
-    ``legacy``: the split migration's legacy server (``--legacy``)."""
+    ``legacy``: the split migration's legacy server (``--legacy``). ``args``: more
+    `extproc run` options; ``env``: more environment variables."""
 
     upstream: str
     shape: str | Path = "standalone"
@@ -164,6 +165,7 @@ class GatewaySpec:
     workers: int = 1
     legacy: str | None = None
     args: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()  # set in the gateway's environment
 
     def argv(self, folder: Path) -> list[str]:
         """`extproc run`'s options for this gateway (listen and metrics ports aside);
@@ -223,6 +225,7 @@ def start_gateway(
     env = dict(os.environ if env is None else env)
     if spec.tokenizers:
         env["EXTPROC_TOKENIZER_OVERRIDES"] = spec.tokenizers
+    env.update(spec.env)
     log_path = log_dir / f"gateway-{listen_port}.log"
     log_file = log_path.open("wb")
     process = subprocess.Popen(
