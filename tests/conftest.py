@@ -5,6 +5,11 @@ ext_proc started by `extproc run` (tests/harness.py: :class:`GatewaySpec`,
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -80,3 +85,89 @@ def gateways(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateways]:
     pool = Gateways(tmp_path_factory.mktemp("gateways"))
     yield pool
     pool.stop_all()
+
+
+# -- running on several xdist workers (pyproject.toml: `-n 2 --dist loadgroup`) ---------
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "alone: timing-sensitive (latency, throughput or timeout bounds, admission waits, "
+        "signals): no other test runs while it does",
+    )
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """One xdist group per test module, so that a module's fixtures (its gateways)
+    start once, on one worker; one for the whole end-to-end tier, whose real
+    upstreams are session fixtures that must start once."""
+    for item in items:
+        group = "e2e" if "/e2e/" in str(item.path) else item.path.name
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
+class _Turns:
+    """Who runs now, across the xdist workers of one run: any number of ordinary
+    tests at once, or one `alone` test by itself. A file lock: shared for an ordinary
+    test, exclusive for an `alone` one; an `alone` test that waits closes the gate,
+    so that ordinary tests do not keep it waiting for ever."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self._gate = (folder / "gate.lock").open("a")
+        self._room = (folder / "room.lock").open("a")
+
+    def close(self) -> None:
+        """Done here: the other workers keep the lock files they opened."""
+        self._gate.close()
+        self._room.close()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+    @contextlib.contextmanager
+    def ordinary(self) -> Iterator[None]:
+        fcntl.flock(self._gate, fcntl.LOCK_EX)
+        fcntl.flock(self._gate, fcntl.LOCK_UN)
+        fcntl.flock(self._room, fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(self._room, fcntl.LOCK_UN)
+
+    @contextlib.contextmanager
+    def alone(self) -> Iterator[None]:
+        fcntl.flock(self._gate, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(self._room, fcntl.LOCK_EX)
+        finally:
+            fcntl.flock(self._gate, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(self._room, fcntl.LOCK_UN)
+
+
+_TURNS: list[_Turns] = []
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
+    """Set-up, call and tear-down of each test (its module's fixtures included) in
+    its turn; without xdist, every test is alone anyway."""
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    if run is None:
+        yield
+        return
+    if not _TURNS:
+        folder = Path(tempfile.gettempdir()) / f"pytest-turns-{run}"
+        folder.mkdir(exist_ok=True)
+        _TURNS.append(_Turns(folder))
+    turns = _TURNS[0]
+    with turns.alone() if item.get_closest_marker("alone") else turns.ordinary():
+        yield
+
+
+def pytest_sessionfinish() -> None:
+    while _TURNS:
+        _TURNS.pop().close()

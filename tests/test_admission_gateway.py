@@ -34,6 +34,8 @@ from tests.harness import (
     metric_value,
 )
 
+pytestmark = pytest.mark.alone  # admission waits and their bounds, memory after a burst
+
 ENVELOPE_KEYS = {"message", "type", "param", "code"}
 # 2,048 inputs cut to 256-d: ~18 MiB of estimated work, far over this budget, so such
 # a request is admitted only alone.

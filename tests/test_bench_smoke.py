@@ -17,6 +17,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+pytestmark = pytest.mark.alone  # the benchmark's load: no socket errors, no timeouts
+
 REPO = Path(__file__).resolve().parent.parent
 CASES = {"A", "B", "N-a", "N-b", "S-a", "S-b", "S-b2", "S-n"}
 QUICK_WORKLOADS = {"seed-c1", "sat-c16"}

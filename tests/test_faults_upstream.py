@@ -39,6 +39,8 @@ from tests.conftest import QWEN_MODEL
 from tests.faulty_upstream import FaultyUpstream, Script, Send, scripts
 from tests.harness import Gateway, Gateways, GatewaySpec
 
+pytestmark = pytest.mark.alone  # a 1 s upstream timeout
+
 UPSTREAM_TIMEOUT_S: Final = 1.0
 SCRIPTS: Final = scripts(model=QWEN_MODEL, count=2, dim=1024, slow_seconds=5.0)
 ENVELOPE_KEYS: Final = {"message", "type", "param", "code"}

@@ -741,6 +741,7 @@ def test_a_half_written_file_is_never_served(watched: tuple[Gateway, ConfigMapVo
 
 
 @ONE_SERVER
+@pytest.mark.alone  # requests keep their latency
 @pytest.mark.parametrize("kind", ["fifo", "dev-zero", "directory", "dangling-symlink"])
 def test_a_path_that_is_no_regular_file_is_refused_once_and_blocks_nothing(
     watched: tuple[Gateway, ConfigMapVolume], kind: str

@@ -35,6 +35,8 @@ from tests.conftest import QWEN_MODEL
 from tests.fake_upstream import FakeUpstream
 from tests.harness import SHAPES, Gateway, Gateways, GatewaySpec, http, metric_value
 
+pytestmark = pytest.mark.alone  # a latency bound under slow uploads
+
 SLOW_DECLARED: list[int | None] = [8_388_608] * 10 + [None] * 2  # None: chunked / unsized
 # The slow clients come one after the other, while traffic runs: one every 0.3 s,
 # HTTP/1.1 and h2c in turn (each kind's own every 0.6 s, h2c's 0.3 s after HTTP/1.1's).

@@ -17,6 +17,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.alone  # the soak's p99 and RSS verdict
+
 REPO = Path(__file__).resolve().parent.parent
 WINDOWS = 4
 WINDOW_S = 5

@@ -297,6 +297,7 @@ def test_health_is_unhealthy_when_one_worker_address_is(gateway: Gateway) -> Non
     assert health.stdout.count("SERVING") == len(gateway.extproc_addresses)
 
 
+@pytest.mark.alone  # drains within bounds after SIGTERM
 def test_sigterm_stops_envoy_then_drains_every_worker(
     upstream: FakeUpstream, gateways: Gateways
 ) -> None:
@@ -354,6 +355,7 @@ async def test_a_worker_that_cannot_start_stops_the_pool(tmp_path: Path) -> None
             os.kill(pid, 0)
 
 
+@pytest.mark.alone  # SIGKILL: the workers gone within a bound
 def test_the_workers_go_when_the_launcher_is_killed(
     upstream: FakeUpstream, gateways: Gateways
 ) -> None:
