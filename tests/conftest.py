@@ -12,8 +12,10 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from xdist.scheduler import LoadScopeScheduling
 
 from extproc.core.contract import Contract, load_contract
 from extproc.core.policy import GatewayPolicy, load_policy_file
@@ -87,7 +89,7 @@ def gateways(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateways]:
     pool.stop_all()
 
 
-# -- running on several xdist workers (pyproject.toml: `-n 2 --dist loadgroup`) ---------
+# -- running on several xdist workers (pyproject.toml: `-n 2`) -----------------------
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -98,14 +100,20 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """One xdist group per test module, so that a module's fixtures (its gateways)
-    start once, on one worker; one for the whole end-to-end tier, whose real
-    upstreams are session fixtures that must start once."""
-    for item in items:
-        group = "e2e" if "/e2e/" in str(item.path) else item.path.name
-        item.add_marker(pytest.mark.xdist_group(group))
+class ModuleScheduling(LoadScopeScheduling):
+    """Each test module whole to one worker, so that its fixtures (its gateways) start
+    once; the end-to-end tier whole to one worker, since its real upstreams are
+    session fixtures that must start once. Modules go out in collection order: the
+    end-to-end tier, the longest, first."""
+
+    def _split_scope(self, nodeid: str) -> str:
+        path = nodeid.split("::", 1)[0]
+        return "tests/e2e" if path.startswith("tests/e2e/") else path
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> ModuleScheduling:
+    config.option.loadscopereorder = False
+    return ModuleScheduling(config, log)
 
 
 class _Turns:
