@@ -100,15 +100,20 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
+# What starts real engines (vLLM, Dynamo: ~2.4 GB each): the end-to-end tier, whose
+# engines are session fixtures that must start once, and the installed wheel's
+# default vLLM. One worker runs them all, one after the other.
+REAL_ENGINES = ("tests/e2e/", "tests/test_wheel_install.py")
+
+
 class ModuleScheduling(LoadScopeScheduling):
     """Each test module whole to one worker, so that its fixtures (its gateways) start
-    once; the end-to-end tier whole to one worker, since its real upstreams are
-    session fixtures that must start once. Modules go out in collection order: the
-    end-to-end tier, the longest, first."""
+    once, and whatever starts real engines whole to one worker. They go out in
+    collection order: the end-to-end tier, the longest, first."""
 
     def _split_scope(self, nodeid: str) -> str:
         path = nodeid.split("::", 1)[0]
-        return "tests/e2e" if path.startswith("tests/e2e/") else path
+        return "real engines" if path.startswith(REAL_ENGINES) else path
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> ModuleScheduling:
