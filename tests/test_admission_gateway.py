@@ -23,7 +23,18 @@ from extproc.commands.launcher import envoy_argv
 from extproc.core.policy import GatewayPolicy
 from tests.conftest import QWEN_MODEL, SHIPPED_QWEN_POLICY
 from tests.fake_upstream import FakeUpstream
-from tests.harness import Gateway, Reply, free_port, http, metric_value, start_gateway
+from tests.harness import (
+    SHAPES,
+    Gateway,
+    Gateways,
+    GatewaySpec,
+    Reply,
+    free_port,
+    http,
+    metric_value,
+)
+
+pytestmark = pytest.mark.alone  # admission waits and their bounds, memory after a burst
 
 ENVELOPE_KEYS = {"message", "type", "param", "code"}
 # 2,048 inputs cut to 256-d: ~18 MiB of estimated work, far over this budget, so such
@@ -51,49 +62,13 @@ def assert_overloaded(reply: Reply, retry_after: str) -> str:
     return message
 
 
-@pytest.fixture(scope="module")
-def upstream(qwen_dir: Path) -> Iterator[FakeUpstream]:
-    """The fake Dynamo; each test starts it afresh (no fault, nothing received)."""
-    with FakeUpstream(tokenizer_dir=qwen_dir) as fake:
-        yield fake
-
-
-SHAPES = ["standalone", "single-filter"]  # the two shipped Envoy shapes
-
-
-@pytest.fixture(scope="module")
-def small_budget_policy(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    policy = tmp_path_factory.mktemp("admission-policy") / "policy.yaml"
-    policy.write_text(SMALL_BUDGET + SHIPPED_QWEN_POLICY.read_text())
-    return policy
-
-
 @pytest.fixture(scope="module", params=SHAPES)
 def gateway(
-    request: pytest.FixtureRequest,
-    upstream: FakeUpstream,
-    qwen_dir: Path,
-    small_budget_policy: Path,
+    request: pytest.FixtureRequest, upstream: FakeUpstream, gateways: Gateways
 ) -> Iterator[Gateway]:
-    yield from shaped_gateway(request.param, upstream, small_budget_policy, qwen_dir)
-
-
-def shaped_gateway(
-    shape: str, upstream: FakeUpstream, policy: Path, qwen_dir: Path
-) -> Iterator[Gateway]:
-    """`extproc run` on envoy/SHAPE.yaml with POLICY; stopped cleanly, no traceback."""
-    template = Path(__file__).resolve().parents[1] / "envoy" / f"{shape}.yaml"
-    gw = start_gateway(
-        upstream.url,
-        policy.parent,
-        config=policy,
-        tokenizer_overrides=f"{QWEN_MODEL}={qwen_dir}",
-        extra_args=["--envoy-template", str(template)],
-    )
-    yield gw
-    log = gw.log()
-    assert gw.stop() == 0, log
-    assert "Traceback" not in log, log
+    policy = SMALL_BUDGET + SHIPPED_QWEN_POLICY.read_text()
+    with gateways.own(GatewaySpec(upstream.url, shape=request.param, policy=policy)) as gw:
+        yield gw
 
 
 def scrape(gateway: Gateway) -> str:
@@ -172,14 +147,11 @@ DECLARED_LARGE = orjson.dumps({"model": QWEN_MODEL, "input": "word " * 1_400_000
 
 @pytest.fixture(scope="module", params=SHAPES)
 def headers_gateway(
-    request: pytest.FixtureRequest,
-    upstream: FakeUpstream,
-    qwen_dir: Path,
-    tmp_path_factory: pytest.TempPathFactory,
+    request: pytest.FixtureRequest, upstream: FakeUpstream, gateways: Gateways
 ) -> Iterator[Gateway]:
-    policy = tmp_path_factory.mktemp("headers-admission") / "policy.yaml"
-    policy.write_text(HEADERS_BUDGET + SHIPPED_QWEN_POLICY.read_text())
-    yield from shaped_gateway(request.param, upstream, policy, qwen_dir)
+    policy = HEADERS_BUDGET + SHIPPED_QWEN_POLICY.read_text()
+    with gateways.own(GatewaySpec(upstream.url, shape=request.param, policy=policy)) as gw:
+        yield gw
 
 
 def envoy_messages(gateway: Gateway) -> int:
@@ -276,7 +248,7 @@ def test_a_reservation_of_unknown_length_settles_to_the_body(
 
 
 def test_a_reloaded_budget_changes_what_is_admitted(
-    upstream: FakeUpstream, qwen_dir: Path, tmp_path: Path
+    upstream: FakeUpstream, gateways: Gateways, tmp_path: Path
 ) -> None:
     """A reload that raises `max_inflight_bytes` admits next to a rewrite in flight
     what the smaller budget refused, and one that lowers it refuses it again."""
@@ -309,17 +281,13 @@ def test_a_reloaded_budget_changes_what_is_admitted(
             assert time.monotonic() < deadline, gateway.log()
             time.sleep(0.1)
 
-    gateway = next(shaped_gateway("standalone", upstream, policy, qwen_dir))
-    try:
+    with gateways.own(GatewaySpec(upstream.url, policy=policy)) as gateway:
         assert_overloaded(beside_a_rewrite(gateway), "2")
         reload(gateway, raised)
         assert beside_a_rewrite(gateway).status == 200
         reload(gateway, SMALL_BUDGET + SHIPPED_QWEN_POLICY.read_text())
         assert_overloaded(beside_a_rewrite(gateway), "2")
-    finally:
         log = gateway.log()
-        assert gateway.stop() == 0, log
-    assert "Traceback" not in log, log
     assert log.count("admission: budget") == 2, log
 
 
@@ -424,10 +392,9 @@ def test_envoys_overload_manager_answers_503_overloaded(
     assert upstream.received == []
 
 
-def test_upstream_unreachable_503_says_when_to_retry(qwen_dir: Path, tmp_path: Path) -> None:
+def test_upstream_unreachable_503_says_when_to_retry(gateways: Gateways) -> None:
     dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
-    gw = start_gateway(dead, tmp_path, tokenizer_overrides=f"{QWEN_MODEL}={qwen_dir}")
-    try:
+    with gateways.own(GatewaySpec(dead)) as gw:
         for body in (SMALL, {"model": QWEN_MODEL, "input": "x"}):  # both routes
             reply = gw.embeddings(body)
             assert reply.status == 503 and reply.headers.get("retry-after") == "1", reply
@@ -435,5 +402,3 @@ def test_upstream_unreachable_503_says_when_to_retry(qwen_dir: Path, tmp_path: P
             assert (error["type"], error["code"]) == ("server_error", "upstream_unavailable")
             assert error["message"].startswith("The gateway could not get an answer from the")
             assert "{" not in error["message"]  # no Envoy response-code details
-    finally:
-        assert gw.stop() == 0

@@ -39,9 +39,9 @@ import numpy as np
 import orjson
 import pytest
 
-from tests.conftest import QWEN_MODEL, REPO, SHIPPED_QWEN_POLICY
+from tests.conftest import QWEN_MODEL
 from tests.fake_upstream import FakeUpstream
-from tests.harness import Gateway, free_port, start_gateway
+from tests.harness import Gateway, Gateways, GatewaySpec, free_port
 from tests.test_hostile_input import WireReply, exchange, port_of
 
 SHAPES = ("standalone", "single-filter")
@@ -74,24 +74,10 @@ def envelope(reply: WireReply, status: int) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def fakes(qwen_dir: Path) -> Iterator[tuple[FakeUpstream, FakeUpstream]]:
-    """The embeddings upstream (a Dynamo fake) and, standing for the legacy server of
-    a split migration, a vLLM fake: each records what reaches it."""
-    with (
-        FakeUpstream(flavour="dynamo", tokenizer_dir=qwen_dir) as dynamo,
-        FakeUpstream(flavour="vllm", tokenizer_dir=qwen_dir) as legacy_server,
-    ):
-        yield dynamo, legacy_server
-
-
-@pytest.fixture(scope="module")
-def upstream(fakes: tuple[FakeUpstream, FakeUpstream]) -> FakeUpstream:
-    return fakes[0]
-
-
-@pytest.fixture(scope="module")
-def legacy(fakes: tuple[FakeUpstream, FakeUpstream]) -> FakeUpstream:
-    return fakes[1]
+def legacy(fake_vllm: FakeUpstream) -> FakeUpstream:
+    """Standing for the legacy server of a split migration, the session's vLLM fake:
+    it records what reaches it, as the embeddings upstream (the Dynamo fake) does."""
+    return fake_vllm
 
 
 @pytest.fixture(autouse=True)
@@ -107,26 +93,11 @@ def shape(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture(scope="module")
 def gateway(
-    shape: str,
-    upstream: FakeUpstream,
-    legacy: FakeUpstream,
-    qwen_dir: Path,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[Gateway]:
+    shape: str, upstream: FakeUpstream, legacy: FakeUpstream, gateways: Gateways
+) -> Gateway:
     # With --legacy, every path but the embeddings endpoint goes to `legacy`: a
     # spelling of the endpoint that slipped past the embeddings routes would show there.
-    options = ["--envoy-template", str(REPO / "envoy" / f"{shape}.yaml"), "--legacy", legacy.url]
-    folder = tmp_path_factory.mktemp(f"edge-{shape}")
-    overrides = f"{QWEN_MODEL}={qwen_dir}"
-    gw = start_gateway(
-        upstream.url,
-        folder,
-        config=SHIPPED_QWEN_POLICY,
-        tokenizer_overrides=overrides,
-        extra_args=options,
-    )
-    yield gw
-    assert gw.stop() == 0, gw.log()
+    return gateways.shared(GatewaySpec(upstream.url, shape=shape, legacy=legacy.url))
 
 
 def ask(gateway: Gateway, wire: bytes) -> WireReply:

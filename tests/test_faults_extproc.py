@@ -47,7 +47,9 @@ from extproc.commands.launcher import envoy_argv
 from extproc.core.policy import GatewayPolicy
 from tests.conftest import QWEN_MODEL, SHIPPED_QWEN_POLICY
 from tests.fake_upstream import FakeUpstream
-from tests.harness import Gateway, free_port, http, metric_value, start_gateway
+from tests.harness import Gateway, Gateways, GatewaySpec, free_port, http, metric_value
+
+pytestmark = pytest.mark.alone  # SIGKILL and SIGTERM under load, reconnect bounds
 
 INSTRUCTION = (
     "Instruct: Given a web search query, retrieve relevant passages that answer the query\nQuery:"
@@ -243,20 +245,14 @@ class RunStack:
 
 
 @pytest.fixture(scope="module")
-def run_stack_once(qwen_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunStack]:
-    folder = tmp_path_factory.mktemp("faults-workers")
-    with FakeUpstream(flavour="dynamo", tokenizer_dir=qwen_dir) as upstream:
-        gateway = start_gateway(
-            upstream.url,
-            folder,
-            config=SHIPPED_QWEN_POLICY,
-            tokenizer_overrides=f"{QWEN_MODEL}={qwen_dir}",
-            workers=WORKERS,
-        )
-        try:
-            yield RunStack(upstream, gateway)
-        finally:
-            gateway.stop()
+def run_stack_once(qwen_dir: Path, gateways: Gateways) -> Iterator[RunStack]:
+    """`extproc run --workers 2`, whose workers the tests kill (the launcher restarts
+    them), in front of a fake Dynamo of its own."""
+    with (
+        FakeUpstream(flavour="dynamo", tokenizer_dir=qwen_dir) as upstream,
+        gateways.own(GatewaySpec(upstream.url, workers=WORKERS), clean_exit=False) as gateway,
+    ):
+        yield RunStack(upstream, gateway)
 
 
 @pytest.fixture

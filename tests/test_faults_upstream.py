@@ -29,16 +29,17 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from http import client as http_client
-from pathlib import Path
 from typing import Any, Final
 
 import numpy as np
 import orjson
 import pytest
 
-from tests.conftest import QWEN_MODEL, SHIPPED_QWEN_POLICY
+from tests.conftest import QWEN_MODEL
 from tests.faulty_upstream import FaultyUpstream, Script, Send, scripts
-from tests.harness import Gateway, start_gateway
+from tests.harness import Gateway, Gateways, GatewaySpec
+
+pytestmark = pytest.mark.alone  # a 1 s upstream timeout
 
 UPSTREAM_TIMEOUT_S: Final = 1.0
 SCRIPTS: Final = scripts(model=QWEN_MODEL, count=2, dim=1024, slow_seconds=5.0)
@@ -92,20 +93,10 @@ def upstream() -> Iterator[FaultyUpstream]:
 
 
 @pytest.fixture(scope="module")
-def gateway(
-    upstream: FaultyUpstream, qwen_dir: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Gateway]:
-    gw = start_gateway(
-        upstream.url,
-        tmp_path_factory.mktemp("faults-upstream"),
-        config=SHIPPED_QWEN_POLICY,
-        tokenizer_overrides=f"{QWEN_MODEL}={qwen_dir}",
-        extra_args=["--upstream-timeout", f"{UPSTREAM_TIMEOUT_S:g}"],
-    )
-    yield gw
-    log = gw.log()
-    assert gw.stop() == 0, log
-    assert "Traceback" not in log, log
+def gateway(upstream: FaultyUpstream, gateways: Gateways) -> Iterator[Gateway]:
+    spec = GatewaySpec(upstream.url, args=("--upstream-timeout", f"{UPSTREAM_TIMEOUT_S:g}"))
+    with gateways.own(spec) as gw:
+        yield gw
 
 
 @dataclass(frozen=True)
@@ -217,27 +208,17 @@ CHECKED: Final = {name: expected[0] for name, expected in EXPECTED.items()}
 
 
 @pytest.fixture(scope="module")
-def checking_gateway(
-    upstream: FaultyUpstream, qwen_dir: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Gateway]:
-    folder = tmp_path_factory.mktemp("faults-checked")
-    policy = folder / "policy.yaml"
-    policy.write_text(
+def checking_gateway(upstream: FaultyUpstream, gateways: Gateways) -> Iterator[Gateway]:
+    policy = (
         f"models:\n  - name: {QWEN_MODEL}\n    preset: qwen3-embedding-0.6b\n"
         "    max_tokens: 1024\n    encoding_profile: LEGACY\n    upstream_flavour: DYNAMO\n"
         "    check_responses: true\n"
     )
-    gw = start_gateway(
-        upstream.url,
-        folder,
-        config=policy,
-        tokenizer_overrides=f"{QWEN_MODEL}={qwen_dir}",
-        extra_args=["--upstream-timeout", f"{UPSTREAM_TIMEOUT_S:g}"],
+    spec = GatewaySpec(
+        upstream.url, policy=policy, args=("--upstream-timeout", f"{UPSTREAM_TIMEOUT_S:g}")
     )
-    yield gw
-    log = gw.log()
-    assert gw.stop() == 0, log
-    assert "Traceback" not in log, log
+    with gateways.own(spec) as gw:
+        yield gw
 
 
 @pytest.mark.parametrize("name", sorted(CHECKED))

@@ -20,9 +20,18 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.conftest import QWEN_EOS, QWEN_MODEL, REPO, SHIPPED_QWEN_POLICY
+from tests.conftest import QWEN_EOS, QWEN_MODEL, REPO
 from tests.fake_upstream import FakeUpstream
-from tests.harness import Gateway, Reply, free_port, http, metric_value, start_gateway
+from tests.harness import (
+    SHAPES,
+    Gateway,
+    Gateways,
+    GatewaySpec,
+    Reply,
+    free_port,
+    http,
+    metric_value,
+)
 
 QUERY = "What is the capital city of France?"
 QWEN3_PROMPT = (
@@ -32,24 +41,11 @@ QWEN3_PROMPT = (
 ENVELOPE_KEYS = {"message", "type", "param", "code"}
 
 
-@pytest.fixture(scope="module", params=["standalone", "single-filter"])
-def gateway(
-    request: pytest.FixtureRequest,
-    upstream: FakeUpstream,
-    qwen_dir: Path,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[Gateway]:
+@pytest.fixture(scope="module", params=SHAPES)
+def gateway(request: pytest.FixtureRequest, upstream: FakeUpstream, gateways: Gateways) -> Gateway:
     """Both shipped Envoy shapes: the two-filter standalone.yaml (what `extproc run`
     uses) and single-filter.yaml (what the mesh configurations use)."""
-    gw = start_gateway(
-        upstream.url,
-        tmp_path_factory.mktemp("gateway"),
-        config=SHIPPED_QWEN_POLICY,
-        tokenizer_overrides=f"{QWEN_MODEL}={qwen_dir}",
-        extra_args=["--envoy-template", str(REPO / "envoy" / f"{request.param}.yaml")],
-    )
-    yield gw
-    assert gw.stop() == 0, gw.log()
+    return gateways.shared(GatewaySpec(upstream.url, shape=request.param))
 
 
 @pytest.fixture(autouse=True)
@@ -366,34 +362,21 @@ def test_worker_gone_is_503_not_404(
     assert error["type"] == "server_error"
 
 
-def test_upstream_down_is_a_503_envelope(qwen_dir: Path, tmp_path: Path) -> None:
+def test_upstream_down_is_a_503_envelope(gateways: Gateways) -> None:
     dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
-    gw = start_gateway(dead, tmp_path, tokenizer_overrides=f"{QWEN_MODEL}={qwen_dir}")
-    try:
+    with gateways.own(GatewaySpec(dead)) as gw:
         error = assert_envelope(gw.embeddings({"model": QWEN_MODEL, "input": "x"}), 503)
         assert error["type"] == "server_error"
         # Still validated first: a client mistake stays a 400 even with the upstream down.
         assert_envelope(gw.embeddings({"model": QWEN_MODEL, "input": []}), 400)
-    finally:
-        assert gw.stop() == 0
 
 
-def test_slow_upstream_is_a_504_envelope(
-    upstream: FakeUpstream, qwen_dir: Path, tmp_path: Path
-) -> None:
-    gw = start_gateway(
-        upstream.url,
-        tmp_path,
-        tokenizer_overrides=f"{QWEN_MODEL}={qwen_dir}",
-        extra_args=["--upstream-timeout", "0.5"],
-    )
-    try:
+def test_slow_upstream_is_a_504_envelope(upstream: FakeUpstream, gateways: Gateways) -> None:
+    with gateways.own(GatewaySpec(upstream.url, args=("--upstream-timeout", "0.5"))) as gw:
         upstream.fault = "slow"
         upstream.slow_seconds = 2.0
         error = assert_envelope(gw.embeddings({"model": QWEN_MODEL, "input": "x"}), 504)
         assert error["type"] == "server_error"
-    finally:
-        assert gw.stop() == 0
 
 
 # -- 6. pass-through -------------------------------------------------------------------
@@ -461,25 +444,20 @@ def test_metrics_count_outcomes(gateway: Gateway) -> None:
 # -- the OpenAI encoding profile ---------------------------------------------------------
 
 
+OPENAI_POLICY = (
+    "models:\n"
+    "  - name: qwen3-openai\n"
+    "    preset: qwen3-embedding-0.6b\n"
+    f"    upstream_model: {QWEN_MODEL}\n"
+    "    max_tokens: 1024\n"
+    "    encoding_profile: OPENAI\n"
+)
+
+
 @pytest.fixture(scope="module")
-def openai_gateway(
-    upstream: FakeUpstream, qwen_dir: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Gateway]:
-    folder = tmp_path_factory.mktemp("openai")
-    policy = folder / "policy.yaml"
-    policy.write_text(
-        "models:\n"
-        "  - name: qwen3-openai\n"
-        "    preset: qwen3-embedding-0.6b\n"
-        f"    upstream_model: {QWEN_MODEL}\n"
-        "    max_tokens: 1024\n"
-        "    encoding_profile: OPENAI\n"
-    )
-    gw = start_gateway(
-        upstream.url, folder, config=policy, tokenizer_overrides=f"qwen3-openai={qwen_dir}"
-    )
-    yield gw
-    assert gw.stop() == 0
+def openai_gateway(upstream: FakeUpstream, gateways: Gateways, qwen_dir: Path) -> Gateway:
+    spec = GatewaySpec(upstream.url, policy=OPENAI_POLICY, tokenizers=f"qwen3-openai={qwen_dir}")
+    return gateways.shared(spec)
 
 
 def b64_floats(text: str) -> np.ndarray[Any, Any]:

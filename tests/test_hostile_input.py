@@ -24,7 +24,6 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import orjson
@@ -32,9 +31,9 @@ import pytest
 import yaml
 
 from extproc.core.error_envelope import MAX_MESSAGE_CHARS
-from tests.conftest import QWEN_MODEL, REPO, SHIPPED_QWEN_POLICY
+from tests.conftest import QWEN_MODEL, REPO
 from tests.fake_upstream import FakeUpstream
-from tests.harness import Gateway, http, metric_value, start_gateway
+from tests.harness import Gateway, Gateways, GatewaySpec, http, metric_value
 from tests.hostile_corpus import (
     ACCEPTED,
     BODY_NEVER_ENDS,
@@ -234,29 +233,16 @@ def shape(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
-def _start(shape_template: Path, upstream: FakeUpstream, qwen_dir: Path, folder: Path) -> Gateway:
-    return start_gateway(
-        upstream.url,
-        folder,
-        config=SHIPPED_QWEN_POLICY,
-        tokenizer_overrides=f"{QWEN_MODEL}={qwen_dir}",
-        extra_args=["--envoy-template", str(shape_template)],
-    )
-
-
 @pytest.fixture(scope="module")
-def gateway(
-    shape: str, upstream: FakeUpstream, qwen_dir: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Gateway]:
-    folder = tmp_path_factory.mktemp(f"hostile-{shape}")
-    gw = _start(REPO / "envoy" / f"{shape}.yaml", upstream, qwen_dir, folder)
-    yield gw
-    assert gw.stop() == 0, gw.log()
+def gateway(shape: str, upstream: FakeUpstream, gateways: Gateways) -> Gateway:
+    gw = gateways.shared(GatewaySpec(upstream.url, shape=shape))
+    gw.extra["module_log"] = gw.log_mark()  # what this module's requests make it log
+    return gw
 
 
 @pytest.fixture(scope="module")
 def impatient_gateway(
-    shape: str, upstream: FakeUpstream, qwen_dir: Path, tmp_path_factory: pytest.TempPathFactory
+    shape: str, upstream: FakeUpstream, gateways: Gateways, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Gateway]:
     """The shipped shape with one change: Envoy's request_timeout is 2 s, not 300 s."""
     folder = tmp_path_factory.mktemp(f"impatient-{shape}")
@@ -266,9 +252,8 @@ def impatient_gateway(
     manager["request_timeout"] = f"{IMPATIENT_TIMEOUT_S}s"
     template = folder / f"{shape}-impatient.yaml"
     template.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
-    gw = _start(template, upstream, qwen_dir, folder)
-    yield gw
-    assert gw.stop() == 0, gw.log()
+    with gateways.own(GatewaySpec(upstream.url, shape=template), folder=folder) as gw:
+        yield gw
 
 
 # What the upstream must get for the long valid inputs: the legacy server's
@@ -428,7 +413,7 @@ def test_gateway_survives_the_whole_corpus(gateway: Gateway, upstream: FakeUpstr
     assert good.status == 200, good.body
     assert len(upstream.received) == 1
 
-    log = gateway.log()
+    log = gateway.log(since=gateway.extra["module_log"])
     assert "Traceback" not in log, log[-3000:]
     assert re.search(r" (ERROR|CRITICAL) |\[envoy\]\[(error|critical)\]", log) is None, log[-3000:]
     metrics = http("GET", f"{gateway.metrics_url}/metrics").body.decode()

@@ -15,7 +15,6 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import brotli
 import orjson
@@ -24,7 +23,7 @@ import pytest
 from extproc.core.policy import GatewayPolicy
 from tests.conftest import QWEN_MODEL
 from tests.fake_upstream import FakeUpstream
-from tests.harness import Gateway, start_shipped_gateway
+from tests.harness import SHAPES, Gateway, Gateways, GatewaySpec
 
 ANSWER_TIMEOUT_S = 30.0
 # Envoy closes a connection it has marked for closing 1 s after the answer
@@ -111,16 +110,11 @@ class Served:
     shape: str  # the Envoy template: standalone, single-filter
 
 
-@pytest.fixture(scope="module", params=["standalone", "single-filter"])
-def served(
-    request: pytest.FixtureRequest, qwen_dir: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Served]:
+@pytest.fixture(scope="module", params=SHAPES)
+def served(request: pytest.FixtureRequest, fake_dynamo: FakeUpstream, gateways: Gateways) -> Served:
     """The Dynamo fake and `extproc run` in front of it, for each shipped Envoy shape."""
-    with FakeUpstream(flavour="dynamo", tokenizer_dir=qwen_dir) as fake:
-        log_dir = tmp_path_factory.mktemp("keepalive")
-        gateway = start_shipped_gateway(fake.url, log_dir, qwen_dir, request.param)
-        yield Served(gateway, fake, request.param)
-        assert gateway.stop() == 0, gateway.log()
+    gateway = gateways.shared(GatewaySpec(fake_dynamo.url, shape=request.param))
+    return Served(gateway, fake_dynamo, request.param)
 
 
 @pytest.fixture

@@ -21,14 +21,13 @@ import random
 import re
 import string
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import QWEN_MODEL, SHIPPED_QWEN_POLICY
+from tests.conftest import QWEN_MODEL
 from tests.fake_upstream import FakeUpstream
-from tests.harness import Gateway, Reply, http, start_gateway
+from tests.harness import Gateway, Gateways, GatewaySpec, Reply, http
 
 MARKER = "SeCrEtMaRkEr"
 # A field value that also tries to break a log line and hide behind a bidi control.
@@ -37,20 +36,14 @@ ENGLISH = "The quick brown fox jumps over the lazy dog. "
 
 
 @pytest.fixture(scope="module")
-def gateway(
-    upstream: FakeUpstream, qwen_dir: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Gateway]:
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("EXTPROC_LOG_LEVEL", "debug")  # the most the Python side logs
-        gw = start_gateway(
-            upstream.url,
-            tmp_path_factory.mktemp("leaks"),
-            config=SHIPPED_QWEN_POLICY,
-            tokenizer_overrides=f"{QWEN_MODEL}={qwen_dir}",
-            extra_args=["--envoy-log-level", "info"],
-        )
-    yield gw
-    assert gw.stop() == 0, gw.log()
+def gateway(upstream: FakeUpstream, gateways: Gateways) -> Iterator[Gateway]:
+    spec = GatewaySpec(
+        upstream.url,
+        args=("--envoy-log-level", "info"),
+        env=(("EXTPROC_LOG_LEVEL", "debug"),),  # the most the Python side logs
+    )
+    with gateways.own(spec) as gw:
+        yield gw
 
 
 def body(**fields: Any) -> dict[str, Any]:

@@ -15,7 +15,6 @@ OpenAI's API declare them). For every value of a field, the gateway must:
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any, Literal
 
 import orjson
@@ -28,9 +27,9 @@ from extproc.core.contract import Contract
 from extproc.core.error_envelope import ApiError
 from extproc.core.lax import lax_int
 from extproc.core.request_rewrite import Forward, rewrite_request
-from tests.conftest import QWEN_MODEL, SHIPPED_QWEN_POLICY
+from tests.conftest import QWEN_MODEL
 from tests.fake_upstream import FakeUpstream
-from tests.harness import Gateway, start_gateway
+from tests.harness import Gateway, Gateways, GatewaySpec
 
 MODEL = QWEN_MODEL
 BOM = b"\xef\xbb\xbf"
@@ -270,19 +269,12 @@ def test_lax_int_is_pydantics_int() -> None:
 
 
 @pytest.fixture(scope="module")
-def stack(
-    qwen_dir: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[tuple[Gateway, FakeUpstream]]:
+def stack(fake_vllm: FakeUpstream, gateways: Gateways) -> Iterator[tuple[Gateway, FakeUpstream]]:
     """The shipped policy behind `extproc run`, in front of the fake vLLM (which, like
     vLLM, would take a forwarded null as the default: the test looks at what it got)."""
-    with FakeUpstream(flavour="vllm", tokenizer_dir=qwen_dir) as fake:
-        overrides = f"{QWEN_MODEL}={qwen_dir}"
-        where = tmp_path_factory.mktemp("lenient")
-        gw = start_gateway(
-            fake.url, where, config=SHIPPED_QWEN_POLICY, tokenizer_overrides=overrides
-        )
-        yield gw, fake
-        assert gw.stop() == 0, gw.log()
+    fake_vllm.reset()
+    with gateways.own(GatewaySpec(fake_vllm.url)) as gw:
+        yield gw, fake_vllm
 
 
 @pytest.mark.parametrize(

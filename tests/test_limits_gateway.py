@@ -17,49 +17,31 @@ import json
 import random
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from tests.conftest import QWEN_MODEL, REPO, SHIPPED_QWEN_POLICY
 from tests.fake_upstream import FakeUpstream
-from tests.harness import Gateway, Reply, start_gateway
+from tests.harness import Gateway, Gateways, GatewaySpec, Reply
 
 SHORT_DEADLINE_MS = 500
 ENGLISH = "The quick brown fox jumps over the lazy dog while the cat sleeps. "
 
 
 @pytest.fixture(scope="module")
-def gateway(
-    upstream: FakeUpstream, qwen_dir: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Gateway]:
-    gw = start_gateway(
-        upstream.url,
-        tmp_path_factory.mktemp("limits"),
-        config=SHIPPED_QWEN_POLICY,
-        tokenizer_overrides=f"{QWEN_MODEL}={qwen_dir}",
-    )
-    yield gw
-    assert gw.stop() == 0, gw.log()
+def gateway(upstream: FakeUpstream, gateways: Gateways) -> Gateway:
+    return gateways.shared(GatewaySpec(upstream.url))
 
 
 @pytest.fixture(scope="module")
-def short_deadline_gateway(
-    upstream: FakeUpstream, qwen_dir: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Gateway]:
+def short_deadline_gateway(upstream: FakeUpstream, gateways: Gateways) -> Iterator[Gateway]:
     """The shipped policy with a 500 ms tokenizing deadline (the default is 5,000 ms)."""
-    directory = tmp_path_factory.mktemp("deadline")
-    policy = directory / "policy.yaml"
-    policy.write_text(
+    policy = (
         SHIPPED_QWEN_POLICY.read_text(encoding="utf-8")
-        + f"limits: {{max_tokenize_ms: {SHORT_DEADLINE_MS}}}\n",
-        encoding="utf-8",
+        + f"limits: {{max_tokenize_ms: {SHORT_DEADLINE_MS}}}\n"
     )
-    gw = start_gateway(
-        upstream.url, directory, config=policy, tokenizer_overrides=f"{QWEN_MODEL}={qwen_dir}"
-    )
-    yield gw
-    assert gw.stop() == 0, gw.log()
+    with gateways.own(GatewaySpec(upstream.url, policy=policy)) as gw:
+        yield gw
 
 
 @pytest.fixture(autouse=True)

@@ -29,7 +29,7 @@ from extproc.core.request_rewrite import Forward, rewrite_request
 from extproc.core.response_rewrite import rewrite_response
 from tests.conftest import SHIPPED_QWEN_POLICY
 from tests.fake_upstream import FakeUpstream
-from tests.harness import Gateway, http, metric_value, start_gateway
+from tests.harness import Gateway, Gateways, GatewaySpec, http, metric_value
 
 MODEL = "Qwen/Qwen3-Embedding-0.6B"
 SHIPPED_DYNAMO_MATRYOSHKA_POLICY = SHIPPED_QWEN_POLICY.with_name(
@@ -291,17 +291,12 @@ def matryoshka_vllm(qwen_dir: Path) -> Iterator[FakeUpstream]:
         yield fake
 
 
-def _gateway(
-    upstream: FakeUpstream, qwen_dir: Path, folder: Path, *, native: bool, envoy: str
-) -> Gateway:
-    path = folder / ("native.yaml" if native else "emulated.yaml")
-    path.write_text(policy_yaml(native=native))
-    return start_gateway(
+def spec(upstream: FakeUpstream, qwen_dir: Path, *, native: bool, shape: str) -> GatewaySpec:
+    return GatewaySpec(
         upstream.url,
-        folder,
-        config=path,
-        tokenizer_overrides=f"{MODEL}={qwen_dir}",
-        extra_args=["--envoy-template", str(Path(__file__).parents[1] / "envoy" / envoy)],
+        shape=shape,
+        policy=policy_yaml(native=native),
+        tokenizers=f"{MODEL}={qwen_dir}",
     )
 
 
@@ -312,25 +307,21 @@ NO_RESPONSE_WORK = {"standalone.yaml": 1, "single-filter.yaml": 3}
 
 
 @pytest.fixture(scope="module", params=sorted(NO_RESPONSE_WORK))
-def gateways(
+def gateway_pair(
     request: pytest.FixtureRequest,
     matryoshka_vllm: FakeUpstream,
     qwen_dir: Path,
-    tmp_path_factory: pytest.TempPathFactory,
+    gateways: Gateways,
 ) -> Iterator[tuple[Gateway, Gateway, int]]:
     """(native, emulated, messages of a request with no response work) in front of the
     same upstream, in both shipped Envoy shapes."""
-    folder = tmp_path_factory.mktemp("native")
     envoy = str(request.param)
-    native_gw = _gateway(matryoshka_vllm, qwen_dir, folder, native=True, envoy=envoy)
-    try:
-        emulated_gw = _gateway(matryoshka_vllm, qwen_dir, folder, native=False, envoy=envoy)
-    except BaseException:
-        native_gw.stop()
-        raise
-    yield native_gw, emulated_gw, NO_RESPONSE_WORK[envoy]
-    assert native_gw.stop() == 0, native_gw.log()
-    assert emulated_gw.stop() == 0, emulated_gw.log()
+    shape = envoy.removesuffix(".yaml")
+    with (
+        gateways.own(spec(matryoshka_vllm, qwen_dir, native=True, shape=shape)) as native_gw,
+        gateways.own(spec(matryoshka_vllm, qwen_dir, native=False, shape=shape)) as emulated_gw,
+    ):
+        yield native_gw, emulated_gw, NO_RESPONSE_WORK[envoy]
 
 
 def vectors(doc: Any) -> np.ndarray[Any, Any]:
@@ -340,9 +331,9 @@ def vectors(doc: Any) -> np.ndarray[Any, Any]:
 
 @pytest.mark.parametrize("dimensions", [128, 256])
 def test_native_path_one_message_same_vectors(
-    gateways: tuple[Gateway, Gateway, int], matryoshka_vllm: FakeUpstream, dimensions: int
+    gateway_pair: tuple[Gateway, Gateway, int], matryoshka_vllm: FakeUpstream, dimensions: int
 ) -> None:
-    native_gw, emulated_gw, plain = gateways
+    native_gw, emulated_gw, plain = gateway_pair
     body = {"model": MODEL, "input": DOCS, "input_type": "query", "dimensions": dimensions}
 
     before = msgs_sent(native_gw)
@@ -367,9 +358,9 @@ def test_native_path_one_message_same_vectors(
 
 
 def test_native_path_refuses_like_the_emulated_one(
-    gateways: tuple[Gateway, Gateway, int],
+    gateway_pair: tuple[Gateway, Gateway, int],
 ) -> None:
-    native_gw, emulated_gw, _ = gateways
+    native_gw, emulated_gw, _ = gateway_pair
     body = {"model": MODEL, "input": DOCS, "dimensions": 16}
     before = msgs_sent(native_gw)
     got, want = native_gw.embeddings(body), emulated_gw.embeddings(body)
@@ -413,7 +404,11 @@ def reload_now(gw: Gateway, path: Path, text: str) -> None:
     "started_native", [True, False], ids=["native-then-emulated", "emulated-then-native"]
 )
 def test_a_stale_precheck_still_gets_the_right_answer(
-    started_native: bool, matryoshka_vllm: FakeUpstream, qwen_dir: Path, tmp_path: Path
+    started_native: bool,
+    matryoshka_vllm: FakeUpstream,
+    qwen_dir: Path,
+    gateways: Gateways,
+    tmp_path: Path,
 ) -> None:
     """`extproc run` renders the precheck's markers from the policy it starts with. A
     reload that needs another list is served right, only at another cost: a marker
@@ -422,17 +417,10 @@ def test_a_stale_precheck_still_gets_the_right_answer(
     one-stream route, where the server ends the stream after the request reply."""
     path = tmp_path / "policy.yaml"
     path.write_text(policy_yaml(native=started_native))
-    gw = start_gateway(
-        matryoshka_vllm.url,
-        tmp_path,
-        config=path,
-        tokenizer_overrides=f"{MODEL}={qwen_dir}",
-        extra_args=[
-            "--envoy-template",
-            str(Path(__file__).parents[1] / "envoy" / "standalone.yaml"),
-        ],
-    )
-    try:
+    started = GatewaySpec(
+        matryoshka_vllm.url, policy=path, tokenizers=f"{MODEL}={qwen_dir}"
+    )  # a file: reloaded below
+    with gateways.own(started) as gw:
         reload_now(gw, path, policy_yaml(native=not started_native))
         body = {"model": MODEL, "input": DOCS, "dimensions": 128}
         for _ in range(3):
@@ -452,5 +440,3 @@ def test_a_stale_precheck_still_gets_the_right_answer(
             else:  # now native, an extra marker: the upstream cut, on one stream
                 assert forwarded == 128
                 assert streams == 1 and messages in (1, 2)
-    finally:
-        assert gw.stop() == 0, gw.log()

@@ -68,7 +68,9 @@ from extproc.core.policy import GatewayPolicy
 from tests.conftest import QWEN_MODEL, REPO, SHIPPED_QWEN_POLICY
 from tests.fake_legacy import FakeLegacy
 from tests.fake_upstream import FakeUpstream
-from tests.harness import Gateway, Reply, free_port, http, metric_value, start_gateway
+from tests.harness import Gateway, Gateways, GatewaySpec, Reply, free_port, http, metric_value
+
+pytestmark = pytest.mark.alone  # 1 s message timeouts, admission refusals, SIGSTOP
 
 OBSERVABILITY = REPO / "deploy" / "observability"
 DASHBOARD = OBSERVABILITY / "grafana" / "dashboards" / "gateway.json"
@@ -557,6 +559,7 @@ def evaluated(
     request: pytest.FixtureRequest,
     qwen_dir: Path,
     qwen_policy: GatewayPolicy,
+    gateways: Gateways,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Evaluated]:
     workers: int = request.param
@@ -568,14 +571,8 @@ def evaluated(
     with ExitStack() as cleanup:
         upstream = cleanup.enter_context(FakeUpstream(flavour="dynamo", tokenizer_dir=qwen_dir))
         legacy = cleanup.enter_context(FakeLegacy(tokenizer_dir=qwen_dir))
-        gateway = start_gateway(
-            upstream.url,
-            logs,
-            config=policy_copy,
-            tokenizer_overrides=f"{QWEN_MODEL}={qwen_dir}",
-            workers=workers,
-        )
-        cleanup.callback(gateway.stop)
+        spec = GatewaySpec(upstream.url, policy=policy_copy, workers=workers)
+        gateway = cleanup.enter_context(gateways.own(spec, folder=logs))
         shadow = start_shadow(legacy.url, upstream.url, qwen_dir, logs, workers)
         cleanup.callback(shadow.process.stop)
         faults = start_processor_faults(upstream, qwen_dir, qwen_policy, logs)

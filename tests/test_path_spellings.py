@@ -48,8 +48,9 @@ from extproc.commands.envoy_config import LEGACY_CLUSTER, Upstream, legacy_clust
 from extproc.commands.launcher import envoy_binary
 from tests.conftest import QWEN_MODEL, REPO, SHIPPED_QWEN_POLICY
 from tests.fake_upstream import FakeUpstream
-from tests.harness import free_port, http, start_gateway, start_shipped_gateway
+from tests.harness import Gateways, GatewaySpec, free_port, http
 from tests.hostile_corpus import LEGACY_PATHS, PATH_SPELLINGS, PathOutcome, PathSpelling
+from tests.legacy_stand_in import LegacyStandIn
 from tests.test_deploy_artifacts import (
     _serving,
     _stop,
@@ -59,7 +60,6 @@ from tests.test_deploy_artifacts import (
     load_all,
 )
 from tests.test_hostile_input import WireReply, exchange
-from tests.test_split_migration import LegacyStandIn
 
 WAIT_S = 30.0
 QUERY = {
@@ -245,15 +245,14 @@ def istio_gateway_config(
 
 
 @pytest.fixture(scope="module")
-def dynamo(qwen_dir: Path) -> Iterator[FakeUpstream]:
-    with FakeUpstream(flavour="dynamo", tokenizer_dir=qwen_dir) as fake:
-        yield fake
+def dynamo(upstream: FakeUpstream) -> FakeUpstream:
+    return upstream
 
 
 @pytest.fixture(scope="module")
-def legacy() -> Iterator[LegacyStandIn]:
-    with LegacyStandIn() as stand_in:
-        yield stand_in
+def legacy(legacy_stand_in: LegacyStandIn) -> LegacyStandIn:
+    legacy_stand_in.reset()
+    return legacy_stand_in
 
 
 @pytest.fixture(scope="module")
@@ -304,7 +303,7 @@ def shape(
     request: pytest.FixtureRequest,
     dynamo: FakeUpstream,
     legacy: LegacyStandIn,
-    qwen_dir: Path,
+    gateways: Gateways,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Shape]:
     name = str(request.param)
@@ -327,24 +326,13 @@ def shape(
             _stop(envoy)
         return
     if name == "envoy-gateway":
-        gw = start_gateway(
-            dynamo.url,
-            folder,
-            config=SHIPPED_QWEN_POLICY,
-            tokenizer_overrides=f"{QWEN_MODEL}={qwen_dir}",
-            extra_args=[
-                "--legacy",
-                legacy.url,
-                "--envoy-template",
-                str(envoy_gateway_template(folder)),
-            ],
-        )
-    else:
-        gw = start_shipped_gateway(dynamo.url, folder, qwen_dir, name, ["--legacy", legacy.url])
-    try:
-        yield Shape(name, int(gw.url.rsplit(":", 1)[1]))
-    finally:
-        assert gw.stop() == 0, gw.log()
+        spec = GatewaySpec(dynamo.url, shape=envoy_gateway_template(folder), legacy=legacy.url)
+        with gateways.own(spec, folder=folder) as gw:
+            yield Shape(name, int(gw.url.rsplit(":", 1)[1]))
+        return
+    # The shipped shapes: the split migration's gateways (tests/test_split_migration.py).
+    gw = gateways.shared(GatewaySpec(dynamo.url, shape=name, legacy=legacy.url))
+    yield Shape(name, int(gw.url.rsplit(":", 1)[1]))
 
 
 @pytest.fixture(autouse=True)

@@ -53,10 +53,10 @@ from extproc.tools.probe.readiness_checks import PROBE_THRESHOLDS, decide
 from extproc.tools.probe.stats import histogram, percentile, ratio, spread
 from extproc.tools.probe.svg import cosine_histogram, grouped_bars
 from extproc.tools.probe.vector_parity import CosineSet, ParityResult, SideSummary, compare_vectors
-from tests.conftest import QWEN_EOS, QWEN_MODEL, SHIPPED_QWEN_POLICY
+from tests.conftest import QWEN_EOS, QWEN_MODEL
 from tests.fake_legacy import DEFAULT_TASK, FakeLegacy, qwen3_query
 from tests.fake_upstream import FakeUpstream
-from tests.harness import Gateway, free_port, http, start_gateway
+from tests.harness import Gateway, Gateways, GatewaySpec, free_port, http
 
 EXTERNAL_REF = re.compile(r"""(?:src|href)\s*=\s*["']?\s*(?:https?:)?//""", re.IGNORECASE)
 
@@ -480,9 +480,8 @@ def test_options() -> None:
 
 
 @pytest.fixture(scope="module")
-def dynamo(qwen_dir: Path) -> Iterator[FakeUpstream]:
-    with FakeUpstream(flavour="dynamo", tokenizer_dir=qwen_dir) as fake:
-        yield fake
+def dynamo(upstream: FakeUpstream) -> FakeUpstream:
+    return upstream
 
 
 @pytest.fixture(scope="module")
@@ -542,17 +541,8 @@ def test_fake_legacy_contract(legacy: FakeLegacy, dynamo: FakeUpstream) -> None:
 
 
 @pytest.fixture(scope="module")
-def gateway(
-    dynamo: FakeUpstream, qwen_dir: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Gateway]:
-    gw = start_gateway(
-        dynamo.url,
-        tmp_path_factory.mktemp("probe-gateway"),
-        config=SHIPPED_QWEN_POLICY,
-        tokenizer_overrides=f"{QWEN_MODEL}={qwen_dir}",
-    )
-    yield gw
-    assert gw.stop() == 0, gw.log()
+def gateway(dynamo: FakeUpstream, gateways: Gateways) -> Gateway:
+    return gateways.shared(GatewaySpec(dynamo.url))
 
 
 def _probe(

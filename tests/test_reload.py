@@ -69,7 +69,7 @@ from extproc.service.reload import (
 from extproc.service.server import serve
 from tests.conftest import QWEN_MODEL
 from tests.fake_upstream import FakeUpstream
-from tests.harness import Gateway, http, metric_value, start_gateway
+from tests.harness import Gateway, Gateways, GatewaySpec, http, metric_value
 from tests.test_policy_reading import NOT_REGULAR_FILES
 
 ADDED = "qwen-added"  # a model name only the new files serve
@@ -559,24 +559,25 @@ class ConfigMapVolume:
         shutil.rmtree(old)
 
 
+# The watch is the same code in every ext_proc process: a test runs with two workers
+# (`--workers 2`: each worker reloads on its own, and the test also checks that every
+# worker did, once, with one line each) where what it checks concerns the workers, and
+# once with the single in-process server otherwise.
+ONE_SERVER = pytest.mark.parametrize("watched", [1], ids=["1-worker"], indirect=True)
+EVERY_WORKER = pytest.mark.parametrize("watched", [2], ids=["2-workers"], indirect=True)
+
+
 @pytest.fixture(scope="module", params=[1, 2], ids=["1-worker", "2-workers"])
 def watched(
     request: pytest.FixtureRequest,
     upstream: FakeUpstream,
-    qwen_dir: Path,
+    gateways: Gateways,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[tuple[Gateway, ConfigMapVolume]]:
     root = tmp_path_factory.mktemp("configmap")
     volume = ConfigMapVolume(root, policy_yaml(QWEN_MODEL))
-    gw = start_gateway(
-        upstream.url,
-        tmp_path_factory.mktemp("watched"),
-        config=volume.path,
-        tokenizer_overrides=f"{QWEN_MODEL}={qwen_dir}",
-        workers=request.param,
-    )
-    yield gw, volume
-    assert gw.stop() == 0, gw.log()
+    with gateways.own(GatewaySpec(upstream.url, policy=volume.path, workers=request.param)) as gw:
+        yield gw, volume
 
 
 def test_a_model_added_to_the_file_answers_within_10_seconds(
@@ -596,18 +597,20 @@ def test_a_model_added_to_the_file_answers_within_10_seconds(
 
 
 @pytest.mark.parametrize(
-    ("text", "field", "reason"),
+    ("watched", "text", "field", "reason"),
     [
-        ("models: [\n", "<yaml>", "expected the node content"),
-        (policy_yaml(QWEN_MODEL) + "    colour: red\n", "models[0]", '"colour"'),
+        (2, "models: [\n", "<yaml>", "expected the node content"),
+        (1, policy_yaml(QWEN_MODEL) + "    colour: red\n", "models[0]", '"colour"'),
         # A tokenizer.json that exists but does not parse: found only by loading it.
         (
+            1,
             policy_yaml(QWEN_MODEL, "qwen-bad") + "    tokenizer: {path: BAD_DIR}\n",
             "tokenizer",
             "cannot be loaded",
         ),
     ],
-    ids=["bad-yaml", "unknown-field", "unloadable-tokenizer"],
+    ids=["2-workers-bad-yaml", "1-worker-unknown-field", "1-worker-unloadable-tokenizer"],
+    indirect=["watched"],
 )
 def test_a_broken_file_is_refused_and_the_running_policy_keeps_answering(
     watched: tuple[Gateway, ConfigMapVolume], text: str, field: str, reason: str
@@ -629,6 +632,7 @@ def test_a_broken_file_is_refused_and_the_running_policy_keeps_answering(
     assert reloads(gw, "rejected") == rejected + workers(gw)
 
 
+@ONE_SERVER
 def test_a_configmap_swap_is_seen_even_with_the_same_size_and_mtime(
     watched: tuple[Gateway, ConfigMapVolume],
 ) -> None:
@@ -648,6 +652,7 @@ def test_a_configmap_swap_is_seen_even_with_the_same_size_and_mtime(
         assert embed(gw, ADDED) == 404  # the swapped-in file no longer has it
 
 
+@EVERY_WORKER
 def test_a_policy_needing_larger_envoy_limits_is_flagged(
     watched: tuple[Gateway, ConfigMapVolume],
 ) -> None:
@@ -672,29 +677,21 @@ def test_a_policy_needing_larger_envoy_limits_is_flagged(
     assert set(not_applied(gw).values()) == {0}
 
 
-def start_unwatched(
-    upstream: FakeUpstream, qwen_dir: Path, tmp_path: Path, worker_count: int = 1
-) -> tuple[Gateway, Path]:
-    """`extproc run --no-watch` on a policy of its own (QWEN_MODEL only), and its path."""
+def unwatched(upstream: FakeUpstream, tmp_path: Path, worker_count: int = 1) -> GatewaySpec:
+    """`extproc run --no-watch` on a policy file of its own (QWEN_MODEL only)."""
     config = tmp_path / "policy.yaml"
     config.write_text(policy_yaml(QWEN_MODEL))
-    gw = start_gateway(
-        upstream.url,
-        tmp_path,
-        config=config,
-        tokenizer_overrides=f"{QWEN_MODEL}={qwen_dir}",
-        extra_args=["--no-watch"],
-        workers=worker_count,
-    )
-    return gw, config
+    return GatewaySpec(upstream.url, policy=config, workers=worker_count, args=("--no-watch",))
 
 
 @pytest.mark.parametrize("worker_count", [1, 2], ids=["1-worker", "2-workers"])
 def test_sighup_reloads_an_unwatched_file(
-    upstream: FakeUpstream, qwen_dir: Path, tmp_path: Path, worker_count: int
+    upstream: FakeUpstream, gateways: Gateways, tmp_path: Path, worker_count: int
 ) -> None:
-    gw, config = start_unwatched(upstream, qwen_dir, tmp_path, worker_count)
-    try:
+    spec = unwatched(upstream, tmp_path, worker_count)
+    config = spec.policy
+    assert isinstance(config, Path)
+    with gateways.own(spec) as gw:
         write_in_place(config, policy_yaml(QWEN_MODEL, ADDED))
         time.sleep(2.5)  # the watch would have loaded it by now
         assert embed(gw, ADDED) == 404
@@ -708,10 +705,9 @@ def test_sighup_reloads_an_unwatched_file(
         assert reloaded_by(gw, 0) == everyone(gw)
         for _ in range(4 * worker_count):
             assert embed(gw, ADDED) == 200
-    finally:
-        assert gw.stop() == 0, gw.log()
 
 
+@ONE_SERVER
 def test_a_half_written_file_is_never_served(watched: tuple[Gateway, ConfigMapVolume]) -> None:
     """The attack: a writer pauses after the `preset` line (what was written parses:
     the preset's OPENAI profile and 32,768 tokens fill in the rest), then completes
@@ -744,6 +740,8 @@ def test_a_half_written_file_is_never_served(watched: tuple[Gateway, ConfigMapVo
     assert said == [f"models added: {ADDED}"] * workers(gw)
 
 
+@ONE_SERVER
+@pytest.mark.alone  # requests keep their latency
 @pytest.mark.parametrize("kind", ["fifo", "dev-zero", "directory", "dangling-symlink"])
 def test_a_path_that_is_no_regular_file_is_refused_once_and_blocks_nothing(
     watched: tuple[Gateway, ConfigMapVolume], kind: str
@@ -791,10 +789,12 @@ def test_a_path_that_is_no_regular_file_is_refused_once_and_blocks_nothing(
 
 
 def test_sighup_with_a_fifo_returns_at_once_and_the_gateway_still_stops(
-    upstream: FakeUpstream, qwen_dir: Path, tmp_path: Path
+    upstream: FakeUpstream, gateways: Gateways, tmp_path: Path
 ) -> None:
-    gw, config = start_unwatched(upstream, qwen_dir, tmp_path)
-    try:
+    spec = unwatched(upstream, tmp_path)
+    config = spec.policy
+    assert isinstance(config, Path)
+    with gateways.own(spec) as gw:
         os.mkfifo(tmp_path / "fifo")
         (tmp_path / "link").symlink_to(tmp_path / "fifo")
         os.replace(tmp_path / "link", config)  # the policy path now leads to a FIFO
@@ -809,10 +809,9 @@ def test_sighup_with_a_fifo_returns_at_once_and_the_gateway_still_stops(
         assert embed(gw, QWEN_MODEL) == 200
         (line,) = rejected_lines(gw)
         assert f"{config}: <file>: resolves to a FIFO" in line, line
-    finally:
         stopping = time.monotonic()
         assert gw.stop() == 0, gw.log()
-    stopped = time.monotonic() - stopping
+        stopped = time.monotonic() - stopping
     print(
         f"SIGHUP with a FIFO: logged after {heard:.3f} s, refused after {refused:.2f} s "
         f"(the settle time); the gateway stopped in {stopped:.2f} s"
@@ -889,6 +888,7 @@ def test_a_start_on_what_is_no_policy_file_fails_fast(
     assert line.startswith(f"error: {config}: <file>: ") and phrase in line, line
 
 
+@ONE_SERVER
 def test_an_over_long_default_instruction_is_refused_on_reload(
     watched: tuple[Gateway, ConfigMapVolume],
 ) -> None:
@@ -908,6 +908,7 @@ def test_an_over_long_default_instruction_is_refused_on_reload(
     assert embed(gw, ADDED) == 200  # the running policy stays
 
 
+@ONE_SERVER
 def test_each_reload_says_what_changed_or_that_nothing_did(
     watched: tuple[Gateway, ConfigMapVolume],
 ) -> None:
@@ -947,6 +948,7 @@ def test_each_reload_says_what_changed_or_that_nothing_did(
     serve_file(gw, volume.path, policy_yaml(QWEN_MODEL, ADDED))
 
 
+@EVERY_WORKER
 def test_a_policy_needing_other_precheck_markers_is_flagged(
     watched: tuple[Gateway, ConfigMapVolume],
 ) -> None:
@@ -968,8 +970,7 @@ def test_a_policy_needing_other_precheck_markers_is_flagged(
     assert len(warnings) == workers(gw), warnings
     for warning in warnings:
         assert (
-            "precheck markers rendered into Envoy [dimensions], the policy needs [none]"
-            in warning
+            "precheck markers rendered into Envoy [dimensions], the policy needs [none]" in warning
         ), warning
     assert "policy change: " + f"{QWEN_MODEL}: upstream.native.dimensions false -> true" in gw.log()
     volume.update(policy_yaml(QWEN_MODEL))

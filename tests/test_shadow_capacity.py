@@ -20,10 +20,13 @@ from pathlib import Path
 import grpc
 import numpy as np
 import orjson
+import pytest
 from envoy.config.core.v3 import base_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
 
 from tests.test_shadow_envoy import start_comparator
+
+pytestmark = pytest.mark.alone  # the pairs per second one comparator sustains
 
 PAIRS = 600
 CONCURRENCY = 32

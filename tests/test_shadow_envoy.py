@@ -49,6 +49,8 @@ from tests.fake_upstream import FakeUpstream
 from tests.harness import Reply, free_port, http
 from tests.test_shadow_core import without_rewrite, without_shadow
 
+pytestmark = pytest.mark.alone  # the latency the shadow adds, the primary path not waiting
+
 READY_TIMEOUT_S = 60.0
 PAIRS_TIMEOUT_S = 30.0
 CORPUS = REPO / "extproc" / "data" / "corpus.jsonl"

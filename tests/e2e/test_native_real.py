@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 import yaml
 
-from tests.e2e.conftest import MATRYOSHKA_POLICY
-from tests.harness import Gateway, Reply, http, metric_value, start_gateway
+from tests.e2e.conftest import MATRYOSHKA_POLICY, minilm
+from tests.harness import Gateway, Gateways, GatewaySpec, Reply, http, metric_value
 from tests.real_upstream import SERVED_MODEL, RealEnv, Stack
 
 REPO = Path(__file__).resolve().parents[2]
@@ -30,25 +30,15 @@ NATIVE_POLICY = REPO / "extproc" / "policies" / "all-minilm-l6-v2-native.yaml"
 ADMIN = re.compile(r"admin 127\.0\.0\.1:(\d+)")
 
 
-def _gateway(stack: Stack, policy: Path, env: RealEnv, folder: Path) -> Gateway:
-    return start_gateway(
-        stack.url, folder, config=policy, tokenizer_overrides=f"{SERVED_MODEL}={env.model_dir}"
-    )
-
-
 @pytest.fixture(scope="module")
 def native_and_emulated(
-    vllm_matryoshka: Stack,
-    env: RealEnv,
-    e2e_dir: Path,
-    gateways: dict[tuple[str, str], Gateway],
+    vllm_matryoshka: Stack, env: RealEnv, gateways: Gateways
 ) -> tuple[Gateway, Gateway]:
     """Started once, stopped with the session's other gateways."""
-    for name, policy in (("native", NATIVE_POLICY), ("matryoshka", MATRYOSHKA_POLICY)):
-        key = ("vllm-mrl", name)
-        if key not in gateways:
-            gateways[key] = _gateway(vllm_matryoshka, policy, env, e2e_dir)
-    return gateways[("vllm-mrl", "native")], gateways[("vllm-mrl", "matryoshka")]
+    return (
+        gateways.shared(minilm(vllm_matryoshka, NATIVE_POLICY, env)),
+        gateways.shared(minilm(vllm_matryoshka, MATRYOSHKA_POLICY, env)),
+    )
 
 
 def msgs_sent(gw: Gateway) -> int:
@@ -120,7 +110,7 @@ BAD_SIZES = [
 ]
 
 
-def dynamo_native_policy(folder: Path) -> Path:
+def dynamo_native_policy() -> str:
     """all-minilm-l6-v2-native.yaml with `kind: dynamo`, plus ``SIZES_MODEL``."""
     doc = yaml.safe_load(NATIVE_POLICY.read_text())
     [model] = doc["models"]
@@ -134,30 +124,19 @@ def dynamo_native_policy(folder: Path) -> Path:
             "matryoshka": {"allowed": DECLARED_SIZES},
         }
     )
-    path = folder / "all-minilm-l6-v2-dynamo-matryoshka.yaml"
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    return path
+    return yaml.safe_dump(doc, sort_keys=False)
 
 
 @pytest.fixture(scope="module")
 def dynamo_native_and_emulated(
-    dynamo: Stack,
-    env: RealEnv,
-    e2e_dir: Path,
-    gateways: dict[tuple[str, str], Gateway],
+    dynamo: Stack, env: RealEnv, gateways: Gateways
 ) -> tuple[Gateway, Gateway]:
     """The native and the emulating gateway in front of the tier's one Dynamo (the
     emulating one is the contract tests' `mrl_gateway` when they started it)."""
-    if ("dynamo", "native") not in gateways:
-        gateways[("dynamo", "native")] = start_gateway(
-            dynamo.url,
-            e2e_dir,
-            config=dynamo_native_policy(e2e_dir),
-            tokenizer_overrides=f"{TOKENIZER_ID}={env.model_dir}",
-        )
-    if ("dynamo", "matryoshka") not in gateways:
-        gateways[("dynamo", "matryoshka")] = _gateway(dynamo, MATRYOSHKA_POLICY, env, e2e_dir)
-    return gateways[("dynamo", "native")], gateways[("dynamo", "matryoshka")]
+    native = GatewaySpec(
+        dynamo.url, policy=dynamo_native_policy(), tokenizers=f"{TOKENIZER_ID}={env.model_dir}"
+    )
+    return gateways.shared(native), gateways.shared(minilm(dynamo, MATRYOSHKA_POLICY, env))
 
 
 def ext_proc_counts(gw: Gateway) -> tuple[int, int]:

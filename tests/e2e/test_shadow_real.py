@@ -14,8 +14,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from tests.e2e.conftest import MATRYOSHKA_POLICY, PLAIN_POLICY
-from tests.harness import Gateway, free_port, http
+from tests.e2e.conftest import MATRYOSHKA_POLICY, PLAIN_POLICY, minilm
+from tests.harness import Gateways, free_port, http
 from tests.real_upstream import SERVED_MODEL, RealEnv, Stack
 
 REPO = Path(__file__).resolve().parents[2]
@@ -110,14 +110,10 @@ def test_shadow_parity_on_real_models(
     dynamo: Stack,
     env: RealEnv,
     e2e_dir: Path,
-    gateways: dict[tuple[str, str], Gateway],
+    gateways: Gateways,
 ) -> None:
-    from tests.e2e.conftest import _gateway
-
-    key = ("vllm", "matryoshka")
-    if key not in gateways:
-        gateways[key] = _gateway(vllm, MATRYOSHKA_POLICY, env, e2e_dir)
-    legacy = gateways[key].url  # real vLLM presenting the legacy contract
+    # real vLLM presenting the legacy contract
+    legacy = gateways.shared(minilm(vllm, MATRYOSHKA_POLICY, env)).url
 
     with shadow(legacy, dynamo.url, MATRYOSHKA_POLICY, env, e2e_dir) as (url, summary):
         wait_pairs(summary, drive(url))

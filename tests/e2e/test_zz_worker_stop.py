@@ -6,19 +6,13 @@ from __future__ import annotations
 
 import time
 
-from tests.harness import Gateway, http
+from tests.e2e.conftest import PLAIN_POLICY, minilm
+from tests.harness import Gateways, http
 from tests.real_upstream import SERVED_MODEL, RealEnv, Stack
 
 
-def test_stopped_worker_is_a_5xx_not_a_4xx(
-    dynamo: Stack, env: RealEnv, e2e_dir: object, gateways: dict[tuple[str, str], Gateway]
-) -> None:
-    from tests.e2e.conftest import PLAIN_POLICY, _gateway
-
-    key = ("dynamo", "plain")
-    if key not in gateways:
-        gateways[key] = _gateway(dynamo, PLAIN_POLICY, env, e2e_dir)  # type: ignore[arg-type]
-    gateway = gateways[key]
+def test_stopped_worker_is_a_5xx_not_a_4xx(dynamo: Stack, env: RealEnv, gateways: Gateways) -> None:
+    gateway = gateways.shared(minilm(dynamo, PLAIN_POLICY, env))
     body = {"model": SERVED_MODEL, "input": ["still there?"]}
     assert gateway.embeddings(body).status == 200
 
