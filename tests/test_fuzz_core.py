@@ -327,7 +327,10 @@ def check_request(body: bytes, core: Core) -> Forward | ApiError:
     # A leading byte order mark is accepted only where the policy is lenient (the
     # legacy profile); the document after it is what the core read.
     if body.startswith(UTF8_BOM):
-        assert core.policy.models[orjson.loads(body[3:])["model"]].encoding_profile is EncodingProfile.LEGACY
+        assert (
+            core.policy.models[orjson.loads(body[3:])["model"]].encoding_profile
+            is EncodingProfile.LEGACY
+        )
     request = orjson.loads(body.removeprefix(UTF8_BOM))
     assert isinstance(request, dict)
     model = core.policy.models[request["model"]]
@@ -404,7 +407,7 @@ def check_request(body: bytes, core: Core) -> Forward | ApiError:
 
 @cfg(300)
 @given(body=st.binary(max_size=400))
-@example(body=b"\xef\xbb\xbf{\"model\": \"Qwen/Qwen3-Embedding-0.6B\", \"input\": \"\"}")
+@example(body=b'\xef\xbb\xbf{"model": "Qwen/Qwen3-Embedding-0.6B", "input": ""}')
 @example(body=b"\xef\xbb\xbf{}")
 @example(body=b'{"model":"Qwen/Qwen3-Embedding-0.6B","input":"\\ud800\\u0000"}')
 @example(body=b'{"model":"Qwen/Qwen3-Embedding-0.6B","input":"\\ud83d\\ude00\\u202e"}')
