@@ -12,7 +12,7 @@ log has no traceback and its metrics count no internal error.
 One gateway per Envoy shape (standalone.yaml, what `extproc run` uses, and
 single-filter.yaml, what the meshes use) serves the whole module. A second one per
 shape, whose Envoy gives up on an unfinished request body after 2 s instead of the
-shipped 300 s, shows that such a request ends in a bounded 408 envelope.
+shipped 60 s, shows that such a request ends in a bounded 408 envelope.
 """
 
 from __future__ import annotations
@@ -244,7 +244,7 @@ def gateway(shape: str, upstream: FakeUpstream, gateways: Gateways) -> Gateway:
 def impatient_gateway(
     shape: str, upstream: FakeUpstream, gateways: Gateways, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Gateway]:
-    """The shipped shape with one change: Envoy's request_timeout is 2 s, not 300 s."""
+    """The shipped shape with one change: Envoy's request_timeout is 2 s, not 60 s."""
     folder = tmp_path_factory.mktemp(f"impatient-{shape}")
     config = yaml.safe_load((REPO / "envoy" / f"{shape}.yaml").read_text(encoding="utf-8"))
     (listener,) = config["static_resources"]["listeners"]
@@ -345,7 +345,7 @@ def test_framing_error_is_refused_by_envoy(
 def test_unfinished_body_is_held_not_forwarded(
     case: HostileRequest, gateway: Gateway, upstream: FakeUpstream
 ) -> None:
-    """Shipped timeouts: Envoy waits for the rest of the body (up to its 300 s
+    """Shipped timeouts: Envoy waits for the rest of the body (up to its 60 s
     request_timeout); meanwhile nothing is forwarded and nothing is answered."""
     reply = exchange(port_of(gateway), case.wire(), timeout=HELD_FOR_S)
     assert reply.status is None and reply.body == b"", reply
