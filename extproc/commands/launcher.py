@@ -22,7 +22,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -398,8 +398,14 @@ async def stop_process(process: asyncio.subprocess.Process, timeout: float = 10.
 
 
 def main_run(contract: Contract, options: RunOptions) -> int:
+    return run_to_exit_status(run(contract, options))
+
+
+def run_to_exit_status(launch: Coroutine[Any, Any, int]) -> int:
+    """A launcher's exit status (`extproc run`, `extproc shadow`): its own, 2 when a
+    worker could not start, 130 on Ctrl-C."""
     try:
-        return asyncio.run(run(contract, options))
+        return asyncio.run(launch)
     except WorkerStartError as exc:  # the worker has logged why
         log.error("%s: stopping", exc)
         return 2

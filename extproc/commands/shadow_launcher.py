@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -24,16 +23,15 @@ from extproc.commands.launcher import (
     ExtprocServers,
     in_process_server,
     run_envoy,
+    run_to_exit_status,
     worker_processes,
 )
-from extproc.commands.workers import WorkerSettings, WorkerStartError
+from extproc.commands.workers import WorkerSettings
 from extproc.core.contract import Contract
 from extproc.service.net import free_port, split_host_port
 from extproc.service.server import stop_on_signals
 from extproc.tools.shadow.comparator_server import CompareOptions, serve_compare
 from extproc.tools.shadow.envoy_render import ShadowEnvoySettings, render_shadow, template_path
-
-log = logging.getLogger("extproc.commands.shadow_launcher")
 
 
 @dataclass(frozen=True)
@@ -161,12 +159,4 @@ def _ready_line(
 
 
 def main_shadow(contract: Contract, options: ShadowRunOptions) -> int:
-    try:
-        return asyncio.run(run_shadow(contract, options))
-    except WorkerStartError as exc:  # the worker has logged why
-        log.error("%s: stopping", exc)
-        return 2
-    except KeyboardInterrupt:
-        return 130
-    finally:
-        sys.stdout.flush()
+    return run_to_exit_status(run_shadow(contract, options))
