@@ -63,14 +63,11 @@ from extproc.core.policy import GatewayPolicy, PolicyError, load_policy_text
 from extproc.core.policy.changes import policy_changes
 from extproc.core.policy.reading import (
     FILE_FIELD,
-    REGULAR,
     PolicyFileChangedError,
     PolicyFileVersion,
-    kind_of,
-    not_regular,
     read_policy_file,
-    stat_failure,
 )
+from extproc.core.regular_file import REGULAR, kind_of, not_regular, stat_failure
 from extproc.core.tokens import TokenizerLoadError
 from extproc.service.metrics import (
     POLICY_ENVOY_LIMITS_STALE,

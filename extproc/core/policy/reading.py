@@ -14,31 +14,7 @@ import os
 from dataclasses import dataclass
 
 from extproc.core.policy.errors import PolicyError
-from extproc.core.regular_file import (
-    REGULAR,
-    FileChangedError,
-    FileRefusedError,
-    kind_of,
-    missing,
-    not_regular,
-    read_regular_file,
-    stat_failure,
-)
-from extproc.core.regular_file import over_size as _over_size
-
-__all__ = [
-    "FILE_FIELD",
-    "MAX_POLICY_BYTES",
-    "REGULAR",
-    "PolicyFileChangedError",
-    "PolicyFileVersion",
-    "kind_of",
-    "missing",
-    "not_regular",
-    "over_size",
-    "read_policy_file",
-    "stat_failure",
-]
+from extproc.core.regular_file import FileChangedError, FileRefusedError, read_regular_file
 
 MAX_POLICY_BYTES = 1024 * 1024
 FILE_FIELD = "<file>"
@@ -47,10 +23,6 @@ FILE_FIELD = "<file>"
 class PolicyFileChangedError(PolicyError):
     """The file changed while it was read (or since it was last looked at): read it
     again once it holds still. Not a verdict on the file."""
-
-
-def over_size(size: int) -> str:
-    return _over_size(size, MAX_POLICY_BYTES, "a policy file")
 
 
 @dataclass(frozen=True)
