@@ -85,8 +85,8 @@ class ExternalProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc
         try:
             requests = aiter(request_iterator)
             async for request in requests:
-                size = _body_size(request)
                 kind = request.WhichOneof("request")
+                size = _body_size(request, kind)
                 if kind == "request_body":
                     reply = await self._admit_and_handle(stream, request, size, ticket)
                 elif kind == "request_headers":
@@ -278,8 +278,7 @@ async def _close(requests: AsyncIterator[ep.ProcessingRequest]) -> None:
         await aclose()
 
 
-def _body_size(request: ep.ProcessingRequest) -> int:
-    kind = request.WhichOneof("request")
+def _body_size(request: ep.ProcessingRequest, kind: str | None) -> int:
     if kind == "request_body":
         return len(request.request_body.body)
     if kind == "response_body":
