@@ -41,13 +41,13 @@ from extproc.core.request_rewrite import rewrite_request
 from extproc.core.response_rewrite import needs_response_body, rewrite_response
 from extproc.core.status import is_success
 from extproc.service.envoy_messages import (
-    ATTRIBUTES_KEY,
     CODE_DETAILS_ATTR,
     CONTENT_TYPE_ATTR,
     REQUEST_ID_ATTR,
     RESPONSE_CODE_ATTR,
     Attributes,
     attribute,
+    attributes_of,
     buffer_response_body,
     coding_from_metadata,
     cue_response_on_stream,
@@ -356,12 +356,9 @@ class ExtProcStream:
             if self.plan is None:
                 self.plan = plan_from_metadata(request)
             self.body_coding = coding_from_metadata(request) or self.body_coding
-        if not request.attributes:
+        attributes = attributes_of(request)
+        if attributes is None:
             return None
-        struct = request.attributes.get(ATTRIBUTES_KEY)
-        if struct is None:
-            return None
-        attributes = struct.fields
         content_type = attribute(attributes, CONTENT_TYPE_ATTR)
         if content_type is not None:
             self.content_type = content_type
