@@ -385,9 +385,13 @@ def test_envoy_limits_name_each_one_a_policy_outgrows(qwen_dir: Path, tmp_path: 
     overrides = {QWEN_MODEL: qwen_dir}
     running = EnvoyLimits.for_policy(load_policy_file(small, tokenizer_overrides=overrides))
     needed = EnvoyLimits.for_policy(load_policy_file(big, tokenizer_overrides=overrides))
-    short = running.shortfalls(needed)
-    assert [s.rsplit(" ", 4)[0] for s in short] == ["request body buffer", "gRPC message"], short
-    assert needed.shortfalls(running) == ()
+    short = running.shortfall_by_setting(needed)
+    assert list(short) == ["request_body_buffer", "grpc_message"], short
+    assert [s.rsplit(" ", 4)[0] for s in short.values()] == [
+        "request body buffer",
+        "gRPC message",
+    ], short
+    assert needed.shortfall_by_setting(running) == {}
 
 
 def test_a_reload_reuses_unchanged_tokenizers_and_loads_replaced_ones(

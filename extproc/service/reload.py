@@ -151,10 +151,6 @@ class EnvoyLimits:
             if want > have
         }
 
-    def shortfalls(self, needed: EnvoyLimits) -> tuple[str, ...]:
-        """One phrase per limit of ours that ``needed`` exceeds."""
-        return tuple(self.shortfall_by_setting(needed).values())
-
 
 @dataclass(frozen=True)
 class FixedAtStart:
