@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import logging
 import os
 import signal
@@ -17,7 +16,7 @@ from typing import TYPE_CHECKING
 from extproc.commands import learn as learn_command
 from extproc.commands import probe as probe_command
 from extproc.commands import shadow as shadow_command
-from extproc.commands.common import load_contract_or_report
+from extproc.commands.common import launcher_contract, load_contract_or_report
 from extproc.commands.cpus import cpus_available
 from extproc.commands.envoy_config import DEFAULT_TEMPLATE, ExtProcTls, Upstream
 from extproc.commands.options import (
@@ -32,10 +31,9 @@ from extproc.commands.options import (
     add_workers_option,
 )
 from extproc.commands.workers import PRECHECK_MARKERS_ENV
-from extproc.core.contract import Contract
 from extproc.core.policy.loader import parse_tokenizer_overrides
 from extproc.core.policy.presets import presets
-from extproc.service.memory import fix_mmap_threshold, trim_heap
+from extproc.service.memory import fix_mmap_threshold
 from extproc.service.reload import FileStamp, ReloadSettings, policy_stamp
 from extproc.service.tls import (
     TlsError,
@@ -311,17 +309,9 @@ def _run(args: argparse.Namespace) -> int:
 
     def serve_in_front_of(target: Upstream, on_ready: Callable[[str], None] | None) -> int:
         started_from = policy_stamp(args.config)
-        fix_mmap_threshold()  # before the tokenizers load (extproc/service/memory.py)
-        # The whole contract is checked here, tokenizers included (a prompt's length
-        # needs them), so that a policy that cannot be served stops the command with
-        # one line rather than once per worker. Workers load their own tokenizers.
-        contract = load_contract_or_report(args.config, args.tokenizer)
+        contract = launcher_contract(args.config, args.tokenizer, workers)
         if contract is None:
             return 2
-        if workers > 1:
-            contract = Contract(policy=contract.policy, tokenizers={})
-            gc.collect()
-            trim_heap()
         options = RunOptions(
             upstream=target,
             listen=args.listen,

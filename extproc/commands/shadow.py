@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from extproc.commands.common import load_contract_or_report
+from extproc.commands.common import launcher_contract
 from extproc.commands.options import add_policy_options, add_server_options, add_workers_option
 
 if TYPE_CHECKING:
@@ -169,8 +169,7 @@ def run_shadow(args: argparse.Namespace) -> int:
     from extproc.core.policy.loader import parse_tokenizer_overrides
 
     workers = args.workers or cpus_available()
-    # Workers load the tokenizers themselves: here only the policy is needed.
-    contract = load_contract_or_report(args.config, args.tokenizer, tokenizers=workers == 1)
+    contract = launcher_contract(args.config, args.tokenizer, workers)
     if contract is None:
         return 2
     options = ShadowRunOptions(
