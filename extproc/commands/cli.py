@@ -32,6 +32,7 @@ from extproc.commands.options import (
 )
 from extproc.commands.workers import PRECHECK_MARKERS_ENV
 from extproc.core.policy.loader import parse_tokenizer_overrides
+from extproc.core.policy.model import ModelPolicy
 from extproc.core.policy.presets import presets
 from extproc.service.memory import fix_mmap_threshold
 from extproc.service.reload import FileStamp, ReloadSettings, policy_stamp
@@ -398,10 +399,19 @@ def _check_config(args: argparse.Namespace) -> int:
         print(
             f"  {model.name}: upstream {model.upstream.kind} as {model.upstream_model!r}, "
             f"max {model.max_tokens} tokens, dimensions {dims}, "
-            f"encoding profile {model.encoding_profile.value}, "
+            f"{_encoding_summary(model)}, "
             f"tokenizer {model.tokenizer.describe()}"
         )
     return 0
+
+
+def _encoding_summary(model: ModelPolicy) -> str:
+    profile = model.encoding_profile
+    if profile is not None:
+        return f"encoding profile {profile.value}"
+    lax = "lax integers" if model.leniency.integers else "strict integers"
+    bom = ", a BOM accepted" if model.leniency.bom else ""
+    return f"base64 {'honoured' if model.honours_base64 else 'ignored'}, {lax}{bom}"
 
 
 def _presets(args: argparse.Namespace) -> int:

@@ -1,15 +1,24 @@
-"""The OpenAI error envelope, built in exactly one place.
+"""Error answers, built in exactly one place.
 
 Every non-2xx answer a client sees from the gateway - our own rejections, upstream
-errors we re-envelope, faults - is an :class:`ApiError` turned into
-``{"error": {"message", "type", "param", "code"}}``. An error carries its HTTP
+errors we re-envelope, faults - is an :class:`ApiError`. An error carries its HTTP
 meaning (status, OpenAI ``type``, offending ``param``) the way h11's ProtocolError
 carries ``error_status_hint``, so callers never pick statuses by hand.
+
+How it reaches the client is the policy's :class:`ErrorDialect`: by default OpenAI's
+``{"error": {"message", "type", "param", "code"}}`` with OpenAI's statuses; or the
+legacy server's, which gives each kind of client mistake (:class:`ErrorClass`) its
+own status and writes the body in its shape (FastAPI's ``detail``, or flat). Only
+client mistakes change status: a 5xx stays the same 5xx in every dialect.
 """
 
 from __future__ import annotations
 
-from typing import Final
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Final
 
 import orjson
 
@@ -60,6 +69,7 @@ class ApiError(Exception):
         self.code = code
 
     def envelope(self) -> bytes:
+        """The OpenAI envelope (the default dialect's body)."""
         return orjson.dumps(
             {
                 "error": {
@@ -86,3 +96,101 @@ def type_for_status(status: int) -> str:
     if status >= 500:
         return SERVER_ERROR
     return {401: AUTHENTICATION, 403: PERMISSION, 429: RATE_LIMIT}.get(status, INVALID_REQUEST)
+
+
+class ErrorShape(enum.Enum):
+    """The body of an error answer (policy.proto's ``Errors.Shape``)."""
+
+    OPENAI = "openai"  # {"error": {"message", "type", "param", "code"}}
+    FASTAPI = "fastapi"  # {"detail": [{"type", "loc", "msg", "input"}]} (422) or {"detail": "..."}
+    FLAT = "flat"  # {"message", "type", "param", "code"}
+
+
+class ErrorClass(enum.Enum):
+    """Kinds of client mistake whose status a legacy server chose (``ErrorStatuses``)."""
+
+    MALFORMED = "malformed"
+    INVALID = "invalid"
+    UNKNOWN_MODEL = "unknown_model"
+    TOO_LARGE = "too_large"
+    DIMENSIONS = "dimensions"
+    TOO_LONG = "too_long"
+    INSTRUCTION = "instruction"
+
+
+# The codes that name a class on their own (the rest go by status and param).
+MALFORMED_CODE: Final = "invalid_json"
+UNKNOWN_MODEL_CODE: Final = "model_not_found"
+TOO_LONG_CODE: Final = "context_length_exceeded"
+# Classes that default to INVALID's status when the dialect gives them none.
+_NARROWER: Final = (ErrorClass.DIMENSIONS, ErrorClass.TOO_LONG, ErrorClass.INSTRUCTION)
+FASTAPI_VALIDATION_STATUS: Final = 422
+
+
+def error_class(error: ApiError) -> ErrorClass | None:
+    """The kind of client mistake ``error`` is; None for anything else (a wrong path,
+    method or content type, an overload, an upstream fault)."""
+    if error.code == UNKNOWN_MODEL_CODE:
+        return ErrorClass.UNKNOWN_MODEL
+    if error.status == 413:
+        return ErrorClass.TOO_LARGE
+    if error.status != 400:
+        return None
+    if error.code == MALFORMED_CODE:
+        return ErrorClass.MALFORMED
+    if error.code == TOO_LONG_CODE:
+        return ErrorClass.TOO_LONG
+    if error.param == "dimensions":
+        return ErrorClass.DIMENSIONS
+    if error.param == "instruction":
+        return ErrorClass.INSTRUCTION
+    return ErrorClass.INVALID
+
+
+@dataclass(frozen=True)
+class ErrorDialect:
+    """How the legacy server answered client mistakes: a status per class (only
+    those that differ from the gateway's own) and the body's shape."""
+
+    shape: ErrorShape = ErrorShape.OPENAI
+    statuses: Mapping[ErrorClass, int] = field(default_factory=lambda: MappingProxyType({}))
+
+    @property
+    def is_openai(self) -> bool:
+        return self.shape is ErrorShape.OPENAI and not self.statuses
+
+    def status_of(self, error: ApiError) -> int:
+        kind = error_class(error)
+        if kind is None:
+            return error.status
+        status = self.statuses.get(kind)
+        if status is None and kind in _NARROWER:
+            status = self.statuses.get(ErrorClass.INVALID)
+        return error.status if status is None else status
+
+    def answer(self, error: ApiError) -> tuple[int, bytes]:
+        """The status and body the client gets for ``error``."""
+        if self.is_openai:
+            return error.status, error.envelope()
+        status = self.status_of(error)
+        return status, self.body(error, status)
+
+    def body(self, error: ApiError, status: int) -> bytes:
+        """``error`` in this dialect's shape, answered with ``status``."""
+        if self.shape is ErrorShape.OPENAI:
+            return error.envelope()
+        if self.shape is ErrorShape.FLAT:
+            return orjson.dumps(_fields(error))
+        if status != FASTAPI_VALIDATION_STATUS:
+            return orjson.dumps({"detail": error.message})
+        kind = "json_invalid" if error.code == MALFORMED_CODE else "value_error"
+        loc = ["body", error.param] if error.param else ["body"]
+        item = {"type": kind, "loc": loc, "msg": error.message, "input": None}
+        return orjson.dumps({"detail": [item]})
+
+
+OPENAI_ERRORS: Final = ErrorDialect()
+
+
+def _fields(error: ApiError) -> dict[str, Any]:
+    return {"message": error.message, "type": error.type, "param": error.param, "code": error.code}

@@ -37,6 +37,7 @@ class ResponsePlan:
     upstream_encoding: Encoding
     dimensions: int | None = None
     check_only: bool = False  # the policy asks for every 2xx to be checked
+    renormalise: bool = True  # a cut is scaled back to unit length (matryoshka.renormalise)
 
     @property
     def rewrites_vectors(self) -> bool:
@@ -51,25 +52,30 @@ class ResponsePlan:
         """Compact form carried from the request's ext_proc stream to the response's
         (as Envoy dynamic metadata) when the two are separate filters. The upstream
         kind is written as the adapter's name ("dynamo", "vllm"): the same strings
-        the older flavour field wrote, so plans from either version read the same."""
-        return orjson.dumps(
-            [
-                self.model,
-                self.input_count,
-                self.native_dimensions,
-                self.upstream_kind,
-                self.client_encoding.value,
-                self.upstream_encoding.value,
-                self.dimensions,
-                self.check_only,
-            ]
-        ).decode()
+        the older flavour field wrote, so plans from either version read the same.
+        ``renormalise`` is written only when false: a plan of eight items means true."""
+        fields = [
+            self.model,
+            self.input_count,
+            self.native_dimensions,
+            self.upstream_kind,
+            self.client_encoding.value,
+            self.upstream_encoding.value,
+            self.dimensions,
+            self.check_only,
+        ]
+        if not self.renormalise:
+            fields.append(False)
+        return orjson.dumps(fields).decode()
 
     @classmethod
     def from_json(cls, text: str) -> ResponsePlan | None:
         """The plan, or None when ``text`` is not one (never raises)."""
         try:
-            model, count, native, kind, client, upstream, dims, check = orjson.loads(text)
+            model, count, native, kind, client, upstream, dims, check, *rest = orjson.loads(text)
+            renormalise = not rest
+            if rest and not (len(rest) == 1 and rest[0] is False):
+                return None
             plan = cls(
                 model=str(model),
                 input_count=int(count),
@@ -79,6 +85,7 @@ class ResponsePlan:
                 upstream_encoding=Encoding(upstream),
                 dimensions=None if dims is None else int(dims),
                 check_only=check is True,
+                renormalise=renormalise,
             )
         except (orjson.JSONDecodeError, TypeError, ValueError):
             return None

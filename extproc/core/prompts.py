@@ -2,7 +2,11 @@
 
 Clients name the role in ``input_type`` with one of several vendors' vocabularies
 (Cohere, Voyage, NVIDIA NIM, Jina); the legacy server also took a bare
-``instruction``. Everything maps onto the policy's templates here.
+``instruction``. Everything maps onto the policy's templates here: an alias with a
+template of its own (``prompts.aliases``) gets it, any other its role's; an input
+with neither field gets ``prompts.default_input_type``'s, or none; what
+``instruction`` does is ``prompts.instruction`` (a task in the query template, the
+whole prompt, ignored, or refused).
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from extproc.core.error_envelope import ApiError, invalid_request, quoted
-from extproc.core.policy.model import PromptTemplates
+from extproc.core.policy.model import InstructionUse, PromptTemplates
 
 QUERY_TYPES: Final = frozenset({"query", "search_query", "retrieval.query", "question"})
 DOCUMENT_TYPES: Final = frozenset(
@@ -24,22 +28,32 @@ def prompt_prefix(
 ) -> str:
     """The text put before every input; ``""`` when the input is sent as it is.
 
-    With neither field the input is embedded verbatim, as the legacy server did.
-    An ``instruction`` alone means a query with that task.
+    With neither field the input gets ``default_input_type``'s prompt, or none (the
+    legacy server's usual way). An ``instruction`` alone means a query. The caller
+    never passes an instruction the policy ignores.
     """
+    if instruction is not None and templates.instruction is InstructionUse.REFUSED:
+        raise invalid_request(
+            "`instruction` is not supported for this model; leave it out.", param="instruction"
+        )
     if input_type is None:
         if instruction is None:
-            return ""
-        template = templates.query
-    elif input_type in QUERY_TYPES:
-        template = templates.query
+            if templates.default_input_type is None:
+                return ""
+            input_type = templates.default_input_type
+        else:
+            input_type = "query"
+    if input_type in QUERY_TYPES:
+        template = templates.aliases.get(input_type, templates.query)
+        if instruction is not None and templates.instruction is InstructionUse.PROMPT:
+            return instruction
     elif input_type in DOCUMENT_TYPES:
         if instruction is not None:
             raise invalid_request(
                 "`instruction` applies to queries only; drop it or send input_type 'query'.",
                 param="instruction",
             )
-        template = templates.document
+        template = templates.aliases.get(input_type, templates.document)
     elif input_type in templates.extra:
         template = templates.extra[input_type]
     else:
@@ -91,6 +105,13 @@ def policy_prompts(templates: PromptTemplates) -> tuple[PolicyPrompt, ...]:
     for name, template in templates.extra.items():
         prompts.append(
             PolicyPrompt(f"prompts.extra.{name}", f"the {name!r} prompt", _prefix(template, ""))
+        )
+    for alias, template in templates.aliases.items():
+        task = templates.default_instruction if alias in QUERY_TYPES else ""
+        prompts.append(
+            PolicyPrompt(
+                f"prompts.aliases.{alias}", f"the {alias!r} prompt", _prefix(template, task)
+            )
         )
     return tuple(p for p in prompts if p.prefix)
 

@@ -9,12 +9,13 @@ is a 400 (parsers disagree on which copy wins), and a field the gateway does not
 interpret is accepted only if it could also be re-serialized (nested at most 253
 levels below the body).
 
-Field types follow the model's encoding profile. ``openai`` is strict: integers are
-JSON integers, token ids too. ``legacy`` accepts what the legacy server's FastAPI
-request model accepted in pydantic's lax mode (:mod:`extproc.core.lax`: ``256.0``,
-``"256"``, token ids ``[1.0, "2"]``) and a UTF-8 byte order mark before the body;
-the values read are integers whatever the client's spelling. In both profiles a
-top-level ``null`` means the field is absent.
+Field types follow the model's leniency. By default they are strict: integers are
+JSON integers, token ids too. ``leniency.integers`` accepts what the legacy server's
+FastAPI request model accepted in pydantic's lax mode (:mod:`extproc.core.lax`:
+``256.0``, ``"256"``, token ids ``[1.0, "2"]``), and ``leniency.bom`` a UTF-8 byte
+order mark before the body; the values read are integers whatever the client's
+spelling. A top-level ``null`` always means the field is absent. An ``instruction``
+the policy ignores is not read at all (the legacy server's model had no such field).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import orjson
 from extproc.core.error_envelope import ApiError, invalid_request, quoted
 from extproc.core.lax import lax_int
 from extproc.core.plan import Encoding
-from extproc.core.policy.model import EncodingProfile, GatewayPolicy, ModelPolicy
+from extproc.core.policy.model import GatewayPolicy, InstructionUse, ModelPolicy
 from extproc.core.request_coding import BodyCoding
 from extproc.core.request_headers import check_body_size
 from extproc.core.tokens import ModelTokenizer
@@ -56,7 +57,7 @@ class EmbeddingsRequest:
 
     fields: Mapping[str, Any]  # the body's top-level object, as parsed
     model: ModelPolicy
-    bom: bool  # the body started with a UTF-8 byte order mark (legacy profile only)
+    bom: bool  # the body started with a UTF-8 byte order mark (leniency.bom only)
     texts: list[str] | None
     token_ids: list[list[int]] | None
     # ``input`` as integer token ids, when the client spelled some id otherwise
@@ -95,8 +96,8 @@ def read_request(
     bom = body.startswith(_UTF8_BOM)
     request = _parse_object(body[len(_UTF8_BOM) :] if bom else body, coding)
     model = _model(request, policy)
-    lenient = model.encoding_profile is EncodingProfile.LEGACY
-    if bom and not lenient:
+    lenient = model.leniency.integers
+    if bom and not model.leniency.bom:
         raise invalid_request(
             "The request body starts with a byte order mark; send plain UTF-8 JSON.",
             code="invalid_json",
@@ -117,9 +118,11 @@ def read_request(
     encoding = _client_encoding(request.get("encoding_format"), model)
     dimensions = _dimensions(request.get("dimensions"), model, lenient=lenient)
     input_type = _optional_str(request, "input_type")
-    instruction = _optional_str(request, "instruction")
-    if instruction is not None and not instruction.strip():
-        raise invalid_request("`instruction` must not be empty.", param="instruction")
+    instruction = None
+    if model.prompts.instruction is not InstructionUse.IGNORED:
+        instruction = _optional_str(request, "instruction")
+        if instruction is not None and not instruction.strip():
+            raise invalid_request("`instruction` must not be empty.", param="instruction")
     truncate = _truncate_prompt_tokens(
         request.get("truncate_prompt_tokens"), model, lenient=lenient
     )
@@ -385,7 +388,7 @@ def _client_encoding(raw: Any, model: ModelPolicy) -> Encoding:
             f"Unsupported encoding_format {str(shown)[:40]!r}; use 'float' or 'base64'.",
             param="encoding_format",
         )
-    if model.encoding_profile is EncodingProfile.LEGACY:
+    if not model.honours_base64:
         return Encoding.FLOAT  # the legacy server always answered float arrays
     return Encoding(raw)
 

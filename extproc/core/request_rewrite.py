@@ -6,8 +6,8 @@ the upstream is asked for (an :class:`UpstreamAsk`), which the model's upstream
 adapter writes in its own body:
 
 - ``input_type`` / ``instruction`` become the model's prompt prefix (stripped);
-- inputs over ``max_tokens`` are cut with the model's tokenizer and then sent as
-  token ids (:mod:`extproc.core.truncation`);
+- inputs over ``max_tokens`` are cut with the model's tokenizer as the policy says
+  and then sent as token ids, or refused (:mod:`extproc.core.truncation`);
 - ``dimensions`` below native is forwarded to an upstream the policy says cuts
   itself (``upstream.native.dimensions``), else stripped and emulated on the response;
 - the answer's encoding is the client's, unless the gateway rewrites the vectors:
@@ -68,6 +68,7 @@ def rewrite_request(
         tokenizer=tokenizers[model.name],
         limits=policy.limits,
         single=request.single_text,
+        truncation=model.truncation,
     )
 
     dimensions = request.dimensions
@@ -89,6 +90,7 @@ def rewrite_request(
         upstream_encoding=upstream_encoding,
         dimensions=dimensions if emulate else None,
         check_only=model.check_responses,
+        renormalise=model.matryoshka is None or model.matryoshka.renormalise,
     )
     kept = () if forwarded is None else ("dimensions",)
     stripped = [f for f in LEGACY_ONLY_FIELDS if f in request.fields and f not in kept]

@@ -22,12 +22,12 @@ from dataclasses import dataclass
 import orjson
 
 from extproc.core.embeddings_body import EmbeddingsBody
-from extproc.core.error_envelope import ApiError, type_for_status
+from extproc.core.error_envelope import OPENAI_ERRORS, ApiError, ErrorDialect, type_for_status
 from extproc.core.plan import Encoding, ResponsePlan
 from extproc.core.status import is_success
 from extproc.core.upstream_errors import parse_upstream_error
 from extproc.core.upstreams import adapter_for
-from extproc.core.vectors import BadVectorsError, encode_base64, truncate_renormalise
+from extproc.core.vectors import BadVectorsError, encode_base64, truncate, truncate_renormalise
 
 
 @dataclass(frozen=True)
@@ -43,10 +43,13 @@ def needs_response_body(plan: ResponsePlan | None, status: int) -> bool:
     return plan is not None and plan.needs_response
 
 
-def rewrite_response(plan: ResponsePlan | None, status: int, body: bytes) -> ClientAnswer | None:
-    """The client's answer; ``None`` means pass the upstream's answer on unchanged."""
+def rewrite_response(
+    plan: ResponsePlan | None, status: int, body: bytes, errors: ErrorDialect = OPENAI_ERRORS
+) -> ClientAnswer | None:
+    """The client's answer; ``None`` means pass the upstream's answer on unchanged.
+    Errors are written in ``errors``' shape (their status is the upstream's)."""
     if not is_success(status):
-        return _error_answer(plan, status, body)
+        return _answer(_error_answer(plan, status, body), errors)
     if plan is None or not plan.needs_response:
         return None
     try:
@@ -61,7 +64,8 @@ def rewrite_response(plan: ResponsePlan | None, status: int, body: bytes) -> Cli
                 f"The upstream returned an invalid embeddings response: {exc}.",
                 type="server_error",
                 code="bad_upstream_response",
-            )
+            ),
+            errors,
         )
 
 
@@ -69,7 +73,8 @@ def _rewrite_vectors(plan: ResponsePlan, body: bytes) -> bytes:
     answer = _checked_rows(plan, body)
     doc, items, matrix = answer.doc, answer.items, answer.vectors
     if plan.dimensions is not None:
-        matrix = truncate_renormalise(matrix, plan.dimensions)
+        cut = truncate_renormalise if plan.renormalise else truncate
+        matrix = cut(matrix, plan.dimensions)
     for item, row in zip(items, matrix, strict=True):
         if plan.client_encoding is Encoding.BASE64:
             item["embedding"] = encode_base64(row)
@@ -92,7 +97,7 @@ def _checked_rows(plan: ResponsePlan, body: bytes) -> EmbeddingsBody:
     )
 
 
-def _error_answer(plan: ResponsePlan | None, status: int, body: bytes) -> ClientAnswer:
+def _error_answer(plan: ResponsePlan | None, status: int, body: bytes) -> ApiError:
     # Without a plan the gateway never matched the request to a model, so which
     # upstream kind answered is unknown: the tolerant parser reads every kind's shape.
     if plan is None:
@@ -133,8 +138,9 @@ def _error_answer(plan: ResponsePlan | None, status: int, body: bytes) -> Client
             type="server_error",
             code="bad_upstream_response",
         )
-    return _answer(error)
+    return error
 
 
-def _answer(error: ApiError) -> ClientAnswer:
-    return ClientAnswer(error.status, error.envelope())
+def _answer(error: ApiError, errors: ErrorDialect) -> ClientAnswer:
+    # The upstream's status stays: only the gateway's own refusals take the dialect's.
+    return ClientAnswer(error.status, errors.body(error, error.status))

@@ -62,6 +62,12 @@ def decode_rows(items: list[object], native: int) -> FloatMatrix:
     return out
 
 
+def truncate(matrix: FloatMatrix, dimensions: int) -> FloatMatrix:
+    """First ``dimensions`` components of each row, as they are (a legacy server that
+    cut without re-normalising)."""
+    return np.array(matrix[:, :dimensions], dtype=np.float32, copy=True)
+
+
 def truncate_renormalise(matrix: FloatMatrix, dimensions: int) -> FloatMatrix:
     """First ``dimensions`` components of each row, scaled to unit L2 norm."""
     head = np.array(matrix[:, :dimensions], dtype=np.float32, copy=True)  # never the caller's

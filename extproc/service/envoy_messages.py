@@ -15,6 +15,7 @@ from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
 from google.protobuf import struct_pb2
 
+from extproc.core.error_envelope import ApiError, ErrorDialect
 from extproc.core.plan import ResponsePlan
 from extproc.core.request_coding import METADATA_NAMESPACE, BodyCoding
 from extproc.core.response_rewrite import ClientAnswer
@@ -128,6 +129,11 @@ def immediate_response(status: int, body: bytes) -> ep.ProcessingResponse:
     response.details = LOCAL_REPLY_DETAILS
     set_header(response.headers, "content-type", "application/json")
     return reply
+
+
+def error_response(error: ApiError, dialect: ErrorDialect) -> ep.ProcessingResponse:
+    """The gateway's own error answer, in the policy's error dialect."""
+    return immediate_response(*dialect.answer(error))
 
 
 def buffer_response_body(reply: ep.ProcessingResponse) -> None:

@@ -52,6 +52,7 @@ from extproc.service.envoy_messages import (
     coding_from_metadata,
     cue_response_on_stream,
     drop_upstream_mark,
+    error_response,
     header_map,
     immediate_response,
     neutral,
@@ -176,7 +177,7 @@ class ExtProcStream:
         counted only by the servicer's admission metrics, not as a rejection."""
         self.phase = Phase.DONE
         self.plan = None
-        reply = immediate_response(error.status, error.envelope())
+        reply = error_response(error, self.contract.policy.errors)
         set_header(reply.immediate_response.headers, "retry-after", str(retry_after_s))
         return reply
 
@@ -259,7 +260,7 @@ class ExtProcStream:
 
     def _reject(self, error: ApiError) -> Step:
         self.metrics.rejected(error.status, error.param)
-        return immediate_response(error.status, error.envelope()), Phase.DONE
+        return error_response(error, self.contract.policy.errors), Phase.DONE
 
     # -- response phase --------------------------------------------------------------
 
@@ -274,7 +275,7 @@ class ExtProcStream:
             return reply, Phase.PASS_THROUGH
         if headers.end_of_stream:
             # A bodyless answer to replace (Dynamo's empty 404): replaced at once.
-            answer = rewrite_response(self.plan, status, b"")
+            answer = rewrite_response(self.plan, status, b"", self.contract.policy.errors)
             if answer is None:
                 return reply, Phase.DONE
             self.metrics.response_rewritten("error_envelope")
@@ -323,7 +324,9 @@ class ExtProcStream:
         """The client's answer from the upstream's body, its status and length set in
         the same reply."""
         started = time.perf_counter()
-        answer = rewrite_response(self.plan, self.upstream_status, body)
+        answer = rewrite_response(
+            self.plan, self.upstream_status, body, self.contract.policy.errors
+        )
         now = time.perf_counter()
         self.metrics.phase_seconds("response", now - started)
         self.metrics.stream_seconds(now - self.started)

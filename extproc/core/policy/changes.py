@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 
+from extproc.core.error_envelope import ErrorClass, ErrorDialect
 from extproc.core.policy.model import GatewayPolicy, Limits, Matryoshka, ModelPolicy
 
 # A prompt up to this many characters is shown as it is; a longer one by its length.
@@ -23,10 +24,11 @@ class PolicyChanges:
     removed: tuple[str, ...] = ()  # in the old file's order
     models: Mapping[str, tuple[str, ...]] | None = None  # per kept model, what changed
     limits: tuple[str, ...] = ()
+    errors: tuple[str, ...] = ()
 
     @property
     def empty(self) -> bool:
-        return not (self.added or self.removed or self.models or self.limits)
+        return not (self.added or self.removed or self.models or self.limits or self.errors)
 
     def lines(self) -> tuple[str, ...]:
         """One line per changed model, one for models added, one for removed, one for
@@ -38,6 +40,8 @@ class PolicyChanges:
             out.append(f"models removed: {', '.join(self.removed)}")
         if self.limits:
             out.append(f"limits: {', '.join(self.limits)}")
+        if self.errors:
+            out.append(f"errors: {', '.join(self.errors)}")
         return tuple(out)
 
 
@@ -52,6 +56,7 @@ def policy_changes(old: GatewayPolicy, new: GatewayPolicy) -> PolicyChanges:
         removed=tuple(name for name in old.models if name not in new.models),
         models=models,
         limits=limits_changes(old.limits, new.limits),
+        errors=errors_changes(old.errors, new.errors),
     )
 
 
@@ -59,7 +64,8 @@ def model_changes(old: ModelPolicy, new: ModelPolicy) -> tuple[str, ...]:
     """Each effective setting of one model that differs, in the policy file's terms."""
     settings: tuple[tuple[str, Callable[[ModelPolicy], str]], ...] = (
         ("upstream_model", lambda m: m.upstream_model),
-        ("encoding_profile", lambda m: m.encoding_profile.name),
+        ("encoding_profile", _encoding),
+        ("truncation", _truncation),
         ("max_tokens", lambda m: str(m.max_tokens)),
         ("native_dimensions", lambda m: str(m.native_dimensions)),
         ("matryoshka", lambda m: _matryoshka(m.matryoshka)),
@@ -90,6 +96,15 @@ def limits_changes(old: Limits, new: Limits) -> tuple[str, ...]:
     )
 
 
+def errors_changes(old: ErrorDialect, new: ErrorDialect) -> tuple[str, ...]:
+    out = [] if old.shape is new.shape else [f"shape {old.shape.name} -> {new.shape.name}"]
+    for kind in ErrorClass:
+        before, after = old.statuses.get(kind), new.statuses.get(kind)
+        if before != after:
+            out.append(f"status.{kind.value} {before or 'default'} -> {after or 'default'}")
+    return tuple(out)
+
+
 def _prompt_changes(old: ModelPolicy, new: ModelPolicy) -> list[str]:
     before, after = _prompts(old), _prompts(new)
     out: list[str] = []
@@ -108,7 +123,10 @@ def _prompts(m: ModelPolicy) -> dict[str, str]:
         "prompts.query": m.prompts.query,
         "prompts.document": m.prompts.document,
         "prompts.default_instruction": m.prompts.default_instruction,
+        "prompts.instruction": m.prompts.instruction.name,
+        "prompts.default_input_type": m.prompts.default_input_type or "",
         **{f"prompts.extra.{k}": v for k, v in m.prompts.extra.items()},
+        **{f"prompts.aliases.{k}": v for k, v in m.prompts.aliases.items()},
     }
 
 
@@ -122,8 +140,27 @@ def _matryoshka(m: Matryoshka | None) -> str:
     if m is None:
         return "none"
     if m.allowed:
-        return "allowed " + ",".join(str(size) for size in m.allowed)
-    return f"min_dimensions {m.min_dimensions}"
+        rule = "allowed " + ",".join(str(size) for size in m.allowed)
+    else:
+        top = "" if m.max_dimensions is None else f" max_dimensions {m.max_dimensions}"
+        rule = f"min_dimensions {m.min_dimensions}{top}"
+    rule += "" if m.accepts_native else " accepts_native false"
+    return rule + ("" if m.renormalise else " renormalise false")
+
+
+def _encoding(m: ModelPolicy) -> str:
+    if m.encoding_profile is not None:
+        return m.encoding_profile.name
+    lax = [name for name, on in (("integers", m.leniency.integers), ("bom", m.leniency.bom)) if on]
+    base64 = "HONOURED" if m.honours_base64 else "IGNORED"
+    return f"(base64 {base64}, leniency {'+'.join(lax) or 'none'})"
+
+
+def _truncation(m: ModelPolicy) -> str:
+    t = m.truncation
+    if t.refuse:
+        return "refuse"
+    return f"{t.side.name}{'' if t.keep_special_tokens else ' dropping special tokens'}"
 
 
 def _flag(value: bool) -> str:

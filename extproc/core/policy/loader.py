@@ -12,14 +12,16 @@ from __future__ import annotations
 import os
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import yaml
 from google.protobuf import json_format
 from google.protobuf.message import Message
 
+from extproc.core.error_envelope import ErrorClass, ErrorDialect, ErrorShape
 from extproc.core.policy.errors import PolicyError
 from extproc.core.policy.model import (
     DEFAULT_ADMISSION_UPLOAD_BYTES_PER_S,
@@ -29,20 +31,26 @@ from extproc.core.policy.model import (
     DEFAULT_MAX_REQUEST_BYTES,
     DEFAULT_MAX_TOKENIZE_MS,
     DEFAULT_RETRY_AFTER_S,
+    PROFILE_BUNDLES,
+    CutSide,
     EncodingProfile,
     GatewayPolicy,
+    InstructionUse,
+    Leniency,
     Limits,
     Matryoshka,
     ModelPolicy,
     PromptTemplates,
     SpecialTokens,
     TokenizerSource,
+    Truncation,
     UpstreamPolicy,
 )
 from extproc.core.policy.overlay import overlay
 from extproc.core.policy.presets import presets
 from extproc.core.policy.reading import PolicyFileChangedError, read_policy_file
 from extproc.core.policy.v1 import policy_pb2 as pb
+from extproc.core.prompts import DOCUMENT_TYPES, QUERY_TYPES
 from extproc.core.upstreams import ADAPTERS, Capabilities, UnknownUpstreamError, adapter_for
 
 # Largest allowed request: 2048 inputs is OpenAI's cap; 64 MiB bounds Envoy's buffer.
@@ -123,6 +131,7 @@ def load_policy_text(
         raise PolicyError(source, "models", "expected a non-empty list of model entries")
 
     limits = _limits(source, doc.get("limits", {}))
+    errors = _errors(source, doc.get("errors", {}))
     models: dict[str, ModelPolicy] = {}
     for index, raw in enumerate(raw_models):
         where = f"models[{index}]"
@@ -130,10 +139,10 @@ def load_policy_text(
         if policy.name in models:
             raise PolicyError(source, f"{where}.name", f"duplicate model name {policy.name!r}")
         models[policy.name] = policy
-    unknown_root = set(doc) - {"models", "limits"}
+    unknown_root = set(doc) - {"models", "limits", "errors"}
     if unknown_root:
         raise PolicyError(source, sorted(unknown_root)[0], "unknown top-level key")
-    return GatewayPolicy(models=models, limits=limits, source=source)
+    return GatewayPolicy(models=models, limits=limits, source=source, errors=errors)
 
 
 def _parse(source: str, where: str, raw: Any, message: Message) -> None:
@@ -190,6 +199,31 @@ def _limits(source: str, raw: Any) -> Limits:
         retry_after_s=retry_after or DEFAULT_RETRY_AFTER_S,
         admission_upload_bytes_per_s=upload_rate or DEFAULT_ADMISSION_UPLOAD_BYTES_PER_S,
     )
+
+
+_SHAPES = {
+    pb.Errors.SHAPE_UNSPECIFIED: ErrorShape.OPENAI,
+    pb.Errors.OPENAI: ErrorShape.OPENAI,
+    pb.Errors.FASTAPI: ErrorShape.FASTAPI,
+    pb.Errors.FLAT: ErrorShape.FLAT,
+}
+
+
+def _errors(source: str, raw: Any) -> ErrorDialect:
+    msg = pb.Errors()
+    _parse(source, "errors", raw or {}, msg)
+    statuses: dict[ErrorClass, int] = {}
+    for kind in ErrorClass:
+        if msg.status.HasField(kind.value):
+            status = int(getattr(msg.status, kind.value))
+            if not 400 <= status <= 499:
+                raise PolicyError(
+                    source,
+                    f"errors.status.{kind.value}",
+                    f"must be a client-error status (400..499), got {status}",
+                )
+            statuses[kind] = status
+    return ErrorDialect(_SHAPES[msg.shape], MappingProxyType(statuses))
 
 
 def _model(source: str, where: str, raw: Any, overrides: Mapping[str, Path]) -> ModelPolicy:
@@ -297,29 +331,7 @@ def _validate_model(
     if specials_len >= m.max_tokens:
         raise fail("max_tokens", "leaves no room for text after the special tokens")
 
-    prompts = m.prompts
-    templates = PromptTemplates(
-        query=prompts.query if prompts.HasField("query") else "{text}",
-        document=prompts.document if prompts.HasField("document") else "{text}",
-        default_instruction=prompts.default_instruction,
-        extra=dict(prompts.extra),
-    )
-    named = {"prompts.query": templates.query, "prompts.document": templates.document}
-    named.update({f"prompts.extra.{k}": v for k, v in templates.extra.items()})
-    for field, template in named.items():
-        fields = _FIELD_RE.findall(template)
-        if fields.count("text") != 1:
-            raise fail(field, "must contain {text} exactly once")
-        bad = set(fields) - {"text", "instruction"}
-        if bad or ("instruction" in fields and field != "prompts.query"):
-            raise fail(field, f"unknown placeholder {{{sorted(bad or {'instruction'})[0]}}}")
-        if not template.endswith("{text}"):
-            # Truncation keeps the prompt's head; a suffix after {text} would be cut.
-            raise fail(field, "must end with {text} so truncation never cuts the prompt")
-    if "{instruction}" in templates.query and not templates.default_instruction:
-        raise fail(
-            "prompts.default_instruction", "required when the query template uses {instruction}"
-        )
+    templates = _prompts(m.prompts, fail)
 
     matryoshka: Matryoshka | None = None
     if m.HasField("matryoshka"):
@@ -334,15 +346,28 @@ def _validate_model(
             )
         if any(a < 1 or a > native for a in allowed):
             raise fail("matryoshka.allowed", f"every size must be between 1 and {native}")
-        matryoshka = Matryoshka(min_dimensions=min_dims, allowed=allowed)
+        max_dims = mm.max_dimensions if mm.HasField("max_dimensions") else None
+        if max_dims is not None and not min_dims <= max_dims <= native:
+            raise fail(
+                "matryoshka.max_dimensions",
+                f"must be between min_dimensions ({min_dims}) and native_dimensions ({native})",
+            )
+        matryoshka = Matryoshka(
+            min_dimensions=min_dims,
+            allowed=allowed,
+            max_dimensions=None if max_dims == native else max_dims,
+            accepts_native=mm.accepts_native if mm.HasField("accepts_native") else True,
+            renormalise=mm.renormalise if mm.HasField("renormalise") else True,
+        )
 
-    profile = {
-        pb.LEGACY: EncodingProfile.LEGACY,
-        pb.OPENAI: EncodingProfile.OPENAI,
-    }.get(m.encoding_profile)
-    if profile is None:
-        raise fail("encoding_profile", "required: LEGACY or OPENAI")
+    honours_base64, leniency = _encoding(m, fail)
     upstream = _upstream(source, where, m)
+    if matryoshka is not None and not matryoshka.renormalise and upstream.native.dimensions:
+        raise fail(
+            "upstream.native.dimensions",
+            "an upstream that cuts `dimensions` re-normalises the cut; with "
+            "matryoshka.renormalise: false the gateway must cut (native.dimensions: false)",
+        )
 
     return ModelPolicy(
         name=m.name,
@@ -361,7 +386,104 @@ def _validate_model(
         prompts=templates,
         native_dimensions=native,
         matryoshka=matryoshka,
-        encoding_profile=profile,
+        honours_base64=honours_base64,
+        leniency=leniency,
         upstream=upstream,
         check_responses=m.check_responses,
+        truncation=_truncation(m.truncation),
     )
+
+
+_PROFILES = {pb.LEGACY: EncodingProfile.LEGACY, pb.OPENAI: EncodingProfile.OPENAI}
+
+
+def _encoding(m: pb.ModelPolicy, fail: Callable[[str, str], PolicyError]) -> tuple[bool, Leniency]:
+    """(base64 honoured, leniency): the profile's bundle, each part overridden by its
+    own field. Without a profile both parts must be set."""
+    profile = _PROFILES.get(m.encoding_profile)
+    lax = m.leniency
+    complete = (
+        m.base64 != pb.ModelPolicy.BASE64_UNSPECIFIED
+        and lax.HasField("integers")
+        and lax.HasField("bom")
+    )
+    if profile is None and not complete:
+        raise fail(
+            "encoding_profile",
+            "required: LEGACY or OPENAI (or base64, leniency.integers and leniency.bom, all three)",
+        )
+    honours, lenient = PROFILE_BUNDLES[profile] if profile else (True, Leniency())
+    if m.base64 != pb.ModelPolicy.BASE64_UNSPECIFIED:
+        honours = m.base64 == pb.ModelPolicy.HONOURED
+    return honours, Leniency(
+        integers=lax.integers if lax.HasField("integers") else lenient.integers,
+        bom=lax.bom if lax.HasField("bom") else lenient.bom,
+    )
+
+
+def _truncation(t: pb.Truncation) -> Truncation:
+    return Truncation(
+        side=CutSide.LEFT if t.side == pb.Truncation.LEFT else CutSide.RIGHT,
+        keep_special_tokens=t.keep_special_tokens if t.HasField("keep_special_tokens") else True,
+        refuse=t.refuse,
+    )
+
+
+_INSTRUCTION_USES = {
+    pb.Prompts.INSTRUCTION_UNSPECIFIED: InstructionUse.TASK,
+    pb.Prompts.TASK: InstructionUse.TASK,
+    pb.Prompts.PROMPT: InstructionUse.PROMPT,
+    pb.Prompts.IGNORED: InstructionUse.IGNORED,
+    pb.Prompts.REFUSED: InstructionUse.REFUSED,
+}
+
+
+def _prompts(prompts: pb.Prompts, fail: Callable[[str, str], PolicyError]) -> PromptTemplates:
+    templates = PromptTemplates(
+        query=prompts.query if prompts.HasField("query") else "{text}",
+        document=prompts.document if prompts.HasField("document") else "{text}",
+        default_instruction=prompts.default_instruction,
+        extra=dict(prompts.extra),
+        instruction=_INSTRUCTION_USES[prompts.instruction],
+        aliases=dict(prompts.aliases),
+        default_input_type=prompts.default_input_type
+        if prompts.HasField("default_input_type")
+        else None,
+    )
+    # Each template, and whether it may hold {instruction} (a query's may).
+    named = {
+        "prompts.query": (templates.query, True),
+        "prompts.document": (templates.document, False),
+    }
+    named.update({f"prompts.extra.{k}": (v, False) for k, v in templates.extra.items()})
+    for alias, template in templates.aliases.items():
+        if alias not in QUERY_TYPES | DOCUMENT_TYPES:
+            known = ", ".join(sorted(QUERY_TYPES | DOCUMENT_TYPES))
+            raise fail(f"prompts.aliases.{alias}", f"not an input_type alias (known: {known})")
+        named[f"prompts.aliases.{alias}"] = (template, alias in QUERY_TYPES)
+    for field, (template, takes_instruction) in named.items():
+        fields = _FIELD_RE.findall(template)
+        if fields.count("text") != 1:
+            raise fail(field, "must contain {text} exactly once")
+        bad = set(fields) - {"text", "instruction"}
+        if bad or ("instruction" in fields and not takes_instruction):
+            raise fail(field, f"unknown placeholder {{{sorted(bad or {'instruction'})[0]}}}")
+        if not template.endswith("{text}"):
+            # Truncation keeps the prompt's head; a suffix after {text} would be cut.
+            raise fail(field, "must end with {text} so truncation never cuts the prompt")
+    query_templates = [
+        templates.query,
+        *(t for a, t in templates.aliases.items() if a in QUERY_TYPES),
+    ]
+    if any("{instruction}" in t for t in query_templates) and not templates.default_instruction:
+        raise fail(
+            "prompts.default_instruction", "required when a query template uses {instruction}"
+        )
+    default_type = templates.default_input_type
+    if default_type is not None and default_type not in QUERY_TYPES | DOCUMENT_TYPES | set(
+        templates.extra
+    ):
+        raise fail(
+            "prompts.default_input_type", f"{default_type!r} is not an input_type this model takes"
+        )
+    return templates

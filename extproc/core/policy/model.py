@@ -10,7 +10,9 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Final
 
+from extproc.core.error_envelope import OPENAI_ERRORS, ErrorDialect
 from extproc.core.upstreams import Capabilities
 
 DEFAULT_MAX_REQUEST_BYTES = 8 * 1024 * 1024
@@ -41,10 +43,53 @@ DEFAULT_ADMISSION_UPLOAD_BYTES_PER_S = 16 * 1024 * 1024
 
 
 class EncodingProfile(enum.Enum):
-    """What ``encoding_format`` means to clients of this model."""
+    """A named bundle of :attr:`ModelPolicy.honours_base64` and :class:`Leniency`."""
 
-    LEGACY = "legacy"  # the old server: always float arrays, the field is ignored
-    OPENAI = "openai"  # float or base64 (little-endian float32), as OpenAI's SDKs decode it
+    LEGACY = "legacy"  # the old server: float arrays always, lax JSON types
+    OPENAI = "openai"  # float or base64 (little-endian float32), strict JSON types
+
+
+@dataclass(frozen=True)
+class Leniency:
+    """Lax spellings of JSON types the legacy server took (pydantic's lax mode)."""
+
+    integers: bool = False  # "256", 256.0, true for an integer field, token ids too
+    bom: bool = False  # a UTF-8 byte order mark before the body
+
+
+PROFILE_BUNDLES: Final[Mapping[EncodingProfile, tuple[bool, Leniency]]] = {
+    EncodingProfile.LEGACY: (False, Leniency(integers=True, bom=True)),
+    EncodingProfile.OPENAI: (True, Leniency()),
+}
+
+
+class InstructionUse(enum.Enum):
+    """What a client's ``instruction`` does (policy.proto's ``Prompts.Instruction``)."""
+
+    TASK = "task"  # a query; the task fills the template's {instruction}
+    PROMPT = "prompt"  # a query; the instruction is the whole prompt
+    IGNORED = "ignored"  # dropped: the input_type alone decides
+    REFUSED = "refused"  # a 4xx (errors.status.instruction)
+
+
+class CutSide(enum.Enum):
+    RIGHT = "right"  # keep the start
+    LEFT = "left"  # keep the end
+
+
+@dataclass(frozen=True)
+class Truncation:
+    """What happens to an input over ``max_tokens``."""
+
+    side: CutSide = CutSide.RIGHT
+    # True: the special tokens frame the kept content; False: the framed ids are cut,
+    # losing the special tokens on the cut side.
+    keep_special_tokens: bool = True
+    refuse: bool = False  # a 4xx (errors.status.too_long) instead of a cut
+
+    @property
+    def is_default(self) -> bool:
+        return self == _DEFAULT_TRUNCATION
 
 
 @dataclass(frozen=True)
@@ -85,14 +130,22 @@ class PromptTemplates:
     document: str = "{text}"
     default_instruction: str = ""
     extra: Mapping[str, str] = field(default_factory=dict)
+    instruction: InstructionUse = InstructionUse.TASK
+    # input_type value -> its own template, in place of its role's
+    aliases: Mapping[str, str] = field(default_factory=dict)
+    default_input_type: str | None = None  # the role of inputs sent without one
 
 
 @dataclass(frozen=True)
 class Matryoshka:
-    """``dimensions`` accepted below native: ``min_dimensions..native`` or ``allowed``."""
+    """``dimensions`` accepted: ``min_dimensions..max_dimensions`` (None: native) or
+    ``allowed``; the native size by ``accepts_native`` alone."""
 
     min_dimensions: int
     allowed: tuple[int, ...] = ()
+    max_dimensions: int | None = None
+    accepts_native: bool = True
+    renormalise: bool = True  # a cut is scaled back to unit length
 
 
 @dataclass(frozen=True)
@@ -105,19 +158,27 @@ class ModelPolicy:
     prompts: PromptTemplates
     native_dimensions: int
     matryoshka: Matryoshka | None
-    encoding_profile: EncodingProfile
+    honours_base64: bool  # false: float arrays always, `encoding_format` ignored
+    leniency: Leniency
     upstream: UpstreamPolicy
     check_responses: bool = False  # validate every 2xx, not only rewritten ones
+    truncation: Truncation = field(default_factory=Truncation)
+
+    @property
+    def encoding_profile(self) -> EncodingProfile | None:
+        """The named bundle the encoding and leniency settings make, if any."""
+        settings = (self.honours_base64, self.leniency)
+        return next((p for p, bundle in PROFILE_BUNDLES.items() if bundle == settings), None)
 
     def accepts_dimensions(self, dimensions: int) -> bool:
-        if dimensions == self.native_dimensions:
-            return True
         m = self.matryoshka
+        if dimensions == self.native_dimensions:
+            return m is None or m.accepts_native
         if m is None:
             return False
         if m.allowed:
             return dimensions in m.allowed
-        return m.min_dimensions <= dimensions <= self.native_dimensions
+        return m.min_dimensions <= dimensions <= (m.max_dimensions or self.native_dimensions)
 
     @property
     def emulates_dimensions(self) -> bool:
@@ -130,12 +191,20 @@ class ModelPolicy:
     def dimensions_rule(self) -> str:
         """Human-readable statement of the accepted ``dimensions`` values."""
         m = self.matryoshka
+        native = self.native_dimensions
         if m is None:
-            return f"{self.native_dimensions} (its native size; the model is not Matryoshka)"
+            return f"{native} (its native size; the model is not Matryoshka)"
         if m.allowed:
-            sizes = sorted({*m.allowed, self.native_dimensions})
+            sizes = sorted({*m.allowed, *((native,) if m.accepts_native else ())})
             return "one of " + ", ".join(str(s) for s in sizes)
-        return f"an integer from {m.min_dimensions} to {self.native_dimensions}"
+        top = m.max_dimensions or native
+        if top == native and not m.accepts_native:
+            top -= 1
+        rule = f"an integer from {m.min_dimensions} to {top}"
+        return rule + (f" or {native}" if m.accepts_native and top < native else "")
+
+
+_DEFAULT_TRUNCATION: Final = Truncation()
 
 
 @dataclass(frozen=True)
@@ -163,6 +232,7 @@ class GatewayPolicy:
     models: Mapping[str, ModelPolicy]
     limits: Limits = Limits()
     source: str = "<memory>"
+    errors: ErrorDialect = OPENAI_ERRORS  # how the gateway's own error answers read
 
     def model(self, name: str) -> ModelPolicy | None:
         return self.models.get(name)

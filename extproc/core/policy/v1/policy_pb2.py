@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n#extproc/core/policy/v1/policy.proto\x12\x16\x65xtproc.core.policy.v1\"t\n\rGatewayPolicy\x12\x33\n\x06models\x18\x01 \x03(\x0b\x32#.extproc.core.policy.v1.ModelPolicy\x12.\n\x06limits\x18\x02 \x01(\x0b\x32\x1e.extproc.core.policy.v1.Limits\"\x9c\x04\n\x06Limits\x12\x1e\n\x11max_request_bytes\x18\x01 \x01(\rH\x00\x88\x01\x01\x12\x17\n\nmax_inputs\x18\x02 \x01(\rH\x01\x88\x01\x01\x12\x1c\n\x0fmax_input_chars\x18\x03 \x01(\rH\x02\x88\x01\x01\x12\x1c\n\x0fmax_total_chars\x18\x04 \x01(\rH\x03\x88\x01\x01\x12\x1f\n\x12max_tokenize_bytes\x18\x05 \x01(\rH\x04\x88\x01\x01\x12\x1c\n\x0fmax_tokenize_ms\x18\x06 \x01(\rH\x05\x88\x01\x01\x12\x1f\n\x12max_inflight_bytes\x18\x07 \x01(\rH\x06\x88\x01\x01\x12\x1e\n\x11\x61\x64mission_wait_ms\x18\x08 \x01(\rH\x07\x88\x01\x01\x12\x1a\n\rretry_after_s\x18\t \x01(\rH\x08\x88\x01\x01\x12)\n\x1c\x61\x64mission_upload_bytes_per_s\x18\n \x01(\rH\t\x88\x01\x01\x42\x14\n\x12_max_request_bytesB\r\n\x0b_max_inputsB\x12\n\x10_max_input_charsB\x12\n\x10_max_total_charsB\x15\n\x13_max_tokenize_bytesB\x12\n\x10_max_tokenize_msB\x15\n\x13_max_inflight_bytesB\x14\n\x12_admission_wait_msB\x10\n\x0e_retry_after_sB\x1f\n\x1d_admission_upload_bytes_per_s\"\xc5\x04\n\x0bModelPolicy\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06preset\x18\x02 \x01(\t\x12\x1b\n\x0eupstream_model\x18\x03 \x01(\tH\x00\x88\x01\x01\x12\x34\n\ttokenizer\x18\x04 \x01(\x0b\x32!.extproc.core.policy.v1.Tokenizer\x12\x17\n\nmax_tokens\x18\x05 \x01(\rH\x01\x88\x01\x01\x12\x30\n\x07prompts\x18\x06 \x01(\x0b\x32\x1f.extproc.core.policy.v1.Prompts\x12\x1e\n\x11native_dimensions\x18\x07 \x01(\rH\x02\x88\x01\x01\x12\x36\n\nmatryoshka\x18\x08 \x01(\x0b\x32\".extproc.core.policy.v1.Matryoshka\x12\x41\n\x10\x65ncoding_profile\x18\t \x01(\x0e\x32\'.extproc.core.policy.v1.EncodingProfile\x12\x41\n\x10upstream_flavour\x18\n \x01(\x0e\x32\'.extproc.core.policy.v1.UpstreamFlavour\x12\x1c\n\x0f\x63heck_responses\x18\x0b \x01(\x08H\x03\x88\x01\x01\x12\x32\n\x08upstream\x18\x0c \x01(\x0b\x32 .extproc.core.policy.v1.UpstreamB\x11\n\x0f_upstream_modelB\r\n\x0b_max_tokensB\x14\n\x12_native_dimensionsB\x12\n\x10_check_responses\"T\n\x08Upstream\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12:\n\x06native\x18\x02 \x01(\x0b\x32*.extproc.core.policy.v1.NativeCapabilities\"|\n\x12NativeCapabilities\x12\x17\n\ndimensions\x18\x01 \x01(\x08H\x00\x88\x01\x01\x12#\n\x16truncate_prompt_tokens\x18\x02 \x01(\x08H\x01\x88\x01\x01\x42\r\n\x0b_dimensionsB\x19\n\x17_truncate_prompt_tokens\"\x99\x01\n\tTokenizer\x12\x0f\n\x05hf_id\x18\x01 \x01(\tH\x00\x12\x0e\n\x04path\x18\x02 \x01(\tH\x00\x12\x15\n\x08revision\x18\x03 \x01(\tH\x01\x88\x01\x01\x12=\n\x0especial_tokens\x18\x04 \x01(\x0b\x32%.extproc.core.policy.v1.SpecialTokensB\x08\n\x06sourceB\x0b\n\t_revision\"h\n\rSpecialTokens\x12\x1b\n\x0e\x66rom_tokenizer\x18\x01 \x01(\x08H\x00\x88\x01\x01\x12\x13\n\x0bprepend_ids\x18\x02 \x03(\r\x12\x12\n\nappend_ids\x18\x03 \x03(\rB\x11\n\x0f_from_tokenizer\"\xee\x01\n\x07Prompts\x12\x12\n\x05query\x18\x01 \x01(\tH\x00\x88\x01\x01\x12\x15\n\x08\x64ocument\x18\x02 \x01(\tH\x01\x88\x01\x01\x12 \n\x13\x64\x65\x66\x61ult_instruction\x18\x03 \x01(\tH\x02\x88\x01\x01\x12\x39\n\x05\x65xtra\x18\x04 \x03(\x0b\x32*.extproc.core.policy.v1.Prompts.ExtraEntry\x1a,\n\nExtraEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x08\n\x06_queryB\x0b\n\t_documentB\x16\n\x14_default_instruction\"M\n\nMatryoshka\x12\x1b\n\x0emin_dimensions\x18\x01 \x01(\rH\x00\x88\x01\x01\x12\x0f\n\x07\x61llowed\x18\x02 \x03(\rB\x11\n\x0f_min_dimensions*K\n\x0f\x45ncodingProfile\x12 \n\x1c\x45NCODING_PROFILE_UNSPECIFIED\x10\x00\x12\n\n\x06LEGACY\x10\x01\x12\n\n\x06OPENAI\x10\x02*I\n\x0fUpstreamFlavour\x12 \n\x1cUPSTREAM_FLAVOUR_UNSPECIFIED\x10\x00\x12\n\n\x06\x44YNAMO\x10\x01\x12\x08\n\x04VLLM\x10\x02\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n#extproc/core/policy/v1/policy.proto\x12\x16\x65xtproc.core.policy.v1\"\xa4\x01\n\rGatewayPolicy\x12\x33\n\x06models\x18\x01 \x03(\x0b\x32#.extproc.core.policy.v1.ModelPolicy\x12.\n\x06limits\x18\x02 \x01(\x0b\x32\x1e.extproc.core.policy.v1.Limits\x12.\n\x06\x65rrors\x18\x03 \x01(\x0b\x32\x1e.extproc.core.policy.v1.Errors\"\xb7\x01\n\x06\x45rrors\x12\x33\n\x05shape\x18\x01 \x01(\x0e\x32$.extproc.core.policy.v1.Errors.Shape\x12\x35\n\x06status\x18\x02 \x01(\x0b\x32%.extproc.core.policy.v1.ErrorStatuses\"A\n\x05Shape\x12\x15\n\x11SHAPE_UNSPECIFIED\x10\x00\x12\n\n\x06OPENAI\x10\x01\x12\x0b\n\x07\x46\x41STAPI\x10\x02\x12\x08\n\x04\x46LAT\x10\x03\"\xa1\x02\n\rErrorStatuses\x12\x16\n\tmalformed\x18\x01 \x01(\rH\x00\x88\x01\x01\x12\x14\n\x07invalid\x18\x02 \x01(\rH\x01\x88\x01\x01\x12\x1a\n\runknown_model\x18\x03 \x01(\rH\x02\x88\x01\x01\x12\x16\n\ttoo_large\x18\x04 \x01(\rH\x03\x88\x01\x01\x12\x17\n\ndimensions\x18\x05 \x01(\rH\x04\x88\x01\x01\x12\x15\n\x08too_long\x18\x06 \x01(\rH\x05\x88\x01\x01\x12\x18\n\x0binstruction\x18\x07 \x01(\rH\x06\x88\x01\x01\x42\x0c\n\n_malformedB\n\n\x08_invalidB\x10\n\x0e_unknown_modelB\x0c\n\n_too_largeB\r\n\x0b_dimensionsB\x0b\n\t_too_longB\x0e\n\x0c_instruction\"\x9c\x04\n\x06Limits\x12\x1e\n\x11max_request_bytes\x18\x01 \x01(\rH\x00\x88\x01\x01\x12\x17\n\nmax_inputs\x18\x02 \x01(\rH\x01\x88\x01\x01\x12\x1c\n\x0fmax_input_chars\x18\x03 \x01(\rH\x02\x88\x01\x01\x12\x1c\n\x0fmax_total_chars\x18\x04 \x01(\rH\x03\x88\x01\x01\x12\x1f\n\x12max_tokenize_bytes\x18\x05 \x01(\rH\x04\x88\x01\x01\x12\x1c\n\x0fmax_tokenize_ms\x18\x06 \x01(\rH\x05\x88\x01\x01\x12\x1f\n\x12max_inflight_bytes\x18\x07 \x01(\rH\x06\x88\x01\x01\x12\x1e\n\x11\x61\x64mission_wait_ms\x18\x08 \x01(\rH\x07\x88\x01\x01\x12\x1a\n\rretry_after_s\x18\t \x01(\rH\x08\x88\x01\x01\x12)\n\x1c\x61\x64mission_upload_bytes_per_s\x18\n \x01(\rH\t\x88\x01\x01\x42\x14\n\x12_max_request_bytesB\r\n\x0b_max_inputsB\x12\n\x10_max_input_charsB\x12\n\x10_max_total_charsB\x15\n\x13_max_tokenize_bytesB\x12\n\x10_max_tokenize_msB\x15\n\x13_max_inflight_bytesB\x14\n\x12_admission_wait_msB\x10\n\x0e_retry_after_sB\x1f\n\x1d_admission_upload_bytes_per_s\"\xaa\x06\n\x0bModelPolicy\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06preset\x18\x02 \x01(\t\x12\x1b\n\x0eupstream_model\x18\x03 \x01(\tH\x00\x88\x01\x01\x12\x34\n\ttokenizer\x18\x04 \x01(\x0b\x32!.extproc.core.policy.v1.Tokenizer\x12\x17\n\nmax_tokens\x18\x05 \x01(\rH\x01\x88\x01\x01\x12\x30\n\x07prompts\x18\x06 \x01(\x0b\x32\x1f.extproc.core.policy.v1.Prompts\x12\x1e\n\x11native_dimensions\x18\x07 \x01(\rH\x02\x88\x01\x01\x12\x36\n\nmatryoshka\x18\x08 \x01(\x0b\x32\".extproc.core.policy.v1.Matryoshka\x12\x41\n\x10\x65ncoding_profile\x18\t \x01(\x0e\x32\'.extproc.core.policy.v1.EncodingProfile\x12\x41\n\x10upstream_flavour\x18\n \x01(\x0e\x32\'.extproc.core.policy.v1.UpstreamFlavour\x12\x1c\n\x0f\x63heck_responses\x18\x0b \x01(\x08H\x03\x88\x01\x01\x12\x32\n\x08upstream\x18\x0c \x01(\x0b\x32 .extproc.core.policy.v1.Upstream\x12:\n\x06\x62\x61se64\x18\r \x01(\x0e\x32*.extproc.core.policy.v1.ModelPolicy.Base64\x12\x32\n\x08leniency\x18\x0e \x01(\x0b\x32 .extproc.core.policy.v1.Leniency\x12\x36\n\ntruncation\x18\x0f \x01(\x0b\x32\".extproc.core.policy.v1.Truncation\";\n\x06\x42\x61se64\x12\x16\n\x12\x42\x41SE64_UNSPECIFIED\x10\x00\x12\x0c\n\x08HONOURED\x10\x01\x12\x0b\n\x07IGNORED\x10\x02\x42\x11\n\x0f_upstream_modelB\r\n\x0b_max_tokensB\x14\n\x12_native_dimensionsB\x12\n\x10_check_responses\"H\n\x08Leniency\x12\x15\n\x08integers\x18\x01 \x01(\x08H\x00\x88\x01\x01\x12\x10\n\x03\x62om\x18\x02 \x01(\x08H\x01\x88\x01\x01\x42\x0b\n\t_integersB\x06\n\x04_bom\"\xd0\x01\n\nTruncation\x12\x35\n\x04side\x18\x01 \x01(\x0e\x32\'.extproc.core.policy.v1.Truncation.Side\x12 \n\x13keep_special_tokens\x18\x02 \x01(\x08H\x00\x88\x01\x01\x12\x13\n\x06refuse\x18\x03 \x01(\x08H\x01\x88\x01\x01\"1\n\x04Side\x12\x14\n\x10SIDE_UNSPECIFIED\x10\x00\x12\t\n\x05RIGHT\x10\x01\x12\x08\n\x04LEFT\x10\x02\x42\x16\n\x14_keep_special_tokensB\t\n\x07_refuse\"T\n\x08Upstream\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12:\n\x06native\x18\x02 \x01(\x0b\x32*.extproc.core.policy.v1.NativeCapabilities\"|\n\x12NativeCapabilities\x12\x17\n\ndimensions\x18\x01 \x01(\x08H\x00\x88\x01\x01\x12#\n\x16truncate_prompt_tokens\x18\x02 \x01(\x08H\x01\x88\x01\x01\x42\r\n\x0b_dimensionsB\x19\n\x17_truncate_prompt_tokens\"\x99\x01\n\tTokenizer\x12\x0f\n\x05hf_id\x18\x01 \x01(\tH\x00\x12\x0e\n\x04path\x18\x02 \x01(\tH\x00\x12\x15\n\x08revision\x18\x03 \x01(\tH\x01\x88\x01\x01\x12=\n\x0especial_tokens\x18\x04 \x01(\x0b\x32%.extproc.core.policy.v1.SpecialTokensB\x08\n\x06sourceB\x0b\n\t_revision\"h\n\rSpecialTokens\x12\x1b\n\x0e\x66rom_tokenizer\x18\x01 \x01(\x08H\x00\x88\x01\x01\x12\x13\n\x0bprepend_ids\x18\x02 \x03(\r\x12\x12\n\nappend_ids\x18\x03 \x03(\rB\x11\n\x0f_from_tokenizer\"\xb3\x04\n\x07Prompts\x12\x12\n\x05query\x18\x01 \x01(\tH\x00\x88\x01\x01\x12\x15\n\x08\x64ocument\x18\x02 \x01(\tH\x01\x88\x01\x01\x12 \n\x13\x64\x65\x66\x61ult_instruction\x18\x03 \x01(\tH\x02\x88\x01\x01\x12\x39\n\x05\x65xtra\x18\x04 \x03(\x0b\x32*.extproc.core.policy.v1.Prompts.ExtraEntry\x12@\n\x0binstruction\x18\x05 \x01(\x0e\x32+.extproc.core.policy.v1.Prompts.Instruction\x12=\n\x07\x61liases\x18\x06 \x03(\x0b\x32,.extproc.core.policy.v1.Prompts.AliasesEntry\x12\x1f\n\x12\x64\x65\x66\x61ult_input_type\x18\x07 \x01(\tH\x03\x88\x01\x01\x1a,\n\nExtraEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a.\n\x0c\x41liasesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"Z\n\x0bInstruction\x12\x1b\n\x17INSTRUCTION_UNSPECIFIED\x10\x00\x12\x08\n\x04TASK\x10\x01\x12\n\n\x06PROMPT\x10\x02\x12\x0b\n\x07IGNORED\x10\x03\x12\x0b\n\x07REFUSED\x10\x04\x42\x08\n\x06_queryB\x0b\n\t_documentB\x16\n\x14_default_instructionB\x15\n\x13_default_input_type\"\xd7\x01\n\nMatryoshka\x12\x1b\n\x0emin_dimensions\x18\x01 \x01(\rH\x00\x88\x01\x01\x12\x0f\n\x07\x61llowed\x18\x02 \x03(\r\x12\x1b\n\x0emax_dimensions\x18\x03 \x01(\rH\x01\x88\x01\x01\x12\x1b\n\x0e\x61\x63\x63\x65pts_native\x18\x04 \x01(\x08H\x02\x88\x01\x01\x12\x18\n\x0brenormalise\x18\x05 \x01(\x08H\x03\x88\x01\x01\x42\x11\n\x0f_min_dimensionsB\x11\n\x0f_max_dimensionsB\x11\n\x0f_accepts_nativeB\x0e\n\x0c_renormalise*K\n\x0f\x45ncodingProfile\x12 \n\x1c\x45NCODING_PROFILE_UNSPECIFIED\x10\x00\x12\n\n\x06LEGACY\x10\x01\x12\n\n\x06OPENAI\x10\x02*I\n\x0fUpstreamFlavour\x12 \n\x1cUPSTREAM_FLAVOUR_UNSPECIFIED\x10\x00\x12\n\n\x06\x44YNAMO\x10\x01\x12\x08\n\x04VLLM\x10\x02\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,28 +33,48 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_PROMPTS_EXTRAENTRY']._loaded_options = None
   _globals['_PROMPTS_EXTRAENTRY']._serialized_options = b'8\001'
-  _globals['_ENCODINGPROFILE']._serialized_start=2102
-  _globals['_ENCODINGPROFILE']._serialized_end=2177
-  _globals['_UPSTREAMFLAVOUR']._serialized_start=2179
-  _globals['_UPSTREAMFLAVOUR']._serialized_end=2252
-  _globals['_GATEWAYPOLICY']._serialized_start=63
-  _globals['_GATEWAYPOLICY']._serialized_end=179
-  _globals['_LIMITS']._serialized_start=182
-  _globals['_LIMITS']._serialized_end=722
-  _globals['_MODELPOLICY']._serialized_start=725
-  _globals['_MODELPOLICY']._serialized_end=1306
-  _globals['_UPSTREAM']._serialized_start=1308
-  _globals['_UPSTREAM']._serialized_end=1392
-  _globals['_NATIVECAPABILITIES']._serialized_start=1394
-  _globals['_NATIVECAPABILITIES']._serialized_end=1518
-  _globals['_TOKENIZER']._serialized_start=1521
-  _globals['_TOKENIZER']._serialized_end=1674
-  _globals['_SPECIALTOKENS']._serialized_start=1676
-  _globals['_SPECIALTOKENS']._serialized_end=1780
-  _globals['_PROMPTS']._serialized_start=1783
-  _globals['_PROMPTS']._serialized_end=2021
-  _globals['_PROMPTS_EXTRAENTRY']._serialized_start=1930
-  _globals['_PROMPTS_EXTRAENTRY']._serialized_end=1974
-  _globals['_MATRYOSHKA']._serialized_start=2023
-  _globals['_MATRYOSHKA']._serialized_end=2100
+  _globals['_PROMPTS_ALIASESENTRY']._loaded_options = None
+  _globals['_PROMPTS_ALIASESENTRY']._serialized_options = b'8\001'
+  _globals['_ENCODINGPROFILE']._serialized_start=3607
+  _globals['_ENCODINGPROFILE']._serialized_end=3682
+  _globals['_UPSTREAMFLAVOUR']._serialized_start=3684
+  _globals['_UPSTREAMFLAVOUR']._serialized_end=3757
+  _globals['_GATEWAYPOLICY']._serialized_start=64
+  _globals['_GATEWAYPOLICY']._serialized_end=228
+  _globals['_ERRORS']._serialized_start=231
+  _globals['_ERRORS']._serialized_end=414
+  _globals['_ERRORS_SHAPE']._serialized_start=349
+  _globals['_ERRORS_SHAPE']._serialized_end=414
+  _globals['_ERRORSTATUSES']._serialized_start=417
+  _globals['_ERRORSTATUSES']._serialized_end=706
+  _globals['_LIMITS']._serialized_start=709
+  _globals['_LIMITS']._serialized_end=1249
+  _globals['_MODELPOLICY']._serialized_start=1252
+  _globals['_MODELPOLICY']._serialized_end=2062
+  _globals['_MODELPOLICY_BASE64']._serialized_start=1927
+  _globals['_MODELPOLICY_BASE64']._serialized_end=1986
+  _globals['_LENIENCY']._serialized_start=2064
+  _globals['_LENIENCY']._serialized_end=2136
+  _globals['_TRUNCATION']._serialized_start=2139
+  _globals['_TRUNCATION']._serialized_end=2347
+  _globals['_TRUNCATION_SIDE']._serialized_start=2263
+  _globals['_TRUNCATION_SIDE']._serialized_end=2312
+  _globals['_UPSTREAM']._serialized_start=2349
+  _globals['_UPSTREAM']._serialized_end=2433
+  _globals['_NATIVECAPABILITIES']._serialized_start=2435
+  _globals['_NATIVECAPABILITIES']._serialized_end=2559
+  _globals['_TOKENIZER']._serialized_start=2562
+  _globals['_TOKENIZER']._serialized_end=2715
+  _globals['_SPECIALTOKENS']._serialized_start=2717
+  _globals['_SPECIALTOKENS']._serialized_end=2821
+  _globals['_PROMPTS']._serialized_start=2824
+  _globals['_PROMPTS']._serialized_end=3387
+  _globals['_PROMPTS_EXTRAENTRY']._serialized_start=3133
+  _globals['_PROMPTS_EXTRAENTRY']._serialized_end=3177
+  _globals['_PROMPTS_ALIASESENTRY']._serialized_start=3179
+  _globals['_PROMPTS_ALIASESENTRY']._serialized_end=3225
+  _globals['_PROMPTS_INSTRUCTION']._serialized_start=3227
+  _globals['_PROMPTS_INSTRUCTION']._serialized_end=3317
+  _globals['_MATRYOSHKA']._serialized_start=3390
+  _globals['_MATRYOSHKA']._serialized_end=3605
 # @@protoc_insertion_point(module_scope)

@@ -26,12 +26,50 @@ DYNAMO: UpstreamFlavour
 VLLM: UpstreamFlavour
 
 class GatewayPolicy(_message.Message):
-    __slots__ = ("models", "limits")
+    __slots__ = ("models", "limits", "errors")
     MODELS_FIELD_NUMBER: _ClassVar[int]
     LIMITS_FIELD_NUMBER: _ClassVar[int]
+    ERRORS_FIELD_NUMBER: _ClassVar[int]
     models: _containers.RepeatedCompositeFieldContainer[ModelPolicy]
     limits: Limits
-    def __init__(self, models: _Optional[_Iterable[_Union[ModelPolicy, _Mapping]]] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ...) -> None: ...
+    errors: Errors
+    def __init__(self, models: _Optional[_Iterable[_Union[ModelPolicy, _Mapping]]] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., errors: _Optional[_Union[Errors, _Mapping]] = ...) -> None: ...
+
+class Errors(_message.Message):
+    __slots__ = ("shape", "status")
+    class Shape(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        SHAPE_UNSPECIFIED: _ClassVar[Errors.Shape]
+        OPENAI: _ClassVar[Errors.Shape]
+        FASTAPI: _ClassVar[Errors.Shape]
+        FLAT: _ClassVar[Errors.Shape]
+    SHAPE_UNSPECIFIED: Errors.Shape
+    OPENAI: Errors.Shape
+    FASTAPI: Errors.Shape
+    FLAT: Errors.Shape
+    SHAPE_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    shape: Errors.Shape
+    status: ErrorStatuses
+    def __init__(self, shape: _Optional[_Union[Errors.Shape, str]] = ..., status: _Optional[_Union[ErrorStatuses, _Mapping]] = ...) -> None: ...
+
+class ErrorStatuses(_message.Message):
+    __slots__ = ("malformed", "invalid", "unknown_model", "too_large", "dimensions", "too_long", "instruction")
+    MALFORMED_FIELD_NUMBER: _ClassVar[int]
+    INVALID_FIELD_NUMBER: _ClassVar[int]
+    UNKNOWN_MODEL_FIELD_NUMBER: _ClassVar[int]
+    TOO_LARGE_FIELD_NUMBER: _ClassVar[int]
+    DIMENSIONS_FIELD_NUMBER: _ClassVar[int]
+    TOO_LONG_FIELD_NUMBER: _ClassVar[int]
+    INSTRUCTION_FIELD_NUMBER: _ClassVar[int]
+    malformed: int
+    invalid: int
+    unknown_model: int
+    too_large: int
+    dimensions: int
+    too_long: int
+    instruction: int
+    def __init__(self, malformed: _Optional[int] = ..., invalid: _Optional[int] = ..., unknown_model: _Optional[int] = ..., too_large: _Optional[int] = ..., dimensions: _Optional[int] = ..., too_long: _Optional[int] = ..., instruction: _Optional[int] = ...) -> None: ...
 
 class Limits(_message.Message):
     __slots__ = ("max_request_bytes", "max_inputs", "max_input_chars", "max_total_chars", "max_tokenize_bytes", "max_tokenize_ms", "max_inflight_bytes", "admission_wait_ms", "retry_after_s", "admission_upload_bytes_per_s")
@@ -58,7 +96,15 @@ class Limits(_message.Message):
     def __init__(self, max_request_bytes: _Optional[int] = ..., max_inputs: _Optional[int] = ..., max_input_chars: _Optional[int] = ..., max_total_chars: _Optional[int] = ..., max_tokenize_bytes: _Optional[int] = ..., max_tokenize_ms: _Optional[int] = ..., max_inflight_bytes: _Optional[int] = ..., admission_wait_ms: _Optional[int] = ..., retry_after_s: _Optional[int] = ..., admission_upload_bytes_per_s: _Optional[int] = ...) -> None: ...
 
 class ModelPolicy(_message.Message):
-    __slots__ = ("name", "preset", "upstream_model", "tokenizer", "max_tokens", "prompts", "native_dimensions", "matryoshka", "encoding_profile", "upstream_flavour", "check_responses", "upstream")
+    __slots__ = ("name", "preset", "upstream_model", "tokenizer", "max_tokens", "prompts", "native_dimensions", "matryoshka", "encoding_profile", "upstream_flavour", "check_responses", "upstream", "base64", "leniency", "truncation")
+    class Base64(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        BASE64_UNSPECIFIED: _ClassVar[ModelPolicy.Base64]
+        HONOURED: _ClassVar[ModelPolicy.Base64]
+        IGNORED: _ClassVar[ModelPolicy.Base64]
+    BASE64_UNSPECIFIED: ModelPolicy.Base64
+    HONOURED: ModelPolicy.Base64
+    IGNORED: ModelPolicy.Base64
     NAME_FIELD_NUMBER: _ClassVar[int]
     PRESET_FIELD_NUMBER: _ClassVar[int]
     UPSTREAM_MODEL_FIELD_NUMBER: _ClassVar[int]
@@ -71,6 +117,9 @@ class ModelPolicy(_message.Message):
     UPSTREAM_FLAVOUR_FIELD_NUMBER: _ClassVar[int]
     CHECK_RESPONSES_FIELD_NUMBER: _ClassVar[int]
     UPSTREAM_FIELD_NUMBER: _ClassVar[int]
+    BASE64_FIELD_NUMBER: _ClassVar[int]
+    LENIENCY_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATION_FIELD_NUMBER: _ClassVar[int]
     name: str
     preset: str
     upstream_model: str
@@ -83,7 +132,36 @@ class ModelPolicy(_message.Message):
     upstream_flavour: UpstreamFlavour
     check_responses: bool
     upstream: Upstream
-    def __init__(self, name: _Optional[str] = ..., preset: _Optional[str] = ..., upstream_model: _Optional[str] = ..., tokenizer: _Optional[_Union[Tokenizer, _Mapping]] = ..., max_tokens: _Optional[int] = ..., prompts: _Optional[_Union[Prompts, _Mapping]] = ..., native_dimensions: _Optional[int] = ..., matryoshka: _Optional[_Union[Matryoshka, _Mapping]] = ..., encoding_profile: _Optional[_Union[EncodingProfile, str]] = ..., upstream_flavour: _Optional[_Union[UpstreamFlavour, str]] = ..., check_responses: _Optional[bool] = ..., upstream: _Optional[_Union[Upstream, _Mapping]] = ...) -> None: ...
+    base64: ModelPolicy.Base64
+    leniency: Leniency
+    truncation: Truncation
+    def __init__(self, name: _Optional[str] = ..., preset: _Optional[str] = ..., upstream_model: _Optional[str] = ..., tokenizer: _Optional[_Union[Tokenizer, _Mapping]] = ..., max_tokens: _Optional[int] = ..., prompts: _Optional[_Union[Prompts, _Mapping]] = ..., native_dimensions: _Optional[int] = ..., matryoshka: _Optional[_Union[Matryoshka, _Mapping]] = ..., encoding_profile: _Optional[_Union[EncodingProfile, str]] = ..., upstream_flavour: _Optional[_Union[UpstreamFlavour, str]] = ..., check_responses: _Optional[bool] = ..., upstream: _Optional[_Union[Upstream, _Mapping]] = ..., base64: _Optional[_Union[ModelPolicy.Base64, str]] = ..., leniency: _Optional[_Union[Leniency, _Mapping]] = ..., truncation: _Optional[_Union[Truncation, _Mapping]] = ...) -> None: ...
+
+class Leniency(_message.Message):
+    __slots__ = ("integers", "bom")
+    INTEGERS_FIELD_NUMBER: _ClassVar[int]
+    BOM_FIELD_NUMBER: _ClassVar[int]
+    integers: bool
+    bom: bool
+    def __init__(self, integers: _Optional[bool] = ..., bom: _Optional[bool] = ...) -> None: ...
+
+class Truncation(_message.Message):
+    __slots__ = ("side", "keep_special_tokens", "refuse")
+    class Side(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        SIDE_UNSPECIFIED: _ClassVar[Truncation.Side]
+        RIGHT: _ClassVar[Truncation.Side]
+        LEFT: _ClassVar[Truncation.Side]
+    SIDE_UNSPECIFIED: Truncation.Side
+    RIGHT: Truncation.Side
+    LEFT: Truncation.Side
+    SIDE_FIELD_NUMBER: _ClassVar[int]
+    KEEP_SPECIAL_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    REFUSE_FIELD_NUMBER: _ClassVar[int]
+    side: Truncation.Side
+    keep_special_tokens: bool
+    refuse: bool
+    def __init__(self, side: _Optional[_Union[Truncation.Side, str]] = ..., keep_special_tokens: _Optional[bool] = ..., refuse: _Optional[bool] = ...) -> None: ...
 
 class Upstream(_message.Message):
     __slots__ = ("kind", "native")
@@ -124,8 +202,27 @@ class SpecialTokens(_message.Message):
     def __init__(self, from_tokenizer: _Optional[bool] = ..., prepend_ids: _Optional[_Iterable[int]] = ..., append_ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class Prompts(_message.Message):
-    __slots__ = ("query", "document", "default_instruction", "extra")
+    __slots__ = ("query", "document", "default_instruction", "extra", "instruction", "aliases", "default_input_type")
+    class Instruction(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        INSTRUCTION_UNSPECIFIED: _ClassVar[Prompts.Instruction]
+        TASK: _ClassVar[Prompts.Instruction]
+        PROMPT: _ClassVar[Prompts.Instruction]
+        IGNORED: _ClassVar[Prompts.Instruction]
+        REFUSED: _ClassVar[Prompts.Instruction]
+    INSTRUCTION_UNSPECIFIED: Prompts.Instruction
+    TASK: Prompts.Instruction
+    PROMPT: Prompts.Instruction
+    IGNORED: Prompts.Instruction
+    REFUSED: Prompts.Instruction
     class ExtraEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    class AliasesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
         VALUE_FIELD_NUMBER: _ClassVar[int]
@@ -136,16 +233,28 @@ class Prompts(_message.Message):
     DOCUMENT_FIELD_NUMBER: _ClassVar[int]
     DEFAULT_INSTRUCTION_FIELD_NUMBER: _ClassVar[int]
     EXTRA_FIELD_NUMBER: _ClassVar[int]
+    INSTRUCTION_FIELD_NUMBER: _ClassVar[int]
+    ALIASES_FIELD_NUMBER: _ClassVar[int]
+    DEFAULT_INPUT_TYPE_FIELD_NUMBER: _ClassVar[int]
     query: str
     document: str
     default_instruction: str
     extra: _containers.ScalarMap[str, str]
-    def __init__(self, query: _Optional[str] = ..., document: _Optional[str] = ..., default_instruction: _Optional[str] = ..., extra: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    instruction: Prompts.Instruction
+    aliases: _containers.ScalarMap[str, str]
+    default_input_type: str
+    def __init__(self, query: _Optional[str] = ..., document: _Optional[str] = ..., default_instruction: _Optional[str] = ..., extra: _Optional[_Mapping[str, str]] = ..., instruction: _Optional[_Union[Prompts.Instruction, str]] = ..., aliases: _Optional[_Mapping[str, str]] = ..., default_input_type: _Optional[str] = ...) -> None: ...
 
 class Matryoshka(_message.Message):
-    __slots__ = ("min_dimensions", "allowed")
+    __slots__ = ("min_dimensions", "allowed", "max_dimensions", "accepts_native", "renormalise")
     MIN_DIMENSIONS_FIELD_NUMBER: _ClassVar[int]
     ALLOWED_FIELD_NUMBER: _ClassVar[int]
+    MAX_DIMENSIONS_FIELD_NUMBER: _ClassVar[int]
+    ACCEPTS_NATIVE_FIELD_NUMBER: _ClassVar[int]
+    RENORMALISE_FIELD_NUMBER: _ClassVar[int]
     min_dimensions: int
     allowed: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, min_dimensions: _Optional[int] = ..., allowed: _Optional[_Iterable[int]] = ...) -> None: ...
+    max_dimensions: int
+    accepts_native: bool
+    renormalise: bool
+    def __init__(self, min_dimensions: _Optional[int] = ..., allowed: _Optional[_Iterable[int]] = ..., max_dimensions: _Optional[int] = ..., accepts_native: _Optional[bool] = ..., renormalise: _Optional[bool] = ...) -> None: ...
