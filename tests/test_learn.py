@@ -23,7 +23,7 @@ from extproc.core.policy import ModelPolicy, load_policy_file, load_policy_text
 from extproc.core.policy.model import EncodingProfile, Matryoshka, TokenizerSource
 from extproc.tools.learn.basics_learner import learn_basics
 from extproc.tools.learn.local import LocalModel, Template, templates
-from extproc.tools.learn.session import Session, envelope_of
+from extproc.tools.learn.session import Session
 from extproc.tools.learn.truncation_learner import _cut_point
 from extproc.tools.learn.upstream_learner import learn_max_tokens
 from tests.conftest import QWEN_EOS, QWEN_MODEL, SHIPPED_QWEN_POLICY, qwen_tokenizer_dir
@@ -331,13 +331,6 @@ def test_prompt_candidates() -> None:
     assert derived and derived[0].prefix("X") == "Instruct: X\nQuery:"
     assert "{text}" in [t.text for t in found]
     assert templates("document", None, files)[0].text == "{text}"
-
-
-def test_error_envelopes() -> None:
-    assert envelope_of(b'{"error":{"message":"x"}}') == "openai"
-    assert envelope_of(b'{"message":"Model not found","type":"Not Found","code":404}') == "flat"
-    assert envelope_of(b'{"detail":"Not Found"}') == "detail"
-    assert envelope_of(b"") == "empty" and envelope_of(b"oops") == "text"
 
 
 def test_cli_registers_learn() -> None:

@@ -182,9 +182,8 @@ def test_refusing_long_inputs(bert_dir: Path, qwen_dir: Path) -> None:
     top = "errors: {shape: FASTAPI, status: {too_long: 422}}"
     fastapi = contract(qwen_policy("truncation: {refuse: true}", top), qwen_dir)
     status, body = refusal(fastapi, input="word " * 100)
-    assert status == 422
-    ((item,),) = body.values()
-    assert item["loc"] == ["body", "input"] and "64 tokens" in item["msg"]
+    assert status == 422  # raised by its handler, not its request model: one text
+    assert isinstance(body["detail"], str) and "64 tokens" in body["detail"]
 
 
 # --------------------------------------------------------------------- prompts

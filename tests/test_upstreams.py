@@ -153,41 +153,51 @@ def test_bad_bodies_name_the_first_problem(raw: bytes, kwargs: dict[str, int], s
     [
         pytest.param(
             b'{"message":"Model not found","type":"Not Found","code":404}',
-            UpstreamError("Model not found"),
+            UpstreamError("Model not found", shape="flat"),
             id="dynamo-flat",
         ),
-        pytest.param(b"", UpstreamError(None), id="dynamo-empty-404"),
+        pytest.param(b"", UpstreamError(None, shape="empty"), id="dynamo-empty-404"),
         pytest.param(
             b'{"error":{"message":"too long","type":"BadRequestError","param":"input","code":400}}',
-            UpstreamError("too long", "input"),
+            UpstreamError("too long", "input", "openai"),
             id="vllm-nested",
         ),
-        pytest.param(b'{"error":"plain"}', UpstreamError("plain"), id="error-string"),
-        pytest.param(b'{"detail":"Not Found"}', UpstreamError("Not Found"), id="fastapi-text"),
+        pytest.param(
+            b'{"error":"plain"}', UpstreamError("plain", shape="error-string"), id="error-string"
+        ),
+        pytest.param(
+            b'{"detail":"Not Found"}', UpstreamError("Not Found", shape="detail"), id="fastapi-text"
+        ),
         pytest.param(
             b'{"detail":[{"type":"missing","loc":["body","input"],"msg":"Field required"}]}',
-            UpstreamError("body.input: Field required", "input"),
+            UpstreamError("body.input: Field required", "input", "detail-list"),
             id="fastapi-list",
         ),
         pytest.param(
             b'{"detail":[{"loc":["body","dimensions"],"msg":"must be > 0"},'
             b'{"loc":["query","x"],"msg":"bad"},"junk",{"msg":"no location"}]}',
-            UpstreamError("body.dimensions: must be > 0; query.x: bad; no location", "dimensions"),
+            UpstreamError(
+                "body.dimensions: must be > 0; query.x: bad; no location",
+                "dimensions",
+                "detail-list",
+            ),
             id="fastapi-several",
         ),
         pytest.param(
             b'{"detail":[{"loc":["body"],"msg":" "}]}',
-            UpstreamError("body: invalid"),
+            UpstreamError("body: invalid", shape="detail-list"),
             id="fastapi-blank-msg",
         ),
-        pytest.param(b'{"detail":[]}', UpstreamError(None), id="fastapi-empty-list"),
+        pytest.param(
+            b'{"detail":[]}', UpstreamError(None, shape="detail-list"), id="fastapi-empty-list"
+        ),
         pytest.param(
             b"<html><b>Bad\r\n gateway</b></html>",
-            UpstreamError("<html><b>Bad gateway</b></html>"),
+            UpstreamError("<html><b>Bad gateway</b></html>", shape="text"),
             id="html",
         ),
         pytest.param(b'["a"]', UpstreamError(None), id="json-array"),
-        pytest.param(b'{"message":"  "}', UpstreamError(None), id="blank-message"),
+        pytest.param(b'{"message":"  "}', UpstreamError(None, shape="flat"), id="blank-message"),
     ],
 )
 def test_error_bodies(raw: bytes, want: UpstreamError) -> None:
@@ -379,7 +389,7 @@ VLLM_404 = (
             "dynamo",
             404,
             b"",
-            UpstreamError("empty answer: no Dynamo worker serves the model"),
+            UpstreamError("empty answer: no Dynamo worker serves the model", shape="empty"),
             id="dynamo-worker-gone",
         ),
         pytest.param(
@@ -387,7 +397,8 @@ VLLM_404 = (
             500,
             DYNAMO_500,
             UpstreamError(
-                "Internal server error; Dynamo writes the worker's reason only to its logs"
+                "Internal server error; Dynamo writes the worker's reason only to its logs",
+                shape="flat",
             ),
             id="dynamo-generic-500",
         ),
@@ -395,25 +406,29 @@ VLLM_404 = (
             "dynamo",
             400,
             b'{"message":"Invalid request","type":"Bad Request","code":400}',
-            UpstreamError("Invalid request"),
+            UpstreamError("Invalid request", shape="flat"),
             id="dynamo-flat",
         ),
         pytest.param(
             "dynamo",
             404,
             VLLM_404,
-            UpstreamError("The model `m` does not exist."),
+            UpstreamError("The model `m` does not exist.", shape="openai"),
             id="dynamo-nested",
         ),
-        pytest.param("vllm", 404, b"", UpstreamError(None), id="vllm-empty"),
+        pytest.param("vllm", 404, b"", UpstreamError(None, shape="empty"), id="vllm-empty"),
         pytest.param(
-            "vllm", 500, DYNAMO_500, UpstreamError("Internal server error"), id="vllm-flat"
+            "vllm",
+            500,
+            DYNAMO_500,
+            UpstreamError("Internal server error", shape="flat"),
+            id="vllm-flat",
         ),
         pytest.param(
             "vllm",
             400,
             b'{"error":{"message":"too long","type":"BadRequestError","param":"input","code":400}}',
-            UpstreamError("too long", "input"),
+            UpstreamError("too long", "input", "openai"),
             id="vllm-nested",
         ),
     ],

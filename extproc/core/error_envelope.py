@@ -70,16 +70,7 @@ class ApiError(Exception):
 
     def envelope(self) -> bytes:
         """The OpenAI envelope (the default dialect's body)."""
-        return orjson.dumps(
-            {
-                "error": {
-                    "message": self.message,
-                    "type": self.type,
-                    "param": self.param,
-                    "code": self.code,
-                }
-            }
-        )
+        return orjson.dumps({"error": _fields(self)})
 
     def __repr__(self) -> str:
         return (
@@ -102,7 +93,9 @@ class ErrorShape(enum.Enum):
     """The body of an error answer (policy.proto's ``Errors.Shape``)."""
 
     OPENAI = "openai"  # {"error": {"message", "type", "param", "code"}}
-    FASTAPI = "fastapi"  # {"detail": [{"type", "loc", "msg", "input"}]} (422) or {"detail": "..."}
+    # FastAPI's: {"detail": [{"type", "loc", "msg", "input"}]} for what its request
+    # model validates (VALIDATED), {"detail": "..."} for what its handler raises.
+    FASTAPI = "fastapi"
     FLAT = "flat"  # {"message", "type", "param", "code"}
 
 
@@ -122,14 +115,21 @@ class ErrorClass(enum.Enum):
 MALFORMED_CODE: Final = "invalid_json"
 UNKNOWN_MODEL_CODE: Final = "model_not_found"
 TOO_LONG_CODE: Final = "context_length_exceeded"
+UPSTREAM_CODE: Final = "upstream_error"  # the upstream's own refusal, passed on
 # Classes that default to INVALID's status when the dialect gives them none.
 _NARROWER: Final = (ErrorClass.DIMENSIONS, ErrorClass.TOO_LONG, ErrorClass.INSTRUCTION)
-FASTAPI_VALIDATION_STATUS: Final = 422
+# What a FastAPI server's request model refuses (pydantic: JSON, types, ranges, extra
+# fields), answered as a list of errors; the rest its handler raises, as one text.
+VALIDATED: Final = frozenset(
+    {ErrorClass.MALFORMED, ErrorClass.INVALID, ErrorClass.DIMENSIONS, ErrorClass.INSTRUCTION}
+)
 
 
 def error_class(error: ApiError) -> ErrorClass | None:
     """The kind of client mistake ``error`` is; None for anything else (a wrong path,
     method or content type, an overload, an upstream fault)."""
+    if error.code == UPSTREAM_CODE:
+        return None
     if error.code == UNKNOWN_MODEL_CODE:
         return ErrorClass.UNKNOWN_MODEL
     if error.status == 413:
@@ -181,7 +181,7 @@ class ErrorDialect:
             return error.envelope()
         if self.shape is ErrorShape.FLAT:
             return orjson.dumps(_fields(error))
-        if status != FASTAPI_VALIDATION_STATUS:
+        if error_class(error) not in VALIDATED:
             return orjson.dumps({"detail": error.message})
         kind = "json_invalid" if error.code == MALFORMED_CODE else "value_error"
         loc = ["body", error.param] if error.param else ["body"]

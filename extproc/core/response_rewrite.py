@@ -22,7 +22,13 @@ from dataclasses import dataclass
 import orjson
 
 from extproc.core.embeddings_body import EmbeddingsBody
-from extproc.core.error_envelope import OPENAI_ERRORS, ApiError, ErrorDialect, type_for_status
+from extproc.core.error_envelope import (
+    OPENAI_ERRORS,
+    UPSTREAM_CODE,
+    ApiError,
+    ErrorDialect,
+    type_for_status,
+)
 from extproc.core.plan import Encoding, ResponsePlan
 from extproc.core.status import is_success
 from extproc.core.upstream_errors import parse_upstream_error
@@ -118,7 +124,7 @@ def _error_answer(plan: ResponsePlan | None, status: int, body: bytes) -> ApiErr
             status,
             f"The upstream failed to process the request (HTTP {status}: {detail}).",
             type="server_error",
-            code="upstream_error",
+            code=UPSTREAM_CODE,
         )
     elif 400 <= status < 500:
         error = ApiError(
@@ -126,7 +132,7 @@ def _error_answer(plan: ResponsePlan | None, status: int, body: bytes) -> ApiErr
             upstream.message or f"The upstream rejected the request with HTTP {status}.",
             type=type_for_status(status),
             param=upstream.param,
-            code="upstream_error",
+            code=UPSTREAM_CODE,
         )
     else:
         # 1xx/3xx on an embeddings call: nothing a client can use. So is a status HTTP

@@ -31,10 +31,11 @@ class DynamoAdapter(UpstreamAdapter):
     def parse_error(self, status: int, body: bytes) -> UpstreamError:
         error = parse_upstream_error(body)
         if status == 404 and error.message is None:
-            return UpstreamError("empty answer: no Dynamo worker serves the model")
+            return UpstreamError("empty answer: no Dynamo worker serves the model", shape="empty")
         if status == 500 and error.message == GENERIC_500_MESSAGE:
             return UpstreamError(
-                f"{GENERIC_500_MESSAGE}; Dynamo writes the worker's reason only to its logs"
+                f"{GENERIC_500_MESSAGE}; Dynamo writes the worker's reason only to its logs",
+                shape="flat",
             )
         return error
 

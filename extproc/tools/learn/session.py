@@ -16,6 +16,7 @@ from typing import Any, Literal
 import numpy as np
 import orjson
 
+from extproc.core.upstream_errors import parse_upstream_error
 from extproc.core.vectors import FloatMatrix
 from extproc.tools.parity import Answer, cosine
 from extproc.tools.probe.client import DEFAULT_TIMEOUT_S, EmbeddingsClient, HttpResult
@@ -49,7 +50,7 @@ class Exchange:
     encoding: str | None = None  # "float" or "base64"
     norm: float | None = None
     message: str = ""  # an error's text
-    envelope: str = ""  # an error body's shape: openai, flat, detail, empty or text
+    envelope: str = ""  # an error body's shape (extproc.core.upstream_errors.Shape)
     vectors: FloatMatrix | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -88,8 +89,15 @@ Request = tuple[Server, str, "dict[str, Any] | bytes"]
 class CountedClient(EmbeddingsClient):
     """An embeddings client whose every request is counted first (``take``)."""
 
-    def __init__(self, url: str, take: Callable[[], None], *, timeout_s: float) -> None:
-        super().__init__(url, timeout_s=timeout_s)
+    def __init__(
+        self,
+        url: str,
+        take: Callable[[], None],
+        *,
+        timeout_s: float,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(url, timeout_s=timeout_s, headers=headers)
         self._take = take
 
     def post(self, body: bytes, content_type: str = "application/json") -> HttpResult:
@@ -106,8 +114,10 @@ class Session:
         budget: int,
         progress: Callable[[str], None],
         timeout_s: float = DEFAULT_TIMEOUT_S,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
         self.timeout_s = timeout_s
+        self.headers = dict(headers or {})  # sent with every request, never recorded
         self.clients = {server: self.client(server, urls[server]) for server in SERVERS}
         self.budget = budget
         self.spent: dict[Server, int] = {"baseline": 0, "candidate": 0}
@@ -118,7 +128,9 @@ class Session:
 
     def client(self, server: Server, url: str) -> CountedClient:
         """A client for ``url`` whose requests count against ``server``'s budget."""
-        return CountedClient(url, lambda: self.take(server), timeout_s=self.timeout_s)
+        return CountedClient(
+            url, lambda: self.take(server), timeout_s=self.timeout_s, headers=self.headers
+        )
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
@@ -155,7 +167,7 @@ class Session:
                 if result.status == 0
                 else (answer.problem or ("" if vectors is not None else error_text(result.body))),
                 vectors=vectors,
-                envelope="" if vectors is not None else envelope_of(result.body),
+                envelope="" if vectors is not None else parse_upstream_error(result.body).shape,
             )
             self.exchanges.append(exchange)
         return exchange
@@ -167,7 +179,8 @@ class Session:
         label = "GET " + urllib.parse.urlsplit(url).path
         status, doc, message = 0, None, ""
         try:
-            with urllib.request.urlopen(url, timeout=10) as response:
+            request = urllib.request.Request(url, headers=self.headers)
+            with urllib.request.urlopen(request, timeout=10) as response:
                 status, doc = response.status, orjson.loads(response.read())
                 message = shown(doc) if isinstance(doc, dict) else ""
         except urllib.error.HTTPError as exc:
@@ -201,25 +214,6 @@ def shown(body: dict[str, Any] | bytes) -> str:
         return value
 
     return orjson.dumps({k: short(v) for k, v in body.items()}).decode()
-
-
-def envelope_of(body: bytes) -> str:
-    """The shape of an error body: vLLM/OpenAI's ``{"error": {...}}``, Dynamo's flat
-    ``{"message", ...}``, FastAPI's ``{"detail": ...}``, empty, or anything else."""
-    if not body.strip():
-        return "empty"
-    try:
-        doc = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return "text"
-    if isinstance(doc, dict):
-        if isinstance(doc.get("error"), dict):
-            return "openai"
-        if "message" in doc:
-            return "flat"
-        if "detail" in doc:
-            return "detail"
-    return "text"
 
 
 def first_true(test: Callable[[int], bool], low: int, high: int) -> int:
