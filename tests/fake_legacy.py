@@ -24,18 +24,32 @@ Measured legacy behaviour it reproduces (seed, sections 3 and 4):
   optional ``delay_seconds`` of simulated inference per request.
 
 The constructor's parameters make other legacy servers, for `extproc learn`'s tests; each
-is a choice of the test, never a measurement: the prompt templates (``query_template``,
-``document_template``, ``{instruction}`` and ``{text}`` as in a policy file) and which
-``input_type`` values name each role; the token limit (``max_tokens``) and whether a cut
-input keeps its end token (``keep_end``; False: the first ``max_tokens`` ids with EOS,
-so EOS is lost) or longer inputs are refused (``refuse_long``: a 422); the Matryoshka
-sizes (``min_dimensions`` up to ``dim``, or ``allowed_dimensions``, or
-``min_dimensions=None`` for ``dim`` alone); whether ``encoding_format: "base64"`` is
-honoured (``honour_encoding``: base64 little-endian float32, as OpenAI answers); and
-whether integers are read in pydantic's lax mode (``lax``: ``"256"``, ``256.0`` and a
-UTF-8 BOM before the body accepted, as the README says the seed's FastAPI did, read with
-pydantic itself; without it all three are a 422, an assumption). The defaults are the
-measured behaviour above, with strict integers.
+is a choice of the test, never a measurement:
+
+- prompts: the templates (``query_template``, ``document_template``, ``{instruction}``
+  and ``{text}`` as in a policy file), which ``input_type`` values name each role, a
+  template of its own for some of them (``alias_templates``), the role given to inputs
+  with neither field (``untyped``), and what ``instruction`` does (``instruction``:
+  ``"task"`` fills the template, ``"prompt"`` is the whole prompt, ``"ignored"`` as a
+  request model without that field, ``"refused"`` as one that forbids extra fields);
+- truncation: the token limit (``max_tokens``), the side cut (``cut_side``: ``"left"``
+  keeps the end, as ``truncation_side="left"``), whether a cut input keeps its end token
+  (``keep_end``; False: ``ids[:max_tokens]`` of the framed ids, so EOS is lost), or
+  whether longer inputs are refused (``refuse_long``, raised by the handler);
+- Matryoshka: ``min_dimensions`` up to ``max_dimensions`` (default ``dim``), or
+  ``allowed_dimensions``, or ``min_dimensions=None`` for ``dim`` alone; whether ``dim``
+  itself is accepted (``accepts_native``); whether a cut is re-normalised
+  (``renormalise``; False: ``v[:d]`` as it is);
+- encoding: whether ``encoding_format: "base64"`` is honoured (``honour_encoding``:
+  base64 little-endian float32, as OpenAI answers); whether integers are read in
+  pydantic's lax mode (``lax``: ``"256"`` and ``256.0``, read with pydantic itself) and
+  whether a UTF-8 BOM before the body is taken (``bom``, default ``lax``: Python's json
+  takes one from bytes, not from text);
+- errors: the body's shape (``error_shape``: ``"fastapi"``, ``"openai"`` or ``"flat"``)
+  and the status of each kind of mistake (``error_status``: ``malformed``, ``invalid``,
+  ``dimensions``, ``instruction``, ``too_long``, ``unknown_model``).
+
+The defaults are the measured behaviour above, with strict integers.
 
 ASSUMED, never measured (the seed did not probe the legacy server's errors): FastAPI-like
 answers. Validation errors are 422 ``{"detail": [{"type", "loc", "msg", "input"}]}``
@@ -43,8 +57,9 @@ answers. Validation errors are 422 ``{"detail": [{"type", "loc", "msg", "input"}
 ``input: []``, ``dimensions`` not an integer in 32..1024, an ``input_type`` other than
 query/document/passage, a non-string ``instruction``, ``instruction`` together with a
 document ``input_type``); an unknown ``model`` is 404 ``{"detail": "Model '<name>' not
-found"}``; a missing ``model`` means the served one; token-id input is not accepted
-(422). Other paths: 404 ``{"detail": "Not Found"}``; wrong method: 405.
+found"}``; an input refused for its length is 422 ``{"detail": "<text>"}``; a missing
+``model`` means the served one; token-id input is not accepted (422). Other paths: 404
+``{"detail": "Not Found"}``; wrong method: 405.
 """
 
 from __future__ import annotations
@@ -56,7 +71,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import TracebackType
@@ -91,11 +106,27 @@ def fill(template: str, text: str, instruction: str) -> str:
     return head.replace("{instruction}", instruction) + text + tail
 
 
-class _InvalidError(Exception):
-    """A FastAPI/pydantic validation error (422)."""
+# The status of each kind of mistake, as FastAPI answers it by default.
+FASTAPI_STATUS: Final = {
+    "malformed": 422,
+    "invalid": 422,
+    "dimensions": 422,
+    "instruction": 422,
+    "too_long": 422,
+    "unknown_model": 404,
+}
+# Kinds a request model validates (a list of errors); the rest a handler raises (text).
+_VALIDATED: Final = frozenset({"malformed", "invalid", "dimensions", "instruction"})
 
-    def __init__(self, kind: str, loc: Sequence[str | int], msg: str, value: Any) -> None:
+
+class _InvalidError(Exception):
+    """A FastAPI/pydantic validation error (422 unless the server says otherwise)."""
+
+    def __init__(
+        self, kind: str, loc: Sequence[str | int], msg: str, value: Any, cls: str = "invalid"
+    ) -> None:
         super().__init__(msg)
+        self.cls = cls
         self.item = {"type": kind, "loc": list(loc), "msg": msg, "input": value}
 
 
@@ -173,6 +204,16 @@ class FakeLegacy:
         refuse_long: bool = False,
         honour_encoding: bool = False,
         lax: bool = False,
+        bom: bool | None = None,
+        cut_side: str = "right",
+        instruction: str = "task",
+        untyped: str | None = None,
+        alias_templates: Mapping[str, str] | None = None,
+        max_dimensions: int | None = None,
+        accepts_native: bool = True,
+        renormalise: bool = True,
+        error_shape: str = "fastapi",
+        error_status: Mapping[str, int] | None = None,
     ) -> None:
         self.served_model = served_model
         self.dim = dim
@@ -189,6 +230,16 @@ class FakeLegacy:
         self.refuse_long = refuse_long
         self.honour_encoding = honour_encoding
         self.lax = lax
+        self.bom = lax if bom is None else bom
+        self.cut_side = cut_side
+        self.instruction = instruction
+        self.untyped = untyped
+        self.alias_templates = dict(alias_templates or {})
+        self.max_dimensions = dim if max_dimensions is None else max_dimensions
+        self.accepts_native = accepts_native
+        self.renormalise = renormalise
+        self.error_shape = error_shape
+        self.error_status = {**FASTAPI_STATUS, **(error_status or {})}
         # the fake Dynamo's tokenizer and vector model; it is never started
         self._model = FakeUpstream(
             served_model=served_model,
@@ -270,19 +321,30 @@ class FakeLegacy:
 
     def tokenize(self, text: str) -> list[int]:
         """The ids the legacy model saw for a text: the tokenizer's ids plus EOS, cut to
-        the first ``max_tokens - 1`` ids plus EOS when longer (``keep_end=False``: the
-        first ``max_tokens`` ids, EOS lost)."""
+        ``max_tokens`` when longer: the first ``max_tokens - 1`` ids plus EOS (the last
+        ones with ``cut_side="left"``); ``keep_end=False``: ``ids[:max_tokens]``, EOS lost."""
         ids = self._model.tokenize(text)
-        if len(ids) > self.max_tokens:
-            ids = ids[: self.max_tokens - 1] + [EOS_ID] if self.keep_end else ids[: self.max_tokens]
-        return ids
+        limit = self.max_tokens
+        if len(ids) <= limit:
+            return ids
+        if self.cut_side == "left":
+            return ids[-limit:] if not self.keep_end else ids[:-1][-(limit - 1) :] + [EOS_ID]
+        return ids[: limit - 1] + [EOS_ID] if self.keep_end else ids[:limit]
 
     def prompt(self, text: str, input_type: str | None, instruction: str | None) -> str:
+        if self.instruction == "ignored":
+            instruction = None
+        if input_type is None and instruction is None:
+            input_type = self.untyped
         if instruction is not None or input_type in self.query_types:
+            if instruction is not None and self.instruction == "prompt":
+                return instruction + text
             task = instruction if instruction is not None else self.default_task
-            return fill(self.query_template, text, task)
+            template = self.alias_templates.get(input_type or "", self.query_template)
+            return fill(template, text, task)
         if input_type in self.document_types:
-            return fill(self.document_template, text, "")
+            template = self.alias_templates.get(input_type or "", self.document_template)
+            return fill(template, text, "")
         return text
 
     def embed_text(
@@ -295,7 +357,12 @@ class FakeLegacy:
     ) -> NDArray[np.float32]:
         """The vector this server answers for one input."""
         ids = self.tokenize(self.prompt(text, input_type, instruction))
-        return self._model.embed_ids(ids, dimensions)
+        return self._embed(ids, dimensions)
+
+    def _embed(self, ids: list[int], dimensions: int | None) -> NDArray[np.float32]:
+        if self.renormalise or dimensions is None:
+            return self._model.embed_ids(ids, dimensions)
+        return self._model.embed_ids(ids)[:dimensions].copy()
 
     # ------------------------------------------------------------------ answering
 
@@ -319,7 +386,21 @@ class FakeLegacy:
         try:
             return self._embeddings(content_type, body)
         except _InvalidError as err:
-            return 422, {"detail": [err.item]}
+            return self._error(err.cls, err.item)
+
+    def _error(self, cls: str, item: dict[str, Any] | str) -> tuple[int, Any]:
+        """A mistake of kind ``cls`` in this server's dialect: ``item`` is a pydantic
+        error (validation) or a handler's text."""
+        status = self.error_status[cls]
+        text = item if isinstance(item, str) else str(item["msg"])
+        if self.error_shape == "openai":
+            kind = "invalid_request_error"
+            return status, {"error": {"message": text, "type": kind, "param": None, "code": None}}
+        if self.error_shape == "flat":
+            return status, {"message": text, "type": "Bad Request", "code": status}
+        if cls in _VALIDATED and not isinstance(item, str):
+            return status, {"detail": [item]}
+        return status, {"detail": text}
 
     def _embeddings(self, content_type: str, body: bytes) -> tuple[int, Any]:
         if content_type.split(";", 1)[0].strip().lower() != "application/json":
@@ -330,25 +411,36 @@ class FakeLegacy:
                 body.decode("utf-8", errors="replace")[:100],
             )
         try:
-            # bytes: Python's json skips a UTF-8 BOM (lax); text: a BOM is an error (strict)
-            doc = json.loads(body if self.lax else body.decode("utf-8"))
+            # bytes: Python's json skips a UTF-8 BOM; text: a BOM is an error
+            doc = json.loads(body if self.bom else body.decode("utf-8"))
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             pos = exc.pos if isinstance(exc, json.JSONDecodeError) else 0
             detail = exc.msg if isinstance(exc, json.JSONDecodeError) else "invalid UTF-8"
             item = _InvalidError("json_invalid", ["body", pos], "JSON decode error", {}).item
             item["ctx"] = {"error": detail}
-            return 422, {"detail": [item]}
+            return self._error("malformed", item)
         if not isinstance(doc, dict):
             raise _InvalidError(
                 "model_attributes_type",
                 ["body"],
                 "Input should be a valid dictionary or object to extract fields from",
                 doc,
+                "malformed",
             )
         texts = _texts(doc)
         model = _optional_str(doc, "model")
         input_type = _optional_str(doc, "input_type")
-        instruction = _optional_str(doc, "instruction")
+        instruction = None
+        if self.instruction == "refused" and "instruction" in doc:
+            raise _InvalidError(
+                "extra_forbidden",
+                ["body", "instruction"],
+                "Extra inputs are not permitted",
+                doc["instruction"],
+                "instruction",
+            )
+        if self.instruction != "ignored":
+            instruction = _optional_str(doc, "instruction")
         accepted = self.query_types | self.document_types
         if input_type is not None and input_type not in accepted:
             raise _InvalidError(
@@ -366,7 +458,7 @@ class FakeLegacy:
             )
         dimensions = self._dimensions(doc)
         if model is not None and model != self.served_model:
-            return 404, {"detail": f"Model '{model}' not found"}
+            return self._error("unknown_model", f"Model '{model}' not found")
 
         with self._inference_lock:
             if self.delay_seconds > 0:
@@ -376,18 +468,8 @@ class FakeLegacy:
                 len(self._model.tokenize(self.prompt(t, input_type, instruction))) > self.max_tokens
                 for t in texts
             ):
-                message = f"Input is longer than {self.max_tokens} tokens"
-                return 422, {
-                    "detail": [
-                        {
-                            "type": "value_error",
-                            "loc": ["body", "input"],
-                            "msg": message,
-                            "input": None,
-                        }
-                    ]
-                }
-            vectors = [self._model.embed_ids(ids, dimensions) for ids in token_lists]
+                return self._error("too_long", f"Input is longer than {self.max_tokens} tokens")
+            vectors = [self._embed(ids, dimensions) for ids in token_lists]
         tokens = sum(len(ids) for ids in token_lists)
         base64_asked = self.honour_encoding and doc.get("encoding_format") == "base64"
         data = [
@@ -411,40 +493,47 @@ class FakeLegacy:
         value = doc.get("dimensions")
         if value is None:
             return None
+        where = ["body", "dimensions"]
         if self.lax:
             try:
                 value = _LAX_INT.validate_python(value)
             except ValidationError:
                 raise _InvalidError(
-                    "int_parsing", ["body", "dimensions"], "Input should be a valid integer", value
+                    "int_parsing", where, "Input should be a valid integer", value, "dimensions"
                 ) from None
         if not isinstance(value, int) or isinstance(value, bool):
             raise _InvalidError(
-                "int_type", ["body", "dimensions"], "Input should be a valid integer", value
+                "int_type", where, "Input should be a valid integer", value, "dimensions"
             )
+        if value == self.dim and self.accepts_native:
+            return value
         if self.min_dimensions is None or self.allowed_dimensions:
-            if value != self.dim and value not in self.allowed_dimensions:
-                sizes = sorted({*self.allowed_dimensions, self.dim})
+            if value not in self.allowed_dimensions:
+                native = (self.dim,) if self.accepts_native else ()
+                sizes = sorted({*self.allowed_dimensions, *native})
                 raise _InvalidError(
                     "literal_error",
-                    ["body", "dimensions"],
+                    where,
                     "Input should be " + " or ".join(str(n) for n in sizes),
                     value,
+                    "dimensions",
                 )
             return value
         if value < self.min_dimensions:
             raise _InvalidError(
                 "greater_than_equal",
-                ["body", "dimensions"],
+                where,
                 f"Input should be greater than or equal to {self.min_dimensions}",
                 value,
+                "dimensions",
             )
-        if value > self.dim:
+        if value > self.max_dimensions or value == self.dim:
             raise _InvalidError(
                 "less_than_equal",
-                ["body", "dimensions"],
-                f"Input should be less than or equal to {self.dim}",
+                where,
+                f"Input should be less than or equal to {self.max_dimensions}",
                 value,
+                "dimensions",
             )
         return value
 

@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from extproc.commands.launcher import envoy_binary
-from extproc.commands.options import add_tokenizer_option
+from extproc.commands.options import add_header_option, add_tokenizer_option, headers_from
 from extproc.core.contract import load_contract
 from extproc.core.policy import PolicyError, load_policy_file
 from extproc.core.policy.loader import TOKENIZER_OVERRIDES_ENV, parse_tokenizer_overrides
@@ -72,12 +72,14 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument(
         "--timeout", type=float, default=60.0, metavar="SECONDS", help="per socket operation"
     )
+    add_header_option(p)
 
 
 def run(args: argparse.Namespace) -> int:
     started, wall = time.monotonic(), datetime.now(UTC).isoformat(timespec="seconds")
     try:
         urls = {"baseline": endpoint_url(args.baseline), "candidate": endpoint_url(args.candidate)}
+        headers = headers_from(args.header)
         upstream_root(args.candidate)
         if not 1 <= args.budget <= MAX_BUDGET:
             raise ValueError(f"--budget must be within 1..{MAX_BUDGET}")
@@ -90,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, TokenizerLoadError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    session = Session(urls, args.budget, _progress, timeout_s=args.timeout)
+    session = Session(urls, args.budget, _progress, timeout_s=args.timeout, headers=headers)
     try:
         learned, findings = learn(session, local, args.model, args.preset)
     finally:

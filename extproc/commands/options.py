@@ -57,6 +57,28 @@ def add_tokenizer_option(parser: argparse._ActionsContainer) -> None:
     )
 
 
+def add_header_option(parser: argparse._ActionsContainer) -> None:
+    parser.add_argument(
+        "--header",
+        action="append",
+        default=[],
+        metavar="NAME:VALUE",
+        help="extra request header for both servers, e.g. an API key "
+        "(repeatable; never written to the report)",
+    )
+
+
+def headers_from(raw_headers: list[str]) -> dict[str, str]:
+    """``--header`` values -> a mapping; ValueError naming a malformed one (never its value)."""
+    headers: dict[str, str] = {}
+    for raw in raw_headers:
+        name, sep, value = raw.partition(":")
+        if not sep or not name.strip():
+            raise ValueError(f"--header must be NAME:VALUE, got {raw.split(':')[0]!r}...")
+        headers[name.strip()] = value.strip()
+    return headers
+
+
 def add_policy_options(parser: argparse._ActionsContainer) -> None:
     """--config and --tokenizer: which policy, with which tokenizer files."""
     parser.add_argument(

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import orjson
 
+from extproc.commands.options import add_header_option, headers_from
 from extproc.tools.parity import ExitCode, Thresholds
 from extproc.tools.probe.client import DEFAULT_TIMEOUT_S, EmbeddingsClient, endpoint_url
 from extproc.tools.probe.contract_table import default_probes, run_contract
@@ -106,13 +107,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         metavar="SECONDS",
         help=f"per socket operation (default {DEFAULT_TIMEOUT_S:g})",
     )
-    p.add_argument(
-        "--header",
-        action="append",
-        default=[],
-        metavar="NAME:VALUE",
-        help="extra request header for both servers (repeatable; never written to the report)",
-    )
+    add_header_option(p)
 
 
 def options_from(args: argparse.Namespace) -> Options:
@@ -128,12 +123,7 @@ def options_from(args: argparse.Namespace) -> Options:
         if not 1 <= args.repetitions <= MAX_REPETITIONS:
             raise ValueError(f"--repetitions must be within 1..{MAX_REPETITIONS}")
         plan = replace(plan, repetitions=args.repetitions)
-    headers: dict[str, str] = {}
-    for raw in args.header:
-        name, sep, value = raw.partition(":")
-        if not sep or not name.strip():
-            raise ValueError(f"--header must be NAME:VALUE, got {raw.split(':')[0]!r}...")
-        headers[name.strip()] = value.strip()
+    headers = headers_from(args.header)
     return Options(
         baseline=baseline,
         candidate=candidate,

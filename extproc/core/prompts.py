@@ -43,6 +43,8 @@ def prompt_prefix(
             input_type = templates.default_input_type
         else:
             input_type = "query"
+    elif templates.input_types and input_type not in templates.input_types:
+        raise _unknown_input_type(templates, input_type)
     if input_type in QUERY_TYPES:
         template = templates.aliases.get(input_type, templates.query)
         if instruction is not None and templates.instruction is InstructionUse.PROMPT:
@@ -64,7 +66,7 @@ def prompt_prefix(
 
 
 def _unknown_input_type(templates: PromptTemplates, input_type: str) -> ApiError:
-    accepted = sorted(QUERY_TYPES | DOCUMENT_TYPES | set(templates.extra))
+    accepted = sorted(templates.input_types or QUERY_TYPES | DOCUMENT_TYPES | set(templates.extra))
     return invalid_request(
         f"Unsupported input_type {quoted(input_type)}; accepted values: {', '.join(accepted)}.",
         param="input_type",

@@ -125,6 +125,7 @@ def _prompts(m: ModelPolicy) -> dict[str, str]:
         "prompts.default_instruction": m.prompts.default_instruction,
         "prompts.instruction": m.prompts.instruction.name,
         "prompts.default_input_type": m.prompts.default_input_type or "",
+        "prompts.input_types": ",".join(sorted(m.prompts.input_types)),
         **{f"prompts.extra.{k}": v for k, v in m.prompts.extra.items()},
         **{f"prompts.aliases.{k}": v for k, v in m.prompts.aliases.items()},
     }

@@ -449,6 +449,7 @@ def _prompts(prompts: pb.Prompts, fail: Callable[[str, str], PolicyError]) -> Pr
         default_input_type=prompts.default_input_type
         if prompts.HasField("default_input_type")
         else None,
+        input_types=frozenset(prompts.input_types),
     )
     # Each template, and whether it may hold {instruction} (a query's may).
     named = {
@@ -479,10 +480,11 @@ def _prompts(prompts: pb.Prompts, fail: Callable[[str, str], PolicyError]) -> Pr
         raise fail(
             "prompts.default_instruction", "required when a query template uses {instruction}"
         )
+    types = QUERY_TYPES | DOCUMENT_TYPES | set(templates.extra)
+    for name in sorted(templates.input_types - types):
+        raise fail("prompts.input_types", f"{name!r} is not an input_type this model has")
     default_type = templates.default_input_type
-    if default_type is not None and default_type not in QUERY_TYPES | DOCUMENT_TYPES | set(
-        templates.extra
-    ):
+    if default_type is not None and default_type not in (templates.input_types or types):
         raise fail(
             "prompts.default_input_type", f"{default_type!r} is not an input_type this model takes"
         )

@@ -134,6 +134,8 @@ class PromptTemplates:
     # input_type value -> its own template, in place of its role's
     aliases: Mapping[str, str] = field(default_factory=dict)
     default_input_type: str | None = None  # the role of inputs sent without one
+    # the input_type values taken (empty: every alias and extra name)
+    input_types: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,9 @@ class Basics:
     plain_candidate: Exchange
     native: int
     layout: Layout
+    # The baseline embeds a text without input_type as sent (its vector is the
+    # candidate's for the same text); else it gives such inputs a prompt.
+    plain_as_sent: bool = True
 
     def framed(self, content: list[int]) -> list[int]:
         return self.layout.frame(content)
@@ -58,11 +61,12 @@ def learn_basics(
     else:
         summary = f"{base.dims}-d on both servers"
         found = [finding("native_dimensions", base.dims, "verified", summary, shown=shown)]
-    if value is None or value < EQUIVALENT:
+    as_sent = value is not None and value >= EQUIVALENT
+    if not as_sent:
         problem = (
             f"the two servers' vectors for the same plain text differ (cosine {cos(value)}): "
             "another model or revision, another pooling, or a prompt on inputs without "
-            "input_type (see prompts.none)"
+            "input_type that no role explains (see prompts.default_input_type)"
         )
         found.append(unknown("model", problem, shown))
     else:
@@ -72,7 +76,7 @@ def learn_basics(
     found.append(layout_finding)
     if layout is None or base.dims is None:
         return None, found
-    return Basics(model, upstream_model, base, cand, base.dims, layout), found
+    return Basics(model, upstream_model, base, cand, base.dims, layout, as_sent), found
 
 
 def _learn_layout(

@@ -4,22 +4,28 @@ and whether the candidate cuts them itself.
 A first round asks for the native size, sizes around it and its half, 0, 1 and the
 powers of two and every preset's allowed sizes. A size that is neither a power of
 two nor a preset's (native - 1, half + 1) accepted means a range: its lower end is
-found by bisection and a few sizes inside it are checked. Otherwise the accepted
-sizes of the first round are the set (sizes not asked are assumed refused, and the
-report says so). An accepted cut must be the native vector's first components,
-re-normalised (what the gateway computes). The candidate is then asked for the
-range's ends (or every allowed size): answers equal to the emulated cut of its own
-native vector mean it cuts itself (``upstream.native.dimensions: true``).
+found by bisection, its upper end too when native - 1 is refused, and a few sizes
+inside it are checked. Otherwise the accepted sizes of the first round are the set
+(sizes not asked are assumed refused, and the report says so). The native size is
+accepted or not on its own (``accepts_native``).
+
+An accepted cut must be the plain text's vector (asked without ``dimensions``) cut
+to its first components: re-normalised (a norm of 1) or as it is (the norm of those
+components, ``renormalise: false``). The candidate is then asked for the range's
+ends (or every allowed size): answers equal to the emulated cut of its own native
+vector mean it cuts itself (``upstream.native.dimensions: true``); an upstream always
+re-normalises, so a cut that is not re-normalised is the gateway's.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
 from extproc.core.policy.presets import presets
-from extproc.core.vectors import truncate_renormalise
+from extproc.core.vectors import FloatMatrix, truncate_renormalise
 from extproc.tools.learn.basics_learner import EQUIVALENT, Basics
 from extproc.tools.learn.findings import Finding, cos, finding
 from extproc.tools.learn.local import TEXT
@@ -31,19 +37,39 @@ FIELD = "upstream.native.dimensions"
 
 @dataclass(frozen=True)
 class Dimensions:
-    min_dimensions: int | None = None  # a range min..native
-    allowed: tuple[int, ...] = ()  # or a set (native included)
+    min_dimensions: int | None = None  # a range min..max (max None: native)
+    max_dimensions: int | None = None
+    allowed: tuple[int, ...] = ()  # or a set (native not included)
+    accepts_native: bool = True
+    renormalise: bool = True
     native_cut: bool = False  # the candidate cuts itself
+    refused: tuple[Exchange, ...] = field(default=(), compare=False)  # for their status
 
     @property
     def matryoshka(self) -> bool:
-        return self.min_dimensions is not None or len(self.allowed) > 1
+        return self.min_dimensions is not None or bool(self.allowed)
 
     def sizes(self, native: int) -> list[int]:
         """The sizes to check on the candidate: the range's ends, or the set."""
         if self.min_dimensions is not None:
-            return sorted({self.min_dimensions, (self.min_dimensions + native) // 2, native - 1})
-        return [d for d in self.allowed if d != native]
+            top = self.max_dimensions or native - 1
+            return sorted({self.min_dimensions, (self.min_dimensions + top) // 2, top})
+        return list(self.allowed)
+
+    def policy(self) -> dict[str, Any]:
+        """The policy's ``matryoshka`` section."""
+        rule: dict[str, Any] = (
+            {"min_dimensions": self.min_dimensions}
+            if self.min_dimensions is not None
+            else {"allowed": list(self.allowed)}
+        )
+        if self.max_dimensions is not None:
+            rule["max_dimensions"] = self.max_dimensions
+        if not self.accepts_native:
+            rule["accepts_native"] = False
+        if not self.renormalise:
+            rule["renormalise"] = False
+        return rule
 
 
 def learn_dimensions(session: Session, basics: Basics) -> tuple[Dimensions, list[Finding]]:
@@ -54,42 +80,76 @@ def learn_dimensions(session: Session, basics: Basics) -> tuple[Dimensions, list
     odd = {native - 1, native // 2 + 1}
     first = sorted({0, 1, native, native + 1, *powers, *shipped, *odd})
     answers = dict(zip(first, _ask(session, "baseline", basics, first), strict=True))
-    accepted = sorted(d for d, a in answers.items() if a.ok)
     shown = list(answers.values())
-    notes = [f"refused: {_statuses({d: a.status for d, a in answers.items() if not a.ok})}"]
-    if not accepted or accepted == [native]:
-        summary = f"not Matryoshka: {'only ' + str(native) if accepted else 'no size'} accepted"
-        warning = "" if accepted else f"the baseline refuses {native}; the gateway accepts it"
-        return Dimensions(), [
+
+    def ok(size: int) -> bool:
+        (answer,) = _ask(session, "baseline", basics, [size])
+        shown.append(answer)
+        answers[size] = answer
+        return answer.ok
+
+    accepts_native = answers[native].ok
+    below_native = sorted(d for d, a in answers.items() if a.ok and d < native)
+    if not below_native:
+        summary = (
+            f"not Matryoshka: {'only ' + str(native) if accepts_native else 'no size'} accepted"
+        )
+        warning = "" if accepts_native else f"the baseline refuses {native}; the gateway accepts it"
+        refused = _refused(answers)
+        return Dimensions(refused=refused), [
             finding("matryoshka", None, "measured", summary, shown=shown, warning=warning),
             finding(FIELD, False, "default", "nothing to cut"),
         ]
     problem = ""
-    value: dict[str, object]
-    if any(d in accepted for d in odd - shipped - powers):
-
-        def ok(size: int) -> bool:
-            (answer,) = _ask(session, "baseline", basics, [size])
-            shown.append(answer)
-            return answer.ok
-
-        below = max((d for d in first if d < accepted[0]), default=0)
-        low = first_true(ok, below, accepted[0])
-        inside = sorted({low + (native - low) // 3, low + 2 * (native - low) // 3} - set(first))
+    if any(d in below_native for d in odd - shipped - powers):
+        low = first_true(
+            ok, max((d for d in first if d < below_native[0]), default=0), below_native[0]
+        )
+        high: int | None = None
+        if not answers[native - 1].ok:
+            # the range ends below native - 1: the largest accepted size, by bisection
+            top = max(below_native)
+            high = first_true(lambda n: not ok(n), top, native - 1) - 1
+        end = high or native - 1
+        inside = sorted({low + (end - low) // 3, low + 2 * (end - low) // 3} - set(answers))
         holes = [d for d in inside if not ok(d)]
-        learned, value = Dimensions(min_dimensions=low), {"min_dimensions": low}
-        summary = f"a range: {low}..{native}"
-        problem = f"sizes inside {low}..{native} refused: {holes}" if holes else ""
+        learned = Dimensions(min_dimensions=low, max_dimensions=high, accepts_native=accepts_native)
+        summary = f"a range: {low}..{end}" + (f" and {native}" if accepts_native else "")
+        problem = f"sizes inside {low}..{end} refused: {holes}" if holes else ""
     else:
-        learned, value = Dimensions(allowed=tuple(accepted)), {"allowed": accepted}
-        summary = f"a set: {accepted} (of the {len(first)} sizes asked; others assumed refused)"
-    for d in [d for d in accepted if d != native][:2]:
-        same, note = _is_cut(answers[native], answers[d], d)
+        learned = Dimensions(allowed=tuple(below_native), accepts_native=accepts_native)
+        native_too = f" and {native}" if accepts_native else f"; {native} refused"
+        summary = (
+            f"a set: {below_native}{native_too} "
+            f"(of the {len(first)} sizes asked; others assumed refused)"
+        )
+    notes = [f"refused: {_statuses({d: a.status for d, a in answers.items() if not a.ok})}"]
+    renormalise: bool | None = None
+    for d in below_native[:2]:
+        how, note = _cut_kind(basics.plain, answers[d], d)
         notes.append(note)
-        problem = problem or ("" if same else f"dimensions {d}: {note}; the gateway's cut differs")
+        if how is None or (renormalise is not None and how != renormalise):
+            problem = problem or f"dimensions {d}: {note}; neither cut the gateway knows"
+        elif renormalise is None:
+            renormalise = how
+    learned = replace(learned, renormalise=renormalise is not False, refused=_refused(answers))
     found = [
-        finding("matryoshka", value, "verified", summary, shown=shown, notes=notes, problem=problem)
+        finding(
+            "matryoshka",
+            learned.policy(),
+            "verified",
+            summary,
+            shown=shown,
+            notes=notes,
+            problem=problem,
+        )
     ]
+    if not learned.renormalise:
+        reason = (
+            "no: the baseline does not re-normalise its cuts, and an upstream does; "
+            "the gateway cuts"
+        )
+        return learned, [*found, finding(FIELD, False, "verified", reason)]
     native_cut, capability = _candidate_cuts(session, basics, learned)
     return replace(learned, native_cut=native_cut), [*found, capability]
 
@@ -100,16 +160,32 @@ def _ask(session: Session, server: Server, basics: Basics, sizes: list[int]) -> 
     return session.send_all([(server, f"dimensions {d}", {**body, "dimensions": d}) for d in sizes])
 
 
-def _is_cut(whole: Exchange, answer: Exchange, size: int) -> tuple[bool, str]:
-    """Is ``answer`` the ``size``-d cut of ``whole``'s vector, re-normalised (the
-    gateway's emulation)? And a note saying how close it is."""
+def _refused(answers: dict[int, Exchange]) -> tuple[Exchange, ...]:
+    """The refused sizes' answers (their status is the errors' ``dimensions``)."""
+    return tuple(a for a in answers.values() if not a.ok and a.status)
+
+
+def _cut_kind(whole: Exchange, answer: Exchange, size: int) -> tuple[bool | None, str]:
+    """Is ``answer`` the ``size``-d cut of ``whole``'s vector, re-normalised (True) or
+    as it is (False)? None: neither. And a note saying how close it is."""
     if whole.vectors is None or answer.vectors is None or answer.dims != size:
-        return False, f"dimensions {size}: {answer.brief()}"
+        return None, f"dimensions {size}: {answer.brief()}"
+    head: FloatMatrix = whole.vectors[:1, :size]
     expected = truncate_renormalise(whole.vectors[:1], size)[0]
     norm = float(np.linalg.norm(answer.vectors[0]))
     value = float(np.dot(expected, answer.vectors[0]) / (norm or 1.0))
-    note = f"dimensions {size}: cosine {cos(value)} to the emulated cut, norm {norm:.6f}"
-    return value >= EQUIVALENT and abs(norm - 1.0) <= NORM_TOLERANCE, note
+    raw_norm = float(np.linalg.norm(head[0]))
+    note = (
+        f"dimensions {size}: cosine {cos(value)} to the cut, norm {norm:.6f} "
+        f"(the first {size} components' own: {raw_norm:.6f})"
+    )
+    if value < EQUIVALENT:
+        return None, note
+    if abs(norm - 1.0) <= NORM_TOLERANCE:
+        return True, note
+    if abs(norm - raw_norm) <= NORM_TOLERANCE * max(raw_norm, 1e-12):
+        return False, note
+    return None, note
 
 
 def _candidate_cuts(session: Session, basics: Basics, learned: Dimensions) -> tuple[bool, Finding]:
@@ -118,9 +194,9 @@ def _candidate_cuts(session: Session, basics: Basics, learned: Dimensions) -> tu
     answers = _ask(session, "candidate", basics, sizes)
     notes = []
     for size, answer in zip(sizes, answers, strict=True):
-        same, note = _is_cut(basics.plain_candidate, answer, size)
+        how, note = _cut_kind(basics.plain_candidate, answer, size)
         notes.append(note)
-        if not same:
+        if how is not True:
             return False, finding(
                 FIELD,
                 False,

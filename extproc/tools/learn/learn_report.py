@@ -16,6 +16,7 @@ from typing import Any
 import orjson
 
 from extproc.tools.learn.findings import Finding
+from extproc.tools.learn.profile_learner import BAD_REQUESTS
 from extproc.tools.learn.session import Exchange
 from extproc.tools.learn.verify import Verification
 from extproc.tools.probe.probe_report import cell, contract_lines, parity_lines, verdict_lines
@@ -149,7 +150,7 @@ def _finding_lines(f: Finding, shown: Sequence[Exchange]) -> list[str]:
     lines += [f"- {' '.join(note.split())}" for note in f.notes]
     if f.notes:
         lines.append("")
-    if f.field == "errors":
+    if f.field == BAD_REQUESTS:
         return lines + _side_by_side(shown)
     if shown:
         lines += ["| # | server | request | body | answer |", "|---|---|---|---|---|"]

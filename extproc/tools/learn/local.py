@@ -152,6 +152,22 @@ class LocalModel:
             end = text.rfind(" ", 0, end)
         return "", 0
 
+    def tail(self, text: str, tokens: int) -> tuple[str, int]:
+        """The longest end of ``text`` with at most ``tokens`` tokens, cut where a token
+        starts, and its token count (the same ids as the text's last ones)."""
+        encoding = self.tokenizer.encode(text, add_special_tokens=False)
+        ids = list(encoding.ids)
+        if tokens >= len(ids):
+            return text, len(ids)
+        start = encoding.offsets[len(ids) - tokens][0] if tokens > 0 else len(text)
+        while 0 <= start < len(text):
+            end = text[start:]
+            got = self.ids(end)
+            if len(got) <= tokens and got == ids[len(ids) - len(got) :]:
+                return end, len(got)
+            start = text.find(" ", start + 1)
+        return "", 0
+
 
 def templates(role: str, hint: str | None, file_prompts: dict[str, str]) -> list[Template]:
     """Candidate templates for ``role`` ("query", "document" or an extra input_type),

@@ -13,12 +13,18 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from extproc.core.policy.model import InstructionUse
 from extproc.tools.learn.basics_learner import Basics
 from extproc.tools.learn.findings import Finding
 from extproc.tools.learn.probing_plan import Learned
 
 # The policy key a finding is about, when its field's first part is not that key.
-_KEY_OF = {"model": "name", "instruction": "prompts", "input_type": "prompts"}
+_KEY_OF = {
+    "model": "name",
+    "input_type": "prompts",
+    "base64": "encoding_profile",
+    "leniency": "encoding_profile",
+}
 
 
 def policy_entry(learned: Learned, basics: Basics) -> dict[str, Any]:
@@ -29,24 +35,35 @@ def policy_entry(learned: Learned, basics: Basics) -> dict[str, Any]:
     )
     tokenizer["special_tokens"] = basics.layout.policy()
     p = learned.prompts
-    prompts = {
+    prompts: dict[str, Any] = {
         "query": p.query,
         "document": p.document,
         "default_instruction": p.default_instruction,
     }
+    prompts = {k: v for k, v in prompts.items() if v}
+    if p.extra:
+        prompts["extra"] = dict(p.extra)
+    if p.aliases:
+        prompts["aliases"] = dict(p.aliases)
+    if p.default_input_type is not None:
+        prompts["default_input_type"] = p.default_input_type
+    if p.input_types:
+        prompts["input_types"] = sorted(p.input_types)
+    if p.instruction is not InstructionUse.TASK:
+        prompts["instruction"] = p.instruction.name
     entry: dict[str, Any] = {"name": learned.model, "upstream_model": learned.upstream_model}
     entry |= {"max_tokens": learned.limit, "native_dimensions": basics.native}
+    if learned.truncation:
+        entry["truncation"] = learned.truncation
     d = learned.dimensions
     if d.matryoshka:
-        rule = {"min_dimensions": d.min_dimensions} if d.min_dimensions else {"allowed": d.allowed}
-        entry["matryoshka"] = rule
+        entry["matryoshka"] = d.policy()
     native = {"dimensions": d.native_cut, "truncate_prompt_tokens": learned.truncate_prompt_tokens}
+    entry |= learned.encoding.policy()
     entry |= {
-        "encoding_profile": learned.profile,
         "upstream": {"kind": learned.kind, "native": native},
         "tokenizer": tokenizer,
-        "prompts": {k: v for k, v in prompts.items() if v}
-        | ({"extra": dict(p.extra)} if p.extra else {}),
+        "prompts": prompts,
     }
     return entry
 
@@ -59,8 +76,8 @@ def policy_text(
     for item in findings:
         if item.problem:
             first = item.field.split()[0].split(".")[0]
-            key = _KEY_OF.get(first, first)
-            marks.setdefault(key if key in entry else "", []).append(
+            key = first if first in entry else _KEY_OF.get(first, first)
+            marks.setdefault(key if key in entry or key == "errors" else "", []).append(
                 f"{item.field}: {item.problem}"
             )
     lines = [f"# {line}" for line in header]
@@ -71,4 +88,7 @@ def policy_text(
         lines.append(
             f"{'  - ' if index == 0 else '    '}{key}: {json.dumps(value, ensure_ascii=False)}"
         )
+    if learned.errors:
+        lines += [f"# NOT LEARNED: {' '.join(text.split())}" for text in marks.get("errors", [])]
+        lines.append(f"errors: {json.dumps(learned.errors, ensure_ascii=False)}")
     return "\n".join(lines) + "\n"

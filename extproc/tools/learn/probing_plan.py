@@ -4,23 +4,36 @@ verification needs).
 
 The candidate is surveyed first (the name it serves, its token limit), then one
 plain text to both servers (basics: without it nothing else can be learned), then
-prompts, truncation, Matryoshka, the encoding profile and the candidate's kind.
-Once a server's budget is spent, every later learner is marked not learned.
+prompts, truncation, Matryoshka, encoding and leniency and the candidate's kind,
+and last the error dialect from every refusal seen on the way. Once a server's
+budget is spent, every later learner is marked not learned.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Any
 
+from extproc.core.error_envelope import ErrorClass
 from extproc.core.policy.model import PromptTemplates, TokenizerSource
 from extproc.tools.learn.basics_learner import Basics, learn_basics
 from extproc.tools.learn.dimensions_learner import Dimensions, learn_dimensions
-from extproc.tools.learn.findings import Finding, unknown
+from extproc.tools.learn.errors_learner import learn_errors
+from extproc.tools.learn.findings import Finding, finding, unknown
 from extproc.tools.learn.local import LocalModel
-from extproc.tools.learn.profile_learner import learn_profile
-from extproc.tools.learn.prompts_learner import learn_prompts
-from extproc.tools.learn.session import BudgetSpentError, Session
+from extproc.tools.learn.profile_learner import (
+    BOM_LABEL,
+    EMPTY_INPUT,
+    LAX,
+    MALFORMED,
+    NO_INPUT,
+    UNKNOWN,
+    Encoding,
+    learn_profile,
+)
+from extproc.tools.learn.prompts_learner import UNKNOWN_TYPE, learn_prompts
+from extproc.tools.learn.session import BudgetSpentError, Exchange, Session
 from extproc.tools.learn.truncation_learner import learn_truncation
 from extproc.tools.learn.upstream_learner import learn_kind, learn_max_tokens, survey
 
@@ -38,13 +51,17 @@ class Learned:
     candidate_max: int | None = None
     owner: str = ""  # /v1/models owned_by
     max_tokens: int | None = None
+    truncation: dict[str, Any] = field(default_factory=dict)  # the policy's `truncation`
     dimensions: Dimensions = field(default_factory=Dimensions)
     prompts: PromptTemplates = field(default_factory=PromptTemplates)
-    profile: str = "OPENAI"
+    encoding: Encoding = field(default_factory=Encoding)
+    errors: dict[str, Any] = field(default_factory=dict)  # the policy's `errors`
     kind: str = "dynamo"
     truncate_prompt_tokens: bool = True
     # input_type or lenient/bad request label -> the baseline answered it 2xx
     accepted: dict[str, bool] = field(default_factory=dict)
+    # the baseline's refusals, each under the kind of mistake the gateway names it
+    refusals: list[tuple[ErrorClass, Exchange]] = field(default_factory=list)
 
     @property
     def limit(self) -> int:
@@ -70,26 +87,49 @@ def learn(
     if basics is None:
         return learned, found
     learned.basics = basics
+    untyped_prefix = ""
 
     def prompts() -> list[Finding]:
-        learned.prompts, items, accepted = learn_prompts(session, local, basics, hint)
-        learned.accepted |= accepted
-        return items
+        nonlocal untyped_prefix
+        result = learn_prompts(session, local, basics, hint)
+        learned.prompts, learned.accepted = result.templates, learned.accepted | result.accepted
+        untyped_prefix = result.untyped_prefix
+        if result.refused_instruction is not None:
+            learned.refusals.append((ErrorClass.INSTRUCTION, result.refused_instruction))
+        learned.refusals += [
+            (ErrorClass.INVALID, e)
+            for e in session.exchanges
+            if e.server == "baseline" and e.label == f"input_type {UNKNOWN_TYPE!r}"
+        ]
+        if learned.prompts.default_input_type is not None:
+            # The plain text's vectors differed because of that prompt, now explained.
+            _settle_model(found, learned.prompts.default_input_type)
+        return result.findings
 
     def truncation() -> list[Finding]:
         limit, first = learn_max_tokens(session, local, basics, learned.candidate_max)
         learned.candidate_max = limit
-        learned.max_tokens, items = learn_truncation(session, local, basics, limit)
-        return [first, *items]
+        result = learn_truncation(session, local, basics, limit, untyped_prefix)
+        learned.max_tokens, learned.truncation = result.max_tokens, result.policy
+        if result.refused is not None:
+            learned.refusals.append((ErrorClass.TOO_LONG, result.refused))
+        return [first, *result.findings]
 
     def dimensions() -> list[Finding]:
         learned.dimensions, items = learn_dimensions(session, basics)
+        learned.refusals += [(ErrorClass.DIMENSIONS, e) for e in learned.dimensions.refused]
+        learned.dimensions = replace(learned.dimensions, refused=())
         return items
 
     def profile() -> list[Finding]:
         size = learned.size_below_native(basics.native)
-        learned.profile, items, base, cand = learn_profile(session, basics, size)
+        learned.encoding, items, base, cand = learn_profile(session, basics, size)
         learned.accepted |= {e.label: e.ok for e in base}
+        kinds = {MALFORMED: ErrorClass.MALFORMED, BOM_LABEL: ErrorClass.MALFORMED}
+        kinds |= {EMPTY_INPUT: ErrorClass.INVALID, NO_INPUT: ErrorClass.INVALID}
+        kinds |= {UNKNOWN: ErrorClass.UNKNOWN_MODEL}
+        kinds |= {base[i].label: ErrorClass.DIMENSIONS for i in LAX}
+        learned.refusals += [(kinds[e.label], e) for e in base if e.label in kinds]
         kind, learned.truncate_prompt_tokens, more = learn_kind(
             session, basics, learned.owner, cand
         )
@@ -100,7 +140,7 @@ def learn(
         ("prompts", prompts),
         ("max_tokens", truncation),
         ("matryoshka", dimensions),
-        ("encoding_profile", profile),
+        ("encoding", profile),
     ]
     spent = ""
     for name, step in steps:
@@ -109,4 +149,14 @@ def learn(
         except BudgetSpentError as exc:
             spent = str(exc)
             found.append(unknown(name, f"not learned: {spent}"))
-    return learned, found
+    learned.errors, errors_found = learn_errors(learned.refusals)
+    return learned, found + errors_found
+
+
+def _settle_model(found: list[Finding], role: str) -> None:
+    """The basics' "the vectors differ" finding, once a default input_type's prompt
+    explains the difference (its template was verified against the candidate)."""
+    for index, item in enumerate(found):
+        if item.field == "model" and item.problem:
+            summary = f"the same model: a text without input_type gets the {role!r} prompt"
+            found[index] = finding("model", None, "verified", summary, notes=item.notes)

@@ -1,16 +1,18 @@
-"""The encoding profile, and how each server answers odd and bad requests.
+"""Encoding and leniency, apart, and how each server answers bad requests.
 
 ``encoding_format: "base64"`` answered with base64 strings means the baseline honours
-it (the ``openai`` profile); float arrays mean it ignores it (``legacy``). The
-leniency the ``legacy`` profile adds (``"256"``, ``256.0``, a UTF-8 BOM) is checked
-against the choice: the gateway refusing what the baseline accepts is a problem
-(clients relying on it break), accepting what it refuses a warning. Malformed JSON,
-an empty input list, an unknown model and a missing input go to both servers, for
-the side-by-side table of the report (and the candidate's kind).
+it (``base64: HONOURED``); float arrays mean it ignores it (``IGNORED``). Leniency is
+asked on its own: ``"N"`` and ``N.0`` for an integer field (``leniency.integers``; a
+server taking one and refusing the other is one no policy says), and a UTF-8 byte
+order mark before the body (``leniency.bom``). Malformed JSON, an empty input list,
+an unknown model and a missing input go to both servers, for the errors' statuses
+and shape (:mod:`extproc.tools.learn.errors_learner`), the side-by-side table of the
+report and the candidate's kind.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -22,30 +24,54 @@ from extproc.tools.learn.session import Exchange, Request, Session
 
 UNKNOWN_MODEL = "no-such-model-extproc-learn"
 BOM = b"\xef\xbb\xbf"
+BASE64 = 'encoding_format "base64"'
+BOM_LABEL = "UTF-8 BOM before the body"
+MALFORMED = "malformed JSON"
+EMPTY_INPUT = "input: []"
+UNKNOWN = "unknown model"
+NO_INPUT = "no input"
+BAD_REQUESTS = "bad requests"  # the finding that shows both servers side by side
 
 
 def requests(model: str, dimensions: int) -> dict[str, dict[str, Any] | bytes]:
     """Label -> body, for one server (``model`` is the name it serves)."""
     plain = {"model": model, "input": [TEXT]}
     return {
-        'encoding_format "base64"': {**plain, "encoding_format": "base64"},
+        BASE64: {**plain, "encoding_format": "base64"},
         f'dimensions "{dimensions}"': {**plain, "dimensions": str(dimensions)},
         f"dimensions {dimensions}.0": {**plain, "dimensions": float(dimensions)},
-        "UTF-8 BOM before the body": BOM + orjson.dumps(plain),
-        "malformed JSON": b'{"model": "' + model.encode() + b'", "input": ',
-        "input: []": {"model": model, "input": []},
-        "unknown model": {"model": UNKNOWN_MODEL, "input": [TEXT]},
-        "no input": {"model": model},
+        BOM_LABEL: BOM + orjson.dumps(plain),
+        MALFORMED: b'{"model": "' + model.encode() + b'", "input": ',
+        EMPTY_INPUT: {"model": model, "input": []},
+        UNKNOWN: {"model": UNKNOWN_MODEL, "input": [TEXT]},
+        NO_INPUT: {"model": model},
     }
 
 
-LAX = (1, 2, 3)  # positions of the lenient spellings in requests()
+LAX = (1, 2)  # positions of the lax integer spellings in requests()
+
+
+@dataclass(frozen=True)
+class Encoding:
+    """What the policy's ``base64`` and ``leniency`` say."""
+
+    base64: str = "HONOURED"  # or IGNORED
+    integers: bool = False
+    bom: bool = False
+
+    def policy(self) -> dict[str, Any]:
+        """The entry's fields: the profile when they make one, else each of them."""
+        if (self.base64, self.integers, self.bom) == ("IGNORED", True, True):
+            return {"encoding_profile": "LEGACY"}
+        if (self.base64, self.integers, self.bom) == ("HONOURED", False, False):
+            return {"encoding_profile": "OPENAI"}
+        return {"base64": self.base64, "leniency": {"integers": self.integers, "bom": self.bom}}
 
 
 def learn_profile(
     session: Session, basics: Basics, dimensions: int
-) -> tuple[str, list[Finding], list[Exchange], list[Exchange]]:
-    """(LEGACY or OPENAI, findings, the baseline's answers, the candidate's)."""
+) -> tuple[Encoding, list[Finding], list[Exchange], list[Exchange]]:
+    """(encoding and leniency, findings, the baseline's answers, the candidate's)."""
     session.note("learn: encoding, leniency and errors (both servers)")
     sent: list[Request] = [
         ("baseline", label, body) for label, body in requests(basics.model, dimensions).items()
@@ -57,39 +83,43 @@ def learn_profile(
     answers = session.send_all(sent)
     half = len(answers) // 2
     base, cand = answers[:half], answers[half:]
-    encoding = base[0]
+    encoding, bom = base[0], base[3]
     lax = [base[i] for i in LAX]
-    # the BOM asks for no size: its answer is native
-    lenient = [a for a in lax if a.ok and (a.dims == dimensions or a.label.startswith("UTF-8"))]
+    # a size the baseline accepts, so only the spelling decides
+    taken = [a.ok and a.dims == dimensions for a in lax]
+    found: list[Finding] = []
     if encoding.ok:
-        honoured = encoding.encoding == "base64"
-        profile = "OPENAI" if honoured else "LEGACY"
-        why = f"base64 {'honoured' if honoured else 'ignored (float arrays)'}"
+        value = "HONOURED" if encoding.encoding == "base64" else "IGNORED"
+        why = f"base64 {'answered' if value == 'HONOURED' else 'ignored (float arrays)'}"
+        found.append(finding("base64", value, "verified", why, shown=[encoding]))
     else:
-        profile = "LEGACY" if lenient else "OPENAI"
-        how = "leniently" if lenient else "strictly"
-        why = f"base64 refused ({encoding.status}); integers read {how}"
-    problem = warning = ""
-    if profile == "OPENAI" and lenient:
-        problem = (
-            f"the baseline honours base64 yet accepts {', '.join(a.label for a in lenient)}: "
-            "no profile does both (openai refuses them)"
-        )
-    elif profile == "LEGACY" and len(lenient) < len(lax):
-        refused = [a.label for a in lax if a not in lenient]
-        warning = f"the legacy profile accepts {', '.join(refused)}, which the baseline refuses"
+        value = "IGNORED"
+        warning = "the gateway answers float arrays where the baseline refuses base64"
+        why = f"base64 refused ({encoding.status})"
+        found.append(finding("base64", value, "measured", why, shown=[encoding], warning=warning))
     notes = [f"{a.label}: {a.brief()}" for a in lax]
-    found = [
+    problem = ""
+    if taken[0] != taken[1]:
+        problem = (
+            f"the baseline takes {lax[taken.index(True)].label} but not "
+            f"{lax[taken.index(False)].label}: leniency.integers takes both or neither"
+        )
+    integers = all(taken)
+    summary = f"integers read {'leniently' if integers else 'strictly'}"
+    found.append(
         finding(
-            "encoding_profile",
-            profile,
-            "verified" if not warning else "measured",
-            why,
-            shown=[encoding, *lax],
+            "leniency.integers",
+            integers,
+            "verified",
+            summary,
+            shown=lax,
             notes=notes,
             problem=problem,
-            warning=warning,
-        ),
-        finding("errors", None, "measured", "bad requests, side by side", shown=[*base, *cand]),
-    ]
-    return profile, found, base, cand
+        )
+    )
+    summary = f"a byte order mark {'taken' if bom.ok else 'refused'}: {bom.brief()}"
+    found.append(finding("leniency.bom", bom.ok, "verified", summary, shown=[bom]))
+    found.append(
+        finding(BAD_REQUESTS, None, "measured", "both servers, side by side", shown=[*base, *cand])
+    )
+    return Encoding(value, integers, bom.ok), found, base, cand

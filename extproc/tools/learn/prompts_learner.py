@@ -1,5 +1,5 @@
 """Prompts: what the baseline puts before an input for each ``input_type`` it accepts,
-for ``instruction`` alone, and for no field at all.
+for no field at all, and what ``instruction`` does.
 
 One text goes to the baseline with every ``input_type`` the gateway knows (query and
 document aliases, every preset's extra types, one unknown type) and with
@@ -7,15 +7,22 @@ document aliases, every preset's extra types, one unknown type) and with
 checks hold: the baseline's ``usage.prompt_tokens`` equals the local count of the
 prompted text plus the special tokens, and the candidate's vector for the prompted
 text equals the baseline's. Of the templates passing the count, the best cosine wins.
-The instruction's answer then picks, among the templates that give the query's
-prefix, the one that also gives its prefix for another task.
+An alias whose answer differs from the first of its role gets a template of its own
+(``prompts.aliases``). An input with neither field is embedded as sent, or gets the
+prompt of the role whose answer it equals (``prompts.default_input_type``).
+
+``instruction`` (``prompts.instruction``): refused (REFUSED); an answer equal to the
+plain text's (IGNORED); the instruction's text alone before the input (PROMPT); or a
+query template with the task in it (TASK), the one that also gives the query's own
+prefix for the default task.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
-from extproc.core.policy.model import PromptTemplates
+from extproc.core.policy.model import InstructionUse, PromptTemplates
 from extproc.core.policy.presets import presets
 from extproc.tools.learn.basics_learner import EQUIVALENT, Basics
 from extproc.tools.learn.findings import Confidence, Finding, cos, finding, unknown
@@ -27,6 +34,8 @@ DOCUMENT_ALIASES = ("document", "passage", "search_document", "retrieval.passage
 UNKNOWN_TYPE = "no-such-input-type"
 INSTRUCTION_ALONE = "instruction alone"
 MAX_TRIES = 6  # candidate requests per role: templates passing the count are few
+# The instruction as the whole prompt (prompts.instruction: PROMPT).
+AS_PROMPT = Template("{instruction}{text}", INSTRUCTION, "the instruction as the prompt")
 
 
 @dataclass(frozen=True)
@@ -37,16 +46,27 @@ class Match:
     extra_tokens: int | None  # tokens the baseline adds beyond the text and specials
 
 
-def learn_prompts(
-    session: Session, local: LocalModel, basics: Basics, hint: str | None
-) -> tuple[PromptTemplates, list[Finding], dict[str, bool]]:
-    """(the templates, findings, whether the baseline accepted each input_type asked
-    and `instruction` alone)."""
-    session.note("learn: prompts (every input_type, instruction)")
+@dataclass
+class LearnedPrompts:
+    templates: PromptTemplates
+    findings: list[Finding]
+    accepted: dict[str, bool]  # each request of requests(), by label: 2xx?
+    refused_instruction: Exchange | None = None  # the baseline's refusal, for its status
+    # What the baseline puts before an input sent with neither field ("" as sent).
+    untyped_prefix: str = ""
+    roles: dict[str, Template] = field(default_factory=dict)
+
+
+def input_types() -> list[str]:
+    """Every input_type asked: the aliases, every preset's extra types, an unknown one."""
     extras = sorted({k for p in presets().values() for k in p.prompts.extra})
-    kinds = [*QUERY_ALIASES, *DOCUMENT_ALIASES, *extras, UNKNOWN_TYPE]
-    plain = {"model": basics.model, "input": [TEXT]}
-    asked = {f"input_type {t!r}": {**plain, "input_type": t} for t in kinds}
+    return [*QUERY_ALIASES, *DOCUMENT_ALIASES, *extras, UNKNOWN_TYPE]
+
+
+def requests(model: str) -> dict[str, dict[str, Any]]:
+    """Label -> body: TEXT with each input_type, `instruction` alone and with a role."""
+    plain = {"model": model, "input": [TEXT]}
+    asked = {f"input_type {t!r}": {**plain, "input_type": t} for t in input_types()}
     asked[INSTRUCTION_ALONE] = {**plain, "instruction": INSTRUCTION}
     for role in ("query", "document"):
         asked[f"input_type {role!r} + instruction"] = {
@@ -54,42 +74,79 @@ def learn_prompts(
             "input_type": role,
             "instruction": INSTRUCTION,
         }
+    return asked
+
+
+def learn_prompts(
+    session: Session, local: LocalModel, basics: Basics, hint: str | None
+) -> LearnedPrompts:
+    session.note("learn: prompts (every input_type, instruction)")
+    kinds = input_types()
+    extras = kinds[len(QUERY_ALIASES) + len(DOCUMENT_ALIASES) : -1]
+    asked = requests(basics.model)
     answers = session.send_all([("baseline", label, body) for label, body in asked.items()])
     by_type = dict(zip(kinds, answers, strict=False))
     alone, query_and, document_and = answers[len(kinds) :]
-    found = [_none(local, basics)]
+    found: list[Finding] = []
     roles: dict[str, Template] = {}
+    firsts: dict[str, str] = {}  # role -> the alias its template was learned from
+    aliases: dict[str, str] = {}
     for role in ("query", "document", *extras):
-        aliases = {"query": QUERY_ALIASES, "document": DOCUMENT_ALIASES}.get(role, (role,))
-        accepted = [by_type[a] for a in aliases if by_type[a].ok]
+        names = {"query": QUERY_ALIASES, "document": DOCUMENT_ALIASES}.get(role, (role,))
+        accepted = [(a, by_type[a]) for a in names if by_type[a].ok]
         if not accepted:
             if role in ("query", "document"):
                 warning = f"the gateway accepts {role} input_types; the baseline refuses them all"
                 summary = f"the baseline refuses every {role} input_type"
                 found.append(finding(f"prompts.{role}", None, "measured", summary, warning=warning))
             continue
-        match = explain(
-            session, local, basics, accepted[0], templates(role, hint, local.file_prompts)
-        )
+        candidates = templates(role, hint, local.file_prompts)
+        first_name, first = accepted[0]
+        match = explain(session, local, basics, first, candidates)
         name = f"prompts.{role}" if role in ("query", "document") else f"prompts.extra.{role}"
-        found.append(_role_finding(name, role, accepted[0], match))
-        if match.template is not None:
-            roles[role] = match.template
-        found += _aliases(role, accepted[0], accepted)
+        found.append(_role_finding(name, role, first, match))
+        if match.template is None:
+            continue
+        roles[role], firsts[role] = match.template, first_name
+        for alias, answer in accepted[1:]:
+            if answer.same_as(first):
+                continue
+            own = explain(session, local, basics, answer, candidates)
+            found.append(_role_finding(f"prompts.aliases.{alias}", alias, answer, own))
+            if own.template is not None:
+                aliases[alias] = own.template.text
+    untyped, untyped_finding = _untyped(basics, by_type, roles, firsts, aliases)
+    found.append(untyped_finding)
     query, document = roles.get("query"), roles.get("document")
+    use, refused = InstructionUse.TASK, None
+    instruction_findings: list[Finding] = []
     if query is not None:
-        query, instruction = _instruction(session, local, basics, query, (alone, query_and))
-        found.append(instruction)
+        query, use, instruction_findings = _instruction(
+            session, local, basics, query, (alone, query_and, by_type[firsts["query"]])
+        )
+        refused = alone if use is InstructionUse.REFUSED else None
+    found += instruction_findings
     found.append(_input_types(by_type, document_and))
     extra = {t: roles[t].text for t in extras if t in roles}
+    known = [*QUERY_ALIASES, *DOCUMENT_ALIASES, *extra]
+    taken = [t for t in known if by_type[t].ok]
     learned = PromptTemplates(
         query=query.text if query else "{text}",
         document=document.text if document else "{text}",
         default_instruction=query.instruction if query and query.takes_instruction else "",
         extra=extra,
+        instruction=use,
+        aliases=aliases,
+        default_input_type=untyped,
+        # only the values it took, when it refused some the gateway knows
+        input_types=frozenset(taken) if len(taken) < len(known) else frozenset(),
     )
-    asked_ok = {t: a.ok for t, a in by_type.items()} | {INSTRUCTION_ALONE: alone.ok}
-    return learned, found, asked_ok
+    asked_ok = {label: a.ok for label, a in zip(asked, answers, strict=True)}
+    prefix = ""
+    if untyped is not None:
+        template = _template_of(untyped, roles, aliases)
+        prefix = template.prefix() if template else ""
+    return LearnedPrompts(learned, found, asked_ok, refused, prefix, roles)
 
 
 def explain(
@@ -111,7 +168,7 @@ def explain(
         tokens = local.count(prefix + TEXT) + specials
         if answer.prompt_tokens in (None, tokens):
             prefixes.setdefault(prefix, template)
-    if "" in prefixes and answer.same_as(basics.plain):
+    if "" in prefixes and basics.plain_as_sent and answer.same_as(basics.plain):
         note = "the same vector as the text without any field"
         return Match(Template("{text}", "", "no prompt"), (), (note,), extra)
     tried = list(prefixes.items())[:MAX_TRIES]
@@ -127,25 +184,48 @@ def explain(
     return Match(None, tuple(tries), notes, extra)
 
 
-def _none(local: LocalModel, basics: Basics) -> Finding:
-    """No field at all: the input must be embedded as sent (what the gateway does)."""
-    plain, expected = basics.plain, local.count(TEXT) + basics.layout.count
-    value = plain.cosine_to(basics.plain_candidate)
-    notes = [
-        f"baseline {plain.prompt_tokens} tokens, local count {expected}",
-        f"cosine to the candidate {cos(value)}",
-    ]
-    shown = [plain, basics.plain_candidate]
-    if plain.prompt_tokens in (None, expected) and value is not None and value >= EQUIVALENT:
-        confidence: Confidence = "verified" if plain.prompt_tokens == expected else "measured"
-        summary = "inputs without input_type are embedded as sent"
-        return finding("prompts.none", "as sent", confidence, summary, shown=shown, notes=notes)
-    extra = "some" if plain.prompt_tokens is None else plain.prompt_tokens - expected
-    problem = (
-        f"the baseline adds {extra} tokens to inputs without input_type (a default prompt?); "
-        "the gateway sends such inputs as they are"
+def _template_of(
+    input_type: str, roles: dict[str, Template], aliases: dict[str, str]
+) -> Template | None:
+    if input_type in aliases:
+        return Template(aliases[input_type], "", f"prompts.aliases.{input_type}")
+    role = (
+        "query"
+        if input_type in QUERY_ALIASES
+        else "document"
+        if input_type in DOCUMENT_ALIASES
+        else input_type
     )
-    return unknown("prompts.none", problem, shown)
+    return roles.get(role)
+
+
+def _untyped(
+    basics: Basics,
+    by_type: dict[str, Exchange],
+    roles: dict[str, Template],
+    firsts: dict[str, str],
+    aliases: dict[str, str],
+) -> tuple[str | None, Finding]:
+    """No field at all: embedded as sent, or the prompt of the role (or alias) whose
+    answer is the plain text's, to the float."""
+    field_name = "prompts.default_input_type"
+    plain = basics.plain
+    shown = [plain, basics.plain_candidate]
+    if basics.plain_as_sent:
+        summary = "inputs without input_type are embedded as sent"
+        return None, finding(field_name, None, "verified", summary, shown=shown)
+    named = [*firsts.values(), *aliases]
+    for name in named:
+        answer = by_type.get(name)
+        if answer is not None and answer.same_as(plain) and _template_of(name, roles, aliases):
+            summary = f"inputs without input_type get the {name!r} prompt (the same vector)"
+            return name, finding(field_name, name, "verified", summary, shown=[*shown, answer])
+    extra = "a prompt" if plain.prompt_tokens is None else "tokens"
+    problem = (
+        f"the baseline adds {extra} to inputs without input_type, and no input_type's "
+        "answer is the same; the gateway sends such inputs as they are"
+    )
+    return None, unknown(field_name, problem, shown)
 
 
 def _role_finding(field_name: str, role: str, answer: Exchange, match: Match) -> Finding:
@@ -165,60 +245,73 @@ def _role_finding(field_name: str, role: str, answer: Exchange, match: Match) ->
     return finding(field_name, template.text, confidence, summary, shown=shown, notes=match.notes)
 
 
-def _aliases(role: str, first: Exchange, accepted: list[Exchange]) -> list[Finding]:
-    """Every alias the gateway takes for ``role`` must mean the same to the baseline."""
-    differ = [a for a in accepted if not a.same_as(first)]
-    if not differ:
-        return []
-    problem = (
-        f"{', '.join(a.label for a in differ)}: other vectors than {first.label}; "
-        f"the gateway gives every {role} alias the same prompt"
-    )
-    return [unknown(f"input_type ({role})", problem, [first, *differ])]
-
-
 def _instruction(
     session: Session,
     local: LocalModel,
     basics: Basics,
     query: Template,
-    answers: tuple[Exchange, Exchange],
-) -> tuple[Template, Finding]:
-    alone, query_and = answers
+    answers: tuple[Exchange, Exchange, Exchange],
+) -> tuple[Template, InstructionUse, list[Finding]]:
+    """(the query template, what `instruction` does, findings)."""
+    alone, query_and, query_alone = answers
+    field_name = "prompts.instruction"
     if not alone.ok:
         summary = f"the baseline refuses `instruction`: {alone.brief()}"
-        warning = "the gateway accepts `instruction` (a query with that task)"
-        return query, finding(
-            "instruction", None, "measured", summary, shown=[alone], warning=warning
-        )
+        use = InstructionUse.REFUSED
+        return query, use, [finding(field_name, use.name, "verified", summary, shown=[alone])]
+    both = cos(query_and.cosine_to(alone))
+    if alone.same_as(basics.plain) and not alone.same_as(query_alone):
+        # Embedded as if the field were absent; with input_type "query" the same.
+        shown = [alone, basics.plain, query_and, query_alone]
+        use = InstructionUse.IGNORED
+        if query_and.ok and not query_and.same_as(query_alone):
+            problem = (
+                "the baseline ignores `instruction` alone but not with input_type 'query'; "
+                "the gateway ignores it in both"
+            )
+            return query, use, [unknown(field_name, problem, shown)]
+        summary = "ignored: the input is embedded as its input_type alone says"
+        return query, use, [finding(field_name, use.name, "verified", summary, shown=shown)]
     known = templates("query", None, local.file_prompts)
-    same = [query, *(t for t in known if t.prefix() == query.prefix())]
+    same = [query, *(t for t in known if t.prefix() == query.prefix()), AS_PROMPT]
     match = explain(session, local, basics, alone, same, instruction=INSTRUCTION)
     shown = [alone, *match.tries, query_and]
-    both = cos(query_and.cosine_to(alone))
     notes = [*match.notes, f"input_type 'query' + instruction: cosine {both} to instruction alone"]
     if match.template is None:
         problem = (
-            "the baseline ignores `instruction` alone (embeds the input as sent)"
-            if alone.same_as(basics.plain)
-            else f"the baseline adds {match.extra_tokens} tokens for `instruction` "
+            f"the baseline adds {match.extra_tokens} tokens for `instruction` "
             "that no query template explains"
         )
-        problem += "; the gateway applies the query prompt with it"
-        return query, finding(
-            "instruction", None, "unknown", problem, shown=shown, notes=notes, problem=problem
-        )
-    chosen = match.template
-    how = (
-        "in place of the default task"
-        if chosen.takes_instruction
-        else "ignored: the query prompt is applied as it is"
-    )
+        return query, InstructionUse.TASK, [unknown(field_name, problem, shown)]
     differs = query_and.ok and not query_and.same_as(alone)
     warning = "input_type 'query' + instruction differs from instruction alone" if differs else ""
-    summary = f"instruction alone is a query; its text is {how}"
-    return chosen, finding(
-        "instruction", chosen.text, "verified", summary, shown=shown, notes=notes, warning=warning
+    if match.template is AS_PROMPT:
+        use = InstructionUse.PROMPT
+        summary = "the instruction's text is the whole prompt (a query)"
+        chosen = query
+    else:
+        use = InstructionUse.TASK
+        chosen = match.template
+        how = (
+            "in place of the default task"
+            if chosen.takes_instruction
+            else "ignored: the query prompt is applied as it is"
+        )
+        summary = f"instruction alone is a query; its text is {how}"
+    return (
+        chosen,
+        use,
+        [
+            finding(
+                field_name,
+                use.name,
+                "verified",
+                summary,
+                shown=shown,
+                notes=notes,
+                warning=warning,
+            )
+        ],
     )
 
 
@@ -235,7 +328,5 @@ def _input_types(by_type: dict[str, Exchange], document_and: Exchange) -> Findin
             f"the baseline accepts any input_type ({UNKNOWN_TYPE!r}); "
             "the gateway answers 400 to types it does not know"
         )
-    elif any(not by_type[t].ok for t in (*QUERY_ALIASES, *DOCUMENT_ALIASES)):
-        warning = "the gateway accepts every query and document alias; the baseline refuses some"
     shown = [*by_type.values(), document_and]
     return finding("input_type", accepted, "measured", summary, shown=shown, warning=warning)

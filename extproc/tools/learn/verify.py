@@ -31,9 +31,9 @@ from extproc.commands.envoy_config import (
 from extproc.commands.launcher import run_envoy, start_server
 from extproc.core.contract import Contract
 from extproc.service.net import free_port
+from extproc.tools.learn import profile_learner, prompts_learner
 from extproc.tools.learn.local import TEXT
 from extproc.tools.learn.probing_plan import Learned
-from extproc.tools.learn.profile_learner import requests
 from extproc.tools.learn.prompts_learner import INSTRUCTION_ALONE
 from extproc.tools.learn.session import Session
 from extproc.tools.parity import Verdict
@@ -47,6 +47,12 @@ T = TypeVar("T")
 COVERED = frozenset(
     {"malformed JSON", "input: []", "unknown model", 'encoding_format "base64"', INSTRUCTION_ALONE}
 )
+# The probe's default probes, by key, and the learning request that tells whether the
+# baseline took it.
+LEARNED_AS = {
+    "input_type_query": "input_type 'query'",
+    "instruction": INSTRUCTION_ALONE,
+}
 
 
 @dataclass(frozen=True)
@@ -67,26 +73,36 @@ def upstream_root(url: str) -> Upstream:
 
 
 def learned_probes(learned: Learned) -> list[Probe]:
-    """Probes for what was learned: each expected valid when the baseline answered it
-    2xx while learning; Matryoshka sizes at the rule's edges and just past them."""
+    """Probes for what was learned: each request learning sent to the baseline alone
+    (every input_type, `instruction`, the lenient spellings and bad requests), expected
+    valid when the baseline answered it 2xx; Matryoshka sizes at the rule's edges, just
+    past them and inside (where a cut's norm shows), and the native size."""
     native = learned.basics.native if learned.basics else 0
     plain = {"model": learned.model, "input": [TEXT]}
-    spelled = requests(learned.model, learned.size_below_native(native))
+    bodies: dict[str, dict[str, object] | bytes] = {
+        **prompts_learner.requests(learned.model),
+        **profile_learner.requests(learned.model, learned.size_below_native(native)),
+    }
     probes = [
-        _probe(key, spelled[key], ok)
-        if key in spelled
-        else _probe(f"input_type {key!r}", {**plain, "input_type": key}, ok)
-        for key, ok in learned.accepted.items()
-        if key not in COVERED
+        _probe(label, bodies[label], ok)
+        for label, ok in learned.accepted.items()
+        if label in bodies and label not in COVERED
     ]
     d = learned.dimensions
     sizes: list[tuple[int, bool]] = []
     if d.min_dimensions is not None:
-        sizes = [(d.min_dimensions, True), (d.min_dimensions - 1, False), (native + 1, False)]
+        top = d.max_dimensions or native - 1
+        inside = (d.min_dimensions + top) // 2
+        sizes = [(d.min_dimensions, True), (d.min_dimensions - 1, False), (inside, True)]
+        sizes += [(top, True), (top + 1, top + 1 == native and d.accepts_native)]
     elif d.matryoshka:
         sizes = [*((a, True) for a in d.allowed), (d.allowed[0] + 1, False)]
+    if d.matryoshka:
+        sizes += [(native, d.accepts_native), (native + 1, False)]
     probes += [
-        _probe(f"dimensions {n}", {**plain, "dimensions": n}, ok) for n, ok in sizes if n > 0
+        _probe(f"dimensions {n}", {**plain, "dimensions": n}, ok)
+        for n, ok in dict(sizes).items()
+        if n > 0
     ]
     return probes
 
@@ -99,11 +115,13 @@ def _probe(title: str, body: dict[str, object] | bytes, valid: bool) -> Probe:
 def verify(
     session: Session, contract: Contract, urls: dict[str, str], learned: Learned
 ) -> Verification:
-    """Start the gateway, compare it with the baseline, stop it. The probe's own
-    contract rows for a query and for `instruction` are valid only if the baseline
-    accepted those while learning (a gateway that accepts more is a warning)."""
+    """Start the gateway, compare it with the baseline, stop it. Every row compares
+    what a client sees (exact status and error body shape, vectors and their norms,
+    token counts); the probe's own rows for a query and for `instruction` are valid
+    only if the baseline accepted those while learning (a gateway that accepts more
+    is a warning)."""
     corpus, model, accepted = load_corpus(None), learned.model, learned.accepted
-    refused = {"input_type_query": "query", "instruction": INSTRUCTION_ALONE}
+    long_refused = bool(learned.truncation.get("refuse"))
     max_tokens = max(m.max_tokens for m in contract.policy.models.values())
 
     def compare(gateway_url: str) -> Verification:
@@ -118,11 +136,15 @@ def verify(
             target = max(LONG_INPUT_TOKENS, 2 * max_tokens)
             text, size = long_text(corpus.documents, target, tokens)
             probes = [
-                replace(p, valid=accepted.get(refused.get(p.key, ""), p.valid))
+                replace(p, valid=accepted.get(LEARNED_AS.get(p.key, ""), p.valid))
                 for p in default_probes(model, corpus.documents, corpus.queries, text, size)
             ]
+            probes = [
+                replace(p, valid=False) if p.key == "long_input" and long_refused else p
+                for p in probes
+            ]
             probes += learned_probes(learned)
-            rows = run_contract(baseline, gateway, probes, PROBE_THRESHOLDS.min_cosine)
+            rows = run_contract(baseline, gateway, probes, PROBE_THRESHOLDS.min_cosine, exact=True)
         finally:
             baseline.close()
             gateway.close()

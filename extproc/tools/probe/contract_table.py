@@ -6,6 +6,11 @@ encoding of vectors, and (where vectors come back) the same vectors (cosine >=
 ``--min-cosine``): a query whose instruction is silently dropped answers 200 but
 fails here. For invalid requests a different status class is a warning (a 5xx for a
 client mistake invites retries), not a failure.
+
+``exact`` compares what a client sees, for a gateway meant to imitate the baseline
+(`extproc learn`'s verification): the same status and error body shape, vectors of
+the same norm, the same token counts; only the candidate accepting a request the
+baseline refuses stays a warning.
 """
 
 from __future__ import annotations
@@ -50,6 +55,7 @@ class Cell:
     count: int | None = None
     dimensions: tuple[int, ...] = ()
     prompt_tokens: int | None = None
+    shape: str | None = None  # an error body's shape (extproc.core.upstream_errors.Shape)
 
     @property
     def status_class(self) -> str:
@@ -163,7 +169,8 @@ def observe(result: HttpResult) -> tuple[Cell, Answer | None]:
     if answer.vectors is None:
         if answer.problem:
             return Cell(status=result.status, result=f"unreadable answer: {answer.problem}"), None
-        return Cell(status=result.status, result=error_text(result.body)), None
+        shape = parse_upstream_error(result.body).shape
+        return Cell(status=result.status, result=error_text(result.body), shape=shape), None
     kind = ENCODING_LABELS.get(str(answer.encoding), str(answer.encoding))
     text = f"{answer.count}×{answer.dims} {kind}"
     if answer.prompt_tokens is not None:
@@ -187,6 +194,7 @@ def compare_row(
     cand: Cell,
     cand_answer: Answer | None,
     min_cosine: float,
+    exact: bool = False,
 ) -> Row:
     """Judge one probe (pure)."""
     fails: list[str] = []
@@ -195,10 +203,12 @@ def compare_row(
     cosines: tuple[float, ...] = ()
     same_class = base.status_class == cand.status_class
     if same_class and base.status and base.status != cand.status:
-        notes.append(f"status {base.status} vs {cand.status}")
+        (fails if exact else notes).append(f"status {base.status} vs {cand.status}")
+    if exact and same_class and base.shape != cand.shape:
+        fails.append(f"error body {base.shape} vs {cand.shape}")
     if not same_class:
         message = f"status class {base.status_class} vs {cand.status_class}"
-        if probe.valid:
+        if probe.valid or (exact and not 200 <= cand.status < 300):
             fails.append(message)
         else:
             if cand.status >= 500:
@@ -216,16 +226,20 @@ def compare_row(
             elif base.dimensions != cand.dimensions:
                 fails.append(f"dimensions {_dims(base)} vs {_dims(cand)}")
             else:
-                cosines = compare_answers(base_answer, cand_answer).cosines
+                comparison = compare_answers(base_answer, cand_answer)
+                cosines = comparison.cosines
                 cos = min(cosines) if cosines else None
                 if cos is not None and cos < min_cosine:
                     why = f"; {probe.hint}" if probe.hint else ""
                     fails.append(f"vectors differ: min cosine {cos:.4f} < {min_cosine}{why}")
+                off = [i for i in comparison.inputs if not i.norm_match]
+                if exact and off:
+                    fails.append(f"norms {off[0].baseline_norm:.4f} vs {off[0].candidate_norm:.4f}")
             if base.kind != cand.kind:
                 fails.append(f"encoding {base.kind} vs {cand.kind}")
             if base.prompt_tokens != cand.prompt_tokens:
                 message = f"prompt tokens {_num(base.prompt_tokens)} vs {_num(cand.prompt_tokens)}"
-                (fails if fails else warns).append(message)
+                (fails if fails or exact else warns).append(message)
     elif probe.valid:
         warns.append(f"both fail ({base.status_class}): the baseline does not accept this probe")
     severity: Severity = "fail" if fails else ("warn" if warns else "ok")
@@ -255,6 +269,8 @@ def run_contract(
     candidate: EmbeddingsClient,
     probes: Sequence[Probe],
     min_cosine: float,
+    *,
+    exact: bool = False,
 ) -> list[Row]:
     rows: list[Row] = []
     for probe in probes:
@@ -268,6 +284,7 @@ def run_contract(
                 cand=cand_cell,
                 cand_answer=cand_answer,
                 min_cosine=min_cosine,
+                exact=exact,
             )
         )
     return rows

@@ -202,7 +202,7 @@ class SpecialTokens(_message.Message):
     def __init__(self, from_tokenizer: _Optional[bool] = ..., prepend_ids: _Optional[_Iterable[int]] = ..., append_ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class Prompts(_message.Message):
-    __slots__ = ("query", "document", "default_instruction", "extra", "instruction", "aliases", "default_input_type")
+    __slots__ = ("query", "document", "default_instruction", "extra", "instruction", "aliases", "default_input_type", "input_types")
     class Instruction(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         INSTRUCTION_UNSPECIFIED: _ClassVar[Prompts.Instruction]
@@ -236,6 +236,7 @@ class Prompts(_message.Message):
     INSTRUCTION_FIELD_NUMBER: _ClassVar[int]
     ALIASES_FIELD_NUMBER: _ClassVar[int]
     DEFAULT_INPUT_TYPE_FIELD_NUMBER: _ClassVar[int]
+    INPUT_TYPES_FIELD_NUMBER: _ClassVar[int]
     query: str
     document: str
     default_instruction: str
@@ -243,7 +244,8 @@ class Prompts(_message.Message):
     instruction: Prompts.Instruction
     aliases: _containers.ScalarMap[str, str]
     default_input_type: str
-    def __init__(self, query: _Optional[str] = ..., document: _Optional[str] = ..., default_instruction: _Optional[str] = ..., extra: _Optional[_Mapping[str, str]] = ..., instruction: _Optional[_Union[Prompts.Instruction, str]] = ..., aliases: _Optional[_Mapping[str, str]] = ..., default_input_type: _Optional[str] = ...) -> None: ...
+    input_types: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, query: _Optional[str] = ..., document: _Optional[str] = ..., default_instruction: _Optional[str] = ..., extra: _Optional[_Mapping[str, str]] = ..., instruction: _Optional[_Union[Prompts.Instruction, str]] = ..., aliases: _Optional[_Mapping[str, str]] = ..., default_input_type: _Optional[str] = ..., input_types: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Matryoshka(_message.Message):
     __slots__ = ("min_dimensions", "allowed", "max_dimensions", "accepts_native", "renormalise")

@@ -1,0 +1,277 @@
+"""`extproc learn` imitates every legacy contract a policy can say: for a stand-in
+legacy server with each behaviour alone, and with two combined, learn ends READY
+(exit 0), and the real gateway (Envoy + ext_proc) running the written policy in
+front of the fake upstream answers a battery of requests as the stand-in does -
+compared here, independently of learn's own verification, by what a client sees:
+the exact status, the error body's shape, the vectors (cosine and norm), the
+encoding and ``usage.prompt_tokens``.
+
+The stand-ins are tests/fake_legacy.py's FakeLegacy with one or two parameters off
+the seed's; the upstreams are tests/fake_upstream.py's Dynamo and vLLM.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+import pytest
+
+from extproc.core.policy import load_policy_file
+from extproc.core.policy.model import CutSide, InstructionUse, ModelPolicy
+from extproc.core.upstream_errors import parse_upstream_error
+from extproc.tools.parity import Answer
+from tests.fake_legacy import FakeLegacy
+from tests.fake_upstream import FakeUpstream
+from tests.harness import Gateways, GatewaySpec, http
+from tests.learning import learn
+
+TEXT = "Where can I change the email address of my account?"
+LONG = "the river runs past old stone houses where people keep small gardens " * 200
+E5 = {"query_template": "query: {text}", "document_template": "passage: {text}"}
+
+
+@dataclass(frozen=True)
+class Case:
+    """A stand-in (FakeLegacy's parameters) and what its learned policy must say."""
+
+    legacy: dict[str, Any]
+    expect: dict[str, Any] = field(default_factory=dict)  # policy_facts() that must hold
+    upstream: str = "dynamo"
+
+
+CASES = {
+    # one behaviour alone
+    "instruction ignored": Case(
+        {"instruction": "ignored"}, {"instruction": InstructionUse.IGNORED}
+    ),
+    "instruction as the prompt": Case(
+        {"instruction": "prompt"}, {"instruction": InstructionUse.PROMPT}
+    ),
+    "instruction refused": Case(
+        {"instruction": "refused"},
+        {"instruction": InstructionUse.REFUSED, "status.instruction": 422},
+    ),
+    "untyped inputs prompted": Case(
+        {**E5, "untyped": "document"}, {"default_input_type": "document"}
+    ),
+    "an alias of its own": Case(
+        {
+            **E5,
+            "query_types": frozenset({"query", "search_query"}),
+            "alias_templates": {"search_query": "search_query: {text}"},
+        },
+        {"aliases": {"search_query": "search_query: {text}"}},
+    ),
+    "cut from the left": Case({"cut_side": "left", "max_tokens": 300}, {"side": CutSide.LEFT}),
+    "end token dropped": Case(
+        {"keep_end": False, "max_tokens": 200}, {"keep_special_tokens": False}
+    ),
+    "long inputs refused": Case(
+        {"refuse_long": True, "max_tokens": 700}, {"refuse": True, "max_tokens": 700}
+    ),
+    "a set without the native size": Case(
+        {
+            "min_dimensions": None,
+            "allowed_dimensions": (64, 128, 256, 512, 768),
+            "accepts_native": False,
+        },
+        {"allowed": (64, 128, 256, 512, 768), "accepts_native": False},
+    ),
+    "a range below the native size": Case(
+        {"min_dimensions": 64, "max_dimensions": 768}, {"min": 64, "max": 768}
+    ),
+    "cuts not re-normalised": Case({"renormalise": False}, {"renormalise": False}),
+    "base64 honoured and lax integers": Case(
+        {"honour_encoding": True, "lax": True}, {"base64": True, "integers": True, "bom": True}
+    ),
+    "a byte order mark alone": Case(
+        {"bom": True}, {"base64": False, "integers": False, "bom": True}
+    ),
+    "OpenAI error bodies with 400s": Case(
+        {
+            "error_shape": "openai",
+            "error_status": {k: 400 for k in ("malformed", "invalid", "dimensions")},
+        },
+        {"shape": "OPENAI", "status.malformed": 400},
+    ),
+    "flat error bodies": Case({"error_shape": "flat"}, {"shape": "FLAT"}),
+    # two combined
+    "instruction ignored, base64 and lax": Case(
+        {**E5, "instruction": "ignored", "honour_encoding": True, "lax": True},
+        {"instruction": InstructionUse.IGNORED, "base64": True, "integers": True},
+        upstream="vllm",
+    ),
+    "a set without native, not re-normalised": Case(
+        {
+            "min_dimensions": None,
+            "allowed_dimensions": (64, 256, 768),
+            "accepts_native": False,
+            "renormalise": False,
+        },
+        {"allowed": (64, 256, 768), "renormalise": False},
+    ),
+    "cut from the left, untyped prompted": Case(
+        {**E5, "cut_side": "left", "max_tokens": 300, "untyped": "document"},
+        {"side": CutSide.LEFT, "default_input_type": "document"},
+    ),
+    "an alias of its own, instruction as the prompt": Case(
+        {
+            **E5,
+            "query_types": frozenset({"query", "search_query"}),
+            "alias_templates": {"search_query": "search_query: {text}"},
+            "instruction": "prompt",
+        },
+        {"aliases": {"search_query": "search_query: {text}"}, "instruction": InstructionUse.PROMPT},
+        upstream="vllm",
+    ),
+    "long inputs refused, flat errors": Case(
+        {
+            "refuse_long": True,
+            "max_tokens": 500,
+            "error_shape": "flat",
+            "error_status": {"too_long": 413},
+        },
+        {"refuse": True, "shape": "FLAT", "status.too_long": 413},
+    ),
+    "E5-style honouring base64": Case(
+        {**E5, "honour_encoding": True, "min_dimensions": None, "max_tokens": 512},
+        {"base64": True, "integers": False},
+        upstream="vllm",
+    ),
+}
+
+
+def policy_facts(model: ModelPolicy, errors: Any) -> dict[str, Any]:
+    m = model.matryoshka
+    return {
+        "instruction": model.prompts.instruction,
+        "default_input_type": model.prompts.default_input_type,
+        "aliases": dict(model.prompts.aliases),
+        "side": model.truncation.side,
+        "keep_special_tokens": model.truncation.keep_special_tokens,
+        "refuse": model.truncation.refuse,
+        "max_tokens": model.max_tokens,
+        "allowed": m.allowed if m else None,
+        "accepts_native": m.accepts_native if m else True,
+        "min": m.min_dimensions if m else None,
+        "max": m.max_dimensions if m else None,
+        "renormalise": m.renormalise if m else True,
+        "base64": model.honours_base64,
+        "integers": model.leniency.integers,
+        "bom": model.leniency.bom,
+        "shape": errors.shape.name,
+        **{f"status.{k.value}": v for k, v in errors.statuses.items()},
+    }
+
+
+@pytest.fixture(scope="module")
+def upstreams(qwen_dir: Path) -> Iterator[dict[str, FakeUpstream]]:
+    with (
+        FakeUpstream(flavour="dynamo", tokenizer_dir=qwen_dir) as dynamo,
+        FakeUpstream(flavour="vllm", tokenizer_dir=qwen_dir) as vllm,
+    ):
+        yield {"dynamo": dynamo, "vllm": vllm}
+
+
+def battery(model: str, legacy: FakeLegacy) -> dict[str, bytes]:
+    """The requests a client of this server may send, valid or not."""
+    plain: dict[str, Any] = {"model": model, "input": [TEXT, "second input"]}
+    bodies: dict[str, Any] = {
+        "plain": plain,
+        "one string": {"model": model, "input": TEXT},
+        "long": {"model": model, "input": [LONG, TEXT]},
+        "instruction": {**plain, "instruction": "Find the settings page"},
+        "query + instruction": {**plain, "input_type": "query", "instruction": "Find it"},
+        "document + instruction": {**plain, "input_type": "document", "instruction": "x"},
+        "base64": {**plain, "encoding_format": "base64"},
+        "malformed": b'{"model": "' + model.encode() + b'", "input": ',
+        "empty input": {"model": model, "input": []},
+        "no input": {"model": model},
+        "unknown model": {"model": "no-such-model", "input": [TEXT]},
+        "unknown input_type": {**plain, "input_type": "no-such-type"},
+        "BOM": b"\xef\xbb\xbf" + orjson.dumps(plain),
+    }
+    for input_type in ("query", "search_query", "question", "document", "passage", "doc"):
+        bodies[f"input_type {input_type}"] = {**plain, "input_type": input_type}
+    sizes = {0, 1, 32, 63, 64, 65, 128, 256, 300, 512, 767, 768, 769, 1023, 1024, 1025}
+    size = 64
+    for d in sorted(sizes):
+        bodies[f"dimensions {d}"] = {**plain, "dimensions": d}
+    bodies["dimensions as a string"] = {**plain, "dimensions": str(size)}
+    bodies["dimensions as a float"] = {**plain, "dimensions": float(size)}
+    bodies["dimensions 64 base64"] = {**plain, "dimensions": size, "encoding_format": "base64"}
+    return {k: v if isinstance(v, bytes) else orjson.dumps(v) for k, v in bodies.items()}
+
+
+def assert_client_sees_the_same(
+    legacy_url: str, gateway_url: str, bodies: dict[str, bytes]
+) -> None:
+    differences = []
+    for label, body in bodies.items():
+        old = http("POST", f"{legacy_url}/v1/embeddings", body)
+        new = http("POST", f"{gateway_url}/v1/embeddings", body)
+        if old.status != new.status:
+            differences.append(f"{label}: status {old.status} vs {new.status}: {new.body[:200]!r}")
+            continue
+        if old.status != 200:
+            shapes = parse_upstream_error(old.body).shape, parse_upstream_error(new.body).shape
+            if shapes[0] != shapes[1]:
+                differences.append(f"{label}: error body {shapes[0]} vs {shapes[1]}")
+            continue
+        a, b = Answer.read(old.status, old.body), Answer.read(new.status, new.body)
+        assert a.vectors is not None and b.vectors is not None, label
+        if a.vectors.shape != b.vectors.shape or a.encoding != b.encoding:
+            differences.append(
+                f"{label}: {a.vectors.shape} {a.encoding} vs {b.vectors.shape} {b.encoding}"
+            )
+            continue
+        cosines = np.sum(a.vectors * b.vectors, 1) / (
+            np.linalg.norm(a.vectors, axis=1) * np.linalg.norm(b.vectors, axis=1)
+        )
+        norms = np.abs(np.linalg.norm(a.vectors, axis=1) - np.linalg.norm(b.vectors, axis=1))
+        if cosines.min() < 0.9995 or norms.max() > 1e-3:
+            differences.append(
+                f"{label}: cosine {cosines.min():.6f}, norm difference {norms.max():.2e}"
+            )
+        if a.prompt_tokens != b.prompt_tokens:
+            differences.append(f"{label}: {a.prompt_tokens} vs {b.prompt_tokens} tokens")
+    assert not differences, "\n".join(differences)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_learned_and_imitated(
+    name: str,
+    qwen_dir: Path,
+    upstreams: dict[str, FakeUpstream],
+    gateways: Gateways,
+    tmp_path: Path,
+) -> None:
+    case = CASES[name]
+    upstream = upstreams[case.upstream]
+    with FakeLegacy(tokenizer_dir=qwen_dir, **case.legacy) as legacy:
+        code, policy, report, _ = learn(legacy, upstream, tmp_path / "learn")
+        assert code == 0, report["problems"]
+        assert report["result"]["label"] == "READY"
+        assert policy is not None
+        written = load_policy_file(tmp_path / "learn" / "policy.yaml")
+        facts = policy_facts(policy, written.errors)
+        for key, value in case.expect.items():
+            assert facts[key] == value, (
+                key,
+                facts[key],
+                (tmp_path / "learn" / "policy.yaml").read_text(),
+            )
+        spec = GatewaySpec(
+            upstream.url,
+            policy=tmp_path / "learn" / "policy.yaml",
+            tokenizers=f"{legacy.served_model}={qwen_dir}",
+        )
+        with gateways.own(spec) as gateway:
+            assert_client_sees_the_same(
+                legacy.url, gateway.url, battery(legacy.served_model, legacy)
+            )
