@@ -152,8 +152,8 @@ def run_report(args: argparse.Namespace) -> int:
 
 
 def run_shadow(args: argparse.Namespace) -> int:
-    from extproc.commands.envoy_config import Upstream
     from extproc.commands.shadow_launcher import ShadowRunOptions, main_shadow
+    from extproc.runtime.envoy_config import Upstream
 
     try:
         baseline = Upstream.from_url(args.baseline)
@@ -165,8 +165,8 @@ def run_shadow(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    from extproc.commands.cpus import cpus_available
     from extproc.core.policy.loader import parse_tokenizer_overrides
+    from extproc.runtime.cpu_count import cpus_available
 
     workers = args.workers or cpus_available()
     contract = launcher_contract(args.config, args.tokenizer, workers)

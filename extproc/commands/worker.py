@@ -1,7 +1,7 @@
 """One worker of `extproc run --workers N`: `extproc serve`, tied to its launcher.
 
 ``python -m extproc.commands.worker SERVE-ARGS...`` (started by
-extproc/commands/workers.py, never by hand) runs ``extproc serve SERVE-ARGS`` with three
+extproc/runtime/worker_pool.py, never by hand) runs ``extproc serve SERVE-ARGS`` with three
 differences that only make sense under a launcher:
 
 - it gets SIGTERM (and so drains) when the launcher dies, even by SIGKILL
@@ -22,7 +22,7 @@ import signal
 import sys
 
 from extproc.commands.cli import main as cli_main
-from extproc.commands.workers import LAUNCHER_PID_ENV, LOG_LEVEL_ENV, WORKER_INDEX_ENV
+from extproc.runtime.worker_pool import LAUNCHER_PID_ENV, LOG_LEVEL_ENV, WORKER_INDEX_ENV
 
 _PR_SET_PDEATHSIG = 1
 

@@ -21,15 +21,15 @@ from urllib.parse import urlsplit
 
 import orjson
 
-from extproc.commands.envoy_config import (
+from extproc.core.contract import Contract
+from extproc.runtime.envoy_config import (
     DEFAULT_TEMPLATE,
     EnvoySettings,
     Upstream,
     load_template,
     render,
 )
-from extproc.commands.launcher import run_envoy, start_server
-from extproc.core.contract import Contract
+from extproc.runtime.gateway_launcher import run_envoy, start_server
 from extproc.service.net import free_port
 from extproc.tools.learn.local import TEXT
 from extproc.tools.learn.probing_plan import Learned

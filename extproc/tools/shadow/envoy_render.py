@@ -14,14 +14,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from extproc.commands.envoy_config import (
+from extproc.core.policy.model import GatewayPolicy
+from extproc.runtime.envoy_config import (
     DEFAULT_TEMPLATE,
     LEGACY_CLUSTER,
     PASSTHROUGH_ROUTE,
     Upstream,
     legacy_cluster,
 )
-from extproc.core.policy.model import GatewayPolicy
 
 ENVOY_DIR: Final = DEFAULT_TEMPLATE.parent
 SHADOW_TEMPLATE: Final = ENVOY_DIR / "shadow.yaml"

