@@ -19,7 +19,7 @@ from extproc.runtime.envoy_config import (
     render,
     template_path,
 )
-from extproc.runtime.gateway_launcher import envoy_binary
+from extproc.runtime.envoy_process import envoy_binary
 from tests.conftest import REPO
 
 ENVOY_FILES = sorted(p for p in (REPO / "envoy").glob("*.yaml") if "kind:" not in p.read_text())

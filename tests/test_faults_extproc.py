@@ -44,7 +44,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from extproc.core.policy import GatewayPolicy
 from extproc.runtime.envoy_config import EnvoySettings, Upstream, dump, load_template, render
-from extproc.runtime.gateway_launcher import envoy_argv
+from extproc.runtime.envoy_process import envoy_argv
 from tests.conftest import QWEN_MODEL, SHIPPED_QWEN_POLICY
 from tests.fake_upstream import FakeUpstream
 from tests.harness import Gateway, Gateways, GatewaySpec, free_port, http, metric_value

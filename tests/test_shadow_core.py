@@ -25,7 +25,7 @@ from extproc.core.policy import GatewayPolicy
 from extproc.core.status import status_class
 from extproc.runtime.envoy_config import DEFAULT_TEMPLATE as STANDALONE_TEMPLATE
 from extproc.runtime.envoy_config import Upstream, dump, load_template
-from extproc.runtime.gateway_launcher import envoy_binary
+from extproc.runtime.envoy_process import envoy_binary
 from extproc.tools.parity import Thresholds
 from extproc.tools.shadow import (
     Half,

