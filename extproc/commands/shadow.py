@@ -152,8 +152,8 @@ def run_report(args: argparse.Namespace) -> int:
 
 
 def run_shadow(args: argparse.Namespace) -> int:
-    from extproc.commands.shadow_launcher import ShadowRunOptions, main_shadow
     from extproc.runtime.envoy_config import Upstream
+    from extproc.tools.shadow.shadow_launcher import ShadowRunOptions, main_shadow
 
     try:
         baseline = Upstream.from_url(args.baseline)
