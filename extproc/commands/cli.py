@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import logging
 import os
 import signal
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING
 from extproc.commands import learn as learn_command
 from extproc.commands import probe as probe_command
 from extproc.commands import shadow as shadow_command
-from extproc.commands.common import launcher_contract, load_contract_or_report
+from extproc.commands.common import load_contract_or_report
 from extproc.commands.options import (
     SHIPPED_POLICY,
     add_envoy_options,
@@ -281,6 +282,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from extproc.runtime.extproc_servers import launcher_contract
     from extproc.runtime.gateway_launcher import RunOptions, main_run
 
     try:
@@ -309,7 +311,9 @@ def _run(args: argparse.Namespace) -> int:
 
     def serve_in_front_of(target: Upstream, on_ready: Callable[[str], None] | None) -> int:
         started_from = policy_stamp(args.config)
-        contract = launcher_contract(args.config, args.tokenizer, workers)
+        contract = launcher_contract(
+            functools.partial(load_contract_or_report, args.config, args.tokenizer), workers
+        )
         if contract is None:
             return 2
         options = RunOptions(

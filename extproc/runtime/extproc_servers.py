@@ -1,6 +1,7 @@
 """The ext_proc server(s) a launcher points Envoy at: one in this process, or worker
 processes (extproc/runtime/worker_pool.py), each serving on its own loopback port until
-the block that holds them ends, then drained.
+the block that holds them ends, then drained; and the contract the launcher itself
+keeps for them (:func:`launcher_contract`).
 """
 
 from __future__ import annotations
@@ -8,18 +9,38 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import gc
 import signal
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
 from extproc.core.contract import Contract
 from extproc.runtime.envoy_config import with_extproc_workers
 from extproc.runtime.worker_pool import WorkerHooks, WorkerPool, WorkerSettings
+from extproc.service.memory import fix_mmap_threshold, trim_heap
 from extproc.service.net import free_port
 from extproc.service.reload import ReloadSettings
 from extproc.service.server import serve
 from extproc.service.tls import TlsSettings
+
+
+def launcher_contract(load: Callable[[], Contract | None], workers: int) -> Contract | None:
+    """What a launcher (`extproc run`, `extproc shadow`) starts from: the contract
+    ``load`` gives (None when it gives None, having said why). The whole contract is
+    loaded, tokenizers included (a prompt's length needs them), so that a policy that
+    cannot be served stops the launcher once rather than once per worker. Worker
+    processes load their own tokenizers: with them the launcher keeps the policy alone
+    and gives the tokenizers' memory back."""
+    fix_mmap_threshold()  # before the tokenizers load (extproc/service/memory.py)
+    contract = load()
+    if contract is None or workers == 1:
+        return contract
+    policy = contract.policy
+    del contract
+    gc.collect()
+    trim_heap()
+    return Contract(policy=policy, tokenizers={})
 
 
 async def start_server(
