@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from extproc.commands import learn as learn_command
 from extproc.commands import probe as probe_command
 from extproc.commands import shadow as shadow_command
-from extproc.commands.common import load_contract_or_report
+from extproc.commands.contract_loading import load_contract_or_report
 from extproc.commands.options import (
     SHIPPED_POLICY,
     add_envoy_options,

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from extproc.commands.common import load_contract_or_report
+from extproc.commands.contract_loading import load_contract_or_report
 from extproc.commands.options import add_policy_options, add_server_options, add_workers_option
 
 if TYPE_CHECKING:
