@@ -14,7 +14,7 @@ from typing import Any
 from bench import wrk
 from bench.procfs import loadavg
 from bench.workloads import REPO
-from extproc.commands.launcher import envoy_binary
+from extproc.runtime.envoy_process import envoy_binary
 
 
 def _output(argv: list[str], timeout: float = 10, stderr: bool = False) -> str:

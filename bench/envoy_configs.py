@@ -24,14 +24,14 @@ from pathlib import Path
 from typing import Any
 
 from bench.workloads import REPO
-from extproc.commands.envoy_config import (
+from extproc.core.policy import load_policy_file
+from extproc.runtime.envoy_config import (
     EnvoySettings,
     Upstream,
     load_template,
     render,
     with_extproc_workers,
 )
-from extproc.core.policy import load_policy_file
 from extproc.service.net import free_port
 
 EXT_PROC_FILTER = "envoy.filters.http.ext_proc"

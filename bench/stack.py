@@ -26,7 +26,7 @@ from bench.processes import (
     wait_for_port,
 )
 from bench.workloads import POLICY, native_policy
-from extproc.commands.launcher import envoy_binary
+from extproc.runtime.envoy_process import envoy_binary
 from extproc.service.net import free_port
 
 

@@ -45,7 +45,7 @@ def qwen_tokenizer_dir() -> Path:
 
 QWEN_TOKENIZERS = f"{QWEN_MODEL}={qwen_tokenizer_dir()}"
 READY_TIMEOUT_S = 90.0
-# The launcher's log line for each worker process it starts (extproc/commands/workers.py).
+# The launcher's log line for each worker process it starts (extproc/runtime/worker_pool.py).
 WORKER_STARTED = re.compile(r"worker (\d+) started \(pid (\d+), 127\.0\.0\.1:(\d+)\)")
 
 

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import orjson
 
-from extproc.commands.default_upstream import SETUP_SCRIPT, Environment, vllm_environment
-from extproc.commands.default_upstream import vllm_argv as default_vllm_argv
+from extproc.runtime.default_upstream import SETUP_SCRIPT, Environment, vllm_environment
+from extproc.runtime.default_upstream import vllm_argv as default_vllm_argv
 from tests.harness import free_port, http
 
 SERVED_MODEL = "all-MiniLM-L6-v2"

@@ -18,9 +18,9 @@ import pytest
 
 from bench.burst import post
 from bench.procfs import rss_mb
-from extproc.commands.envoy_config import EnvoySettings, Upstream, dump, load_template, render
-from extproc.commands.launcher import envoy_argv
 from extproc.core.policy import GatewayPolicy
+from extproc.runtime.envoy_config import EnvoySettings, Upstream, dump, load_template, render
+from extproc.runtime.envoy_process import envoy_argv
 from tests.conftest import QWEN_MODEL, SHIPPED_QWEN_POLICY
 from tests.fake_upstream import FakeUpstream
 from tests.harness import (

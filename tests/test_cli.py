@@ -12,7 +12,7 @@ import orjson
 import pytest
 
 from extproc.commands.cli import main
-from extproc.commands.envoy_config import DEFAULT_TEMPLATE, template_path
+from extproc.runtime.envoy_config import DEFAULT_TEMPLATE, template_path
 from extproc.service.net import free_port, split_host_port
 from tests.conftest import REPO
 
@@ -108,7 +108,7 @@ def test_free_ports_are_distinct_bindable_and_below_the_ephemeral_range() -> Non
 
 
 def test_the_demo_line_says_the_input_was_cut_only_when_it_was() -> None:
-    from extproc.commands.default_upstream import MAX_MODEL_LEN, _summary
+    from extproc.runtime.default_upstream import MAX_MODEL_LEN, _summary
 
     def answer(tokens: int) -> bytes:
         return orjson.dumps(

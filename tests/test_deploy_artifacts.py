@@ -49,10 +49,10 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from extproc.commands.envoy_config import LEGACY_CLUSTER, Upstream, with_legacy
-from extproc.commands.launcher import envoy_binary
 from extproc.core.policy import load_policy_file, load_policy_text
 from extproc.core.request_coding import MAX_INFLATE_RATIO
+from extproc.runtime.envoy_config import LEGACY_CLUSTER, Upstream, with_legacy
+from extproc.runtime.envoy_process import envoy_binary
 from tests.conftest import QWEN_MODEL, REPO, SHIPPED_QWEN_POLICY
 from tests.harness import free_port, http
 

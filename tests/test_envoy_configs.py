@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 import yaml
 
-from extproc.commands.envoy_config import (
+from extproc.core.policy import GatewayPolicy, load_policy_text
+from extproc.runtime.envoy_config import (
     EnvoySettings,
     Upstream,
     dump,
@@ -18,8 +19,7 @@ from extproc.commands.envoy_config import (
     render,
     template_path,
 )
-from extproc.commands.launcher import envoy_binary
-from extproc.core.policy import GatewayPolicy, load_policy_text
+from extproc.runtime.envoy_process import envoy_binary
 from tests.conftest import REPO
 
 ENVOY_FILES = sorted(p for p in (REPO / "envoy").glob("*.yaml") if "kind:" not in p.read_text())

@@ -4,11 +4,11 @@ SIGKILLed or SIGTERMed under load, Envoy killed and restarted under load.
 The SIGKILL and SIGTERM cases run twice: against `extproc serve` alone (below), and
 against one worker of `extproc run --workers 2` (tests/harness.py), whose launcher
 restarts it while Envoy sends its share to the other worker
-(extproc/commands/workers.py).
+(extproc/runtime/worker_pool.py).
 
 A real stack on 127.0.0.1, shared by the tests of this module and repaired between
 them: `extproc serve` as its own process on a fixed port, a real Envoy rendered from
-envoy/standalone.yaml by extproc/commands/envoy_config.py (as `extproc run` does) pointing at
+envoy/standalone.yaml by extproc/runtime/envoy_config.py (as `extproc run` does) pointing at
 it, and tests/fake_upstream.FakeUpstream (Dynamo flavour) behind Envoy. The load is
 requests that MUST be rewritten: ``input_type: query`` (the Qwen3 instruction must
 reach the model) and, for half the clients, also ``dimensions: 256`` (the response
@@ -42,9 +42,9 @@ import orjson
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from extproc.commands.envoy_config import EnvoySettings, Upstream, dump, load_template, render
-from extproc.commands.launcher import envoy_argv
 from extproc.core.policy import GatewayPolicy
+from extproc.runtime.envoy_config import EnvoySettings, Upstream, dump, load_template, render
+from extproc.runtime.envoy_process import envoy_argv
 from tests.conftest import QWEN_MODEL, SHIPPED_QWEN_POLICY
 from tests.fake_upstream import FakeUpstream
 from tests.harness import Gateway, Gateways, GatewaySpec, free_port, http, metric_value

@@ -62,9 +62,9 @@ from typing import Any
 import pytest
 import yaml
 
-from extproc.commands.envoy_config import EnvoySettings, Upstream, dump, load_template, render
-from extproc.commands.launcher import envoy_argv
 from extproc.core.policy import GatewayPolicy
+from extproc.runtime.envoy_config import EnvoySettings, Upstream, dump, load_template, render
+from extproc.runtime.envoy_process import envoy_argv
 from tests.conftest import QWEN_MODEL, REPO, SHIPPED_QWEN_POLICY
 from tests.fake_legacy import FakeLegacy
 from tests.fake_upstream import FakeUpstream

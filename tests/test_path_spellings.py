@@ -44,8 +44,8 @@ import orjson
 import pytest
 import yaml
 
-from extproc.commands.envoy_config import LEGACY_CLUSTER, Upstream, legacy_cluster
-from extproc.commands.launcher import envoy_binary
+from extproc.runtime.envoy_config import LEGACY_CLUSTER, Upstream, legacy_cluster
+from extproc.runtime.envoy_process import envoy_binary
 from tests.conftest import QWEN_MODEL, REPO, SHIPPED_QWEN_POLICY
 from tests.fake_upstream import FakeUpstream
 from tests.harness import Gateways, GatewaySpec, free_port, http

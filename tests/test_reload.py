@@ -43,14 +43,14 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ep_grpc
 from prometheus_client import REGISTRY
 
-from extproc.commands.envoy_config import (
+from extproc.core.contract import Contract, load_contract
+from extproc.core.policy import load_policy_file, load_policy_text
+from extproc.runtime.envoy_config import (
     DEFAULT_TEMPLATE,
     load_template,
     rendered_precheck_markers,
     template_path,
 )
-from extproc.core.contract import Contract, load_contract
-from extproc.core.policy import load_policy_file, load_policy_text
 from extproc.service.net import free_port
 from extproc.service.reload import (
     NOT_APPLIED_SETTINGS,

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from extproc.commands.envoy_config import EnvoySettings, Upstream, dump, load_template, render
-from extproc.commands.launcher import envoy_binary
 from extproc.core.policy import GatewayPolicy
+from extproc.runtime.envoy_config import EnvoySettings, Upstream, dump, load_template, render
+from extproc.runtime.envoy_process import envoy_binary
 from tests.conftest import QWEN_MODEL, SHIPPED_QWEN_POLICY
 from tests.fake_upstream import FakeUpstream
 from tests.harness import free_port, http, metric_value

@@ -21,11 +21,11 @@ import pytest
 from envoy.config.core.v3 import base_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
 
-from extproc.commands.envoy_config import DEFAULT_TEMPLATE as STANDALONE_TEMPLATE
-from extproc.commands.envoy_config import Upstream, dump, load_template
-from extproc.commands.launcher import envoy_binary
 from extproc.core.policy import GatewayPolicy
 from extproc.core.status import status_class
+from extproc.runtime.envoy_config import DEFAULT_TEMPLATE as STANDALONE_TEMPLATE
+from extproc.runtime.envoy_config import Upstream, dump, load_template
+from extproc.runtime.envoy_process import envoy_binary
 from extproc.tools.parity import Thresholds
 from extproc.tools.shadow import (
     Half,

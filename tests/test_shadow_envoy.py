@@ -34,10 +34,10 @@ import numpy as np
 import pytest
 import yaml
 
-from extproc.commands.envoy_config import DEFAULT_TEMPLATE as STANDALONE_TEMPLATE
-from extproc.commands.envoy_config import Upstream, load_template
-from extproc.commands.launcher import envoy_binary
 from extproc.core.policy import GatewayPolicy
+from extproc.runtime.envoy_config import DEFAULT_TEMPLATE as STANDALONE_TEMPLATE
+from extproc.runtime.envoy_config import Upstream, load_template
+from extproc.runtime.envoy_process import envoy_binary
 from extproc.tools.shadow.envoy_render import (
     REVERSE_TEMPLATE,
     SHADOW_TEMPLATE,

@@ -24,7 +24,8 @@ import orjson
 import pytest
 import yaml
 
-from extproc.commands.envoy_config import (
+from extproc.core.policy import GatewayPolicy
+from extproc.runtime.envoy_config import (
     LEGACY_CLUSTER,
     EnvoySettings,
     Upstream,
@@ -32,7 +33,6 @@ from extproc.commands.envoy_config import (
     render,
     with_legacy,
 )
-from extproc.core.policy import GatewayPolicy
 from tests.conftest import QWEN_MODEL, REPO
 from tests.fake_upstream import FakeUpstream
 from tests.harness import SHAPES, Gateway, Gateways, GatewaySpec, free_port

@@ -33,7 +33,9 @@ from prometheus_client import REGISTRY
 
 import extproc.service.server as server_module
 from extproc.commands.cli import main as cli_main
-from extproc.commands.envoy_config import (
+from extproc.core.contract import Contract
+from extproc.core.policy import GatewayPolicy
+from extproc.runtime.envoy_config import (
     EnvoySettings,
     ExtProcTls,
     Upstream,
@@ -44,8 +46,6 @@ from extproc.commands.envoy_config import (
     render,
     with_extproc_tls,
 )
-from extproc.core.contract import Contract
-from extproc.core.policy import GatewayPolicy
 from extproc.service.servicer import ExternalProcessor
 from extproc.service.tls import (
     ReloadState,

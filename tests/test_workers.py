@@ -1,4 +1,4 @@
-"""`extproc run --workers N` (extproc/commands/workers.py): how N is chosen, how the
+"""`extproc run --workers N` (extproc/runtime/worker_pool.py): how N is chosen, how the
 workers are started, rendered into Envoy's ext_proc cluster, counted on /metrics,
 asked for their health, stopped, and what happens when one cannot start or the
 launcher dies.
@@ -21,8 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from extproc.commands.cpus import CgroupCpu, quota_cpus, read_cgroup_cpu, usable_cpus
-from extproc.commands.envoy_config import (
+from extproc.core.policy import GatewayPolicy
+from extproc.runtime.cpu_count import CgroupCpu, quota_cpus, read_cgroup_cpu, usable_cpus
+from extproc.runtime.envoy_config import (
     EnvoySettings,
     Upstream,
     dump,
@@ -31,7 +32,7 @@ from extproc.commands.envoy_config import (
     template_path,
     with_extproc_workers,
 )
-from extproc.commands.workers import (
+from extproc.runtime.worker_pool import (
     FIRST_RESTART_DELAY_S,
     MAX_RESTART_DELAY_S,
     STABLE_S,
@@ -43,7 +44,6 @@ from extproc.commands.workers import (
     worker_argv,
     worker_env,
 )
-from extproc.core.policy import GatewayPolicy
 from extproc.service.net import free_port
 from extproc.service.tls import TlsSettings
 from tests.conftest import QWEN_MODEL

@@ -1,4 +1,5 @@
 """The command line: `extproc serve | run | check-config | health | presets` (``cli``),
 the tools' commands (``probe``, ``learn``, ``shadow``: `extproc probe | learn | shadow*`),
-the process launchers (``launcher`` for `extproc run`, ``shadow_launcher`` for
-`extproc shadow`, ``workers``) and the rendering of the shipped Envoy configs."""
+the options they share (``options``) and loading a contract with a readable error
+(``contract_loading``); ``worker`` is one worker process of `extproc run --workers N`.
+What they run is in :mod:`extproc.runtime` and :mod:`extproc.tools`."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import logging
 import os
 import signal
@@ -16,9 +17,7 @@ from typing import TYPE_CHECKING
 from extproc.commands import learn as learn_command
 from extproc.commands import probe as probe_command
 from extproc.commands import shadow as shadow_command
-from extproc.commands.common import launcher_contract, load_contract_or_report
-from extproc.commands.cpus import cpus_available
-from extproc.commands.envoy_config import DEFAULT_TEMPLATE, ExtProcTls, Upstream
+from extproc.commands.contract_loading import load_contract_or_report
 from extproc.commands.options import (
     SHIPPED_POLICY,
     add_envoy_options,
@@ -30,10 +29,12 @@ from extproc.commands.options import (
     add_tokenizer_option,
     add_workers_option,
 )
-from extproc.commands.workers import PRECHECK_MARKERS_ENV
 from extproc.core.policy.loader import parse_tokenizer_overrides
 from extproc.core.policy.model import ModelPolicy
 from extproc.core.policy.presets import presets
+from extproc.runtime.cpu_count import cpus_available
+from extproc.runtime.envoy_config import DEFAULT_TEMPLATE, ExtProcTls, Upstream
+from extproc.runtime.worker_pool import PRECHECK_MARKERS_ENV
 from extproc.service.memory import fix_mmap_threshold
 from extproc.service.reload import FileStamp, ReloadSettings, policy_stamp
 from extproc.service.tls import (
@@ -78,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _envoy_found(command: str) -> bool:
     """Before any work: a command that starts Envoy stops at once, in one line, without one."""
-    from extproc.commands.launcher import envoy_binary
+    from extproc.runtime.envoy_process import envoy_binary
 
     try:
         envoy_binary()
@@ -282,7 +283,8 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from extproc.commands.launcher import RunOptions, main_run
+    from extproc.runtime.extproc_servers import launcher_contract
+    from extproc.runtime.gateway_launcher import RunOptions, main_run
 
     try:
         upstream = None if args.upstream is None else Upstream.from_url(args.upstream)
@@ -310,7 +312,9 @@ def _run(args: argparse.Namespace) -> int:
 
     def serve_in_front_of(target: Upstream, on_ready: Callable[[str], None] | None) -> int:
         started_from = policy_stamp(args.config)
-        contract = launcher_contract(args.config, args.tokenizer, workers)
+        contract = launcher_contract(
+            functools.partial(load_contract_or_report, args.config, args.tokenizer), workers
+        )
         if contract is None:
             return 2
         options = RunOptions(
@@ -342,10 +346,10 @@ def _run_with_default_upstream(
     args: argparse.Namespace,
     serve_in_front_of: Callable[[Upstream, Callable[[str], None] | None], int],
 ) -> int:
-    """No --upstream: plain vLLM on this CPU (extproc/commands/default_upstream.py),
+    """No --upstream: plain vLLM on this CPU (extproc/runtime/default_upstream.py),
     with the MiniLM policy unless --config names another; the demonstration request
     once the gateway is ready; vLLM stopped when the gateway stops."""
-    from extproc.commands import default_upstream as default
+    from extproc.runtime import default_upstream as default
 
     default.note(
         f"no --upstream: starting plain vLLM on the CPU serving {default.SERVED_MODEL} "

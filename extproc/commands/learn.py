@@ -18,7 +18,6 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from extproc.commands.launcher import envoy_binary
 from extproc.commands.options import add_header_option, add_tokenizer_option, headers_from
 from extproc.core.contract import load_contract
 from extproc.core.policy import PolicyError, load_policy_file
@@ -26,6 +25,7 @@ from extproc.core.policy.loader import TOKENIZER_OVERRIDES_ENV, parse_tokenizer_
 from extproc.core.policy.model import TokenizerSource
 from extproc.core.policy.presets import presets
 from extproc.core.tokens import TokenizerLoadError
+from extproc.runtime.envoy_process import envoy_binary
 from extproc.tools.learn.findings import Finding, unknown
 from extproc.tools.learn.learn_report import NO_VERIFY, LearnReport, to_json, to_markdown
 from extproc.tools.learn.local import LocalModel

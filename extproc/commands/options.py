@@ -143,7 +143,7 @@ def add_envoy_options(parser: argparse._ActionsContainer) -> None:
 
 def add_workers_option(parser: argparse._ActionsContainer) -> None:
     """--workers: how many ext_proc server processes a command runs behind its Envoy."""
-    from extproc.commands.cpus import cpus_available
+    from extproc.runtime.cpu_count import cpus_available
 
     parser.add_argument(
         "--workers",

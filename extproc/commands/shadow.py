@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from extproc.commands.common import launcher_contract
+from extproc.commands.contract_loading import load_contract_or_report
 from extproc.commands.options import add_policy_options, add_server_options, add_workers_option
 
 if TYPE_CHECKING:
@@ -152,8 +153,8 @@ def run_report(args: argparse.Namespace) -> int:
 
 
 def run_shadow(args: argparse.Namespace) -> int:
-    from extproc.commands.envoy_config import Upstream
-    from extproc.commands.shadow_launcher import ShadowRunOptions, main_shadow
+    from extproc.runtime.envoy_config import Upstream
+    from extproc.tools.shadow.shadow_launcher import ShadowRunOptions, main_shadow
 
     try:
         baseline = Upstream.from_url(args.baseline)
@@ -165,11 +166,14 @@ def run_shadow(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    from extproc.commands.cpus import cpus_available
     from extproc.core.policy.loader import parse_tokenizer_overrides
+    from extproc.runtime.cpu_count import cpus_available
+    from extproc.runtime.extproc_servers import launcher_contract
 
     workers = args.workers or cpus_available()
-    contract = launcher_contract(args.config, args.tokenizer, workers)
+    contract = launcher_contract(
+        functools.partial(load_contract_or_report, args.config, args.tokenizer), workers
+    )
     if contract is None:
         return 2
     options = ShadowRunOptions(

@@ -1,52 +1,24 @@
-"""One worker of `extproc run --workers N`: `extproc serve`, tied to its launcher.
+"""``python -m extproc.commands.worker SERVE-ARGS...``: one worker of `extproc run
+--workers N`, started by extproc/runtime/worker_pool.py, never by hand.
 
-``python -m extproc.commands.worker SERVE-ARGS...`` (started by
-extproc/commands/workers.py, never by hand) runs ``extproc serve SERVE-ARGS`` with three
-differences that only make sense under a launcher:
-
-- it gets SIGTERM (and so drains) when the launcher dies, even by SIGKILL
-  (``PR_SET_PDEATHSIG``), and exits at once if the launcher is already gone;
-- SIGHUP is ignored until the server installs its own handler (the default action
-  would end the process; the launcher delivers a SIGHUP that came meanwhile once the
-  worker is ready);
-- its log lines name it (``worker 2:``), since every worker logs to the launcher's
-  output.
+It is ``extproc serve SERVE-ARGS`` in a process made a worker of its launcher first
+(extproc/runtime/worker_process.py: it dies with the launcher, holds SIGHUP until it
+serves, and names itself in its log lines).
 """
 
 from __future__ import annotations
 
-import ctypes
-import logging
-import os
-import signal
 import sys
 
 from extproc.commands.cli import main as cli_main
-from extproc.commands.workers import LAUNCHER_PID_ENV, LOG_LEVEL_ENV, WORKER_INDEX_ENV
-
-_PR_SET_PDEATHSIG = 1
-
-
-def die_with_launcher(launcher_pid: int) -> bool:
-    """SIGTERM when the launcher dies; False if it already has (we were re-parented)."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-    return os.getppid() == launcher_pid
+from extproc.runtime.worker_process import become_worker
 
 
 def main(argv: list[str] | None = None) -> int:
     serve_args = sys.argv[1:] if argv is None else argv
-    index = os.environ.get(WORKER_INDEX_ENV, "?")
-    launcher = os.environ.get(LAUNCHER_PID_ENV)
-    if launcher is not None and not die_with_launcher(int(launcher)):
+    level = become_worker()
+    if level is None:
         return 1
-    signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    level = os.environ.get(LOG_LEVEL_ENV, "info")
-    # Configured before the CLI's own basicConfig, which then leaves it as it is.
-    logging.basicConfig(
-        level=getattr(logging, level.upper(), logging.INFO),
-        format=f"%(asctime)s %(levelname)s worker {index}: %(name)s: %(message)s",
-    )
     return cli_main(["--log-level", level, "serve", *serve_args])
 
 

@@ -2,7 +2,7 @@
 # Build (once) the real upstream stacks, on a CPU-only machine with no model hub:
 # plain vLLM and NVIDIA Dynamo + vLLM worker, serving all-MiniLM-L6-v2 from PyPI. The
 # end-to-end tier runs against both; `extproc run` without --upstream starts the plain
-# vLLM one as its default upstream (extproc/commands/default_upstream.py). Shipped in
+# vLLM one as its default upstream (extproc/runtime/default_upstream.py). Shipped in
 # the package for that; scripts/setup-real-upstream.sh in a checkout runs this file.
 #
 #   setup-real-upstream.sh            build what is missing or stale, print paths

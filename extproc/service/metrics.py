@@ -53,7 +53,7 @@ STREAM_ANOMALIES = Counter(
     ["message"],
 )
 # multiprocess_mode: how `extproc run --workers N` adds up its workers' gauges
-# (extproc/commands/worker_metrics.py); one process ignores it.
+# (extproc/runtime/worker_metrics.py); one process ignores it.
 ACTIVE_STREAMS = Gauge(
     "extproc_active_streams", "ext_proc streams in flight.", multiprocess_mode="livesum"
 )

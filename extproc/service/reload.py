@@ -118,7 +118,7 @@ class ContractHolder:
 
 @dataclass(frozen=True)
 class EnvoyLimits:
-    """The sizes a policy asks of Envoy and of the gRPC hop (extproc/commands/
+    """The sizes a policy asks of Envoy and of the gRPC hop (extproc/runtime/
     envoy_config.py renders them; server.py sets the gRPC one)."""
 
     request_body_bytes: int

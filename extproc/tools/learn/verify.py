@@ -2,11 +2,12 @@
 compared with the baseline by the probe's parity and contract checks.
 
 The gateway is `extproc run`'s own: its ext_proc server and a real Envoy on the
-shipped ``standalone.yaml``, started in this process by the launcher's functions and
-stopped when the comparison is done. The comparison uses the probe's corpus (texts
-learning never sent), its contract probes, and probes for what was learned: every
-``input_type`` the baseline accepts, the Matryoshka sizes at the edges, the lenient
-spellings and the bad requests, each expected valid when the baseline accepted it.
+shipped ``standalone.yaml``, started in this process by the runtime's functions
+(``extproc_servers.start_server``, ``envoy_process.run_envoy``) and stopped when the
+comparison is done. The comparison uses the probe's corpus (texts learning never sent),
+its contract probes, and probes for what was learned: every ``input_type`` the baseline
+accepts, the Matryoshka sizes at the edges, the lenient spellings and the bad requests,
+each expected valid when the baseline accepted it.
 """
 
 from __future__ import annotations
@@ -21,15 +22,16 @@ from urllib.parse import urlsplit
 
 import orjson
 
-from extproc.commands.envoy_config import (
+from extproc.core.contract import Contract
+from extproc.runtime.envoy_config import (
     DEFAULT_TEMPLATE,
     EnvoySettings,
     Upstream,
     load_template,
     render,
 )
-from extproc.commands.launcher import run_envoy, start_server
-from extproc.core.contract import Contract
+from extproc.runtime.envoy_process import run_envoy
+from extproc.runtime.extproc_servers import start_server
 from extproc.service.net import free_port
 from extproc.tools.learn import profile_learner, prompts_learner
 from extproc.tools.learn.local import TEXT

@@ -5,8 +5,8 @@ ext_proc taps on both send copies of each exchange to one comparator
 (``extproc shadow-compare``), which pairs the two halves by ``x-request-id``,
 compares them input by input (with :mod:`extproc.tools.parity`) and serves a
 summary, Prometheus metrics and a verdict (``extproc shadow-report``).
-``extproc shadow`` runs it all on one machine (:mod:`extproc.commands.shadow_launcher`;
-the command lines: :mod:`extproc.commands.shadow`).
+``extproc shadow`` runs it all on one machine (``shadow_launcher``; the command lines:
+:mod:`extproc.commands.shadow`).
 
 The core is sans-I/O: :func:`extract_half` (bodies -> :class:`Half`),
 :func:`compare_pair` (halves -> :class:`PairResult`, ``pair_comparison``),

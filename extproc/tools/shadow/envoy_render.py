@@ -14,14 +14,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from extproc.commands.envoy_config import (
+from extproc.core.policy.model import GatewayPolicy
+from extproc.runtime.envoy_config import (
     DEFAULT_TEMPLATE,
     LEGACY_CLUSTER,
     PASSTHROUGH_ROUTE,
     Upstream,
     legacy_cluster,
+    point_cluster,
 )
-from extproc.core.policy.model import GatewayPolicy
 
 ENVOY_DIR: Final = DEFAULT_TEMPLATE.parent
 SHADOW_TEMPLATE: Final = ENVOY_DIR / "shadow.yaml"
@@ -161,7 +162,7 @@ def render_shadow(
     for name, upstream in upstreams.items():
         cluster = clusters[name]
         cluster["per_connection_buffer_limit_bytes"] = response_limit
-        _point(cluster, [(upstream.host, upstream.port)])
+        point_cluster(cluster, [(upstream.host, upstream.port)])
         if upstream.tls:
             cluster["transport_socket"] = {
                 "name": "envoy.transport_sockets.tls",
@@ -169,16 +170,16 @@ def render_shadow(
             }
         else:
             cluster.pop("transport_socket", None)
-    _point(clusters["shadow_listener"], [(_LOOPBACK, settings.shadow_port)])
-    _point(clusters["noise_listener"], [(_LOOPBACK, settings.noise_port)])
+    point_cluster(clusters["shadow_listener"], [(_LOOPBACK, settings.shadow_port)])
+    point_cluster(clusters["noise_listener"], [(_LOOPBACK, settings.noise_port)])
     if reverse:
-        _point(clusters["candidate_gateway"], [(_LOOPBACK, settings.candidate_gateway_port)])
+        point_cluster(clusters["candidate_gateway"], [(_LOOPBACK, settings.candidate_gateway_port)])
     for name in ("shadow_listener", "noise_listener", "candidate_gateway"):
         if name in clusters:
             clusters[name]["per_connection_buffer_limit_bytes"] = response_limit
     clusters["extproc"]["per_connection_buffer_limit_bytes"] = message_limit
-    _point(clusters["extproc"], [(_LOOPBACK, settings.extproc_port)])
-    _point(clusters["shadow_compare"], list(settings.compare))
+    point_cluster(clusters["extproc"], [(_LOOPBACK, settings.extproc_port)])
+    point_cluster(clusters["shadow_compare"], settings.compare)
     if settings.legacy is not None:
         _route_primary_passthrough_to_legacy(config, listeners["primary"], settings.legacy)
     return config
@@ -212,14 +213,3 @@ def routes_of(hcm: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _socket(host: str, port: int) -> dict[str, Any]:
     return {"address": host, "port_value": port}
-
-
-def _point(cluster: dict[str, Any], endpoints: list[tuple[str, int]]) -> None:
-    cluster["load_assignment"]["endpoints"] = [
-        {
-            "lb_endpoints": [
-                {"endpoint": {"address": {"socket_address": _socket(host, port)}}}
-                for host, port in endpoints
-            ]
-        }
-    ]

@@ -15,7 +15,7 @@ from __future__ import annotations
 import copy
 import ipaddress
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from importlib.resources import files
 from pathlib import Path
@@ -132,13 +132,13 @@ def render(
     clusters = {c["name"]: c for c in resources["clusters"]}
     upstream = clusters["upstream"]
     upstream["per_connection_buffer_limit_bytes"] = response_limit
-    _point(upstream, settings.upstream.host, settings.upstream.port)
+    point_cluster(upstream, [(settings.upstream.host, settings.upstream.port)])
     upstream["type"] = "STRICT_DNS"
     if settings.upstream.tls:
         upstream["transport_socket"] = _upstream_tls(settings.upstream.host)
     extproc = clusters["extproc"]
     extproc["per_connection_buffer_limit_bytes"] = message_limit
-    _point(extproc, "127.0.0.1", settings.extproc_port)
+    point_cluster(extproc, [("127.0.0.1", settings.extproc_port)])
     if settings.legacy is not None:
         return with_legacy(config, settings.legacy)
     return config
@@ -237,7 +237,7 @@ def legacy_cluster(legacy: Upstream) -> dict[str, Any]:
         # control watermark, not a cap; uploads and answers of any size stream.
         "load_assignment": {"cluster_name": LEGACY_CLUSTER},
     }
-    _point(cluster, legacy.host, legacy.port)
+    point_cluster(cluster, [(legacy.host, legacy.port)])
     if legacy.tls:
         cluster["transport_socket"] = _upstream_tls(legacy.host)
     return cluster
@@ -258,8 +258,12 @@ def _route_config(config: dict[str, Any]) -> dict[str, Any]:
     return route_config
 
 
-def _point(cluster: dict[str, Any], host: str, port: int) -> None:
-    cluster["load_assignment"]["endpoints"] = [{"lb_endpoints": [_endpoint(host, port)]}]
+def point_cluster(cluster: dict[str, Any], endpoints: Iterable[tuple[str, int]]) -> None:
+    """Point ``cluster`` at ``endpoints`` (host, port), in place: they replace the
+    endpoints it had, all in one locality."""
+    cluster["load_assignment"]["endpoints"] = [
+        {"lb_endpoints": [_endpoint(host, port) for host, port in endpoints]}
+    ]
 
 
 def _endpoint(host: str, port: int) -> dict[str, Any]:
@@ -411,9 +415,7 @@ def with_extproc_workers(
     if cluster not in clusters:
         raise ValueError(f"no {cluster!r} cluster to spread over workers")
     target = clusters[cluster]
-    target["load_assignment"]["endpoints"] = [
-        {"lb_endpoints": [_endpoint(host, port) for port in ports]}
-    ]
+    point_cluster(target, [(host, port) for port in ports])
     target["lb_policy"] = "LEAST_REQUEST"
     target["common_lb_config"] = {"healthy_panic_threshold": {"value": 0.0}}
     target["health_checks"] = [copy.deepcopy(WORKER_HEALTH_CHECK)]

@@ -42,7 +42,7 @@ from pathlib import Path
 
 from extproc.service.tls import TlsSettings
 
-log = logging.getLogger("extproc.commands.workers")
+log = logging.getLogger("extproc.runtime.worker_pool")
 
 READY_TIMEOUT_S = 120.0  # a worker loads its tokenizers before it listens
 READY_POLL_S = 0.1
@@ -51,7 +51,10 @@ FIRST_RESTART_DELAY_S = 0.1
 MAX_RESTART_DELAY_S = 10.0
 STOP_MARGIN_S = 5.0
 METRICS_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
-# What a worker (extproc/commands/worker.py) reads from its environment.
+# The worker's command line, by module name: a worker is a process of its own that
+# runs the commands layer, which this layer never imports.
+WORKER_MODULE = "extproc.commands.worker"
+# What a worker (extproc/runtime/worker_process.py) reads from its environment.
 WORKER_INDEX_ENV = "EXTPROC_WORKER_INDEX"  # its number in the logs
 LAUNCHER_PID_ENV = "EXTPROC_WORKER_LAUNCHER_PID"  # whom to die with
 LOG_LEVEL_ENV = "EXTPROC_LOG_LEVEL"
@@ -84,7 +87,7 @@ class WorkerSettings:
 
 def worker_argv(settings: WorkerSettings, port: int) -> list[str]:
     """The command line of the worker listening on 127.0.0.1:``port``."""
-    argv = [sys.executable, "-m", "extproc.commands.worker"]
+    argv = [sys.executable, "-m", WORKER_MODULE]
     argv += ["--listen", f"127.0.0.1:{port}", "--config", str(settings.config)]
     for name, directory in settings.tokenizer_overrides.items():
         argv += ["--tokenizer", f"{name}={directory}"]

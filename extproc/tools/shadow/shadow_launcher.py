@@ -1,7 +1,7 @@
 """``extproc shadow``: the whole shadow set-up on one machine, one command.
 
 Starts, in this process, the contract gateway's ext_proc server (with ``--workers N``
-above 1, N worker processes instead: extproc/commands/workers.py) and a comparator;
+above 1, N worker processes instead: extproc/runtime/worker_pool.py) and a comparator;
 renders the shipped shadow config (``envoy/shadow.yaml``, or
 ``envoy/shadow-reverse.yaml`` with ``--reverse``) for the given baseline and
 candidate; starts Envoy; prints one line when everything is up. On SIGTERM or
@@ -18,16 +18,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from extproc.commands.envoy_config import Upstream, load_template
-from extproc.commands.launcher import (
-    ExtprocServers,
-    in_process_server,
-    run_envoy,
-    run_to_exit_status,
-    worker_processes,
-)
-from extproc.commands.workers import WorkerSettings
 from extproc.core.contract import Contract
+from extproc.runtime.envoy_config import Upstream, load_template
+from extproc.runtime.envoy_process import run_envoy
+from extproc.runtime.extproc_servers import ExtprocServers, in_process_server, worker_processes
+from extproc.runtime.gateway_launcher import run_to_exit_status
+from extproc.runtime.worker_pool import WorkerSettings
 from extproc.service.net import free_port, split_host_port
 from extproc.service.server import stop_on_signals
 from extproc.tools.shadow.comparator_server import CompareOptions, serve_compare

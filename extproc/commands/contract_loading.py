@@ -1,0 +1,29 @@
+"""Loading a contract for a command: the policy and its tokenizers, or one readable
+error line (file, field and reason) instead of a traceback."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from extproc.core.contract import Contract, load_contract
+from extproc.core.policy import PolicyError, load_policy_file
+from extproc.core.policy.loader import parse_tokenizer_overrides
+from extproc.core.tokens import TokenizerLoadError
+
+
+def load_contract_or_report(
+    config: Path, tokenizer_flags: list[str], *, tokenizers: bool = True
+) -> Contract | None:
+    """The policy and its tokenizers, or None after printing file, field and reason."""
+    try:
+        overrides = parse_tokenizer_overrides(",".join(tokenizer_flags))
+        policy = load_policy_file(config, tokenizer_overrides=overrides)
+        if not tokenizers:
+            return Contract(policy=policy, tokenizers={})
+        return load_contract(policy)
+    except PolicyError as exc:
+        print(f"error: {exc.source}: {exc.field}: {exc.reason}", file=sys.stderr)
+    except (TokenizerLoadError, ValueError, OSError) as exc:
+        print(f"error: {config}: tokenizer: {exc}", file=sys.stderr)
+    return None

@@ -1,0 +1,50 @@
+"""A worker's own side of `extproc run --workers N`: this process made one of the
+launcher's workers, before it runs `extproc serve`.
+
+A worker (started by extproc/runtime/worker_pool.py, never by hand) differs from a
+plain `extproc serve` in three ways that only make sense under a launcher:
+
+- it gets SIGTERM (and so drains) when the launcher dies, even by SIGKILL
+  (``PR_SET_PDEATHSIG``), and exits at once if the launcher is already gone;
+- SIGHUP is ignored until the server installs its own handler (the default action
+  would end the process; the launcher delivers a SIGHUP that came meanwhile once the
+  worker is ready);
+- its log lines name it (``worker 2:``), since every worker logs to the launcher's
+  output.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import signal
+from collections.abc import Mapping
+
+from extproc.runtime.worker_pool import LAUNCHER_PID_ENV, LOG_LEVEL_ENV, WORKER_INDEX_ENV
+
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_launcher(launcher_pid: int) -> bool:
+    """SIGTERM when the launcher dies; False if it already has (we were re-parented)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    return os.getppid() == launcher_pid
+
+
+def become_worker(environ: Mapping[str, str] = os.environ) -> str | None:
+    """Make this process the worker its environment (worker_pool.worker_env) names, and
+    return the log level its server runs at; None when the launcher is already gone."""
+    index = environ.get(WORKER_INDEX_ENV, "?")
+    launcher = environ.get(LAUNCHER_PID_ENV)
+    if launcher is not None and not die_with_launcher(int(launcher)):
+        return None
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    level = environ.get(LOG_LEVEL_ENV, "info")
+    # Configured before the CLI's own basicConfig, which then leaves it as it is.
+    logging.basicConfig(
+        level=getattr(logging, level.upper(), logging.INFO),
+        format=f"%(asctime)s %(levelname)s worker {index}: %(name)s: %(message)s",
+    )
+    return level
