@@ -31,7 +31,7 @@ from extproc.service.admission import (
     request_work_bytes,
     response_work_bytes,
 )
-from extproc.service.envoy_messages import immediate_response
+from extproc.service.envoy_messages import error_answer
 from extproc.service.memory import TRIM_AFTER_BYTES, IdleTrim, release_after, trim_heap
 from extproc.service.reload import ContractHolder
 from extproc.service.stream import ExtProcStream, Shape
@@ -228,7 +228,7 @@ class ExternalProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc
                 type="server_error",
                 code="gateway_error",
             )
-            return immediate_response(error.status, error.envelope())
+            return error_answer(error)
 
 
 def _gate_settings(limits: Limits) -> tuple[float, float]:

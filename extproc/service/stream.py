@@ -48,19 +48,16 @@ from extproc.service.envoy_messages import (
     Attributes,
     attribute,
     attributes_of,
-    buffer_response_body,
     coding_from_metadata,
-    cue_response_on_stream,
-    drop_upstream_mark,
+    error_answer,
     header_map,
     immediate_response,
     neutral,
     plan_from_metadata,
-    replace_body,
-    route_to_response_filter,
-    set_header,
-    set_json_content_type,
-    status_metadata,
+    request_body_forwarded,
+    request_headers_accepted,
+    response_body_replaced,
+    response_headers_buffered,
     status_of,
 )
 from extproc.service.stream_metrics import RewriteKind, StreamMetrics
@@ -176,9 +173,7 @@ class ExtProcStream:
         counted only by the servicer's admission metrics, not as a rejection."""
         self.phase = Phase.DONE
         self.plan = None
-        reply = immediate_response(error.status, error.envelope())
-        set_header(reply.immediate_response.headers, "retry-after", str(retry_after_s))
-        return reply
+        return error_answer(error, retry_after_s=retry_after_s)
 
     # -- request phase ---------------------------------------------------------------
 
@@ -204,19 +199,15 @@ class ExtProcStream:
             return self._reject(error)
         self.body_expected = True
         self.declared_length = declared_length(values.get("content-length"))
-        reply = ep.ProcessingResponse()
         # What the upstream is told that the one-filter shape has no other way to
         # tell it: the canonical path (the route Envoy chose stays), an answer the
         # gateway can read, no content-encoding (only identity gets here) and, when
         # the client sent none, the JSON content type.
-        mutation = reply.request_headers.response.header_mutation
-        if target is not None and target != path:
-            set_header(mutation, ":path", target)
-        set_header(mutation, "accept-encoding", "identity")
-        if "content-encoding" in values:
-            mutation.remove_headers.append("content-encoding")
-        if self.content_type is None:
-            set_header(mutation, "content-type", "application/json")
+        reply = request_headers_accepted(
+            path=target if target != path else None,
+            drop_content_encoding="content-encoding" in values,
+            add_json_content_type=self.content_type is None,
+        )
         return reply, Phase.AWAIT_REQUEST
 
     def _forward_request(self, request: ep.ProcessingRequest, attributes: Attributes) -> Step:
@@ -236,53 +227,45 @@ class ExtProcStream:
             self.metrics.phase_seconds("request", time.perf_counter() - started)
             return self._reject(error)
         self.metrics.forwarded(forward.stats, rewritten=forward.upstream_body is not None)
-        self.plan = forward.plan
-        reply = ep.ProcessingResponse()
-        reply.request_body.SetInParent()  # an empty reply must still name its kind
-        if forward.upstream_body is not None:
-            common = reply.request_body.response
-            common.body_mutation.body = forward.upstream_body
-            mutation = common.header_mutation
-            set_header(mutation, "content-length", str(len(forward.upstream_body)))
-            set_json_content_type(mutation)
-        if forward.plan.needs_response:
-            # Where the response will be processed must get the plan. On this stream
-            # it is here already; the one-stream route's Lua filter needs its cue.
-            if self.shape is Shape.RESPONSE_ON_SECOND_STREAM:
-                route_to_response_filter(
-                    reply, forward.plan, body_replaced=forward.upstream_body is not None
-                )
-            elif self.shape is Shape.RESPONSE_BODY_ON_THIS_STREAM:
-                cue_response_on_stream(reply)
+        self.plan = plan = forward.plan
+        # Where the response will be processed must get the plan. On this stream it
+        # is here already; the one-stream route's Lua filter needs its cue.
+        reply = request_body_forwarded(
+            forward.upstream_body,
+            plan_to_second_stream=(
+                plan
+                if plan.needs_response and self.shape is Shape.RESPONSE_ON_SECOND_STREAM
+                else None
+            ),
+            cue_response_on_stream=(
+                plan.needs_response and self.shape is Shape.RESPONSE_BODY_ON_THIS_STREAM
+            ),
+        )
         self.metrics.phase_seconds("request", time.perf_counter() - started)
         return reply, Phase.AWAIT_RESPONSE_HEADERS
 
     def _reject(self, error: ApiError) -> Step:
         self.metrics.rejected(error.status, error.param)
-        return immediate_response(error.status, error.envelope()), Phase.DONE
+        return error_answer(error), Phase.DONE
 
     # -- response phase --------------------------------------------------------------
 
     def _decide_on_response_headers(
         self, request: ep.ProcessingRequest, attributes: Attributes
     ) -> Step:
-        reply = ep.ProcessingResponse()
-        reply.response_headers.SetInParent()
         headers = request.response_headers
         status = status_of(header_map(headers.headers))
         if self._decide(status, attributes) is Phase.PASS_THROUGH:
-            return reply, Phase.PASS_THROUGH
+            return neutral("response_headers"), Phase.PASS_THROUGH
         if headers.end_of_stream:
             # A bodyless answer to replace (Dynamo's empty 404): replaced at once.
             answer = rewrite_response(self.plan, status, b"")
             if answer is None:
-                return reply, Phase.DONE
+                return neutral("response_headers"), Phase.DONE
             self.metrics.response_rewritten("error_envelope")
             return immediate_response(answer.status, answer.body), Phase.DONE
-        buffer_response_body(reply)
-        if not is_success(status):
-            # The body gets the envelope here, and only here.
-            drop_upstream_mark(reply.response_headers.response.header_mutation)
+        # An error's body gets the envelope here, and only here.
+        reply = response_headers_buffered(enveloped_here=not is_success(status))
         return reply, Phase.AWAIT_RESPONSE_BODY
 
     def _decide_and_rewrite_response(
@@ -331,13 +314,9 @@ class ExtProcStream:
             return neutral("response_body"), Phase.DONE
         kind: RewriteKind = "vectors" if is_success(answer.status) else "error_envelope"
         self.metrics.response_rewritten(kind)
-        reply = ep.ProcessingResponse()
-        replace_body(reply.response_body.response, answer)  # in place: no body copies
-        if status_as_metadata:
-            # Envoy ignores header mutations in this reply (it never had the
-            # headers): the status goes to the Lua filter that holds them.
-            reply.dynamic_metadata.CopyFrom(status_metadata(answer.status))
-        return reply, Phase.DONE
+        # status_as_metadata: Envoy ignores header mutations in this reply (it never
+        # had the headers); the status goes to the Lua filter that holds them.
+        return response_body_replaced(answer, status_as_metadata=status_as_metadata), Phase.DONE
 
     # -- any phase -------------------------------------------------------------------
 
