@@ -699,6 +699,45 @@ def test_response_body_first(stream: ExtProcStream) -> None:
     assert stream.phase is Phase.AWAIT_REQUEST
 
 
+def stream_state(stream: ExtProcStream) -> dict[str, Any]:
+    """Everything the stream holds but its metrics (where an anomaly is counted)."""
+    state = dict(vars(stream))
+    del state["metrics"]
+    return state
+
+
+def carrying_everything(message: ep.ProcessingRequest, plan: ResponsePlan) -> ep.ProcessingRequest:
+    """The message with every attribute and metadata a processed message takes (a
+    request id, a content type, a plan, a body's coding), all unlike the stream's own;
+    no response status, so that a response body left without one is unusable."""
+    with_attributes(message, {"request.id": "other", CONTENT_TYPE_ATTR: "text/csv"})
+    metadata = message.metadata_context.filter_metadata
+    metadata["embgw"].update({"respond": "rewrite", "plan": plan.to_json()})
+    metadata["embgw.request"].update({"content_encoding": "gzip", "sent_bytes": "10"})
+    return message
+
+
+@pytest.mark.parametrize(
+    ("setup", "kind"),
+    [(setup, kind) for setup in SETUPS for kind in LATE_MESSAGES if (setup, kind) not in PROCESSED],
+)
+def test_a_message_left_unprocessed_changes_nothing(
+    setup: str, kind: str, stream: ExtProcStream, qwen_contract: Contract
+) -> None:
+    """Out of order (no row), or in order but unusable (a response body without a
+    status) or left as it is (trailers): the stream is as it was, attributes and
+    metadata included."""
+    other = new_stream(qwen_contract)
+    other.handle(request_body(DIMS))
+    assert other.plan is not None
+    SETUPS[setup](stream)
+    before = stream_state(stream)
+    stream.handle(carrying_everything(LATE_MESSAGES[kind](), other.plan))
+    after = stream_state(stream)
+    assert after == before
+    assert after["plan"] is before["plan"]
+
+
 # -- a body followed by trailers (end_of_stream false) ---------------------------------
 # BUFFERED mode sends the whole body in one message; end_of_stream is false only
 # because trailers follow (docs/envoy-facts.md). The contract applies all the same.

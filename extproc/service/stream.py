@@ -160,11 +160,10 @@ class ExtProcStream:
 
     def handle(self, request: ep.ProcessingRequest) -> ep.ProcessingResponse:
         kind = request.WhichOneof("request")
-        attributes = self._read_attributes(request)
         handler = _HANDLERS.get((self.phase, kind))
         if handler is None:
             return self._anomaly(kind)
-        reply, self.phase = handler(self, request, attributes)
+        reply, self.phase = handler(self, request)
         return reply
 
     def refuse_overloaded(self, error: ApiError, retry_after_s: int) -> ep.ProcessingResponse:
@@ -177,7 +176,7 @@ class ExtProcStream:
 
     # -- request phase ---------------------------------------------------------------
 
-    def _check_request_headers(self, request: ep.ProcessingRequest, attributes: Attributes) -> Step:
+    def _check_request_headers(self, request: ep.ProcessingRequest) -> Step:
         """Everything the headers alone can refuse is refused here, before Envoy
         buffers a body (extproc/core/request_headers.py): another path than a
         spelling of the endpoint (404), another method (405), a compressed body
@@ -185,6 +184,8 @@ class ExtProcStream:
         length over the limit."""
         headers = request.request_headers
         values = header_map(headers.headers)
+        # The headers' own values, else the attributes' (a config may send both).
+        self._take_attributes(attributes_of(request))
         self.content_type = values.get("content-type", self.content_type)
         self.request_id = values.get("x-request-id", self.request_id)
         path = values.get(":path")
@@ -210,10 +211,14 @@ class ExtProcStream:
         )
         return reply, Phase.AWAIT_REQUEST
 
-    def _forward_request(self, request: ep.ProcessingRequest, attributes: Attributes) -> Step:
+    def _forward_request(self, request: ep.ProcessingRequest) -> Step:
         """The whole request through the contract: refused (the client's mistake, in
         the error envelope), or forwarded, rewritten or as sent, with the plan for
         its response. A body Envoy decoded is refused in words that name its coding."""
+        # With the request headers skipped, their attributes come with the body.
+        self._take_attributes(attributes_of(request))
+        if request.HasField("metadata_context"):
+            self.body_coding = coding_from_metadata(request) or self.body_coding
         started = time.perf_counter()
         try:
             check_content_type(self.content_type)
@@ -250,9 +255,10 @@ class ExtProcStream:
 
     # -- response phase --------------------------------------------------------------
 
-    def _decide_on_response_headers(
-        self, request: ep.ProcessingRequest, attributes: Attributes
-    ) -> Step:
+    def _decide_on_response_headers(self, request: ep.ProcessingRequest) -> Step:
+        attributes = attributes_of(request)
+        self._take_attributes(attributes)
+        self._take_plan(request)
         headers = request.response_headers
         status = status_of(header_map(headers.headers))
         if self._decide(status, attributes) is Phase.PASS_THROUGH:
@@ -268,21 +274,25 @@ class ExtProcStream:
         reply = response_headers_buffered(enveloped_here=not is_success(status))
         return reply, Phase.AWAIT_RESPONSE_BODY
 
-    def _decide_and_rewrite_response(
-        self, request: ep.ProcessingRequest, attributes: Attributes
-    ) -> Step:
+    def _decide_and_rewrite_response(self, request: ep.ProcessingRequest) -> Step:
         """The response headers were skipped: the status is the ``response.code``
-        attribute, and the decision the headers would have taken is taken here."""
+        attribute, and the decision the headers would have taken is taken here.
+        Without a usable status nothing changes (an anomaly)."""
+        attributes = attributes_of(request)
         code = attribute(attributes, RESPONSE_CODE_ATTR)
         # Three ASCII digits only: "²".isdigit() is true and int() refuses it, as it
         # refuses 4,301 digits.
         if code is None or not (code.isascii() and code.isdigit() and len(code) == 3):
             return self._anomaly("response_body"), self.phase
+        self._take_attributes(attributes)
+        self._take_plan(request)
         if self._decide(int(code), attributes) is Phase.PASS_THROUGH:
             return neutral("response_body"), Phase.PASS_THROUGH
         return self._respond(request.response_body.body, status_as_metadata=True)
 
-    def _rewrite_response(self, request: ep.ProcessingRequest, attributes: Attributes) -> Step:
+    def _rewrite_response(self, request: ep.ProcessingRequest) -> Step:
+        self._take_attributes(attributes_of(request))
+        self._take_plan(request)
         return self._respond(request.response_body.body, status_as_metadata=False)
 
     def _decide(self, status: int, attributes: Attributes) -> Phase:
@@ -320,34 +330,35 @@ class ExtProcStream:
 
     # -- any phase -------------------------------------------------------------------
 
-    def _leave_unchanged(self, request: ep.ProcessingRequest, attributes: Attributes) -> Step:
+    def _leave_unchanged(self, request: ep.ProcessingRequest) -> Step:
         return neutral(request.WhichOneof("request")), self.phase
 
     def _anomaly(self, kind: str | None) -> ep.ProcessingResponse:
         self.metrics.anomaly(kind or "unknown_message")
         return neutral(kind)
 
-    def _read_attributes(self, request: ep.ProcessingRequest) -> Attributes:
-        """The message's ext_proc attributes (None: it has none), after taking the
-        content type, the request id, the plan and how the body was coded from them
-        and from the metadata."""
-        if request.HasField("metadata_context"):
-            if self.plan is None:
-                self.plan = plan_from_metadata(request)
-            self.body_coding = coding_from_metadata(request) or self.body_coding
-        attributes = attributes_of(request)
+    # -- what a processed message tells the stream -------------------------------------
+    # Called by the handlers only: a message without a row changes nothing.
+
+    def _take_attributes(self, attributes: Attributes) -> None:
+        """The content type and the request id the message's attributes carry."""
         if attributes is None:
-            return None
+            return
         content_type = attribute(attributes, CONTENT_TYPE_ATTR)
         if content_type is not None:
             self.content_type = content_type
         request_id = attribute(attributes, REQUEST_ID_ATTR)
         if request_id is not None:
             self.request_id = request_id
-        return attributes
+
+    def _take_plan(self, request: ep.ProcessingRequest) -> None:
+        """The plan the request's stream wrote as metadata, when this stream saw no
+        request body of its own (standalone.yaml's response stream)."""
+        if self.plan is None and request.HasField("metadata_context"):
+            self.plan = plan_from_metadata(request)
 
 
-_Handler = Callable[[ExtProcStream, ep.ProcessingRequest, Attributes], Step]
+_Handler = Callable[[ExtProcStream, ep.ProcessingRequest], Step]
 # Resolved once, at import: a row that names no handler fails here.
 _HANDLERS: Final[dict[tuple[Phase, str | None], _Handler]] = {
     row: getattr(ExtProcStream, name) for row, name in TRANSITIONS.items()
