@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import gzip
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -20,7 +20,7 @@ from extproc.core.contract import Contract
 from extproc.core.plan import ResponsePlan
 from extproc.service.reload import ContractHolder
 from extproc.service.servicer import ExternalProcessor, stream_shape
-from extproc.service.stream import ExtProcStream, Phase, Shape
+from extproc.service.stream import TRANSITIONS, ExtProcStream, Phase, Shape, TransitionError
 from tests.recorded_metrics import RecordedMetrics
 
 MODEL = "Qwen/Qwen3-Embedding-0.6B"
@@ -736,6 +736,117 @@ def test_a_message_left_unprocessed_changes_nothing(
     after = stream_state(stream)
     assert after == before
     assert after["plan"] is before["plan"]
+
+
+# -- the table -------------------------------------------------------------------------
+# Each row driven in each shape, from every way of reaching its phase, with real
+# messages of its kind: its handler returns only phases the row allows, and each
+# phase the row allows is returned by some message (the row allows no more).
+
+
+def _accepted_headers(stream: ExtProcStream) -> None:
+    stream.handle(request_headers({**POST_JSON, ":path": "/v1/embeddings"}))
+    assert stream.awaits_request_body
+
+
+def _forwarded_for_a_rewrite(stream: ExtProcStream) -> None:
+    stream.handle(request_body(DIMS))
+    assert stream.response_follows
+
+
+def _error_to_envelope(stream: ExtProcStream) -> None:
+    stream.handle(request_body(PLAIN))
+    stream.handle(response_headers(500))
+
+
+def _after_response_headers(stream: ExtProcStream) -> None:
+    stream.handle(request_body(DIMS))
+    stream.handle(response_headers(200))
+
+
+REACHING: dict[Phase, list[Callable[[ExtProcStream], None]]] = {
+    Phase.AWAIT_REQUEST: [_fresh, _accepted_headers],
+    Phase.AWAIT_RESPONSE_HEADERS: [_after_request_body, _forwarded_for_a_rewrite],
+    Phase.AWAIT_RESPONSE_BODY: [_error_to_envelope, _after_response_headers],
+    Phase.PASS_THROUGH: [_after_passthrough],
+    Phase.DONE: [_after_reject, _after_response_body],
+}
+
+
+# Messages of each kind, between them taking every branch of the handlers.
+SAMPLES: dict[str, list[Callable[[], ep.ProcessingRequest]]] = {
+    "request_headers": [
+        lambda: request_headers({**POST_JSON, ":path": "/embeddings"}),
+        lambda: request_headers({":method": "GET", ":path": "/v1/embeddings"}, eos=True),
+    ],
+    "request_body": [
+        lambda: request_body(PLAIN),
+        lambda: request_body(DIMS),
+        lambda: request_body(b"{not json"),
+    ],
+    "response_headers": [
+        lambda: response_headers(200),
+        lambda: response_headers(500),
+        lambda: response_headers(404, eos=True),
+        lambda: response_headers(503, eos=True, details="upstream_response_timeout"),
+    ],
+    "response_body": [
+        lambda: response_body(b64_body(unit_rows(2))),
+        lambda: response_body(b"{}"),
+        lambda: skipped_headers_body(b64_body(unit_rows(2)), 200),
+        lambda: skipped_headers_body(b"{}", 500),
+        lambda: skipped_headers_body(b"{}", 504, details="upstream_response_timeout"),
+        lambda: skipped_headers_body(b"{}", None),
+    ],
+    "request_trailers": [_trailers_req],
+    "response_trailers": [_trailers_resp],
+}
+
+
+def test_every_row_is_driven_by_some_message() -> None:
+    for phase, kind in TRANSITIONS:
+        assert phase in REACHING and kind in SAMPLES, (phase, kind)
+
+
+@pytest.mark.parametrize(
+    ("phase", "kind"), list(TRANSITIONS), ids=[f"{p.value}-{k}" for p, k in TRANSITIONS]
+)
+def test_each_handler_returns_only_the_phases_its_row_allows(
+    phase: Phase, kind: str, qwen_contract: Contract
+) -> None:
+    handler, next_phases = TRANSITIONS[(phase, kind)]
+    returned: set[Phase] = set()
+    for shape in Shape:
+        for reach in REACHING[phase]:
+            for sample in SAMPLES[kind]:
+                stream = new_stream(qwen_contract, shape)
+                reach(stream)
+                assert stream.phase is phase, reach
+                message = sample()
+                assert message.WhichOneof("request") == kind
+                reply, next_phase = handler(stream, message)
+                assert next_phase in next_phases, (reach, message)
+                assert reply.WhichOneof("response") in (kind, "immediate_response")
+                returned.add(next_phase)
+    assert returned == next_phases
+
+
+def test_a_phase_the_row_does_not_allow_is_refused(
+    stream: ExtProcStream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The transition, not the handler, moves the stream: a handler that returns
+    another phase than its row allows fails (the servicer's 500), the phase unmoved."""
+    row = TRANSITIONS[(Phase.AWAIT_REQUEST, "request_trailers")]
+
+    def wanders(stream: ExtProcStream, request: ep.ProcessingRequest) -> Any:
+        return ep.ProcessingResponse(), Phase.PASS_THROUGH
+
+    monkeypatch.setitem(
+        TRANSITIONS, (Phase.AWAIT_REQUEST, "request_trailers"), row._replace(handler=wanders)
+    )
+    with pytest.raises(TransitionError):
+        stream.handle(_trailers_req())
+    assert stream.phase is Phase.AWAIT_REQUEST
 
 
 # -- a body followed by trailers (end_of_stream false) ---------------------------------

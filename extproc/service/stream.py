@@ -1,15 +1,19 @@
 """The per-stream ext_proc state machine: the messages Envoy sends about one HTTP
 request on one gRPC stream, each answered with exactly one reply.
 
-:data:`TRANSITIONS` holds every transition Envoy's messages cause: for each (phase,
-message kind) the handler that answers the message and returns the next phase. A
-message without a row is out of order or unknown: it gets the neutral reply of its
-own kind, is counted as an anomaly and changes nothing. A confused Envoy must not
-get a crashed stream, and a neutral reply to a response message can only leave the
-upstream's own answer in place. The one transition outside the table is the
-servicer's: its admission control may answer 503 instead and end the stream (DONE,
-:meth:`ExtProcStream.refuse_overloaded`). Where the response comes is the stream's
-:class:`Shape`, decided once by the servicer.
+:data:`TRANSITIONS` holds every transition Envoy's messages cause, as h11's
+``_state.py`` does: for each (phase, message kind) a row, the handler that answers
+the message and the phases it may move the stream to. The handler picks the next
+phase among those only (any other is a :class:`TransitionError`), and the stream
+changes only in a row's transition: the handler reads what it needs of the message,
+its attributes and metadata included. A message without a row is out of order or
+unknown: it gets the neutral reply of its own kind, is counted as an anomaly and
+changes nothing. A confused Envoy must not get a crashed stream, and a neutral reply
+to a response message can only leave the upstream's own answer in place. The one
+transition outside the table is the servicer's: its admission control may answer
+503 instead and end the stream (DONE, :meth:`ExtProcStream.refuse_overloaded`).
+Where the response comes is the stream's :class:`Shape`, decided once by the
+servicer. The replies are built in extproc/service/envoy_messages.py.
 
 The Envoy behaviour each row relies on: docs/envoy-facts.md, "The ext_proc stream".
 """
@@ -20,7 +24,7 @@ import enum
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Final, NamedTuple
 
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
 
@@ -87,35 +91,12 @@ class Shape(enum.Enum):
     RESPONSE_BODY_ON_THIS_STREAM = "response_body_on_this_stream"
 
 
-# (phase, message kind) -> handler, by name (resolved once, below the class). Each
-# handler returns its reply and the next phase, named at its row.
-TRANSITIONS: Final[Mapping[tuple[Phase, str], str]] = {
-    # Checked before Envoy buffers a body. -> AWAIT_REQUEST (a body follows) | DONE
-    (Phase.AWAIT_REQUEST, "request_headers"): "_check_request_headers",
-    # The whole body in one message, whatever its end_of_stream says (trailers may
-    # follow it): a second one has no row. -> AWAIT_RESPONSE_HEADERS | DONE (refused)
-    (Phase.AWAIT_REQUEST, "request_body"): "_forward_request",
-    # -> AWAIT_RESPONSE_BODY | PASS_THROUGH | DONE (a bodyless answer replaced). Before
-    # any request body (Envoy's own reply to a request it refused) there is no plan.
-    (Phase.AWAIT_REQUEST, "response_headers"): "_decide_on_response_headers",
-    (Phase.AWAIT_RESPONSE_HEADERS, "response_headers"): "_decide_on_response_headers",
-    # Response headers skipped (standalone.yaml): the status is an attribute of the
-    # body. -> DONE | PASS_THROUGH | unchanged (no usable status: an anomaly)
-    (Phase.AWAIT_REQUEST, "response_body"): "_decide_and_rewrite_response",
-    (Phase.AWAIT_RESPONSE_HEADERS, "response_body"): "_decide_and_rewrite_response",
-    # -> DONE
-    (Phase.AWAIT_RESPONSE_BODY, "response_body"): "_rewrite_response",
-    # A config that always buffers the response sends it although nothing changes.
-    (Phase.PASS_THROUGH, "response_body"): "_leave_unchanged",
-    # Trailers pass unchanged in any phase (the shipped configs never send them).
-    **{
-        (phase, kind): "_leave_unchanged"
-        for phase in Phase
-        for kind in ("request_trailers", "response_trailers")
-    },
-}
-
+# A handler's reply and the next phase, one its row allows.
 Step = tuple[ep.ProcessingResponse, Phase]
+
+
+class TransitionError(RuntimeError):
+    """A handler returned a phase its row does not allow: a bug of ours, never Envoy's."""
 
 
 @dataclass
@@ -159,11 +140,17 @@ class ExtProcStream:
         )
 
     def handle(self, request: ep.ProcessingRequest) -> ep.ProcessingResponse:
+        """The reply to one of Envoy's messages: its row's transition, or for a message
+        without a row the neutral reply of its kind, counted as an anomaly."""
         kind = request.WhichOneof("request")
-        handler = _HANDLERS.get((self.phase, kind))
-        if handler is None:
+        row = TRANSITIONS.get((self.phase, kind))
+        if row is None:
             return self._anomaly(kind)
-        reply, self.phase = handler(self, request)
+        handler, next_phases = row
+        reply, phase = handler(self, request)
+        if phase not in next_phases:
+            raise TransitionError(f"{handler.__name__}: {self.phase} -> {phase}")
+        self.phase = phase
         return reply
 
     def refuse_overloaded(self, error: ApiError, retry_after_s: int) -> ep.ProcessingResponse:
@@ -358,8 +345,60 @@ class ExtProcStream:
             self.plan = plan_from_metadata(request)
 
 
-_Handler = Callable[[ExtProcStream, ep.ProcessingRequest], Step]
-# Resolved once, at import: a row that names no handler fails here.
-_HANDLERS: Final[dict[tuple[Phase, str | None], _Handler]] = {
-    row: getattr(ExtProcStream, name) for row, name in TRANSITIONS.items()
+# A row's handler: called with the stream and the message, it returns the reply and
+# the next phase.
+Handler = Callable[[ExtProcStream, ep.ProcessingRequest], Step]
+
+
+class Row(NamedTuple):
+    handler: Handler
+    next_phases: frozenset[Phase]  # the phases the handler may return
+
+
+def _row(handler: Handler, *next_phases: Phase) -> Row:
+    return Row(handler, frozenset(next_phases))
+
+
+_S = ExtProcStream
+# The whole state machine: (phase, message kind) -> the handler and the phases it may
+# move the stream to. A message without a row changes nothing.
+TRANSITIONS: Final[Mapping[tuple[Phase, str | None], Row]] = {
+    # Checked before Envoy buffers a body: accepted (the body follows) or refused.
+    (Phase.AWAIT_REQUEST, "request_headers"): _row(
+        _S._check_request_headers, Phase.AWAIT_REQUEST, Phase.DONE
+    ),
+    # The whole body in one message, whatever its end_of_stream says (trailers may
+    # follow it): a second one has no row. Forwarded, or refused.
+    (Phase.AWAIT_REQUEST, "request_body"): _row(
+        _S._forward_request, Phase.AWAIT_RESPONSE_HEADERS, Phase.DONE
+    ),
+    # The body to see, the response left as it is, or a bodyless answer replaced.
+    # Before any request body (Envoy's own reply to a request it refused) there is no
+    # plan.
+    **{
+        (phase, "response_headers"): _row(
+            _S._decide_on_response_headers,
+            Phase.AWAIT_RESPONSE_BODY,
+            Phase.PASS_THROUGH,
+            Phase.DONE,
+        )
+        for phase in (Phase.AWAIT_REQUEST, Phase.AWAIT_RESPONSE_HEADERS)
+    },
+    # Response headers skipped (standalone.yaml): the status is an attribute of the
+    # body. Rewritten, left as it is, or without a usable status unchanged (an anomaly).
+    **{
+        (phase, "response_body"): _row(
+            _S._decide_and_rewrite_response, phase, Phase.PASS_THROUGH, Phase.DONE
+        )
+        for phase in (Phase.AWAIT_REQUEST, Phase.AWAIT_RESPONSE_HEADERS)
+    },
+    (Phase.AWAIT_RESPONSE_BODY, "response_body"): _row(_S._rewrite_response, Phase.DONE),
+    # A config that always buffers the response sends it although nothing changes.
+    (Phase.PASS_THROUGH, "response_body"): _row(_S._leave_unchanged, Phase.PASS_THROUGH),
+    # Trailers pass unchanged in any phase (the shipped configs never send them).
+    **{
+        (phase, kind): _row(_S._leave_unchanged, phase)
+        for phase in Phase
+        for kind in ("request_trailers", "response_trailers")
+    },
 }
