@@ -18,9 +18,20 @@ from google.protobuf import struct_pb2
 
 from extproc.core.contract import Contract
 from extproc.core.plan import ResponsePlan
+from extproc.service.admission import overloaded_error
 from extproc.service.reload import ContractHolder
 from extproc.service.servicer import ExternalProcessor, stream_shape
-from extproc.service.stream import TRANSITIONS, ExtProcStream, Phase, Shape, TransitionError
+from extproc.service.stream import (
+    OVERLOADED,
+    PROCESSOR_FAILURE,
+    REPLY_SENT,
+    TRANSITIONS,
+    ExtProcStream,
+    Overloaded,
+    Phase,
+    Shape,
+    TransitionError,
+)
 from tests.recorded_metrics import RecordedMetrics
 
 MODEL = "Qwen/Qwen3-Embedding-0.6B"
@@ -773,8 +784,9 @@ REACHING: dict[Phase, list[Callable[[ExtProcStream], None]]] = {
 }
 
 
-# Messages of each kind, between them taking every branch of the handlers.
-SAMPLES: dict[str, list[Callable[[], ep.ProcessingRequest]]] = {
+# Messages of each kind (and the servicer's events), between them taking every
+# branch of the handlers.
+SAMPLES: dict[str, list[Callable[[], Any]]] = {
     "request_headers": [
         lambda: request_headers({**POST_JSON, ":path": "/embeddings"}),
         lambda: request_headers({":method": "GET", ":path": "/v1/embeddings"}, eos=True),
@@ -800,7 +812,12 @@ SAMPLES: dict[str, list[Callable[[], ep.ProcessingRequest]]] = {
     ],
     "request_trailers": [_trailers_req],
     "response_trailers": [_trailers_resp],
+    OVERLOADED: [lambda: Overloaded(overloaded_error(3), 3)],
+    PROCESSOR_FAILURE: [lambda: None],
+    REPLY_SENT: [lambda: None],
 }
+# The reply each servicer event gets.
+EVENT_REPLIES = {OVERLOADED: "immediate_response", PROCESSOR_FAILURE: "immediate_response"}
 
 
 def test_every_row_is_driven_by_some_message() -> None:
@@ -823,12 +840,47 @@ def test_each_handler_returns_only_the_phases_its_row_allows(
                 reach(stream)
                 assert stream.phase is phase, reach
                 message = sample()
-                assert message.WhichOneof("request") == kind
                 reply, next_phase = handler(stream, message)
                 assert next_phase in next_phases, (reach, message)
-                assert reply.WhichOneof("response") in (kind, "immediate_response")
+                if isinstance(message, ep.ProcessingRequest):
+                    assert message.WhichOneof("request") == kind
+                    assert reply.WhichOneof("response") in (kind, "immediate_response")
+                elif kind == REPLY_SENT:
+                    assert reply is None
+                else:
+                    assert reply.WhichOneof("response") == EVENT_REPLIES[kind]
                 returned.add(next_phase)
     assert returned == next_phases
+
+
+def test_the_servicers_events_have_a_row_in_every_phase_and_no_message_of_envoys() -> None:
+    fields = ep.ProcessingRequest.DESCRIPTOR.oneofs_by_name["request"].fields
+    kinds = {field.name for field in fields}
+    assert {kind for _, kind in TRANSITIONS} - {OVERLOADED, PROCESSOR_FAILURE, REPLY_SENT} <= kinds
+    for event in (OVERLOADED, PROCESSOR_FAILURE, REPLY_SENT):
+        assert event not in kinds
+        assert all((phase, event) in TRANSITIONS for phase in Phase)
+
+
+@pytest.mark.parametrize("shape", list(Shape))
+def test_a_stream_ends_after_a_reply_by_the_rule_of_its_shape(
+    shape: Shape, qwen_contract: Contract
+) -> None:
+    """A decided stream ends; a whole-exchange stream carries everything until then;
+    a one-message stream ends unless its request body, or the response it holds open
+    for, is still to come."""
+    for reaching in REACHING.values():
+        for reach in reaching:
+            stream = new_stream(qwen_contract, shape)
+            reach(stream)
+            ends = stream.decided or (
+                shape is not Shape.WHOLE_EXCHANGE
+                and not stream.awaits_request_body
+                and not stream.response_follows
+            )
+            phase = stream.phase
+            assert stream.reply_sent() is ends, (reach, phase)
+            assert stream.phase is (Phase.DONE if ends else phase)
 
 
 def test_a_phase_the_row_does_not_allow_is_refused(
@@ -1275,3 +1327,24 @@ def test_the_servicer_ends_a_one_message_stream_after_its_reply(
     in_flight = [event[1] for event in metrics.named("admission_in_flight")]
     assert in_flight[0] > 0 and in_flight[-1] == 0
     assert "forwarded" in names and "anomaly" not in names
+
+
+def test_the_servicer_answers_an_exception_with_a_500_and_ends_the_stream(
+    qwen_contract: Contract, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bug of ours fails closed: the envelope's 500, never a "continue" that would
+    forward the request unrewritten, and the stream is over (DONE), so the servicer
+    ends it as it ends any answered stream."""
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr("extproc.service.stream.rewrite_request", broken)
+    metrics = RecordedMetrics()
+    messages = [request_body(PLAIN), response_headers(200)]
+    got = asyncio.run(_process(qwen_contract, (), messages, metrics))
+    assert len(got) == 1
+    error = assert_immediate(got[0], 500)
+    assert error["code"] == "gateway_error" and error["type"] == "server_error"
+    assert metrics.named("anomaly") == [("anomaly", "internal_error")]
+    assert event_names(metrics)[-1] == "stream_closed"

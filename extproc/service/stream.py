@@ -1,19 +1,22 @@
 """The per-stream ext_proc state machine: the messages Envoy sends about one HTTP
 request on one gRPC stream, each answered with exactly one reply.
 
-:data:`TRANSITIONS` holds every transition Envoy's messages cause, as h11's
-``_state.py`` does: for each (phase, message kind) a row, the handler that answers
-the message and the phases it may move the stream to. The handler picks the next
-phase among those only (any other is a :class:`TransitionError`), and the stream
-changes only in a row's transition: the handler reads what it needs of the message,
-its attributes and metadata included. A message without a row is out of order or
-unknown: it gets the neutral reply of its own kind, is counted as an anomaly and
-changes nothing. A confused Envoy must not get a crashed stream, and a neutral reply
-to a response message can only leave the upstream's own answer in place. The one
-transition outside the table is the servicer's: its admission control may answer
-503 instead and end the stream (DONE, :meth:`ExtProcStream.refuse_overloaded`).
-Where the response comes is the stream's :class:`Shape`, decided once by the
-servicer. The replies are built in extproc/service/envoy_messages.py.
+:data:`TRANSITIONS` is the whole machine, as h11's ``_state.py`` is: for each
+(phase, message kind) a row, the handler that answers the message and the phases it
+may move the stream to. The handler picks the next phase among those only (any other
+is a :class:`TransitionError`), and the stream changes only in a row's transition:
+the handler reads what it needs of the message, its attributes and metadata
+included. A message without a row is out of order or unknown: it gets the neutral
+reply of its own kind, is counted as an anomaly and changes nothing. A confused Envoy
+must not get a crashed stream, and a neutral reply to a response message can only
+leave the upstream's own answer in place.
+
+The servicer's own events are kinds of the table too, with a row in every phase: its
+admission control refusing the request (:data:`OVERLOADED`, a 503), a handler that
+raised (:data:`PROCESSOR_FAILURE`, a 500: fail closed), and each reply sent
+(:data:`REPLY_SENT`: whether the stream ends there, by the rule of its
+:class:`Shape`). So the servicer only feeds events and sends replies; it ends the RPC
+once the stream is DONE. Every reply is built in extproc/service/envoy_messages.py.
 
 The Envoy behaviour each row relies on: docs/envoy-facts.md, "The ext_proc stream".
 """
@@ -24,12 +27,12 @@ import enum
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Final, NamedTuple
+from typing import Any, Final, NamedTuple
 
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
 
 from extproc.core.contract import Contract
-from extproc.core.error_envelope import ApiError
+from extproc.core.error_envelope import SERVER_ERROR, ApiError
 from extproc.core.plan import ResponsePlan
 from extproc.core.request_coding import BodyCoding
 from extproc.core.request_headers import (
@@ -91,8 +94,24 @@ class Shape(enum.Enum):
     RESPONSE_BODY_ON_THIS_STREAM = "response_body_on_this_stream"
 
 
-# A handler's reply and the next phase, one its row allows.
-Step = tuple[ep.ProcessingResponse, Phase]
+# The servicer's events, fed as message kinds of their own (no field of a
+# ProcessingRequest bears these names, so no message of Envoy's takes their rows).
+OVERLOADED: Final = "overloaded"  # admission control refused the request
+PROCESSOR_FAILURE: Final = "processor_failure"  # handling the last message raised
+REPLY_SENT: Final = "reply_sent"  # the reply to the last message has gone to Envoy
+
+
+@dataclass(frozen=True, slots=True)
+class Overloaded:
+    """The event of admission control's refusal: the answer, and when to retry."""
+
+    error: ApiError
+    retry_after_s: int
+
+
+# A handler's reply (None: nothing to send, for REPLY_SENT) and the next phase, one
+# its row allows.
+Step = tuple[ep.ProcessingResponse | None, Phase]
 
 
 class TransitionError(RuntimeError):
@@ -101,7 +120,9 @@ class TransitionError(RuntimeError):
 
 @dataclass
 class ExtProcStream:
-    """State of one stream. Feed each ProcessingRequest to :meth:`handle`."""
+    """State of one stream. Feed each ProcessingRequest to :meth:`handle`, and the
+    servicer's events to :meth:`refuse_overloaded`, :meth:`processor_failed` and
+    :meth:`reply_sent`."""
 
     contract: Contract
     shape: Shape
@@ -154,12 +175,26 @@ class ExtProcStream:
         return reply
 
     def refuse_overloaded(self, error: ApiError, retry_after_s: int) -> ep.ProcessingResponse:
-        """The servicer's admission control refused the request: the answer is a 503
-        with ``Retry-After`` and nothing is forwarded. Not a client mistake, so
-        counted only by the servicer's admission metrics, not as a rejection."""
-        self.phase = Phase.DONE
-        self.plan = None
-        return error_answer(error, retry_after_s=retry_after_s)
+        """The reply when the servicer's admission control refused the request."""
+        return self._feed(OVERLOADED, Overloaded(error, retry_after_s))
+
+    def processor_failed(self) -> ep.ProcessingResponse:
+        """The reply when handling the last message raised (the servicer logs it)."""
+        return self._feed(PROCESSOR_FAILURE, None)
+
+    def reply_sent(self) -> bool:
+        """The servicer sent the reply to the last message. True: the stream is DONE,
+        nothing more on it is for the gateway, and the servicer ends it."""
+        self._feed(REPLY_SENT, None)
+        return self.phase is Phase.DONE
+
+    def _feed(self, kind: str, event: object) -> ep.ProcessingResponse | None:
+        handler, next_phases = TRANSITIONS[(self.phase, kind)]  # a row in every phase
+        reply, phase = handler(self, event)
+        if phase not in next_phases:
+            raise TransitionError(f"{handler.__name__}: {self.phase} -> {phase}")
+        self.phase = phase
+        return reply
 
     # -- request phase ---------------------------------------------------------------
 
@@ -324,6 +359,52 @@ class ExtProcStream:
         self.metrics.anomaly(kind or "unknown_message")
         return neutral(kind)
 
+    # -- the servicer's events ----------------------------------------------------------
+
+    def _refuse_overloaded(self, event: Overloaded) -> Step:
+        """A 503 with ``Retry-After``, and nothing is forwarded. Not a client mistake,
+        so counted only by the servicer's admission metrics, not as a rejection."""
+        self.plan = None
+        return error_answer(event.error, retry_after_s=event.retry_after_s), Phase.DONE
+
+    def _fail(self, event: None) -> Step:
+        """A bug of ours must still fail closed with a readable answer: a 500 in the
+        envelope, never an empty "continue" that would forward an unrewritten
+        request. Nothing after it is processed."""
+        self.metrics.anomaly("internal_error")
+        error = ApiError(
+            500,
+            "The gateway failed to process this request.",
+            type=SERVER_ERROR,
+            code="gateway_error",
+        )
+        return error_answer(error), Phase.DONE
+
+    # The end of a stream, by its shape: a whole-exchange stream carries everything
+    # until the response is decided; a one-message stream (standalone.yaml) ends after
+    # its reply unless its request body, or the response it holds open for, is still
+    # to come. A request stream whose response comes on a second stream stays open
+    # until then: the graceful drain (server.py) counts on it.
+
+    def _end_unless_body_follows(self, event: None) -> Step:
+        if self.shape is Shape.WHOLE_EXCHANGE or self.body_expected:
+            return None, self.phase
+        return None, Phase.DONE
+
+    def _end_unless_response_follows(self, event: None) -> Step:
+        if self.shape is Shape.WHOLE_EXCHANGE or self.response_follows:
+            return None, self.phase
+        return None, Phase.DONE
+
+    def _end_unless_whole_exchange(self, event: None) -> Step:
+        if self.shape is Shape.WHOLE_EXCHANGE:
+            return None, self.phase
+        return None, Phase.DONE
+
+    def _end(self, event: None) -> Step:
+        """Decided: nothing later on this stream can change the answer."""
+        return None, Phase.DONE
+
     # -- what a processed message tells the stream -------------------------------------
     # Called by the handlers only: a message without a row changes nothing.
 
@@ -345,9 +426,9 @@ class ExtProcStream:
             self.plan = plan_from_metadata(request)
 
 
-# A row's handler: called with the stream and the message, it returns the reply and
-# the next phase.
-Handler = Callable[[ExtProcStream, ep.ProcessingRequest], Step]
+# A row's handler: called with the stream and the message (a ProcessingRequest, or a
+# servicer event's data), it returns the reply and the next phase.
+Handler = Callable[[ExtProcStream, Any], Step]
 
 
 class Row(NamedTuple):
@@ -401,4 +482,21 @@ TRANSITIONS: Final[Mapping[tuple[Phase, str | None], Row]] = {
         for phase in Phase
         for kind in ("request_trailers", "response_trailers")
     },
+    # -- the servicer's events ----------------------------------------------------------
+    # Admission control refused the request, or handling a message raised: the
+    # gateway's own answer, and the stream is over.
+    **{(phase, OVERLOADED): _row(_S._refuse_overloaded, Phase.DONE) for phase in Phase},
+    **{(phase, PROCESSOR_FAILURE): _row(_S._fail, Phase.DONE) for phase in Phase},
+    # A reply has gone: whether the stream ends here, by its shape.
+    (Phase.AWAIT_REQUEST, REPLY_SENT): _row(
+        _S._end_unless_body_follows, Phase.AWAIT_REQUEST, Phase.DONE
+    ),
+    (Phase.AWAIT_RESPONSE_HEADERS, REPLY_SENT): _row(
+        _S._end_unless_response_follows, Phase.AWAIT_RESPONSE_HEADERS, Phase.DONE
+    ),
+    (Phase.AWAIT_RESPONSE_BODY, REPLY_SENT): _row(
+        _S._end_unless_whole_exchange, Phase.AWAIT_RESPONSE_BODY, Phase.DONE
+    ),
+    (Phase.PASS_THROUGH, REPLY_SENT): _row(_S._end, Phase.DONE),
+    (Phase.DONE, REPLY_SENT): _row(_S._end, Phase.DONE),
 }
