@@ -257,13 +257,10 @@ class ExtProcStream:
         self.plan = plan = forward.plan
         # Where the response will be processed must get the plan. On this stream it
         # is here already; the one-stream route's Lua filter needs its cue.
+        second_stream = plan.needs_response and self.shape is Shape.RESPONSE_ON_SECOND_STREAM
         reply = request_body_forwarded(
             forward.upstream_body,
-            plan_to_second_stream=(
-                plan
-                if plan.needs_response and self.shape is Shape.RESPONSE_ON_SECOND_STREAM
-                else None
-            ),
+            plan_to_second_stream=plan if second_stream else None,
             cue_response_on_stream=(
                 plan.needs_response and self.shape is Shape.RESPONSE_BODY_ON_THIS_STREAM
             ),
