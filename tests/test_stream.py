@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import gzip
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -18,9 +18,20 @@ from google.protobuf import struct_pb2
 
 from extproc.core.contract import Contract
 from extproc.core.plan import ResponsePlan
+from extproc.service.admission import overloaded_error
 from extproc.service.reload import ContractHolder
 from extproc.service.servicer import ExternalProcessor, stream_shape
-from extproc.service.stream import ExtProcStream, Phase, Shape
+from extproc.service.stream import (
+    OVERLOADED,
+    PROCESSOR_FAILURE,
+    REPLY_SENT,
+    TRANSITIONS,
+    ExtProcStream,
+    Overloaded,
+    Phase,
+    Shape,
+    TransitionError,
+)
 from tests.recorded_metrics import RecordedMetrics
 
 MODEL = "Qwen/Qwen3-Embedding-0.6B"
@@ -699,6 +710,197 @@ def test_response_body_first(stream: ExtProcStream) -> None:
     assert stream.phase is Phase.AWAIT_REQUEST
 
 
+def stream_state(stream: ExtProcStream) -> dict[str, Any]:
+    """Everything the stream holds but its metrics (where an anomaly is counted)."""
+    state = dict(vars(stream))
+    del state["metrics"]
+    return state
+
+
+def carrying_everything(message: ep.ProcessingRequest, plan: ResponsePlan) -> ep.ProcessingRequest:
+    """The message with every attribute and metadata a processed message takes (a
+    request id, a content type, a plan, a body's coding), all unlike the stream's own;
+    no response status, so that a response body left without one is unusable."""
+    with_attributes(message, {"request.id": "other", CONTENT_TYPE_ATTR: "text/csv"})
+    metadata = message.metadata_context.filter_metadata
+    metadata["embgw"].update({"respond": "rewrite", "plan": plan.to_json()})
+    metadata["embgw.request"].update({"content_encoding": "gzip", "sent_bytes": "10"})
+    return message
+
+
+@pytest.mark.parametrize(
+    ("setup", "kind"),
+    [(setup, kind) for setup in SETUPS for kind in LATE_MESSAGES if (setup, kind) not in PROCESSED],
+)
+def test_a_message_left_unprocessed_changes_nothing(
+    setup: str, kind: str, stream: ExtProcStream, qwen_contract: Contract
+) -> None:
+    """Out of order (no row), or in order but unusable (a response body without a
+    status) or left as it is (trailers): the stream is as it was, attributes and
+    metadata included."""
+    other = new_stream(qwen_contract)
+    other.handle(request_body(DIMS))
+    assert other.plan is not None
+    SETUPS[setup](stream)
+    before = stream_state(stream)
+    stream.handle(carrying_everything(LATE_MESSAGES[kind](), other.plan))
+    after = stream_state(stream)
+    assert after == before
+    assert after["plan"] is before["plan"]
+
+
+# -- the table -------------------------------------------------------------------------
+# Each row driven in each shape, from every way of reaching its phase, with real
+# messages of its kind: its handler returns only phases the row allows, and each
+# phase the row allows is returned by some message (the row allows no more).
+
+
+def _accepted_headers(stream: ExtProcStream) -> None:
+    stream.handle(request_headers({**POST_JSON, ":path": "/v1/embeddings"}))
+    assert stream.awaits_request_body
+
+
+def _forwarded_for_a_rewrite(stream: ExtProcStream) -> None:
+    stream.handle(request_body(DIMS))
+    assert stream.response_follows
+
+
+def _error_to_envelope(stream: ExtProcStream) -> None:
+    stream.handle(request_body(PLAIN))
+    stream.handle(response_headers(500))
+
+
+def _after_response_headers(stream: ExtProcStream) -> None:
+    stream.handle(request_body(DIMS))
+    stream.handle(response_headers(200))
+
+
+REACHING: dict[Phase, list[Callable[[ExtProcStream], None]]] = {
+    Phase.AWAIT_REQUEST: [_fresh, _accepted_headers],
+    Phase.AWAIT_RESPONSE_HEADERS: [_after_request_body, _forwarded_for_a_rewrite],
+    Phase.AWAIT_RESPONSE_BODY: [_error_to_envelope, _after_response_headers],
+    Phase.PASS_THROUGH: [_after_passthrough],
+    Phase.DONE: [_after_reject, _after_response_body],
+}
+
+
+# Messages of each kind (and the servicer's events), between them taking every
+# branch of the handlers.
+SAMPLES: dict[str, list[Callable[[], Any]]] = {
+    "request_headers": [
+        lambda: request_headers({**POST_JSON, ":path": "/embeddings"}),
+        lambda: request_headers({":method": "GET", ":path": "/v1/embeddings"}, eos=True),
+    ],
+    "request_body": [
+        lambda: request_body(PLAIN),
+        lambda: request_body(DIMS),
+        lambda: request_body(b"{not json"),
+    ],
+    "response_headers": [
+        lambda: response_headers(200),
+        lambda: response_headers(500),
+        lambda: response_headers(404, eos=True),
+        lambda: response_headers(503, eos=True, details="upstream_response_timeout"),
+    ],
+    "response_body": [
+        lambda: response_body(b64_body(unit_rows(2))),
+        lambda: response_body(b"{}"),
+        lambda: skipped_headers_body(b64_body(unit_rows(2)), 200),
+        lambda: skipped_headers_body(b"{}", 500),
+        lambda: skipped_headers_body(b"{}", 504, details="upstream_response_timeout"),
+        lambda: skipped_headers_body(b"{}", None),
+    ],
+    "request_trailers": [_trailers_req],
+    "response_trailers": [_trailers_resp],
+    OVERLOADED: [lambda: Overloaded(overloaded_error(3), 3)],
+    PROCESSOR_FAILURE: [lambda: None],
+    REPLY_SENT: [lambda: None],
+}
+# The reply each servicer event gets.
+EVENT_REPLIES = {OVERLOADED: "immediate_response", PROCESSOR_FAILURE: "immediate_response"}
+
+
+def test_every_row_is_driven_by_some_message() -> None:
+    for phase, kind in TRANSITIONS:
+        assert phase in REACHING and kind in SAMPLES, (phase, kind)
+
+
+@pytest.mark.parametrize(
+    ("phase", "kind"), list(TRANSITIONS), ids=[f"{p.value}-{k}" for p, k in TRANSITIONS]
+)
+def test_each_handler_returns_only_the_phases_its_row_allows(
+    phase: Phase, kind: str, qwen_contract: Contract
+) -> None:
+    handler, next_phases = TRANSITIONS[(phase, kind)]
+    returned: set[Phase] = set()
+    for shape in Shape:
+        for reach in REACHING[phase]:
+            for sample in SAMPLES[kind]:
+                stream = new_stream(qwen_contract, shape)
+                reach(stream)
+                assert stream.phase is phase, reach
+                message = sample()
+                reply, next_phase = handler(stream, message)
+                assert next_phase in next_phases, (reach, message)
+                if isinstance(message, ep.ProcessingRequest):
+                    assert message.WhichOneof("request") == kind
+                    assert reply.WhichOneof("response") in (kind, "immediate_response")
+                elif kind == REPLY_SENT:
+                    assert reply is None
+                else:
+                    assert reply.WhichOneof("response") == EVENT_REPLIES[kind]
+                returned.add(next_phase)
+    assert returned == next_phases
+
+
+def test_the_servicers_events_have_a_row_in_every_phase_and_no_message_of_envoys() -> None:
+    fields = ep.ProcessingRequest.DESCRIPTOR.oneofs_by_name["request"].fields
+    kinds = {field.name for field in fields}
+    assert {kind for _, kind in TRANSITIONS} - {OVERLOADED, PROCESSOR_FAILURE, REPLY_SENT} <= kinds
+    for event in (OVERLOADED, PROCESSOR_FAILURE, REPLY_SENT):
+        assert event not in kinds
+        assert all((phase, event) in TRANSITIONS for phase in Phase)
+
+
+@pytest.mark.parametrize("shape", list(Shape))
+def test_a_stream_ends_after_a_reply_by_the_rule_of_its_shape(
+    shape: Shape, qwen_contract: Contract
+) -> None:
+    """A decided stream ends; a whole-exchange stream carries everything until then;
+    a one-message stream ends unless its request body, or the response it holds open
+    for, is still to come."""
+    for reaching in REACHING.values():
+        for reach in reaching:
+            stream = new_stream(qwen_contract, shape)
+            reach(stream)
+            ends = stream.decided or (
+                shape is not Shape.WHOLE_EXCHANGE
+                and not stream.awaits_request_body
+                and not stream.response_follows
+            )
+            phase = stream.phase
+            assert stream.reply_sent() is ends, (reach, phase)
+            assert stream.phase is (Phase.DONE if ends else phase)
+
+
+def test_a_phase_the_row_does_not_allow_is_refused(
+    stream: ExtProcStream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The transition, not the handler, moves the stream: a handler that returns
+    another phase than its row allows fails (the servicer's 500), the phase unmoved."""
+    row = TRANSITIONS[(Phase.AWAIT_REQUEST, "request_trailers")]
+
+    def wanders(stream: ExtProcStream, request: ep.ProcessingRequest) -> Any:
+        return ep.ProcessingResponse(), Phase.PASS_THROUGH
+
+    monkeypatch.setitem(
+        TRANSITIONS, (Phase.AWAIT_REQUEST, "request_trailers"), row._replace(handler=wanders)
+    )
+    with pytest.raises(TransitionError):
+        stream.handle(_trailers_req())
+    assert stream.phase is Phase.AWAIT_REQUEST
+
+
 # -- a body followed by trailers (end_of_stream false) ---------------------------------
 # BUFFERED mode sends the whole body in one message; end_of_stream is false only
 # because trailers follow (docs/envoy-facts.md). The contract applies all the same.
@@ -1125,3 +1327,24 @@ def test_the_servicer_ends_a_one_message_stream_after_its_reply(
     in_flight = [event[1] for event in metrics.named("admission_in_flight")]
     assert in_flight[0] > 0 and in_flight[-1] == 0
     assert "forwarded" in names and "anomaly" not in names
+
+
+def test_the_servicer_answers_an_exception_with_a_500_and_ends_the_stream(
+    qwen_contract: Contract, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bug of ours fails closed: the envelope's 500, never a "continue" that would
+    forward the request unrewritten, and the stream is over (DONE), so the servicer
+    ends it as it ends any answered stream."""
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr("extproc.service.stream.rewrite_request", broken)
+    metrics = RecordedMetrics()
+    messages = [request_body(PLAIN), response_headers(200)]
+    got = asyncio.run(_process(qwen_contract, (), messages, metrics))
+    assert len(got) == 1
+    error = assert_immediate(got[0], 500)
+    assert error["code"] == "gateway_error" and error["type"] == "server_error"
+    assert metrics.named("anomaly") == [("anomaly", "internal_error")]
+    assert event_names(metrics)[-1] == "stream_closed"

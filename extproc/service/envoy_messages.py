@@ -1,7 +1,8 @@
 """Envoy's ext_proc messages as the state machine reads and answers them: the
-attributes and metadata it takes from a ProcessingRequest, and the replies and
-mutations it sends back. No decisions here (extproc/service/stream.py takes them);
-the Envoy behaviour each piece relies on: docs/envoy-facts.md.
+attributes and metadata it takes from a ProcessingRequest, and every reply it sends
+back, built whole here from what extproc/service/stream.py decided (no decisions
+here). An :class:`ApiError` becomes a reply in one place, :func:`error_answer`. The
+Envoy behaviour each piece relies on: docs/envoy-facts.md.
 """
 
 from __future__ import annotations
@@ -109,15 +110,16 @@ def neutral(kind: str | None) -> ep.ProcessingResponse:
     return reply
 
 
-def set_header(mutation: ep.HeaderMutation, key: str, value: str) -> None:
-    # raw_value, not value: Envoy sends an empty header for `value` alone.
-    option = mutation.set_headers.add(append_action=_OVERWRITE)
-    option.header.key = key
-    option.header.raw_value = value.encode("latin-1")
-
-
-def set_json_content_type(mutation: ep.HeaderMutation) -> None:
-    mutation.set_headers.append(_JSON_CONTENT_TYPE)
+def error_answer(
+    error: ApiError, dialect: ErrorDialect, *, retry_after_s: int | None = None
+) -> ep.ProcessingResponse:
+    """The gateway's own answer for ``error``, in the policy's error dialect, in place
+    of the upstream's; ``Retry-After`` when given. The one place an ApiError becomes a
+    reply."""
+    reply = immediate_response(*dialect.answer(error))
+    if retry_after_s is not None:
+        _set_header(reply.immediate_response.headers, "retry-after", str(retry_after_s))
+    return reply
 
 
 def immediate_response(status: int, body: bytes) -> ep.ProcessingResponse:
@@ -127,23 +129,99 @@ def immediate_response(status: int, body: bytes) -> ep.ProcessingResponse:
     response.status.code = status
     response.body = body
     response.details = LOCAL_REPLY_DETAILS
-    set_header(response.headers, "content-type", "application/json")
+    _set_header(response.headers, "content-type", "application/json")
     return reply
 
 
-def error_response(error: ApiError, dialect: ErrorDialect) -> ep.ProcessingResponse:
-    """The gateway's own error answer, in the policy's error dialect."""
-    return immediate_response(*dialect.answer(error))
+def request_headers_accepted(
+    *, path: str | None, drop_content_encoding: bool, add_json_content_type: bool
+) -> ep.ProcessingResponse:
+    """The reply to accepted request headers: ``path`` in place of the client's (None:
+    left as sent), an answer the gateway can read (``accept-encoding: identity``), the
+    client's ``content-encoding`` dropped and the JSON content type added when asked."""
+    reply = ep.ProcessingResponse()
+    mutation = reply.request_headers.response.header_mutation
+    if path is not None:
+        _set_header(mutation, ":path", path)
+    _set_header(mutation, "accept-encoding", "identity")
+    if drop_content_encoding:
+        mutation.remove_headers.append("content-encoding")
+    if add_json_content_type:
+        _set_header(mutation, "content-type", "application/json")
+    return reply
 
 
-def buffer_response_body(reply: ep.ProcessingResponse) -> None:
-    """Ask Envoy for the whole response body (both body modes stated: Envoy takes
-    them literally)."""
+def request_body_forwarded(
+    upstream_body: bytes | None,
+    *,
+    plan_to_second_stream: ResponsePlan | None = None,
+    cue_response_on_stream: bool = False,
+) -> ep.ProcessingResponse:
+    """The reply to a forwarded request body: ``upstream_body`` in place of the client's,
+    with its length (None: the body goes as sent); the plan handed to the response's
+    own stream, or the cue that the response body follows on this one."""
+    reply = ep.ProcessingResponse()
+    reply.request_body.SetInParent()  # an empty reply must still name its kind
+    if upstream_body is not None:
+        common = reply.request_body.response
+        common.body_mutation.body = upstream_body
+        mutation = common.header_mutation
+        _set_header(mutation, "content-length", str(len(upstream_body)))
+        mutation.set_headers.append(_JSON_CONTENT_TYPE)
+    if plan_to_second_stream is not None:
+        _route_to_response_filter(
+            reply, plan_to_second_stream, body_replaced=upstream_body is not None
+        )
+    elif cue_response_on_stream:
+        # embgw.respond: the cue for standalone.yaml's Lua filter that holds the
+        # response headers until the body is rewritten on this stream.
+        reply.dynamic_metadata.CopyFrom(_RESPOND_ON_STREAM)
+    return reply
+
+
+def response_headers_buffered(*, enveloped_here: bool) -> ep.ProcessingResponse:
+    """The reply to response headers whose body the gateway must see: Envoy is asked
+    for the whole body (both body modes stated: Envoy takes them literally). An error
+    the gateway envelopes itself loses the upstream's router header (see
+    :func:`_drop_upstream_mark`)."""
+    reply = ep.ProcessingResponse()
     reply.mode_override.request_body_mode = _BUFFERED
     reply.mode_override.response_body_mode = _BUFFERED
+    reply.response_headers.SetInParent()
+    if enveloped_here:
+        _drop_upstream_mark(reply.response_headers.response.header_mutation)
+    return reply
 
 
-def route_to_response_filter(
+def response_body_replaced(
+    answer: ClientAnswer, *, status_as_metadata: bool
+) -> ep.ProcessingResponse:
+    """The client's answer in place of the upstream's body, with its status and length.
+    ``status_as_metadata``: the response headers were never sent on this stream, so
+    Envoy ignores header mutations here; the status also goes as ``embgw.status`` to
+    standalone.yaml's Lua filter that holds the headers."""
+    reply = ep.ProcessingResponse()
+    common = reply.response_body.response
+    common.body_mutation.body = answer.body  # in place: no body copies
+    mutation = common.header_mutation
+    _set_header(mutation, ":status", str(answer.status))
+    mutation.set_headers.append(_JSON_CONTENT_TYPE)
+    _set_header(mutation, "content-length", str(len(answer.body)))
+    if answer.status >= 400:
+        _drop_upstream_mark(mutation)
+    if status_as_metadata:
+        reply.dynamic_metadata.CopyFrom(status_metadata(answer.status))
+    return reply
+
+
+def _set_header(mutation: ep.HeaderMutation, key: str, value: str) -> None:
+    # raw_value, not value: Envoy sends an empty header for `value` alone.
+    option = mutation.set_headers.add(append_action=_OVERWRITE)
+    option.header.key = key
+    option.header.raw_value = value.encode("latin-1")
+
+
+def _route_to_response_filter(
     reply: ep.ProcessingResponse, plan: ResponsePlan, *, body_replaced: bool
 ) -> None:
     """Hand the plan to the second stream as metadata, and have Envoy re-route the
@@ -154,27 +232,10 @@ def route_to_response_filter(
     if not body_replaced:
         # Envoy honours clear_route_cache only in a reply that mutates headers; a
         # body passed unchanged has none of its own, so state the content type.
-        set_json_content_type(common.header_mutation)
+        common.header_mutation.set_headers.append(_JSON_CONTENT_TYPE)
 
 
-def cue_response_on_stream(reply: ep.ProcessingResponse) -> None:
-    """``embgw.respond``: the cue for standalone.yaml's Lua filter that holds the
-    response headers until the body is rewritten on this stream."""
-    reply.dynamic_metadata.CopyFrom(_RESPOND_ON_STREAM)
-
-
-def replace_body(common: ep.CommonResponse, answer: ClientAnswer) -> None:
-    """The client's answer in place of the upstream's body, with its status and length."""
-    common.body_mutation.body = answer.body
-    mutation = common.header_mutation
-    set_header(mutation, ":status", str(answer.status))
-    mutation.set_headers.append(_JSON_CONTENT_TYPE)
-    set_header(mutation, "content-length", str(len(answer.body)))
-    if answer.status >= 400:
-        drop_upstream_mark(mutation)
-
-
-def drop_upstream_mark(mutation: ep.HeaderMutation) -> None:
+def _drop_upstream_mark(mutation: ep.HeaderMutation) -> None:
     """This error is enveloped already: keep standalone.yaml's custom_response from
     enveloping it again (it acts only on answers that carry this router header)."""
     mutation.remove_headers.append(UPSTREAM_TIME_HEADER)

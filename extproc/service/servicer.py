@@ -1,12 +1,12 @@
 """The gRPC face of the gateway: Envoy's ExternalProcessor service on grpc.aio.
 
 A thin shell: it owns one :class:`ExtProcStream` per gRPC stream, of the
-:class:`Shape` the stream's gRPC metadata names, moves messages between Envoy and
-it, applies admission control, and reports to the :class:`StreamMetrics` it is
-given. A bug in our own code must still fail closed with
-a readable answer, so an unexpected exception becomes a 500 envelope (logged
-without request content), never an empty "continue" that would forward an
-unrewritten request.
+:class:`Shape` the stream's gRPC metadata names, feeds it Envoy's messages and its
+own events (admission control's refusal, an exception, each reply sent), sends the
+replies the stream gives back and ends the RPC once the stream is DONE. It applies
+admission control and reports to the :class:`StreamMetrics` it is given. An
+unexpected exception is logged without request content, then fed to the stream,
+which fails closed (extproc/service/stream.py).
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ import grpc
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ep_grpc
 
-from extproc.core.error_envelope import ApiError
 from extproc.core.policy import Limits
 from extproc.service.admission import (
     AdmissionGate,
@@ -31,7 +30,6 @@ from extproc.service.admission import (
     request_work_bytes,
     response_work_bytes,
 )
-from extproc.service.envoy_messages import error_response
 from extproc.service.memory import TRIM_AFTER_BYTES, IdleTrim, release_after, trim_heap
 from extproc.service.reload import ContractHolder
 from extproc.service.stream import ExtProcStream, Shape
@@ -74,7 +72,6 @@ class ExternalProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc
         metrics = self._metrics
         shape = stream_shape(context.invocation_metadata() or ())
         stream = ExtProcStream(contract, shape, metrics)
-        one_message_per_stream = shape is not Shape.WHOLE_EXCHANGE
         # The request's share of the admission budget, held until this stream ends:
         # with standalone.yaml the request stream of a rewrite stays open until the
         # response's stream is done, so the answer's work is covered too.
@@ -96,16 +93,10 @@ class ExternalProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc
                 yield reply
                 del reply, request  # sent: let a huge body and its answer go (trim below)
                 largest_body = max(largest_body, size)
-                if stream.decided or (
-                    one_message_per_stream
-                    and not stream.awaits_request_body
-                    and not stream.response_follows
-                ):
+                if stream.reply_sent():
                     # Nothing more will come that the gateway needs: end the RPC with OK
                     # ourselves, since a status sent on a call Envoy cancelled leaks
-                    # native memory in grpc.aio. A request stream whose response's stream
-                    # is still to come stays open: the graceful drain (server.py) counts
-                    # on it.
+                    # native memory in grpc.aio.
                     await _close(requests)
                     break
         finally:
@@ -221,14 +212,7 @@ class ExternalProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc
                 type(exc).__name__,
                 _frames(exc) if log.isEnabledFor(logging.DEBUG) else "",
             )
-            self._metrics.anomaly("internal_error")
-            error = ApiError(
-                500,
-                "The gateway failed to process this request.",
-                type="server_error",
-                code="gateway_error",
-            )
-            return error_response(error, stream.contract.policy.errors)
+            return stream.processor_failed()
 
 
 def _gate_settings(limits: Limits) -> tuple[float, float]:

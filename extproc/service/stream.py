@@ -1,15 +1,22 @@
 """The per-stream ext_proc state machine: the messages Envoy sends about one HTTP
 request on one gRPC stream, each answered with exactly one reply.
 
-:data:`TRANSITIONS` holds every transition Envoy's messages cause: for each (phase,
-message kind) the handler that answers the message and returns the next phase. A
-message without a row is out of order or unknown: it gets the neutral reply of its
-own kind, is counted as an anomaly and changes nothing. A confused Envoy must not
-get a crashed stream, and a neutral reply to a response message can only leave the
-upstream's own answer in place. The one transition outside the table is the
-servicer's: its admission control may answer 503 instead and end the stream (DONE,
-:meth:`ExtProcStream.refuse_overloaded`). Where the response comes is the stream's
-:class:`Shape`, decided once by the servicer.
+:data:`TRANSITIONS` is the whole machine, as h11's ``_state.py`` is: for each
+(phase, message kind) a row, the handler that answers the message and the phases it
+may move the stream to. The handler picks the next phase among those only (any other
+is a :class:`TransitionError`), and the stream changes only in a row's transition:
+the handler reads what it needs of the message, its attributes and metadata
+included. A message without a row is out of order or unknown: it gets the neutral
+reply of its own kind, is counted as an anomaly and changes nothing. A confused Envoy
+must not get a crashed stream, and a neutral reply to a response message can only
+leave the upstream's own answer in place.
+
+The servicer's own events are kinds of the table too, with a row in every phase: its
+admission control refusing the request (:data:`OVERLOADED`, a 503), a handler that
+raised (:data:`PROCESSOR_FAILURE`, a 500: fail closed), and each reply sent
+(:data:`REPLY_SENT`: whether the stream ends there, by the rule of its
+:class:`Shape`). So the servicer only feeds events and sends replies; it ends the RPC
+once the stream is DONE. Every reply is built in extproc/service/envoy_messages.py.
 
 The Envoy behaviour each row relies on: docs/envoy-facts.md, "The ext_proc stream".
 """
@@ -20,12 +27,12 @@ import enum
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final, NamedTuple
 
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
 
 from extproc.core.contract import Contract
-from extproc.core.error_envelope import ApiError
+from extproc.core.error_envelope import SERVER_ERROR, ApiError
 from extproc.core.plan import ResponsePlan
 from extproc.core.request_coding import BodyCoding
 from extproc.core.request_headers import (
@@ -48,20 +55,16 @@ from extproc.service.envoy_messages import (
     Attributes,
     attribute,
     attributes_of,
-    buffer_response_body,
     coding_from_metadata,
-    cue_response_on_stream,
-    drop_upstream_mark,
-    error_response,
+    error_answer,
     header_map,
     immediate_response,
     neutral,
     plan_from_metadata,
-    replace_body,
-    route_to_response_filter,
-    set_header,
-    set_json_content_type,
-    status_metadata,
+    request_body_forwarded,
+    request_headers_accepted,
+    response_body_replaced,
+    response_headers_buffered,
     status_of,
 )
 from extproc.service.stream_metrics import RewriteKind, StreamMetrics
@@ -91,40 +94,35 @@ class Shape(enum.Enum):
     RESPONSE_BODY_ON_THIS_STREAM = "response_body_on_this_stream"
 
 
-# (phase, message kind) -> handler, by name (resolved once, below the class). Each
-# handler returns its reply and the next phase, named at its row.
-TRANSITIONS: Final[Mapping[tuple[Phase, str], str]] = {
-    # Checked before Envoy buffers a body. -> AWAIT_REQUEST (a body follows) | DONE
-    (Phase.AWAIT_REQUEST, "request_headers"): "_check_request_headers",
-    # The whole body in one message, whatever its end_of_stream says (trailers may
-    # follow it): a second one has no row. -> AWAIT_RESPONSE_HEADERS | DONE (refused)
-    (Phase.AWAIT_REQUEST, "request_body"): "_forward_request",
-    # -> AWAIT_RESPONSE_BODY | PASS_THROUGH | DONE (a bodyless answer replaced). Before
-    # any request body (Envoy's own reply to a request it refused) there is no plan.
-    (Phase.AWAIT_REQUEST, "response_headers"): "_decide_on_response_headers",
-    (Phase.AWAIT_RESPONSE_HEADERS, "response_headers"): "_decide_on_response_headers",
-    # Response headers skipped (standalone.yaml): the status is an attribute of the
-    # body. -> DONE | PASS_THROUGH | unchanged (no usable status: an anomaly)
-    (Phase.AWAIT_REQUEST, "response_body"): "_decide_and_rewrite_response",
-    (Phase.AWAIT_RESPONSE_HEADERS, "response_body"): "_decide_and_rewrite_response",
-    # -> DONE
-    (Phase.AWAIT_RESPONSE_BODY, "response_body"): "_rewrite_response",
-    # A config that always buffers the response sends it although nothing changes.
-    (Phase.PASS_THROUGH, "response_body"): "_leave_unchanged",
-    # Trailers pass unchanged in any phase (the shipped configs never send them).
-    **{
-        (phase, kind): "_leave_unchanged"
-        for phase in Phase
-        for kind in ("request_trailers", "response_trailers")
-    },
-}
+# The servicer's events, fed as message kinds of their own (no field of a
+# ProcessingRequest bears these names, so no message of Envoy's takes their rows).
+OVERLOADED: Final = "overloaded"  # admission control refused the request
+PROCESSOR_FAILURE: Final = "processor_failure"  # handling the last message raised
+REPLY_SENT: Final = "reply_sent"  # the reply to the last message has gone to Envoy
 
-Step = tuple[ep.ProcessingResponse, Phase]
+
+@dataclass(frozen=True, slots=True)
+class Overloaded:
+    """The event of admission control's refusal: the answer, and when to retry."""
+
+    error: ApiError
+    retry_after_s: int
+
+
+# A handler's reply (None: nothing to send, for REPLY_SENT) and the next phase, one
+# its row allows.
+Step = tuple[ep.ProcessingResponse | None, Phase]
+
+
+class TransitionError(RuntimeError):
+    """A handler returned a phase its row does not allow: a bug of ours, never Envoy's."""
 
 
 @dataclass
 class ExtProcStream:
-    """State of one stream. Feed each ProcessingRequest to :meth:`handle`."""
+    """State of one stream. Feed each ProcessingRequest to :meth:`handle`, and the
+    servicer's events to :meth:`refuse_overloaded`, :meth:`processor_failed` and
+    :meth:`reply_sent`."""
 
     contract: Contract
     shape: Shape
@@ -163,27 +161,44 @@ class ExtProcStream:
         )
 
     def handle(self, request: ep.ProcessingRequest) -> ep.ProcessingResponse:
+        """The reply to one of Envoy's messages: its row's transition, or for a message
+        without a row the neutral reply of its kind, counted as an anomaly."""
         kind = request.WhichOneof("request")
-        attributes = self._read_attributes(request)
-        handler = _HANDLERS.get((self.phase, kind))
-        if handler is None:
+        row = TRANSITIONS.get((self.phase, kind))
+        if row is None:
             return self._anomaly(kind)
-        reply, self.phase = handler(self, request, attributes)
+        handler, next_phases = row
+        reply, phase = handler(self, request)
+        if phase not in next_phases:
+            raise TransitionError(f"{handler.__name__}: {self.phase} -> {phase}")
+        self.phase = phase
         return reply
 
     def refuse_overloaded(self, error: ApiError, retry_after_s: int) -> ep.ProcessingResponse:
-        """The servicer's admission control refused the request: the answer is a 503
-        with ``Retry-After`` and nothing is forwarded. Not a client mistake, so
-        counted only by the servicer's admission metrics, not as a rejection."""
-        self.phase = Phase.DONE
-        self.plan = None
-        reply = error_response(error, self.contract.policy.errors)
-        set_header(reply.immediate_response.headers, "retry-after", str(retry_after_s))
+        """The reply when the servicer's admission control refused the request."""
+        return self._feed(OVERLOADED, Overloaded(error, retry_after_s))
+
+    def processor_failed(self) -> ep.ProcessingResponse:
+        """The reply when handling the last message raised (the servicer logs it)."""
+        return self._feed(PROCESSOR_FAILURE, None)
+
+    def reply_sent(self) -> bool:
+        """The servicer sent the reply to the last message. True: the stream is DONE,
+        nothing more on it is for the gateway, and the servicer ends it."""
+        self._feed(REPLY_SENT, None)
+        return self.phase is Phase.DONE
+
+    def _feed(self, kind: str, event: object) -> ep.ProcessingResponse | None:
+        handler, next_phases = TRANSITIONS[(self.phase, kind)]  # a row in every phase
+        reply, phase = handler(self, event)
+        if phase not in next_phases:
+            raise TransitionError(f"{handler.__name__}: {self.phase} -> {phase}")
+        self.phase = phase
         return reply
 
     # -- request phase ---------------------------------------------------------------
 
-    def _check_request_headers(self, request: ep.ProcessingRequest, attributes: Attributes) -> Step:
+    def _check_request_headers(self, request: ep.ProcessingRequest) -> Step:
         """Everything the headers alone can refuse is refused here, before Envoy
         buffers a body (extproc/core/request_headers.py): another path than a
         spelling of the endpoint (404), another method (405), a compressed body
@@ -191,6 +206,8 @@ class ExtProcStream:
         length over the limit."""
         headers = request.request_headers
         values = header_map(headers.headers)
+        # The headers' own values, else the attributes' (a config may send both).
+        self._take_attributes(attributes_of(request))
         self.content_type = values.get("content-type", self.content_type)
         self.request_id = values.get("x-request-id", self.request_id)
         path = values.get(":path")
@@ -205,25 +222,25 @@ class ExtProcStream:
             return self._reject(error)
         self.body_expected = True
         self.declared_length = declared_length(values.get("content-length"))
-        reply = ep.ProcessingResponse()
         # What the upstream is told that the one-filter shape has no other way to
         # tell it: the canonical path (the route Envoy chose stays), an answer the
         # gateway can read, no content-encoding (only identity gets here) and, when
         # the client sent none, the JSON content type.
-        mutation = reply.request_headers.response.header_mutation
-        if target is not None and target != path:
-            set_header(mutation, ":path", target)
-        set_header(mutation, "accept-encoding", "identity")
-        if "content-encoding" in values:
-            mutation.remove_headers.append("content-encoding")
-        if self.content_type is None:
-            set_header(mutation, "content-type", "application/json")
+        reply = request_headers_accepted(
+            path=target if target != path else None,
+            drop_content_encoding="content-encoding" in values,
+            add_json_content_type=self.content_type is None,
+        )
         return reply, Phase.AWAIT_REQUEST
 
-    def _forward_request(self, request: ep.ProcessingRequest, attributes: Attributes) -> Step:
+    def _forward_request(self, request: ep.ProcessingRequest) -> Step:
         """The whole request through the contract: refused (the client's mistake, in
         the error envelope), or forwarded, rewritten or as sent, with the plan for
         its response. A body Envoy decoded is refused in words that name its coding."""
+        # With the request headers skipped, their attributes come with the body.
+        self._take_attributes(attributes_of(request))
+        if request.HasField("metadata_context"):
+            self.body_coding = coding_from_metadata(request) or self.body_coding
         started = time.perf_counter()
         try:
             check_content_type(self.content_type)
@@ -237,70 +254,64 @@ class ExtProcStream:
             self.metrics.phase_seconds("request", time.perf_counter() - started)
             return self._reject(error)
         self.metrics.forwarded(forward.stats, rewritten=forward.upstream_body is not None)
-        self.plan = forward.plan
-        reply = ep.ProcessingResponse()
-        reply.request_body.SetInParent()  # an empty reply must still name its kind
-        if forward.upstream_body is not None:
-            common = reply.request_body.response
-            common.body_mutation.body = forward.upstream_body
-            mutation = common.header_mutation
-            set_header(mutation, "content-length", str(len(forward.upstream_body)))
-            set_json_content_type(mutation)
-        if forward.plan.needs_response:
-            # Where the response will be processed must get the plan. On this stream
-            # it is here already; the one-stream route's Lua filter needs its cue.
-            if self.shape is Shape.RESPONSE_ON_SECOND_STREAM:
-                route_to_response_filter(
-                    reply, forward.plan, body_replaced=forward.upstream_body is not None
-                )
-            elif self.shape is Shape.RESPONSE_BODY_ON_THIS_STREAM:
-                cue_response_on_stream(reply)
+        self.plan = plan = forward.plan
+        # Where the response will be processed must get the plan. On this stream it
+        # is here already; the one-stream route's Lua filter needs its cue.
+        second_stream = plan.needs_response and self.shape is Shape.RESPONSE_ON_SECOND_STREAM
+        reply = request_body_forwarded(
+            forward.upstream_body,
+            plan_to_second_stream=plan if second_stream else None,
+            cue_response_on_stream=(
+                plan.needs_response and self.shape is Shape.RESPONSE_BODY_ON_THIS_STREAM
+            ),
+        )
         self.metrics.phase_seconds("request", time.perf_counter() - started)
         return reply, Phase.AWAIT_RESPONSE_HEADERS
 
     def _reject(self, error: ApiError) -> Step:
         self.metrics.rejected(error.status, error.param)
-        return error_response(error, self.contract.policy.errors), Phase.DONE
+        return error_answer(error, self.contract.policy.errors), Phase.DONE
 
     # -- response phase --------------------------------------------------------------
 
-    def _decide_on_response_headers(
-        self, request: ep.ProcessingRequest, attributes: Attributes
-    ) -> Step:
-        reply = ep.ProcessingResponse()
-        reply.response_headers.SetInParent()
+    def _decide_on_response_headers(self, request: ep.ProcessingRequest) -> Step:
+        attributes = attributes_of(request)
+        self._take_attributes(attributes)
+        self._take_plan(request)
         headers = request.response_headers
         status = status_of(header_map(headers.headers))
         if self._decide(status, attributes) is Phase.PASS_THROUGH:
-            return reply, Phase.PASS_THROUGH
+            return neutral("response_headers"), Phase.PASS_THROUGH
         if headers.end_of_stream:
             # A bodyless answer to replace (Dynamo's empty 404): replaced at once.
             answer = rewrite_response(self.plan, status, b"", self.contract.policy.errors)
             if answer is None:
-                return reply, Phase.DONE
+                return neutral("response_headers"), Phase.DONE
             self.metrics.response_rewritten("error_envelope")
             return immediate_response(answer.status, answer.body), Phase.DONE
-        buffer_response_body(reply)
-        if not is_success(status):
-            # The body gets the envelope here, and only here.
-            drop_upstream_mark(reply.response_headers.response.header_mutation)
+        # An error's body gets the envelope here, and only here.
+        reply = response_headers_buffered(enveloped_here=not is_success(status))
         return reply, Phase.AWAIT_RESPONSE_BODY
 
-    def _decide_and_rewrite_response(
-        self, request: ep.ProcessingRequest, attributes: Attributes
-    ) -> Step:
+    def _decide_and_rewrite_response(self, request: ep.ProcessingRequest) -> Step:
         """The response headers were skipped: the status is the ``response.code``
-        attribute, and the decision the headers would have taken is taken here."""
+        attribute, and the decision the headers would have taken is taken here.
+        Without a usable status nothing changes (an anomaly)."""
+        attributes = attributes_of(request)
         code = attribute(attributes, RESPONSE_CODE_ATTR)
         # Three ASCII digits only: "²".isdigit() is true and int() refuses it, as it
         # refuses 4,301 digits.
         if code is None or not (code.isascii() and code.isdigit() and len(code) == 3):
             return self._anomaly("response_body"), self.phase
+        self._take_attributes(attributes)
+        self._take_plan(request)
         if self._decide(int(code), attributes) is Phase.PASS_THROUGH:
             return neutral("response_body"), Phase.PASS_THROUGH
         return self._respond(request.response_body.body, status_as_metadata=True)
 
-    def _rewrite_response(self, request: ep.ProcessingRequest, attributes: Attributes) -> Step:
+    def _rewrite_response(self, request: ep.ProcessingRequest) -> Step:
+        self._take_attributes(attributes_of(request))
+        self._take_plan(request)
         return self._respond(request.response_body.body, status_as_metadata=False)
 
     def _decide(self, status: int, attributes: Attributes) -> Phase:
@@ -334,45 +345,158 @@ class ExtProcStream:
             return neutral("response_body"), Phase.DONE
         kind: RewriteKind = "vectors" if is_success(answer.status) else "error_envelope"
         self.metrics.response_rewritten(kind)
-        reply = ep.ProcessingResponse()
-        replace_body(reply.response_body.response, answer)  # in place: no body copies
-        if status_as_metadata:
-            # Envoy ignores header mutations in this reply (it never had the
-            # headers): the status goes to the Lua filter that holds them.
-            reply.dynamic_metadata.CopyFrom(status_metadata(answer.status))
-        return reply, Phase.DONE
+        # status_as_metadata: Envoy ignores header mutations in this reply (it never
+        # had the headers); the status goes to the Lua filter that holds them.
+        return response_body_replaced(answer, status_as_metadata=status_as_metadata), Phase.DONE
 
     # -- any phase -------------------------------------------------------------------
 
-    def _leave_unchanged(self, request: ep.ProcessingRequest, attributes: Attributes) -> Step:
+    def _leave_unchanged(self, request: ep.ProcessingRequest) -> Step:
         return neutral(request.WhichOneof("request")), self.phase
 
     def _anomaly(self, kind: str | None) -> ep.ProcessingResponse:
         self.metrics.anomaly(kind or "unknown_message")
         return neutral(kind)
 
-    def _read_attributes(self, request: ep.ProcessingRequest) -> Attributes:
-        """The message's ext_proc attributes (None: it has none), after taking the
-        content type, the request id, the plan and how the body was coded from them
-        and from the metadata."""
-        if request.HasField("metadata_context"):
-            if self.plan is None:
-                self.plan = plan_from_metadata(request)
-            self.body_coding = coding_from_metadata(request) or self.body_coding
-        attributes = attributes_of(request)
+    # -- the servicer's events ----------------------------------------------------------
+
+    def _refuse_overloaded(self, event: Overloaded) -> Step:
+        """A 503 with ``Retry-After``, and nothing is forwarded. Not a client mistake,
+        so counted only by the servicer's admission metrics, not as a rejection."""
+        self.plan = None
+        errors = self.contract.policy.errors
+        return error_answer(event.error, errors, retry_after_s=event.retry_after_s), Phase.DONE
+
+    def _fail(self, event: None) -> Step:
+        """A bug of ours must still fail closed with a readable answer: a 500 in the
+        envelope, never an empty "continue" that would forward an unrewritten
+        request. Nothing after it is processed."""
+        self.metrics.anomaly("internal_error")
+        error = ApiError(
+            500,
+            "The gateway failed to process this request.",
+            type=SERVER_ERROR,
+            code="gateway_error",
+        )
+        return error_answer(error, self.contract.policy.errors), Phase.DONE
+
+    # The end of a stream, by its shape: a whole-exchange stream carries everything
+    # until the response is decided; a one-message stream (standalone.yaml) ends after
+    # its reply unless its request body, or the response it holds open for, is still
+    # to come. A request stream whose response comes on a second stream stays open
+    # until then: the graceful drain (server.py) counts on it.
+
+    def _end_unless_body_follows(self, event: None) -> Step:
+        if self.shape is Shape.WHOLE_EXCHANGE or self.body_expected:
+            return None, self.phase
+        return None, Phase.DONE
+
+    def _end_unless_response_follows(self, event: None) -> Step:
+        if self.shape is Shape.WHOLE_EXCHANGE or self.response_follows:
+            return None, self.phase
+        return None, Phase.DONE
+
+    def _end_unless_whole_exchange(self, event: None) -> Step:
+        if self.shape is Shape.WHOLE_EXCHANGE:
+            return None, self.phase
+        return None, Phase.DONE
+
+    def _end(self, event: None) -> Step:
+        """Decided: nothing later on this stream can change the answer."""
+        return None, Phase.DONE
+
+    # -- what a processed message tells the stream -------------------------------------
+    # Called by the handlers only: a message without a row changes nothing.
+
+    def _take_attributes(self, attributes: Attributes) -> None:
+        """The content type and the request id the message's attributes carry."""
         if attributes is None:
-            return None
+            return
         content_type = attribute(attributes, CONTENT_TYPE_ATTR)
         if content_type is not None:
             self.content_type = content_type
         request_id = attribute(attributes, REQUEST_ID_ATTR)
         if request_id is not None:
             self.request_id = request_id
-        return attributes
+
+    def _take_plan(self, request: ep.ProcessingRequest) -> None:
+        """The plan the request's stream wrote as metadata, when this stream saw no
+        request body of its own (standalone.yaml's response stream)."""
+        if self.plan is None and request.HasField("metadata_context"):
+            self.plan = plan_from_metadata(request)
 
 
-_Handler = Callable[[ExtProcStream, ep.ProcessingRequest, Attributes], Step]
-# Resolved once, at import: a row that names no handler fails here.
-_HANDLERS: Final[dict[tuple[Phase, str | None], _Handler]] = {
-    row: getattr(ExtProcStream, name) for row, name in TRANSITIONS.items()
+# A row's handler: called with the stream and the message (a ProcessingRequest, or a
+# servicer event's data), it returns the reply and the next phase.
+Handler = Callable[[ExtProcStream, Any], Step]
+
+
+class Row(NamedTuple):
+    handler: Handler
+    next_phases: frozenset[Phase]  # the phases the handler may return
+
+
+def _row(handler: Handler, *next_phases: Phase) -> Row:
+    return Row(handler, frozenset(next_phases))
+
+
+_S = ExtProcStream
+# The whole state machine: (phase, message kind) -> the handler and the phases it may
+# move the stream to. A message without a row changes nothing.
+TRANSITIONS: Final[Mapping[tuple[Phase, str | None], Row]] = {
+    # Checked before Envoy buffers a body: accepted (the body follows) or refused.
+    (Phase.AWAIT_REQUEST, "request_headers"): _row(
+        _S._check_request_headers, Phase.AWAIT_REQUEST, Phase.DONE
+    ),
+    # The whole body in one message, whatever its end_of_stream says (trailers may
+    # follow it): a second one has no row. Forwarded, or refused.
+    (Phase.AWAIT_REQUEST, "request_body"): _row(
+        _S._forward_request, Phase.AWAIT_RESPONSE_HEADERS, Phase.DONE
+    ),
+    # The body to see, the response left as it is, or a bodyless answer replaced.
+    # Before any request body (Envoy's own reply to a request it refused) there is no
+    # plan.
+    **{
+        (phase, "response_headers"): _row(
+            _S._decide_on_response_headers,
+            Phase.AWAIT_RESPONSE_BODY,
+            Phase.PASS_THROUGH,
+            Phase.DONE,
+        )
+        for phase in (Phase.AWAIT_REQUEST, Phase.AWAIT_RESPONSE_HEADERS)
+    },
+    # Response headers skipped (standalone.yaml): the status is an attribute of the
+    # body. Rewritten, left as it is, or without a usable status unchanged (an anomaly).
+    **{
+        (phase, "response_body"): _row(
+            _S._decide_and_rewrite_response, phase, Phase.PASS_THROUGH, Phase.DONE
+        )
+        for phase in (Phase.AWAIT_REQUEST, Phase.AWAIT_RESPONSE_HEADERS)
+    },
+    (Phase.AWAIT_RESPONSE_BODY, "response_body"): _row(_S._rewrite_response, Phase.DONE),
+    # A config that always buffers the response sends it although nothing changes.
+    (Phase.PASS_THROUGH, "response_body"): _row(_S._leave_unchanged, Phase.PASS_THROUGH),
+    # Trailers pass unchanged in any phase (the shipped configs never send them).
+    **{
+        (phase, kind): _row(_S._leave_unchanged, phase)
+        for phase in Phase
+        for kind in ("request_trailers", "response_trailers")
+    },
+    # -- the servicer's events ----------------------------------------------------------
+    # Admission control refused the request, or handling a message raised: the
+    # gateway's own answer, and the stream is over.
+    **{(phase, OVERLOADED): _row(_S._refuse_overloaded, Phase.DONE) for phase in Phase},
+    **{(phase, PROCESSOR_FAILURE): _row(_S._fail, Phase.DONE) for phase in Phase},
+    # A reply has gone: whether the stream ends here, by its shape.
+    (Phase.AWAIT_REQUEST, REPLY_SENT): _row(
+        _S._end_unless_body_follows, Phase.AWAIT_REQUEST, Phase.DONE
+    ),
+    (Phase.AWAIT_RESPONSE_HEADERS, REPLY_SENT): _row(
+        _S._end_unless_response_follows, Phase.AWAIT_RESPONSE_HEADERS, Phase.DONE
+    ),
+    (Phase.AWAIT_RESPONSE_BODY, REPLY_SENT): _row(
+        _S._end_unless_whole_exchange, Phase.AWAIT_RESPONSE_BODY, Phase.DONE
+    ),
+    (Phase.PASS_THROUGH, REPLY_SENT): _row(_S._end, Phase.DONE),
+    (Phase.DONE, REPLY_SENT): _row(_S._end, Phase.DONE),
 }
