@@ -1,6 +1,7 @@
-"""A StreamMetrics (extproc/service/stream_metrics.py) that keeps what the stream and
-the servicer report, in order, so that a test can drive them without Prometheus and
-assert on the events."""
+"""Metrics that keep what they are told, in order, so that a test can drive the
+gateway's code without Prometheus and assert on the events: the stream's and the
+servicer's (StreamMetrics, extproc/service/stream_metrics.py) and the certificate
+reloader's (TlsReloadMetrics, extproc/service/tls.py)."""
 
 from __future__ import annotations
 
@@ -12,14 +13,20 @@ from extproc.service.stream_metrics import AdmissionStage, ProcessingPhase, Rewr
 
 
 @dataclass
-class RecordedMetrics:
-    # (event, arguments...) in the order reported; timings without their seconds,
-    # which are kept apart in `seconds`.
+class Recorded:
+    # (event, arguments...) in the order reported (list.append: from any thread).
     events: list[tuple[Any, ...]] = field(default_factory=list)
-    seconds: list[float] = field(default_factory=list)
 
     def named(self, name: str) -> list[tuple[Any, ...]]:
         return [event for event in self.events if event[0] == name]
+
+
+@dataclass
+class RecordedStreamMetrics(Recorded):
+    """A StreamMetrics. Timings are recorded without their seconds, which are kept
+    apart in ``seconds``."""
+
+    seconds: list[float] = field(default_factory=list)
 
     def stream_opened(self) -> None:
         self.events.append(("stream_opened",))
@@ -58,3 +65,14 @@ class RecordedMetrics:
 
     def admission_in_flight(self, work_bytes: int) -> None:
         self.events.append(("admission_in_flight", work_bytes))
+
+
+@dataclass
+class RecordedTlsReloads(Recorded):
+    """A TlsReloadMetrics."""
+
+    def reloaded(self) -> None:
+        self.events.append(("reloaded",))
+
+    def rejected(self) -> None:
+        self.events.append(("rejected",))

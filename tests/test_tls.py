@@ -48,11 +48,13 @@ from extproc.core.contract import Contract
 from extproc.core.policy import GatewayPolicy
 from extproc.service.servicer import ExternalProcessor
 from extproc.service.tls import (
+    CertificateReloader,
     ReloadState,
     TlsError,
     TlsMaterial,
     TlsSettings,
     after_load,
+    file_stamp,
     load_material,
     pem_problem,
     plan_reload,
@@ -61,6 +63,7 @@ from extproc.service.tls import (
 from tests.conftest import QWEN_MODEL, REPO, SHIPPED_QWEN_POLICY
 from tests.fake_upstream import FakeUpstream
 from tests.harness import Gateways, GatewaySpec, http
+from tests.recorded_metrics import RecordedTlsReloads
 from tests.test_envoy_configs import validate
 
 OPENSSL_TIMEOUT_S = 30
@@ -314,6 +317,23 @@ async def test_new_certificate_files_are_served_to_new_connections_without_resta
 
             # The connection made before the swap is not disturbed.
             assert await health_status(before) == "SERVING"
+
+
+def test_the_reloader_reports_each_outcome_once_per_set_of_files(pki: Pki, tmp_path: Path) -> None:
+    live = copy_pair(pki.server, tmp_path)
+    settings = TlsSettings(live.cert, live.key)
+    metrics = RecordedTlsReloads()
+    state = ReloadState(file_stamp(settings.files()), load_material(settings))
+    reloader = CertificateReloader(settings, state, metrics)
+    assert reloader() is None  # unchanged
+    replace_file(pki.server2.cert, live.cert)  # half a rotation
+    assert reloader() is None
+    assert reloader() is None  # the next handshake tries again, reported once
+    assert metrics.events == [("rejected",)]
+    replace_file(pki.server2.key, live.key)
+    assert reloader() is not None
+    assert reloader() is None
+    assert metrics.events == [("rejected",), ("reloaded",)]
 
 
 def material(tag: str) -> TlsMaterial:

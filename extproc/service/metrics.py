@@ -178,5 +178,16 @@ class PrometheusStreamMetrics:
         ADMISSION_IN_FLIGHT_BYTES.set(work_bytes)
 
 
+class PrometheusTlsReloadMetrics:
+    """The certificate reloader's outcomes, in extproc_tls_reloads_total (prometheus_client's
+    children are thread-safe)."""
+
+    def reloaded(self) -> None:
+        TLS_RELOADS.labels("reloaded").inc()
+
+    def rejected(self) -> None:
+        TLS_RELOADS.labels("rejected").inc()
+
+
 def _status_class(status: int) -> str:
     return f"{status // 100}xx" if 100 <= status < 600 else "invalid"

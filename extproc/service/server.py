@@ -20,7 +20,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from prometheus_client import start_http_server
 
 from extproc.core.contract import Contract
-from extproc.service.metrics import PrometheusStreamMetrics
+from extproc.service.metrics import PrometheusStreamMetrics, PrometheusTlsReloadMetrics
 from extproc.service.net import split_host_port
 from extproc.service.reload import ContractHolder, FixedAtStart, PolicyReloader, ReloadSettings
 from extproc.service.servicer import ExternalProcessor
@@ -67,7 +67,9 @@ async def serve(
     if tls is None:
         port = server.add_insecure_port(address)
     else:
-        port = server.add_secure_port(address, server_credentials(tls))
+        port = server.add_secure_port(
+            address, server_credentials(tls, PrometheusTlsReloadMetrics())
+        )
     if port == 0:
         raise OSError(f"cannot listen on {address}")
     if metrics_address:
