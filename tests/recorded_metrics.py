@@ -1,7 +1,8 @@
 """Metrics that keep what they are told, in order, so that a test can drive the
 gateway's code without Prometheus and assert on the events: the stream's and the
-servicer's (StreamMetrics, extproc/service/stream_metrics.py) and the certificate
-reloader's (TlsReloadMetrics, extproc/service/tls.py)."""
+servicer's (StreamMetrics, extproc/service/stream_metrics.py), the policy reloader's
+(PolicyReloadMetrics, extproc/service/reload.py) and the certificate reloader's
+(TlsReloadMetrics, extproc/service/tls.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from extproc.core.plan import RequestStats
+from extproc.service.reload import NotAppliedSetting
 from extproc.service.stream_metrics import AdmissionStage, ProcessingPhase, RewriteKind
 
 
@@ -65,6 +67,26 @@ class RecordedStreamMetrics(Recorded):
 
     def admission_in_flight(self, work_bytes: int) -> None:
         self.events.append(("admission_in_flight", work_bytes))
+
+
+@dataclass
+class RecordedPolicyReloads(Recorded):
+    """A PolicyReloadMetrics."""
+
+    def watching(self) -> None:
+        self.events.append(("watching",))
+
+    def reloaded(self) -> None:
+        self.events.append(("reloaded",))
+
+    def rejected(self) -> None:
+        self.events.append(("rejected",))
+
+    def setting_not_applied(self, setting: NotAppliedSetting, not_applied: bool) -> None:
+        self.events.append(("setting_not_applied", setting, not_applied))
+
+    def envoy_limits_stale(self, stale: bool) -> None:
+        self.events.append(("envoy_limits_stale", stale))
 
 
 @dataclass

@@ -55,10 +55,12 @@ from extproc.service.net import free_port
 from extproc.service.reload import (
     NOT_APPLIED_SETTINGS,
     Action,
+    ContractHolder,
     EnvoyLimits,
     FileStamp,
     FixedAtStart,
     Now,
+    PolicyReloader,
     ReloadSettings,
     WatchState,
     after_load,
@@ -70,6 +72,7 @@ from extproc.service.server import serve
 from tests.conftest import QWEN_MODEL
 from tests.fake_upstream import FakeUpstream
 from tests.harness import Gateway, Gateways, GatewaySpec, http, metric_value
+from tests.recorded_metrics import RecordedPolicyReloads
 from tests.test_policy_reading import NOT_REGULAR_FILES
 
 ADDED = "qwen-added"  # a model name only the new files serve
@@ -418,6 +421,47 @@ def test_a_reload_reuses_unchanged_tokenizers_and_loads_replaced_ones(
     third = load(second)
     assert third.tokenizers[QWEN_MODEL] is not second.tokenizers[QWEN_MODEL]
     assert third.tokenizers[ADDED] is third.tokenizers[QWEN_MODEL]
+
+
+# -- what the reloader reports (in-process) -----------------------------------------------
+
+
+async def test_the_reloader_reports_each_reload_and_what_it_cannot_apply(
+    qwen_dir: Path, tmp_path: Path
+) -> None:
+    config = tmp_path / "policy.yaml"
+    config.write_text(policy_yaml(QWEN_MODEL))
+    overrides = {QWEN_MODEL: qwen_dir}
+    start = load_contract(load_policy_file(config, tokenizer_overrides=overrides))
+    fixed = FixedAtStart.for_policy(start.policy, None)
+    metrics = RecordedPolicyReloads()
+    reloader = PolicyReloader(
+        ReloadSettings(config, overrides), ContractHolder(start), fixed, metrics
+    )
+    applied = [("setting_not_applied", setting, False) for setting in NOT_APPLIED_SETTINGS]
+    assert metrics.events == [("watching",), ("envoy_limits_stale", False), *applied]
+
+    metrics.events.clear()
+    config.write_text(policy_yaml(QWEN_MODEL, limits="limits: {max_request_bytes: 67108864}"))
+    assert await reloader.reload(policy_stamp(config))
+    assert metrics.events == [
+        ("setting_not_applied", "request_body_buffer", True),
+        ("setting_not_applied", "response_buffer", False),
+        ("setting_not_applied", "grpc_message", True),
+        ("setting_not_applied", "precheck_markers", False),
+        ("envoy_limits_stale", True),
+        ("reloaded",),
+    ]
+
+    metrics.events.clear()
+    config.write_text("models: [")
+    assert not await reloader.reload(policy_stamp(config))
+    assert metrics.events == [("rejected",)]
+
+    metrics.events.clear()
+    config.write_text(policy_yaml(QWEN_MODEL))
+    assert await reloader.reload(policy_stamp(config))
+    assert metrics.events == [*applied, ("envoy_limits_stale", False), ("reloaded",)]
 
 
 # -- a stream in flight keeps its policy (in-process, over gRPC) --------------------------

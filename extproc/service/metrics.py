@@ -178,6 +178,28 @@ class PrometheusStreamMetrics:
         ADMISSION_IN_FLIGHT_BYTES.set(work_bytes)
 
 
+class PrometheusPolicyReloadMetrics:
+    """The policy reloader's events, in extproc_policy_reloads_total,
+    extproc_policy_settings_not_applied and extproc_policy_envoy_limits_stale. Both
+    outcomes' series exist, at 0, from the start of the watch."""
+
+    def watching(self) -> None:
+        POLICY_RELOADS.labels("reloaded")
+        POLICY_RELOADS.labels("rejected")
+
+    def reloaded(self) -> None:
+        POLICY_RELOADS.labels("reloaded").inc()
+
+    def rejected(self) -> None:
+        POLICY_RELOADS.labels("rejected").inc()
+
+    def setting_not_applied(self, setting: str, not_applied: bool) -> None:
+        POLICY_SETTINGS_NOT_APPLIED.labels(setting).set(1 if not_applied else 0)
+
+    def envoy_limits_stale(self, stale: bool) -> None:
+        POLICY_ENVOY_LIMITS_STALE.set(1 if stale else 0)
+
+
 class PrometheusTlsReloadMetrics:
     """The certificate reloader's outcomes, in extproc_tls_reloads_total (prometheus_client's
     children are thread-safe)."""

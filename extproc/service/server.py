@@ -20,7 +20,11 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from prometheus_client import start_http_server
 
 from extproc.core.contract import Contract
-from extproc.service.metrics import PrometheusStreamMetrics, PrometheusTlsReloadMetrics
+from extproc.service.metrics import (
+    PrometheusPolicyReloadMetrics,
+    PrometheusStreamMetrics,
+    PrometheusTlsReloadMetrics,
+)
 from extproc.service.net import split_host_port
 from extproc.service.reload import ContractHolder, FixedAtStart, PolicyReloader, ReloadSettings
 from extproc.service.servicer import ExternalProcessor
@@ -98,7 +102,7 @@ async def serve(
         # Envoy's limits, this server's gRPC limit and (`extproc run`) the precheck's
         # markers were set from this policy.
         fixed = FixedAtStart.for_policy(contract.policy, reload.precheck_markers)
-        reloader = PolicyReloader(reload, contracts, fixed)
+        reloader = PolicyReloader(reload, contracts, fixed, PrometheusPolicyReloadMetrics())
         reloader.mark_loaded(reload.started_from)
         loop.add_signal_handler(signal.SIGHUP, reloader.hangup.set)
         reloading = asyncio.create_task(reloader.run(stop))
