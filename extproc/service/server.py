@@ -17,14 +17,9 @@ from collections.abc import Callable
 import grpc
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ep_grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from prometheus_client import start_http_server
 
 from extproc.core.contract import Contract
-from extproc.service.metrics import (
-    PrometheusPolicyReloadMetrics,
-    PrometheusStreamMetrics,
-    PrometheusTlsReloadMetrics,
-)
+from extproc.service.metrics import process_metrics
 from extproc.service.net import split_host_port
 from extproc.service.reload import ContractHolder, FixedAtStart, PolicyReloader, ReloadSettings
 from extproc.service.servicer import ExternalProcessor
@@ -63,22 +58,21 @@ async def serve(
             ("grpc.so_reuseport", 0),
         ]
     )
+    metrics = process_metrics()
     contracts = ContractHolder(contract)
-    processor = ExternalProcessor(contracts, PrometheusStreamMetrics())
+    processor = ExternalProcessor(contracts, metrics.streams)
     ep_grpc.add_ExternalProcessorServicer_to_server(processor, server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     if tls is None:
         port = server.add_insecure_port(address)
     else:
-        port = server.add_secure_port(
-            address, server_credentials(tls, PrometheusTlsReloadMetrics())
-        )
+        port = server.add_secure_port(address, server_credentials(tls, metrics.tls_reloads))
     if port == 0:
         raise OSError(f"cannot listen on {address}")
     if metrics_address:
         metrics_host, metrics_port = split_host_port(metrics_address)
-        start_http_server(metrics_port, addr=metrics_host)
+        metrics.publish(metrics_host, metrics_port)
 
     await server.start()
     # Everything loaded so far (modules, the policy, tokenizers' wrappers, gRPC's and
@@ -102,7 +96,7 @@ async def serve(
         # Envoy's limits, this server's gRPC limit and (`extproc run`) the precheck's
         # markers were set from this policy.
         fixed = FixedAtStart.for_policy(contract.policy, reload.precheck_markers)
-        reloader = PolicyReloader(reload, contracts, fixed, PrometheusPolicyReloadMetrics())
+        reloader = PolicyReloader(reload, contracts, fixed, metrics.policy_reloads)
         reloader.mark_loaded(reload.started_from)
         loop.add_signal_handler(signal.SIGHUP, reloader.hangup.set)
         reloading = asyncio.create_task(reloader.run(stop))
