@@ -1,8 +1,9 @@
 """Metrics that keep what they are told, in order, so that a test can drive the
 gateway's code without Prometheus and assert on the events: the stream's and the
 servicer's (StreamMetrics, extproc/service/stream_metrics.py), the policy reloader's
-(PolicyReloadMetrics, extproc/service/reload.py) and the certificate reloader's
-(TlsReloadMetrics, extproc/service/tls.py)."""
+(PolicyReloadMetrics, extproc/service/reload.py), the certificate reloader's
+(TlsReloadMetrics, extproc/service/tls.py) and, all three, a server's (ServerMetrics,
+extproc/service/server.py)."""
 
 from __future__ import annotations
 
@@ -29,6 +30,10 @@ class RecordedStreamMetrics(Recorded):
     apart in ``seconds``."""
 
     seconds: list[float] = field(default_factory=list)
+
+    def open_streams(self) -> int:
+        """Streams opened and not closed yet."""
+        return len(self.named("stream_opened")) - len(self.named("stream_closed"))
 
     def stream_opened(self) -> None:
         self.events.append(("stream_opened",))
@@ -98,3 +103,16 @@ class RecordedTlsReloads(Recorded):
 
     def rejected(self) -> None:
         self.events.append(("rejected",))
+
+
+@dataclass
+class RecordedServerMetrics:
+    """A ServerMetrics of the recorders above. Publishing is recorded; nothing is served."""
+
+    streams: RecordedStreamMetrics = field(default_factory=RecordedStreamMetrics)
+    policy_reloads: RecordedPolicyReloads = field(default_factory=RecordedPolicyReloads)
+    tls_reloads: RecordedTlsReloads = field(default_factory=RecordedTlsReloads)
+    published: list[tuple[str, int]] = field(default_factory=list)
+
+    def publish(self, host: str, port: int) -> None:
+        self.published.append((host, port))

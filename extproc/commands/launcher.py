@@ -41,9 +41,10 @@ from extproc.commands.envoy_config import (
 )
 from extproc.commands.workers import WorkerHooks, WorkerPool, WorkerSettings, WorkerStartError
 from extproc.core.contract import Contract
+from extproc.service.metrics import process_metrics
 from extproc.service.net import free_port, split_host_port
 from extproc.service.reload import ReloadSettings
-from extproc.service.server import serve, stop_on_signals
+from extproc.service.server import ServerMetrics, serve, stop_on_signals
 from extproc.service.tls import TlsSettings
 
 log = logging.getLogger("extproc.commands.launcher")
@@ -117,6 +118,7 @@ def envoy_argv(config_path: Path, log_level: str, concurrency: int | None) -> li
 async def start_server(
     contract: Contract,
     *,
+    metrics: ServerMetrics,
     metrics_address: str | None,
     grace_seconds: float,
     stop: asyncio.Event,
@@ -133,6 +135,7 @@ async def start_server(
             metrics_address=metrics_address,
             grace_seconds=grace_seconds,
             stop=stop,
+            metrics=metrics,
             on_ready=ready.set_result,
             tls=tls,
             reload=reload,
@@ -208,6 +211,7 @@ class ExtprocServers:
 async def in_process_server(
     contract: Contract,
     *,
+    metrics: ServerMetrics,
     metrics_address: str | None,
     grace_seconds: float,
     tls: TlsSettings | None = None,
@@ -217,6 +221,7 @@ async def in_process_server(
     server_stop = asyncio.Event()
     server, port = await start_server(
         contract,
+        metrics=metrics,
         metrics_address=metrics_address,
         grace_seconds=grace_seconds,
         stop=server_stop,
@@ -292,6 +297,7 @@ def extproc_servers(
         return worker_processes(worker_settings(options, reload), options.metrics_address)
     return in_process_server(
         contract,
+        metrics=process_metrics(),
         metrics_address=options.metrics_address,
         grace_seconds=options.grace_seconds,
         tls=options.server_tls,

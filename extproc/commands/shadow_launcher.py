@@ -28,6 +28,7 @@ from extproc.commands.launcher import (
 )
 from extproc.commands.workers import WorkerSettings
 from extproc.core.contract import Contract
+from extproc.service.metrics import process_metrics
 from extproc.service.net import free_port, split_host_port
 from extproc.service.server import stop_on_signals
 from extproc.tools.shadow.comparator_server import CompareOptions, serve_compare
@@ -65,7 +66,10 @@ def gateway_servers(
     watch), as in this process."""
     if options.workers == 1:
         return in_process_server(
-            contract, metrics_address=options.metrics_address, grace_seconds=options.grace_seconds
+            contract,
+            metrics=process_metrics(),
+            metrics_address=options.metrics_address,
+            grace_seconds=options.grace_seconds,
         )
     if options.policy_file is None:
         raise ValueError("workers load the policy from a file: policy_file is needed")

@@ -3,6 +3,9 @@
 Follows grpc's aio graceful-shutdown example: on SIGTERM/SIGINT the health
 service turns NOT_SERVING (so Envoy and Kubernetes stop sending new streams),
 then ``server.stop(grace)`` refuses new RPCs and lets in-flight streams finish.
+
+The server reports to the :class:`ServerMetrics` it is given (Prometheus's:
+extproc/service/metrics.py).
 """
 
 from __future__ import annotations
@@ -13,21 +16,48 @@ import gc
 import logging
 import signal
 from collections.abc import Callable
+from typing import Protocol
 
 import grpc
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ep_grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from extproc.core.contract import Contract
-from extproc.service.metrics import process_metrics
 from extproc.service.net import split_host_port
-from extproc.service.reload import ContractHolder, FixedAtStart, PolicyReloader, ReloadSettings
+from extproc.service.reload import (
+    ContractHolder,
+    FixedAtStart,
+    PolicyReloader,
+    PolicyReloadMetrics,
+    ReloadSettings,
+)
 from extproc.service.servicer import ExternalProcessor
-from extproc.service.tls import TlsSettings, server_credentials
+from extproc.service.stream_metrics import StreamMetrics
+from extproc.service.tls import TlsReloadMetrics, TlsSettings, server_credentials
 
 log = logging.getLogger("extproc.service.server")
 
 PROCESSOR_SERVICE = "envoy.service.ext_proc.v3.ExternalProcessor"
+
+
+class ServerMetrics(Protocol):
+    """What one ext_proc server reports, and how it shows it."""
+
+    @property
+    def streams(self) -> StreamMetrics:
+        """Its streams' and its servicer's events."""
+
+    @property
+    def policy_reloads(self) -> PolicyReloadMetrics:
+        """Its policy reloader's, when it reloads."""
+
+    @property
+    def tls_reloads(self) -> TlsReloadMetrics:
+        """Its certificate reloader's, when it serves TLS."""
+
+    def publish(self, host: str, port: int) -> None:
+        """Serve them over HTTP (``/metrics``) on ``host:port`` from now until the
+        process ends; raises OSError if the port cannot be had."""
 
 
 async def serve(
@@ -37,11 +67,13 @@ async def serve(
     metrics_address: str | None,
     grace_seconds: float,
     stop: asyncio.Event,
+    metrics: ServerMetrics,
     on_ready: Callable[[int], None] | None = None,
     tls: TlsSettings | None = None,
     reload: ReloadSettings | None = None,
 ) -> None:
-    """Serve until ``stop`` is set. ``on_ready`` gets the bound gRPC port.
+    """Serve until ``stop`` is set, reporting to ``metrics`` (published on
+    ``metrics_address``, if any). ``on_ready`` gets the bound gRPC port.
 
     With ``tls``, the port speaks TLS (mTLS when it names a client CA) and picks up
     new certificate files on new connections (extproc/service/tls.py); raises TlsError if
@@ -58,7 +90,6 @@ async def serve(
             ("grpc.so_reuseport", 0),
         ]
     )
-    metrics = process_metrics()
     contracts = ContractHolder(contract)
     processor = ExternalProcessor(contracts, metrics.streams)
     ep_grpc.add_ExternalProcessorServicer_to_server(processor, server)

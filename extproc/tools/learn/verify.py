@@ -30,6 +30,7 @@ from extproc.commands.envoy_config import (
 )
 from extproc.commands.launcher import run_envoy, start_server
 from extproc.core.contract import Contract
+from extproc.service.metrics import process_metrics
 from extproc.service.net import free_port
 from extproc.tools.learn.local import TEXT
 from extproc.tools.learn.probing_plan import Learned
@@ -136,7 +137,11 @@ async def _with_gateway(contract: Contract, upstream: Upstream, work: Callable[[
     """Run ``work(gateway_url)`` in a thread while the gateway serves; stop it after."""
     server_stop, envoy_stop = asyncio.Event(), asyncio.Event()
     server, port = await start_server(
-        contract, metrics_address=None, grace_seconds=1.0, stop=server_stop
+        contract,
+        metrics=process_metrics(),
+        metrics_address=None,
+        grace_seconds=1.0,
+        stop=server_stop,
     )
     settings = EnvoySettings(
         "127.0.0.1", free_port(), free_port(), port, upstream, upstream_timeout_s=120
