@@ -3,6 +3,8 @@
 - core: the sans-I/O contract. It imports no grpc, no prometheus_client, no Envoy protos,
   and nothing from the layers above it.
 - service: the ext_proc shell around the core; it does not reach up into commands or tools.
+  Its metrics are Protocols it is given; only extproc/service/metrics.py, their
+  Prometheus implementation, imports prometheus_client.
 - tools: probe, shadow, learn and parity; they may use core, service and the shared
   command helpers (the launcher, the Envoy config rendering, the workers), never a
   command-line module: those run the tools, so they sit above them. The command-line
@@ -86,6 +88,22 @@ def test_core_does_no_io_imports(name: str) -> None:
 def test_service_does_not_reach_up(name: str) -> None:
     bad = sorted(t for t in internal_imports(name) if layer(t) in ("commands", "tools"))
     assert not bad, f"{name} (service) imports {bad}"
+
+
+PROMETHEUS_MODULE = "extproc.service.metrics"
+
+
+@pytest.mark.parametrize("name", [n for n in MODULES if layer(n) == "service"])
+def test_only_the_metrics_module_of_service_imports_prometheus(name: str) -> None:
+    prometheus = sorted(t for t in imports_of(name) if t.split(".")[0] == "prometheus_client")
+    assert name == PROMETHEUS_MODULE or not prometheus, (
+        f"{name} (service) imports {prometheus}: it reports to the metrics it is given; "
+        f"{PROMETHEUS_MODULE} implements them in Prometheus"
+    )
+
+
+def test_the_prometheus_module_exists() -> None:
+    assert PROMETHEUS_MODULE in MODULES
 
 
 COMMAND_LINE = frozenset(
