@@ -46,7 +46,7 @@ from bench.upstream import SMALL_BATCH, embeddings_body
 from bench.workloads import MODEL, POLICY, request_body
 from extproc.core.contract import load_contract
 from extproc.core.policy import load_policy_file
-from extproc.service.metrics import PrometheusStreamMetrics
+from extproc.service.metrics import process_metrics
 from extproc.service.reload import ContractHolder
 from extproc.service.servicer import ExternalProcessor, stream_shape
 from extproc.service.stream import ExtProcStream
@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> None:
     shapes = {
         kind: stream_shape(context.invocation_metadata()) for kind, context in contexts.items()
     }
-    metrics = PrometheusStreamMetrics()
+    metrics = process_metrics().streams
     servicer = ExternalProcessor(ContractHolder(contract), metrics)
     floor = FloorProcessor()
 

@@ -36,7 +36,7 @@ from extproc.service.admission import (
 )
 from extproc.service.stream import ExtProcStream, Phase, Shape
 from tests.conftest import SHIPPED_QWEN_POLICY
-from tests.recorded_metrics import RecordedMetrics
+from tests.recorded_metrics import RecordedStreamMetrics
 
 MiB = 1024 * 1024
 T = TypeVar("T")
@@ -443,7 +443,7 @@ def test_policy_defaults_and_bounds(tmp_path: Path) -> None:
 def test_refused_stream_answers_503_overloaded_with_retry_after(
     qwen_contract: Contract,
 ) -> None:
-    stream = ExtProcStream(qwen_contract, Shape.RESPONSE_ON_SECOND_STREAM, RecordedMetrics())
+    stream = ExtProcStream(qwen_contract, Shape.RESPONSE_ON_SECOND_STREAM, RecordedStreamMetrics())
     reply = stream.refuse_overloaded(overloaded_error(3), 3)
     response = reply.immediate_response
     assert response.status.code == 503

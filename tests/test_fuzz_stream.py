@@ -43,11 +43,11 @@ from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ep_grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from prometheus_client import REGISTRY
 
 from extproc.core.contract import Contract
 from extproc.core.plan import Encoding, ResponsePlan
 from extproc.service.server import PROCESSOR_SERVICE, serve
+from tests.recorded_metrics import RecordedServerMetrics
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -73,10 +73,12 @@ CANCEL = "cancel"
 class Server:
     port: int
     channel: grpc.aio.Channel
+    metrics: RecordedServerMetrics
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def server(qwen_contract: Contract) -> AsyncIterator[Server]:
+    metrics = RecordedServerMetrics()
     stop = asyncio.Event()
     ready: asyncio.Future[int] = asyncio.get_running_loop().create_future()
     task = asyncio.create_task(
@@ -86,6 +88,7 @@ async def server(qwen_contract: Contract) -> AsyncIterator[Server]:
             metrics_address=None,
             grace_seconds=1.0,
             stop=stop,
+            metrics=metrics,
             on_ready=ready.set_result,
         )
     )
@@ -103,7 +106,7 @@ async def server(qwen_contract: Contract) -> AsyncIterator[Server]:
         ],
     )
     try:
-        yield Server(ready.result(), channel)
+        yield Server(ready.result(), channel, metrics)
     finally:
         await channel.close()
         stop.set()
@@ -566,10 +569,6 @@ async def test_content_length_that_int_refuses(server: Server, length: bytes) ->
     await drive(server.channel, [message, *exchange("200", 0, 0)[1:]])
 
 
-def active_streams() -> float:
-    return REGISTRY.get_sample_value("extproc_active_streams") or 0.0
-
-
 @settings(
     max_examples=300,
     deadline=None,
@@ -600,11 +599,12 @@ async def test_server_still_serves_after_the_fuzz(server: Server) -> None:
             health.Check(health_pb2.HealthCheckRequest(service=service)), STEP_TIMEOUT
         )
         assert answer.status == health_pb2.HealthCheckResponse.SERVING
+    streams = server.metrics.streams
     for _ in range(100):  # cancelled streams finish on the server a moment later
-        if active_streams() == 0:
+        if streams.open_streams() == 0:
             break
         await asyncio.sleep(0.05)
-    assert active_streams() == 0
+    assert streams.open_streams() == 0
 
     steps = exchange("200", 0, 0)
     stub = ep_grpc.ExternalProcessorStub(server.channel)

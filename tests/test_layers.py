@@ -5,7 +5,9 @@ imports from its own layer and the layers below it, never from one above.
 
 - core: the sans-I/O contract; it also imports no grpc, no prometheus_client and no
   Envoy protos.
-- service: the ext_proc shell around the core.
+- service: the ext_proc shell around the core. Its metrics are Protocols it is given;
+  only extproc/service/metrics.py, their Prometheus implementation, imports
+  prometheus_client.
 - runtime: what runs the gateway: Envoy and ext_proc processes, the Envoy configs.
 - tools: probe, shadow, learn and parity.
 - commands: the command line.
@@ -107,6 +109,22 @@ def test_imports_come_from_the_layers_below(name: str) -> None:
 def test_core_does_no_io_imports(name: str) -> None:
     bad = sorted(target for target in imports_of(name) if target.split(".")[0] in IO_PREFIXES)
     assert not bad, f"{name} is in the sans-I/O core but imports {bad}"
+
+
+PROMETHEUS_MODULE = "extproc.service.metrics"
+
+
+@pytest.mark.parametrize("name", [n for n in MODULES if layer(n) == "service"])
+def test_only_the_metrics_module_of_service_imports_prometheus(name: str) -> None:
+    prometheus = sorted(t for t in imports_of(name) if t.split(".")[0] == "prometheus_client")
+    assert name == PROMETHEUS_MODULE or not prometheus, (
+        f"{name} (service) imports {prometheus}: it reports to the metrics it is given; "
+        f"{PROMETHEUS_MODULE} implements them in Prometheus"
+    )
+
+
+def test_the_prometheus_module_exists() -> None:
+    assert PROMETHEUS_MODULE in MODULES
 
 
 def test_no_import_cycles() -> None:

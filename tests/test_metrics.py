@@ -1,5 +1,6 @@
-"""PrometheusStreamMetrics: each event the stream and the servicer report moves its
-own series, under the names and labels the dashboard and the alert rules read
+"""The Prometheus metrics (extproc/service/metrics.py), each test in a registry of its
+own: each event the stream, the servicer and the reloaders report moves its own
+series, under the names and labels the dashboard and the alert rules read
 (tests/test_observability.py checks those names against the registry)."""
 
 from __future__ import annotations
@@ -7,24 +8,28 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
-from prometheus_client import REGISTRY
+from prometheus_client import CollectorRegistry
 
 from extproc.core.plan import RequestStats
-from extproc.service.metrics import PrometheusStreamMetrics
+from extproc.service.metrics import PrometheusServerMetrics
 from extproc.service.stream_metrics import StreamMetrics
 
-METRICS: StreamMetrics = PrometheusStreamMetrics()
+
+@pytest.fixture
+def metrics() -> PrometheusServerMetrics:
+    return PrometheusServerMetrics(CollectorRegistry())
 
 
-def value(name: str, labels: dict[str, str] | None = None) -> float:
-    return REGISTRY.get_sample_value(name, labels or {}) or 0.0
+def sample(metrics: PrometheusServerMetrics, name: str, **labels: str) -> float | None:
+    """The series' value, or None while it does not exist."""
+    return metrics.registry.get_sample_value(name, labels)
 
 
 @pytest.mark.parametrize(
     ("event", "series"),
     [
         pytest.param(
-            lambda: METRICS.rejected(400, None),
+            lambda m: m.rejected(400, None),
             [
                 ("extproc_requests_total", {"outcome": "rejected"}),
                 ("extproc_rejections_total", {"status": "400", "param": "-"}),
@@ -32,17 +37,17 @@ def value(name: str, labels: dict[str, str] | None = None) -> float:
             id="rejected",
         ),
         pytest.param(
-            lambda: METRICS.rejected(413, "input"),
+            lambda m: m.rejected(413, "input"),
             [("extproc_rejections_total", {"status": "413", "param": "input"})],
             id="rejected-param",
         ),
         pytest.param(
-            lambda: METRICS.forwarded(RequestStats(inputs=1), rewritten=False),
+            lambda m: m.forwarded(RequestStats(inputs=1), rewritten=False),
             [("extproc_requests_total", {"outcome": "passthrough"})],
             id="forwarded-as-sent",
         ),
         pytest.param(
-            lambda: METRICS.forwarded(
+            lambda m: m.forwarded(
                 RequestStats(
                     inputs=3,
                     prompted=True,
@@ -63,75 +68,119 @@ def value(name: str, labels: dict[str, str] | None = None) -> float:
             id="forwarded-rewritten",
         ),
         pytest.param(
-            lambda: METRICS.upstream_response(204, local=False),
+            lambda m: m.upstream_response(204, local=False),
             [("extproc_upstream_responses_total", {"status_class": "2xx"})],
             id="upstream-2xx",
         ),
         pytest.param(
-            lambda: METRICS.upstream_response(0, local=False),
+            lambda m: m.upstream_response(0, local=False),
             [("extproc_upstream_responses_total", {"status_class": "invalid"})],
             id="upstream-invalid",
         ),
         pytest.param(
-            lambda: METRICS.upstream_response(503, local=True),
+            lambda m: m.upstream_response(503, local=True),
             [("extproc_upstream_responses_total", {"status_class": "local"})],
             id="upstream-local",
         ),
         pytest.param(
-            lambda: METRICS.response_rewritten("error_envelope"),
+            lambda m: m.response_rewritten("error_envelope"),
             [("extproc_responses_rewritten_total", {"kind": "error_envelope"})],
             id="response-rewritten",
         ),
         pytest.param(
-            lambda: METRICS.anomaly("request_body"),
+            lambda m: m.anomaly("request_body"),
             [("extproc_stream_anomalies_total", {"message": "request_body"})],
             id="anomaly",
         ),
         pytest.param(
-            lambda: METRICS.phase_seconds("response", 0.002),
+            lambda m: m.phase_seconds("response", 0.002),
             [("extproc_processing_seconds_count", {"phase": "response"})],
             id="phase-seconds",
         ),
         pytest.param(
-            lambda: METRICS.stream_seconds(0.5),
+            lambda m: m.stream_seconds(0.5),
             [("extproc_stream_seconds_count", {})],
             id="stream-seconds",
         ),
         pytest.param(
-            METRICS.admission_waited,
+            lambda m: m.admission_waited(),
             [("extproc_admission_waited_total", {})],
             id="admission-waited",
         ),
         pytest.param(
-            lambda: METRICS.admission_refused("headers"),
+            lambda m: m.admission_refused("headers"),
             [("extproc_admission_rejected_total", {"stage": "headers"})],
             id="admission-refused",
         ),
     ],
 )
 def test_each_event_counts_once_in_its_series(
-    event: Callable[[], None], series: list[tuple[str, dict[str, str]]]
+    metrics: PrometheusServerMetrics,
+    event: Callable[[StreamMetrics], None],
+    series: list[tuple[str, dict[str, str]]],
 ) -> None:
-    before = [value(name, labels) for name, labels in series]
-    event()
-    after = [value(name, labels) for name, labels in series]
-    assert [b - a for a, b in zip(before, after, strict=True)] == [1.0] * len(series)
+    event(metrics.streams)
+    assert [sample(metrics, name, **labels) for name, labels in series] == [1.0] * len(series)
 
 
-def test_tokens_cut_add_up() -> None:
-    before = value("extproc_tokens_cut_total")
-    METRICS.forwarded(RequestStats(inputs=1, truncated_inputs=1, tokens_cut=7), rewritten=True)
-    assert value("extproc_tokens_cut_total") - before == 7
+def test_tokens_cut_add_up(metrics: PrometheusServerMetrics) -> None:
+    stats = RequestStats(inputs=1, truncated_inputs=1, tokens_cut=7)
+    metrics.streams.forwarded(stats, rewritten=True)
+    metrics.streams.forwarded(stats, rewritten=True)
+    assert sample(metrics, "extproc_tokens_cut_total") == 14
 
 
-def test_the_gauges_follow_streams_and_admitted_work() -> None:
-    before = value("extproc_active_streams")
-    METRICS.stream_opened()
-    METRICS.stream_opened()
-    METRICS.stream_closed()
-    assert value("extproc_active_streams") - before == 1
-    METRICS.stream_closed()
-    METRICS.admission_in_flight(12345)
-    assert value("extproc_admission_in_flight_bytes") == 12345
-    METRICS.admission_in_flight(0)
-    assert value("extproc_admission_in_flight_bytes") == 0
+def test_the_gauges_follow_streams_and_admitted_work(metrics: PrometheusServerMetrics) -> None:
+    streams = metrics.streams
+    streams.stream_opened()
+    streams.stream_opened()
+    streams.stream_closed()
+    assert sample(metrics, "extproc_active_streams") == 1
+    streams.stream_closed()
+    assert sample(metrics, "extproc_active_streams") == 0
+    streams.admission_in_flight(12345)
+    assert sample(metrics, "extproc_admission_in_flight_bytes") == 12345
+    streams.admission_in_flight(0)
+    assert sample(metrics, "extproc_admission_in_flight_bytes") == 0
+
+
+def test_policy_reloads_count_from_the_start_of_the_watch(
+    metrics: PrometheusServerMetrics,
+) -> None:
+    reloads = metrics.policy_reloads
+    name = "extproc_policy_reloads_total"
+    assert sample(metrics, name, outcome="reloaded") is None
+    reloads.watching()
+    assert sample(metrics, name, outcome="reloaded") == 0
+    assert sample(metrics, name, outcome="rejected") == 0
+    reloads.reloaded()
+    reloads.rejected()
+    reloads.rejected()
+    assert sample(metrics, name, outcome="reloaded") == 1
+    assert sample(metrics, name, outcome="rejected") == 2
+
+
+def test_settings_not_applied_and_stale_limits_are_0_or_1(
+    metrics: PrometheusServerMetrics,
+) -> None:
+    reloads = metrics.policy_reloads
+    reloads.setting_not_applied("grpc_message", True)
+    reloads.setting_not_applied("precheck_markers", False)
+    reloads.envoy_limits_stale(True)
+    not_applied = "extproc_policy_settings_not_applied"
+    assert sample(metrics, not_applied, setting="grpc_message") == 1
+    assert sample(metrics, not_applied, setting="precheck_markers") == 0
+    assert sample(metrics, "extproc_policy_envoy_limits_stale") == 1
+    reloads.setting_not_applied("grpc_message", False)
+    reloads.envoy_limits_stale(False)
+    assert sample(metrics, not_applied, setting="grpc_message") == 0
+    assert sample(metrics, "extproc_policy_envoy_limits_stale") == 0
+
+
+def test_tls_reloads_appear_once_counted(metrics: PrometheusServerMetrics) -> None:
+    name = "extproc_tls_reloads_total"
+    metrics.tls_reloads.rejected()
+    assert sample(metrics, name, outcome="rejected") == 1
+    assert sample(metrics, name, outcome="reloaded") is None
+    metrics.tls_reloads.reloaded()
+    assert sample(metrics, name, outcome="reloaded") == 1

@@ -31,7 +31,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +41,6 @@ import pytest
 import pytest_asyncio
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ep_grpc
-from prometheus_client import REGISTRY
 
 from extproc.core.contract import Contract, load_contract
 from extproc.core.policy import load_policy_file, load_policy_text
@@ -55,10 +54,12 @@ from extproc.service.net import free_port
 from extproc.service.reload import (
     NOT_APPLIED_SETTINGS,
     Action,
+    ContractHolder,
     EnvoyLimits,
     FileStamp,
     FixedAtStart,
     Now,
+    PolicyReloader,
     ReloadSettings,
     WatchState,
     after_load,
@@ -70,6 +71,7 @@ from extproc.service.server import serve
 from tests.conftest import QWEN_MODEL
 from tests.fake_upstream import FakeUpstream
 from tests.harness import Gateway, Gateways, GatewaySpec, http, metric_value
+from tests.recorded_metrics import RecordedPolicyReloads, RecordedServerMetrics
 from tests.test_policy_reading import NOT_REGULAR_FILES
 
 ADDED = "qwen-added"  # a model name only the new files serve
@@ -420,22 +422,68 @@ def test_a_reload_reuses_unchanged_tokenizers_and_loads_replaced_ones(
     assert third.tokenizers[ADDED] is third.tokenizers[QWEN_MODEL]
 
 
+# -- what the reloader reports (in-process) -----------------------------------------------
+
+
+async def test_the_reloader_reports_each_reload_and_what_it_cannot_apply(
+    qwen_dir: Path, tmp_path: Path
+) -> None:
+    config = tmp_path / "policy.yaml"
+    config.write_text(policy_yaml(QWEN_MODEL))
+    overrides = {QWEN_MODEL: qwen_dir}
+    start = load_contract(load_policy_file(config, tokenizer_overrides=overrides))
+    fixed = FixedAtStart.for_policy(start.policy, None)
+    metrics = RecordedPolicyReloads()
+    reloader = PolicyReloader(
+        ReloadSettings(config, overrides), ContractHolder(start), fixed, metrics
+    )
+    applied = [("setting_not_applied", setting, False) for setting in NOT_APPLIED_SETTINGS]
+    assert metrics.events == [("watching",), ("envoy_limits_stale", False), *applied]
+
+    metrics.events.clear()
+    config.write_text(policy_yaml(QWEN_MODEL, limits="limits: {max_request_bytes: 67108864}"))
+    assert await reloader.reload(policy_stamp(config))
+    assert metrics.events == [
+        ("setting_not_applied", "request_body_buffer", True),
+        ("setting_not_applied", "response_buffer", False),
+        ("setting_not_applied", "grpc_message", True),
+        ("setting_not_applied", "precheck_markers", False),
+        ("envoy_limits_stale", True),
+        ("reloaded",),
+    ]
+
+    metrics.events.clear()
+    config.write_text("models: [")
+    assert not await reloader.reload(policy_stamp(config))
+    assert metrics.events == [("rejected",)]
+
+    metrics.events.clear()
+    config.write_text(policy_yaml(QWEN_MODEL))
+    assert await reloader.reload(policy_stamp(config))
+    assert metrics.events == [*applied, ("envoy_limits_stale", False), ("reloaded",)]
+
+
 # -- a stream in flight keeps its policy (in-process, over gRPC) --------------------------
 
 
-def _reloaded_count() -> float:
-    return REGISTRY.get_sample_value("extproc_policy_reloads_total", {"outcome": "reloaded"}) or 0
+@dataclass
+class ReloadingServer:
+    channel: grpc.aio.Channel
+    config: Path
+    metrics: RecordedServerMetrics
+
+    def reloads(self) -> int:
+        return len(self.metrics.policy_reloads.named("reloaded"))
 
 
 @pytest_asyncio.fixture(loop_scope="function")
-async def reloading_server(
-    qwen_dir: Path, tmp_path: Path
-) -> AsyncIterator[tuple[grpc.aio.Channel, Path]]:
+async def reloading_server(qwen_dir: Path, tmp_path: Path) -> AsyncIterator[ReloadingServer]:
     config = tmp_path / "policy.yaml"
     config.write_text(policy_yaml(QWEN_MODEL))
     overrides = {QWEN_MODEL: qwen_dir}
     started_from = policy_stamp(config)
     contract = load_contract(load_policy_file(config, tokenizer_overrides=overrides))
+    metrics = RecordedServerMetrics()
     stop = asyncio.Event()
     ready: asyncio.Future[int] = asyncio.get_running_loop().create_future()
     task = asyncio.create_task(
@@ -445,6 +493,7 @@ async def reloading_server(
             metrics_address=None,
             grace_seconds=1.0,
             stop=stop,
+            metrics=metrics,
             on_ready=ready.set_result,
             reload=ReloadSettings(
                 config, overrides, interval_s=0.1, settle_s=0.3, started_from=started_from
@@ -454,7 +503,7 @@ async def reloading_server(
     await asyncio.wait_for(asyncio.shield(ready), 60)
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{ready.result()}")
     try:
-        yield channel, config
+        yield ReloadingServer(channel, config, metrics)
     finally:
         await channel.close()
         stop.set()
@@ -496,16 +545,16 @@ async def _answer_to(channel: grpc.aio.Channel, model: str) -> str | None:
 
 
 async def test_a_stream_in_flight_finishes_on_the_policy_it_started_with(
-    reloading_server: tuple[grpc.aio.Channel, Path],
+    reloading_server: ReloadingServer,
 ) -> None:
-    channel, config = reloading_server
+    channel, config = reloading_server.channel, reloading_server.config
     in_flight = ep_grpc.ExternalProcessorStub(channel).Process(timeout=30)
     try:
         await _exchange(in_flight, _headers())  # the stream exists: it has its contract
-        before = _reloaded_count()
+        before = reloading_server.reloads()
         write_in_place(config, policy_yaml(ADDED))  # the old model is gone from the file
         deadline = time.monotonic() + RELOAD_DEADLINE_S
-        while _reloaded_count() <= before:
+        while reloading_server.reloads() <= before:
             assert time.monotonic() < deadline, "no reload within 10 s"
             await asyncio.sleep(0.05)
         reply = await _exchange(in_flight, _body(QWEN_MODEL))

@@ -32,7 +32,7 @@ from extproc.service.stream import (
     Shape,
     TransitionError,
 )
-from tests.recorded_metrics import RecordedMetrics
+from tests.recorded_metrics import RecordedStreamMetrics
 
 MODEL = "Qwen/Qwen3-Embedding-0.6B"
 ATTRIBUTES_KEY = "envoy.filters.http.ext_proc"
@@ -143,13 +143,13 @@ PLAIN = {"model": MODEL, "input": ["a", "b"]}
 DIMS = {"model": MODEL, "input": ["a", "b"], "dimensions": 256}
 
 
-def recorded(stream: ExtProcStream) -> RecordedMetrics:
-    assert isinstance(stream.metrics, RecordedMetrics)
+def recorded(stream: ExtProcStream) -> RecordedStreamMetrics:
+    assert isinstance(stream.metrics, RecordedStreamMetrics)
     return stream.metrics
 
 
 def new_stream(contract: Contract, shape: Shape = Shape.RESPONSE_ON_SECOND_STREAM) -> ExtProcStream:
-    return ExtProcStream(contract, shape, RecordedMetrics())
+    return ExtProcStream(contract, shape, RecordedStreamMetrics())
 
 
 @pytest.fixture
@@ -1131,14 +1131,14 @@ def test_skipped_headers_without_a_usable_status_is_neutral(
 # -- what the stream reports (its metrics) ---------------------------------------------
 
 
-def event_names(metrics: RecordedMetrics) -> list[str]:
+def event_names(metrics: RecordedStreamMetrics) -> list[str]:
     return [event[0] for event in metrics.events]
 
 
 def test_a_rewritten_exchange_reports_forward_status_times_and_rewrite(
     qwen_contract: Contract,
 ) -> None:
-    metrics = RecordedMetrics()
+    metrics = RecordedStreamMetrics()
     stream = ExtProcStream(qwen_contract, Shape.WHOLE_EXCHANGE, metrics)
     stream.handle(request_headers({**POST_JSON, ":path": "/v1/embeddings"}))
     assert metrics.events == []  # accepted headers report nothing
@@ -1165,7 +1165,7 @@ def test_a_rewritten_exchange_reports_forward_status_times_and_rewrite(
 
 
 def test_a_response_left_alone_reports_the_stream_time_once(qwen_contract: Contract) -> None:
-    metrics = RecordedMetrics()
+    metrics = RecordedStreamMetrics()
     stream = ExtProcStream(qwen_contract, Shape.RESPONSE_ON_SECOND_STREAM, metrics)
     stream.handle(request_body(PLAIN))
     stream.handle(response_headers(200))
@@ -1203,7 +1203,7 @@ def test_a_refused_request_reports_its_rejection_and_no_forward(
     timed: bool,
     qwen_contract: Contract,
 ) -> None:
-    metrics = RecordedMetrics()
+    metrics = RecordedStreamMetrics()
     stream = ExtProcStream(qwen_contract, Shape.WHOLE_EXCHANGE, metrics)
     stream.handle(message)
     timing = [("phase_seconds", "request")] if timed else []
@@ -1211,14 +1211,14 @@ def test_a_refused_request_reports_its_rejection_and_no_forward(
 
 
 def test_envoy_local_reply_reports_a_local_status(qwen_contract: Contract) -> None:
-    metrics = RecordedMetrics()
+    metrics = RecordedStreamMetrics()
     stream = ExtProcStream(qwen_contract, Shape.RESPONSE_ON_SECOND_STREAM, metrics)
     stream.handle(skipped_headers_body(b"{}", 504, details="upstream_response_timeout"))
     assert metrics.events == [("upstream_response", 504, True)]
 
 
 def test_a_bodyless_error_reports_an_envelope(qwen_contract: Contract) -> None:
-    metrics = RecordedMetrics()
+    metrics = RecordedStreamMetrics()
     stream = ExtProcStream(qwen_contract, Shape.WHOLE_EXCHANGE, metrics)
     stream.handle(request_body(PLAIN))
     stream.handle(response_headers(404, eos=True))
@@ -1229,7 +1229,7 @@ def test_a_bodyless_error_reports_an_envelope(qwen_contract: Contract) -> None:
 
 
 def test_anomalies_are_reported_by_message_kind(qwen_contract: Contract) -> None:
-    metrics = RecordedMetrics()
+    metrics = RecordedStreamMetrics()
     stream = ExtProcStream(qwen_contract, Shape.RESPONSE_ON_SECOND_STREAM, metrics)
     stream.handle(ep.ProcessingRequest())
     stream.handle(skipped_headers_body(b"{}", None))  # no status attribute
@@ -1291,7 +1291,7 @@ async def _process(
     contract: Contract,
     metadata: tuple[tuple[str, str], ...],
     messages: list[ep.ProcessingRequest],
-    metrics: RecordedMetrics,
+    metrics: RecordedStreamMetrics,
 ) -> list[ep.ProcessingResponse]:
     async def requests() -> AsyncIterator[ep.ProcessingRequest]:
         for message in messages:
@@ -1315,7 +1315,7 @@ def test_the_servicer_ends_a_one_message_stream_after_its_reply(
     """The servicer's decision from the shape: a one-message stream whose request
     needs nothing more ends after its reply; a whole-exchange stream waits for the
     response. Its events: the stream opened and closed, the work admitted and given back."""
-    metrics = RecordedMetrics()
+    metrics = RecordedStreamMetrics()
     messages = [request_body(PLAIN), response_headers(200)]
     got = asyncio.run(_process(qwen_contract, metadata, messages, metrics))
     assert [reply.WhichOneof("response") for reply in got] == [
@@ -1340,7 +1340,7 @@ def test_the_servicer_answers_an_exception_with_a_500_and_ends_the_stream(
         raise RuntimeError("a bug")
 
     monkeypatch.setattr("extproc.service.stream.rewrite_request", broken)
-    metrics = RecordedMetrics()
+    metrics = RecordedStreamMetrics()
     messages = [request_body(PLAIN), response_headers(200)]
     got = asyncio.run(_process(qwen_contract, (), messages, metrics))
     assert len(got) == 1

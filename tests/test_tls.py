@@ -29,9 +29,7 @@ import yaml
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ep_grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from prometheus_client import REGISTRY
 
-import extproc.service.server as server_module
 from extproc.commands.cli import main as cli_main
 from extproc.core.contract import Contract
 from extproc.core.policy import GatewayPolicy
@@ -46,13 +44,15 @@ from extproc.runtime.envoy_config import (
     render,
     with_extproc_tls,
 )
-from extproc.service.servicer import ExternalProcessor
+from extproc.service.server import serve
 from extproc.service.tls import (
+    CertificateReloader,
     ReloadState,
     TlsError,
     TlsMaterial,
     TlsSettings,
     after_load,
+    file_stamp,
     load_material,
     pem_problem,
     plan_reload,
@@ -61,6 +61,7 @@ from extproc.service.tls import (
 from tests.conftest import QWEN_MODEL, REPO, SHIPPED_QWEN_POLICY
 from tests.fake_upstream import FakeUpstream
 from tests.harness import Gateways, GatewaySpec, http
+from tests.recorded_metrics import RecordedServerMetrics, RecordedTlsReloads
 from tests.test_envoy_configs import validate
 
 OPENSSL_TIMEOUT_S = 30
@@ -152,32 +153,20 @@ def replace_file(source: Path, target: Path) -> None:
 # -- an in-process server and a client ----------------------------------------------
 
 
-class CountingProcessor(ExternalProcessor):
-    """The real servicer, counting the ext_proc streams that reached it."""
-
-    streams = 0
-
-    async def Process(self, request_iterator: Any, context: Any) -> Any:  # noqa: N802
-        CountingProcessor.streams += 1
-        async for reply in super().Process(request_iterator, context):
-            yield reply
-
-
 @asynccontextmanager
 async def running_server(
-    contract: Contract, tls: TlsSettings | None, monkeypatch: pytest.MonkeyPatch
+    contract: Contract, tls: TlsSettings | None, metrics: RecordedServerMetrics
 ) -> AsyncIterator[int]:
-    monkeypatch.setattr(server_module, "ExternalProcessor", CountingProcessor)
-    CountingProcessor.streams = 0
     stop = asyncio.Event()
     ready: asyncio.Future[int] = asyncio.get_running_loop().create_future()
     task = asyncio.create_task(
-        server_module.serve(
+        serve(
             contract,
             address="127.0.0.1:0",
             metrics_address=None,
             grace_seconds=0,
             stop=stop,
+            metrics=metrics,
             on_ready=ready.set_result,
             tls=tls,
         )
@@ -232,18 +221,20 @@ async def one_ext_proc_message(ch: Any) -> ep.ProcessingResponse:
     return reply  # type: ignore[no-any-return]
 
 
-def reloads(outcome: str) -> float:
-    return REGISTRY.get_sample_value("extproc_tls_reloads_total", {"outcome": outcome}) or 0.0
+def streams_reached(metrics: RecordedServerMetrics) -> int:
+    """The ext_proc streams that reached the servicer."""
+    return len(metrics.streams.named("stream_opened"))
 
 
 # -- 1. TLS handshake ---------------------------------------------------------------
 
 
 async def test_tls_server_answers_a_client_that_trusts_its_ca(
-    pki: Pki, qwen_contract: Contract, monkeypatch: pytest.MonkeyPatch
+    pki: Pki, qwen_contract: Contract
 ) -> None:
     tls = TlsSettings(pki.server.cert, pki.server.key)
-    async with running_server(qwen_contract, tls, monkeypatch) as port:
+    metrics = RecordedServerMetrics()
+    async with running_server(qwen_contract, tls, metrics) as port:
         async with channel(port, credentials(pki.ca)) as ch:
             assert await health_status(ch) == "SERVING"
             assert (await one_ext_proc_message(ch)).HasField("immediate_response")
@@ -252,29 +243,30 @@ async def test_tls_server_answers_a_client_that_trusts_its_ca(
             assert await health_error(ch) == grpc.StatusCode.UNAVAILABLE
         async with channel(port, None) as ch:
             assert await health_error(ch) == grpc.StatusCode.UNAVAILABLE
-    assert CountingProcessor.streams == 1
+    assert streams_reached(metrics) == 1
 
 
 # -- 2. mTLS ------------------------------------------------------------------------
 
 
 async def test_mtls_accepts_only_clients_with_a_certificate_from_the_client_ca(
-    pki: Pki, qwen_contract: Contract, monkeypatch: pytest.MonkeyPatch
+    pki: Pki, qwen_contract: Contract
 ) -> None:
     tls = TlsSettings(pki.server.cert, pki.server.key, client_ca_file=pki.ca)
-    async with running_server(qwen_contract, tls, monkeypatch) as port:
+    metrics = RecordedServerMetrics()
+    async with running_server(qwen_contract, tls, metrics) as port:
         for rejected in (credentials(pki.ca, pki.wrong_client), credentials(pki.ca)):
             async with channel(port, rejected) as ch:
                 assert await health_error(ch) == grpc.StatusCode.UNAVAILABLE
                 with pytest.raises(grpc.aio.AioRpcError) as caught:
                     await one_ext_proc_message(ch)
                 assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
-        assert CountingProcessor.streams == 0  # the handshake failed: nothing reached it
+        assert streams_reached(metrics) == 0  # the handshake failed: nothing reached it
 
         async with channel(port, credentials(pki.ca, pki.client)) as ch:
             assert await health_status(ch) == "SERVING"
             assert (await one_ext_proc_message(ch)).HasField("immediate_response")
-        assert CountingProcessor.streams == 1
+        assert streams_reached(metrics) == 1
 
         # `extproc health` (the container/exec probe) with and without a client cert.
         probe = ["health", "--address", f"127.0.0.1:{port}", "--tls-ca", str(pki.ca)]
@@ -287,12 +279,13 @@ async def test_mtls_accepts_only_clients_with_a_certificate_from_the_client_ca(
 
 
 async def test_new_certificate_files_are_served_to_new_connections_without_restart(
-    pki: Pki, qwen_contract: Contract, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    pki: Pki, qwen_contract: Contract, tmp_path: Path
 ) -> None:
     live = copy_pair(pki.server, tmp_path)
     tls = TlsSettings(live.cert, live.key)
-    reloaded, rejected = reloads("reloaded"), reloads("rejected")
-    async with running_server(qwen_contract, tls, monkeypatch) as port:
+    metrics = RecordedServerMetrics()
+    reloads = metrics.tls_reloads.events
+    async with running_server(qwen_contract, tls, metrics) as port:
         async with channel(port, credentials(pki.other_ca)) as ch:
             assert await health_error(ch) == grpc.StatusCode.UNAVAILABLE  # not yet
         async with channel(port, credentials(pki.ca)) as before:
@@ -302,7 +295,7 @@ async def test_new_certificate_files_are_served_to_new_connections_without_resta
             replace_file(pki.server2.cert, live.cert)
             async with channel(port, credentials(pki.ca)) as ch:
                 assert await health_status(ch) == "SERVING"
-            assert reloads("rejected") == rejected + 1
+            assert reloads == [("rejected",)]
 
             # The rotation completes: new connections get CA 2's certificate.
             replace_file(pki.server2.key, live.key)
@@ -310,10 +303,27 @@ async def test_new_certificate_files_are_served_to_new_connections_without_resta
                 assert await health_status(ch) == "SERVING"
             async with channel(port, credentials(pki.ca)) as ch:
                 assert await health_error(ch) == grpc.StatusCode.UNAVAILABLE
-            assert reloads("reloaded") == reloaded + 1
+            assert reloads == [("rejected",), ("reloaded",)]
 
             # The connection made before the swap is not disturbed.
             assert await health_status(before) == "SERVING"
+
+
+def test_the_reloader_reports_each_outcome_once_per_set_of_files(pki: Pki, tmp_path: Path) -> None:
+    live = copy_pair(pki.server, tmp_path)
+    settings = TlsSettings(live.cert, live.key)
+    metrics = RecordedTlsReloads()
+    state = ReloadState(file_stamp(settings.files()), load_material(settings))
+    reloader = CertificateReloader(settings, state, metrics)
+    assert reloader() is None  # unchanged
+    replace_file(pki.server2.cert, live.cert)  # half a rotation
+    assert reloader() is None
+    assert reloader() is None  # the next handshake tries again, reported once
+    assert metrics.events == [("rejected",)]
+    replace_file(pki.server2.key, live.key)
+    assert reloader() is not None
+    assert reloader() is None
+    assert metrics.events == [("rejected",), ("reloaded",)]
 
 
 def material(tag: str) -> TlsMaterial:

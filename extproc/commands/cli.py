@@ -256,6 +256,7 @@ def envoy_tls_from_flags(args: argparse.Namespace, server: TlsSettings | None) -
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from extproc.service.metrics import process_metrics
     from extproc.service.server import serve, stop_on_signals
 
     ok, tls = server_tls_or_report(args)
@@ -274,6 +275,7 @@ def _serve(args: argparse.Namespace) -> int:
             metrics_address=args.metrics,
             grace_seconds=args.grace,
             stop=stop_on_signals(),
+            metrics=process_metrics(),
             tls=tls,
             reload=reload_settings(args, started_from),
         )

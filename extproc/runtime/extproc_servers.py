@@ -21,7 +21,7 @@ from extproc.runtime.worker_pool import WorkerHooks, WorkerPool, WorkerSettings
 from extproc.service.memory import fix_mmap_threshold, trim_heap
 from extproc.service.net import free_port
 from extproc.service.reload import ReloadSettings
-from extproc.service.server import serve
+from extproc.service.server import ServerMetrics, serve
 from extproc.service.tls import TlsSettings
 
 
@@ -46,6 +46,7 @@ def launcher_contract(load: Callable[[], Contract | None], workers: int) -> Cont
 async def start_server(
     contract: Contract,
     *,
+    metrics: ServerMetrics,
     metrics_address: str | None,
     grace_seconds: float,
     stop: asyncio.Event,
@@ -62,6 +63,7 @@ async def start_server(
             metrics_address=metrics_address,
             grace_seconds=grace_seconds,
             stop=stop,
+            metrics=metrics,
             on_ready=ready.set_result,
             tls=tls,
             reload=reload,
@@ -97,6 +99,7 @@ class ExtprocServers:
 async def in_process_server(
     contract: Contract,
     *,
+    metrics: ServerMetrics,
     metrics_address: str | None,
     grace_seconds: float,
     tls: TlsSettings | None = None,
@@ -106,6 +109,7 @@ async def in_process_server(
     server_stop = asyncio.Event()
     server, port = await start_server(
         contract,
+        metrics=metrics,
         metrics_address=metrics_address,
         grace_seconds=grace_seconds,
         stop=server_stop,

@@ -34,6 +34,7 @@ from extproc.runtime.envoy_config import (
 from extproc.runtime.envoy_process import run_envoy
 from extproc.runtime.extproc_servers import ExtprocServers, in_process_server, worker_processes
 from extproc.runtime.worker_pool import WorkerSettings, WorkerStartError
+from extproc.service.metrics import process_metrics
 from extproc.service.net import free_port, split_host_port
 from extproc.service.reload import ReloadSettings
 from extproc.service.server import stop_on_signals
@@ -94,6 +95,7 @@ def gateway_servers(
         return worker_processes(worker_settings(options, reload), options.metrics_address)
     return in_process_server(
         contract,
+        metrics=process_metrics(),
         metrics_address=options.metrics_address,
         grace_seconds=options.grace_seconds,
         tls=options.server_tls,

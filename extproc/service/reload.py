@@ -34,7 +34,8 @@ Rules:
    which pauses the event loop, so only a new or replaced tokenizer costs that pause.
    A file that cannot be served is refused with one warning naming file, field and
    reason, and the running contract keeps serving; a refused stamp is not tried again
-   until it changes. ``extproc_policy_reloads_total{outcome}`` counts both outcomes.
+   until it changes. The :class:`PolicyReloadMetrics` the reloader is given counts both
+   outcomes (``extproc_policy_reloads_total{outcome}``).
 6. Each reload says what changed in effect (:mod:`extproc.core.policy.changes`): per
    model, per limit, models added and removed; or that nothing did.
 7. What the process and its Envoy took from the starting policy cannot change by a
@@ -57,6 +58,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Literal, Protocol, get_args
 
 from extproc.core.contract import Contract, load_contract
 from extproc.core.policy import GatewayPolicy, PolicyError, load_policy_text
@@ -69,17 +71,36 @@ from extproc.core.policy.reading import (
 )
 from extproc.core.regular_file import REGULAR, kind_of, not_regular, stat_failure
 from extproc.core.tokens import TokenizerLoadError
-from extproc.service.metrics import (
-    POLICY_ENVOY_LIMITS_STALE,
-    POLICY_RELOADS,
-    POLICY_SETTINGS_NOT_APPLIED,
-)
 
 log = logging.getLogger("extproc.service.reload")
 
-# The label values of extproc_policy_settings_not_applied.
-LIMIT_SETTINGS = ("request_body_buffer", "response_buffer", "grpc_message")
-NOT_APPLIED_SETTINGS = (*LIMIT_SETTINGS, "precheck_markers")
+# What a reload cannot change (the label values of extproc_policy_settings_not_applied).
+LimitSetting = Literal["request_body_buffer", "response_buffer", "grpc_message"]
+NotAppliedSetting = Literal[LimitSetting, "precheck_markers"]
+LIMIT_SETTINGS: tuple[LimitSetting, ...] = get_args(LimitSetting)
+NOT_APPLIED_SETTINGS: tuple[NotAppliedSetting, ...] = get_args(NotAppliedSetting)
+
+
+class PolicyReloadMetrics(Protocol):
+    """What the policy reloader reports, on the event loop. extproc/service/metrics.py
+    keeps it in Prometheus."""
+
+    def watching(self) -> None:
+        """A reloader started: no reload counted yet."""
+
+    def reloaded(self) -> None:
+        """A policy file was loaded: new streams use it."""
+
+    def rejected(self) -> None:
+        """The policy file, or what its path leads to, cannot be served: the running
+        policy stays."""
+
+    def setting_not_applied(self, setting: NotAppliedSetting, not_applied: bool) -> None:
+        """Whether the running policy needs ``setting`` otherwise than this process (and
+        the Envoy `extproc run` rendered) started with: only a restart applies it."""
+
+    def envoy_limits_stale(self, stale: bool) -> None:
+        """Whether any of LIMIT_SETTINGS is not applied."""
 
 
 @dataclass(frozen=True)
@@ -133,9 +154,9 @@ class EnvoyLimits:
             grpc_message_bytes=policy.max_message_bytes(),
         )
 
-    def shortfall_by_setting(self, needed: EnvoyLimits) -> dict[str, str]:
+    def shortfall_by_setting(self, needed: EnvoyLimits) -> dict[LimitSetting, str]:
         """Per setting (LIMIT_SETTINGS) of ours that ``needed`` exceeds, a phrase."""
-        limits = (
+        limits: tuple[tuple[LimitSetting, str, int], ...] = (
             ("request_body_buffer", "request body buffer", self.request_body_bytes),
             ("response_buffer", "response buffer", self.response_buffer_bytes),
             ("grpc_message", "gRPC message", self.grpc_message_bytes),
@@ -166,9 +187,10 @@ class FixedAtStart:
     ) -> FixedAtStart:
         return cls(EnvoyLimits.for_policy(policy), precheck_markers)
 
-    def not_applied(self, policy: GatewayPolicy) -> dict[str, str]:
+    def not_applied(self, policy: GatewayPolicy) -> dict[NotAppliedSetting, str]:
         """Per setting (NOT_APPLIED_SETTINGS) that ``policy`` needs otherwise, why."""
-        out = self.limits.shortfall_by_setting(EnvoyLimits.for_policy(policy))
+        short = self.limits.shortfall_by_setting(EnvoyLimits.for_policy(policy))
+        out: dict[NotAppliedSetting, str] = dict(short.items())
         rendered = self.precheck_markers
         if rendered is not None and set(policy.response_markers()) != set(rendered):
             out["precheck_markers"] = _markers_phrase(rendered, policy.response_markers())
@@ -303,21 +325,26 @@ def after_race(state: WatchState) -> WatchState:
 
 
 class PolicyReloader:
-    """Watches the policy file and answers SIGHUP; swaps the holder's contract."""
+    """Watches the policy file and answers SIGHUP; swaps the holder's contract and
+    reports to ``metrics``, which show from the start that every setting is applied."""
 
     def __init__(
-        self, settings: ReloadSettings, holder: ContractHolder, fixed: FixedAtStart
+        self,
+        settings: ReloadSettings,
+        holder: ContractHolder,
+        fixed: FixedAtStart,
+        metrics: PolicyReloadMetrics,
     ) -> None:
         self._settings = settings
         self._holder = holder
         self._fixed = fixed
+        self._metrics = metrics
         self._state = WatchState(loaded=None)
         self.hangup = asyncio.Event()
-        POLICY_RELOADS.labels("reloaded")
-        POLICY_RELOADS.labels("rejected")
-        POLICY_ENVOY_LIMITS_STALE.set(0)
+        metrics.watching()
+        metrics.envoy_limits_stale(False)
         for setting in NOT_APPLIED_SETTINGS:
-            POLICY_SETTINGS_NOT_APPLIED.labels(setting).set(0)
+            metrics.setting_not_applied(setting, False)
 
     def mark_loaded(self, stamp: FileStamp | None) -> None:
         """The running contract was read from the file as ``stamp`` describes (take the
@@ -378,7 +405,7 @@ class PolicyReloader:
         self._holder.replace(contract)
         self._report_changes(old, contract)
         self._check_fixed(contract.policy)
-        POLICY_RELOADS.labels("reloaded").inc()  # last: whoever sees it sees the log too
+        self._metrics.reloaded()  # last: whoever sees it sees the log too
         return True
 
     def _load(self, reuse: Contract, expected: FileStamp) -> Contract:
@@ -426,14 +453,14 @@ class PolicyReloader:
             field,
             " ".join(reason.split()),
         )
-        POLICY_RELOADS.labels("rejected").inc()
+        self._metrics.rejected()
 
     def _check_fixed(self, policy: GatewayPolicy) -> None:
         not_applied = self._fixed.not_applied(policy)
         for setting in NOT_APPLIED_SETTINGS:
-            POLICY_SETTINGS_NOT_APPLIED.labels(setting).set(1 if setting in not_applied else 0)
+            self._metrics.setting_not_applied(setting, setting in not_applied)
         short = [not_applied[s] for s in LIMIT_SETTINGS if s in not_applied]
-        POLICY_ENVOY_LIMITS_STALE.set(1 if short else 0)
+        self._metrics.envoy_limits_stale(bool(short))
         if short:
             log.warning(
                 "the reloaded policy needs larger limits than Envoy and the gRPC server "

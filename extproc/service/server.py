@@ -3,6 +3,9 @@
 Follows grpc's aio graceful-shutdown example: on SIGTERM/SIGINT the health
 service turns NOT_SERVING (so Envoy and Kubernetes stop sending new streams),
 then ``server.stop(grace)`` refuses new RPCs and lets in-flight streams finish.
+
+The server reports to the :class:`ServerMetrics` it is given (Prometheus's:
+extproc/service/metrics.py).
 """
 
 from __future__ import annotations
@@ -13,22 +16,48 @@ import gc
 import logging
 import signal
 from collections.abc import Callable
+from typing import Protocol
 
 import grpc
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ep_grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from prometheus_client import start_http_server
 
 from extproc.core.contract import Contract
-from extproc.service.metrics import PrometheusStreamMetrics
 from extproc.service.net import split_host_port
-from extproc.service.reload import ContractHolder, FixedAtStart, PolicyReloader, ReloadSettings
+from extproc.service.reload import (
+    ContractHolder,
+    FixedAtStart,
+    PolicyReloader,
+    PolicyReloadMetrics,
+    ReloadSettings,
+)
 from extproc.service.servicer import ExternalProcessor
-from extproc.service.tls import TlsSettings, server_credentials
+from extproc.service.stream_metrics import StreamMetrics
+from extproc.service.tls import TlsReloadMetrics, TlsSettings, server_credentials
 
 log = logging.getLogger("extproc.service.server")
 
 PROCESSOR_SERVICE = "envoy.service.ext_proc.v3.ExternalProcessor"
+
+
+class ServerMetrics(Protocol):
+    """What one ext_proc server reports, and how it shows it."""
+
+    @property
+    def streams(self) -> StreamMetrics:
+        """Its streams' and its servicer's events."""
+
+    @property
+    def policy_reloads(self) -> PolicyReloadMetrics:
+        """Its policy reloader's, when it reloads."""
+
+    @property
+    def tls_reloads(self) -> TlsReloadMetrics:
+        """Its certificate reloader's, when it serves TLS."""
+
+    def publish(self, host: str, port: int) -> None:
+        """Serve them over HTTP (``/metrics``) on ``host:port`` from now until the
+        process ends; raises OSError if the port cannot be had."""
 
 
 async def serve(
@@ -38,11 +67,13 @@ async def serve(
     metrics_address: str | None,
     grace_seconds: float,
     stop: asyncio.Event,
+    metrics: ServerMetrics,
     on_ready: Callable[[int], None] | None = None,
     tls: TlsSettings | None = None,
     reload: ReloadSettings | None = None,
 ) -> None:
-    """Serve until ``stop`` is set. ``on_ready`` gets the bound gRPC port.
+    """Serve until ``stop`` is set, reporting to ``metrics`` (published on
+    ``metrics_address``, if any). ``on_ready`` gets the bound gRPC port.
 
     With ``tls``, the port speaks TLS (mTLS when it names a client CA) and picks up
     new certificate files on new connections (extproc/service/tls.py); raises TlsError if
@@ -60,19 +91,19 @@ async def serve(
         ]
     )
     contracts = ContractHolder(contract)
-    processor = ExternalProcessor(contracts, PrometheusStreamMetrics())
+    processor = ExternalProcessor(contracts, metrics.streams)
     ep_grpc.add_ExternalProcessorServicer_to_server(processor, server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     if tls is None:
         port = server.add_insecure_port(address)
     else:
-        port = server.add_secure_port(address, server_credentials(tls))
+        port = server.add_secure_port(address, server_credentials(tls, metrics.tls_reloads))
     if port == 0:
         raise OSError(f"cannot listen on {address}")
     if metrics_address:
         metrics_host, metrics_port = split_host_port(metrics_address)
-        start_http_server(metrics_port, addr=metrics_host)
+        metrics.publish(metrics_host, metrics_port)
 
     await server.start()
     # Everything loaded so far (modules, the policy, tokenizers' wrappers, gRPC's and
@@ -96,7 +127,7 @@ async def serve(
         # Envoy's limits, this server's gRPC limit and (`extproc run`) the precheck's
         # markers were set from this policy.
         fixed = FixedAtStart.for_policy(contract.policy, reload.precheck_markers)
-        reloader = PolicyReloader(reload, contracts, fixed)
+        reloader = PolicyReloader(reload, contracts, fixed, metrics.policy_reloads)
         reloader.mark_loaded(reload.started_from)
         loop.add_signal_handler(signal.SIGHUP, reloader.hangup.set)
         reloading = asyncio.create_task(reloader.run(stop))

@@ -13,7 +13,8 @@ the check and the current certificate stays in use until the files are consisten
 the next handshake tries again.
 
 The decisions are pure functions over a :class:`ReloadState` (``plan_reload``,
-``after_load``); :class:`CertificateReloader` is the thin shell that does the I/O.
+``after_load``); :class:`CertificateReloader` is the thin shell that does the I/O and
+reports each outcome to the :class:`TlsReloadMetrics` it is given.
 """
 
 from __future__ import annotations
@@ -25,12 +26,11 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import cast
+from typing import Protocol, cast
 
 import grpc
 
 from extproc.core.regular_file import FileRefusedError, read_regular_file
-from extproc.service.metrics import TLS_RELOADS
 
 # A certificate chain or key is a few KiB; a CA bundle can hold a few hundred.
 MAX_PEM_BYTES = 4 * 1024 * 1024
@@ -41,6 +41,19 @@ log = logging.getLogger("extproc.service.tls")
 # that Kubernetes Secret volumes and cert-manager use; size and times catch an
 # in-place rewrite.
 FileStamp = tuple[tuple[int, int, int, int], ...]
+
+
+class TlsReloadMetrics(Protocol):
+    """What the certificate reloader reports, from gRPC's handshake threads (several
+    at once: an implementation must be thread-safe). extproc/service/metrics.py counts
+    it in Prometheus."""
+
+    def reloaded(self) -> None:
+        """Changed TLS files were loaded: new connections use them."""
+
+    def rejected(self) -> None:
+        """Changed TLS files cannot be used and the current ones stay; once per set of
+        files, however many handshakes try them."""
 
 
 class TlsError(ValueError):
@@ -251,9 +264,12 @@ class CertificateReloader:
     """grpc's certificate_configuration_fetcher: called before each new handshake,
     possibly from several gRPC core threads at once (hence the lock)."""
 
-    def __init__(self, settings: TlsSettings, state: ReloadState) -> None:
+    def __init__(
+        self, settings: TlsSettings, state: ReloadState, metrics: TlsReloadMetrics
+    ) -> None:
         self._settings = settings
         self._state = state
+        self._metrics = metrics
         self._lock = threading.Lock()
 
     def __call__(self) -> grpc.ServerCertificateConfiguration | None:
@@ -269,27 +285,28 @@ class CertificateReloader:
             outcome = after_load(self._state, stamp, loaded)
             self._state = outcome.state
         if outcome.warning:
-            TLS_RELOADS.labels("rejected").inc()
+            self._metrics.rejected()
             log.warning(
                 "TLS files changed but cannot be used, keeping the current ones: %s",
                 outcome.warning,
             )
         if outcome.new_material is None:
             return None
-        TLS_RELOADS.labels("reloaded").inc()
+        self._metrics.reloaded()
         log.info("TLS certificate reloaded from %s", self._settings.cert_file)
         return certificate_configuration(outcome.new_material)
 
 
-def server_credentials(settings: TlsSettings) -> grpc.ServerCredentials:
-    """Credentials that reload the files on change; raises :class:`TlsError`."""
+def server_credentials(settings: TlsSettings, metrics: TlsReloadMetrics) -> grpc.ServerCredentials:
+    """Credentials that reload the files on change, reporting to ``metrics``; raises
+    :class:`TlsError`."""
     stamp = file_stamp(settings.files())  # before reading: a change in between reloads
     material = load_material(settings)
     # types-grpcio types the fetcher as never returning None; grpc documents (and
     # its Cython wrapper handles) None as "unchanged".
     fetcher = cast(
         Callable[[], grpc.ServerCertificateConfiguration],
-        CertificateReloader(settings, ReloadState(stamp, material)),
+        CertificateReloader(settings, ReloadState(stamp, material), metrics),
     )
     return grpc.dynamic_ssl_server_credentials(
         certificate_configuration(material), fetcher, require_client_authentication=settings.mutual

@@ -32,6 +32,7 @@ from extproc.runtime.envoy_config import (
 )
 from extproc.runtime.envoy_process import run_envoy
 from extproc.runtime.extproc_servers import start_server
+from extproc.service.metrics import process_metrics
 from extproc.service.net import free_port
 from extproc.tools.learn import profile_learner, prompts_learner
 from extproc.tools.learn.local import TEXT
@@ -160,7 +161,11 @@ async def _with_gateway(contract: Contract, upstream: Upstream, work: Callable[[
     """Run ``work(gateway_url)`` in a thread while the gateway serves; stop it after."""
     server_stop, envoy_stop = asyncio.Event(), asyncio.Event()
     server, port = await start_server(
-        contract, metrics_address=None, grace_seconds=1.0, stop=server_stop
+        contract,
+        metrics=process_metrics(),
+        metrics_address=None,
+        grace_seconds=1.0,
+        stop=server_stop,
     )
     settings = EnvoySettings(
         "127.0.0.1", free_port(), free_port(), port, upstream, upstream_timeout_s=120

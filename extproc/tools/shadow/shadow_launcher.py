@@ -24,6 +24,7 @@ from extproc.runtime.envoy_process import run_envoy
 from extproc.runtime.extproc_servers import ExtprocServers, in_process_server, worker_processes
 from extproc.runtime.gateway_launcher import run_to_exit_status
 from extproc.runtime.worker_pool import WorkerSettings
+from extproc.service.metrics import process_metrics
 from extproc.service.net import free_port, split_host_port
 from extproc.service.server import stop_on_signals
 from extproc.tools.shadow.comparator_server import CompareOptions, serve_compare
@@ -61,7 +62,10 @@ def gateway_servers(
     watch), as in this process."""
     if options.workers == 1:
         return in_process_server(
-            contract, metrics_address=options.metrics_address, grace_seconds=options.grace_seconds
+            contract,
+            metrics=process_metrics(),
+            metrics_address=options.metrics_address,
+            grace_seconds=options.grace_seconds,
         )
     if options.policy_file is None:
         raise ValueError("workers load the policy from a file: policy_file is needed")
