@@ -1,19 +1,26 @@
-"""Running `extproc learn` in a test: the command as a user runs it, and what it
-wrote (exit code, policy, report.json, report.md)."""
+"""Running `extproc learn` in a test, the command as a user runs it, and what it
+wrote (exit code, policy, report.json, report.md); and comparing a gateway with a
+legacy server as a client sees them."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import orjson
 import pytest
 
 from extproc.commands import learn as learn_command
 from extproc.commands.cli import _parser
 from extproc.core.policy import ModelPolicy, load_policy_file
+from extproc.core.upstream_errors import parse_upstream_error
+from extproc.tools.parity import Answer
 from tests.fake_legacy import FakeLegacy
 from tests.fake_upstream import FakeUpstream
+from tests.harness import http
 
 
 def learn(
@@ -61,3 +68,75 @@ def assert_gateway_like_baseline(report: dict[str, Any]) -> None:
         if row["valid"] and row["baseline"]["status"] == 200:
             assert row["cosine_min"] == pytest.approx(1.0, abs=1e-6), row["title"]
             assert row["baseline"]["kind"] == row["candidate"]["kind"], row["title"]
+
+
+TEXT = "Where can I change the email address of my account?"
+LONG = "the river runs past old stone houses where people keep small gardens " * 200
+
+
+def battery(model: str, sizes: Iterable[int]) -> dict[str, bytes]:
+    """The requests a client of a legacy server may send, valid or not (``sizes``: the
+    ``dimensions`` to ask for)."""
+    plain: dict[str, Any] = {"model": model, "input": [TEXT, "second input"]}
+    bodies: dict[str, Any] = {
+        "plain": plain,
+        "one string": {"model": model, "input": TEXT},
+        "long": {"model": model, "input": [LONG, TEXT]},
+        "instruction": {**plain, "instruction": "Find the settings page"},
+        "query + instruction": {**plain, "input_type": "query", "instruction": "Find it"},
+        "document + instruction": {**plain, "input_type": "document", "instruction": "x"},
+        "base64": {**plain, "encoding_format": "base64"},
+        "malformed": b'{"model": "' + model.encode() + b'", "input": ',
+        "empty input": {"model": model, "input": []},
+        "no input": {"model": model},
+        "unknown model": {"model": "no-such-model", "input": [TEXT]},
+        "unknown input_type": {**plain, "input_type": "no-such-type"},
+        "BOM": b"\xef\xbb\xbf" + orjson.dumps(plain),
+    }
+    for input_type in ("query", "search_query", "question", "document", "passage", "doc"):
+        bodies[f"input_type {input_type}"] = {**plain, "input_type": input_type}
+    size = 64
+    for d in sorted(sizes):
+        bodies[f"dimensions {d}"] = {**plain, "dimensions": d}
+    bodies["dimensions as a string"] = {**plain, "dimensions": str(size)}
+    bodies["dimensions as a float"] = {**plain, "dimensions": float(size)}
+    bodies["dimensions 64 base64"] = {**plain, "dimensions": size, "encoding_format": "base64"}
+    return {k: v if isinstance(v, bytes) else orjson.dumps(v) for k, v in bodies.items()}
+
+
+def assert_client_sees_the_same(
+    legacy_url: str, gateway_url: str, bodies: dict[str, bytes], *, min_cosine: float = 0.9995
+) -> None:
+    """Each body to both: the same status and error body shape; for a 2xx the same
+    number, size and encoding of vectors, each at ``min_cosine`` or more with norms
+    within 1e-3, and the same ``usage.prompt_tokens``."""
+    differences = []
+    for label, body in bodies.items():
+        old = http("POST", f"{legacy_url}/v1/embeddings", body)
+        new = http("POST", f"{gateway_url}/v1/embeddings", body)
+        if old.status != new.status:
+            differences.append(f"{label}: status {old.status} vs {new.status}: {new.body[:200]!r}")
+            continue
+        if old.status != 200:
+            shapes = parse_upstream_error(old.body).shape, parse_upstream_error(new.body).shape
+            if shapes[0] != shapes[1]:
+                differences.append(f"{label}: error body {shapes[0]} vs {shapes[1]}")
+            continue
+        a, b = Answer.read(old.status, old.body), Answer.read(new.status, new.body)
+        assert a.vectors is not None and b.vectors is not None, label
+        if a.vectors.shape != b.vectors.shape or a.encoding != b.encoding:
+            differences.append(
+                f"{label}: {a.vectors.shape} {a.encoding} vs {b.vectors.shape} {b.encoding}"
+            )
+            continue
+        cosines = np.sum(a.vectors * b.vectors, 1) / (
+            np.linalg.norm(a.vectors, axis=1) * np.linalg.norm(b.vectors, axis=1)
+        )
+        norms = np.abs(np.linalg.norm(a.vectors, axis=1) - np.linalg.norm(b.vectors, axis=1))
+        if cosines.min() < min_cosine or norms.max() > 1e-3:
+            differences.append(
+                f"{label}: cosine {cosines.min():.6f}, norm difference {norms.max():.2e}"
+            )
+        if a.prompt_tokens != b.prompt_tokens:
+            differences.append(f"{label}: {a.prompt_tokens} vs {b.prompt_tokens} tokens")
+    assert not differences, "\n".join(differences)

@@ -328,3 +328,49 @@ def test_one_regex_names_the_endpoint_everywhere() -> None:
     for path in ["/v1/embeddings", "/embeddings", "/v1/embeddings?x=1", *refused]:
         assert pattern.fullmatch(path), path
     assert not any(pattern.fullmatch(path.split("?")[0]) for path in LEGACY_PATHS)
+
+
+def json_bodies(node: Any) -> list[Any]:
+    """Every ``json_format`` body in a parsed config."""
+    if isinstance(node, dict):
+        found = [node["json_format"]] if "json_format" in node else []
+        return found + [b for value in node.values() for b in json_bodies(value)]
+    if isinstance(node, list):
+        return [b for value in node for b in json_bodies(value)]
+    return []
+
+
+@pytest.mark.parametrize(
+    ("errors", "shape_keys", "too_large"),
+    [
+        pytest.param("", {"error"}, None, id="openai"),
+        pytest.param(
+            "errors: {shape: FLAT}\n", {"message", "type", "param", "code"}, None, id="flat"
+        ),
+        pytest.param(
+            "errors: {shape: FASTAPI, status: {too_large: 422}}\n", {"detail"}, 422, id="fastapi"
+        ),
+    ],
+)
+def test_envoys_own_errors_follow_the_dialect(
+    errors: str, shape_keys: set[str], too_large: int | None, qwen_dir: Path, tmp_path: Path
+) -> None:
+    """`extproc run` renders Envoy's own error answers (a body over the limit, a
+    timeout, the upstream down) in the policy's error dialect; the config still
+    validates."""
+    policy = load_policy_text(
+        errors + "models:\n" + EMULATED, tokenizer_overrides={"emulated": qwen_dir}
+    )
+    config = rendered(policy)
+    bodies = json_bodies(config)
+    assert len(bodies) >= 10
+    assert all(set(body) == shape_keys for body in bodies), bodies
+    mappers = config["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0][
+        "typed_config"
+    ]["local_reply_config"]["mappers"]
+    statuses = [m.get("status_code") for m in mappers if "413" in str(m["filter"])]
+    assert statuses == [too_large]
+    path = tmp_path / "envoy.yaml"
+    path.write_text(dump(config))
+    result = validate(path)
+    assert result.returncode == 0, result.stdout + result.stderr

@@ -778,7 +778,10 @@ def test_extproc_sigterm_drains_in_flight_requests(sigterm_run: SigtermRun) -> N
     for outcome in queries:
         assert outcome.status == 200 and not outcome.error, outcome
         assert_good_200(outcome)
-    assert run.drain_s >= SLOW_S / 2, "the server did not wait for its in-flight streams"
+    # It exited only once they had their answers (however long they still had to go
+    # when the signal came: that depends on how busy the machine is).
+    last = max(o.ended for o in queries)
+    assert run.exited >= last, "the server did not wait for its in-flight streams"
     # Exits by itself, within the grace period.
     assert run.exit_code == 0
     assert run.drain_s < GRACE_S

@@ -17,21 +17,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import orjson
 import pytest
 
 from extproc.core.policy import load_policy_file
 from extproc.core.policy.model import CutSide, InstructionUse, ModelPolicy
-from extproc.core.upstream_errors import parse_upstream_error
-from extproc.tools.parity import Answer
 from tests.fake_legacy import FakeLegacy
 from tests.fake_upstream import FakeUpstream
-from tests.harness import Gateways, GatewaySpec, http
-from tests.learning import learn
+from tests.harness import Gateways, GatewaySpec
+from tests.learning import assert_client_sees_the_same, battery, learn
 
-TEXT = "Where can I change the email address of my account?"
-LONG = "the river runs past old stone houses where people keep small gardens " * 200
+SIZES = (0, 1, 32, 63, 64, 65, 128, 256, 300, 512, 767, 768, 769, 1023, 1024, 1025)
 E5 = {"query_template": "query: {text}", "document_template": "passage: {text}"}
 
 
@@ -176,71 +171,6 @@ def upstreams(qwen_dir: Path) -> Iterator[dict[str, FakeUpstream]]:
         FakeUpstream(flavour="vllm", tokenizer_dir=qwen_dir) as vllm,
     ):
         yield {"dynamo": dynamo, "vllm": vllm}
-
-
-def battery(model: str, legacy: FakeLegacy) -> dict[str, bytes]:
-    """The requests a client of this server may send, valid or not."""
-    plain: dict[str, Any] = {"model": model, "input": [TEXT, "second input"]}
-    bodies: dict[str, Any] = {
-        "plain": plain,
-        "one string": {"model": model, "input": TEXT},
-        "long": {"model": model, "input": [LONG, TEXT]},
-        "instruction": {**plain, "instruction": "Find the settings page"},
-        "query + instruction": {**plain, "input_type": "query", "instruction": "Find it"},
-        "document + instruction": {**plain, "input_type": "document", "instruction": "x"},
-        "base64": {**plain, "encoding_format": "base64"},
-        "malformed": b'{"model": "' + model.encode() + b'", "input": ',
-        "empty input": {"model": model, "input": []},
-        "no input": {"model": model},
-        "unknown model": {"model": "no-such-model", "input": [TEXT]},
-        "unknown input_type": {**plain, "input_type": "no-such-type"},
-        "BOM": b"\xef\xbb\xbf" + orjson.dumps(plain),
-    }
-    for input_type in ("query", "search_query", "question", "document", "passage", "doc"):
-        bodies[f"input_type {input_type}"] = {**plain, "input_type": input_type}
-    sizes = {0, 1, 32, 63, 64, 65, 128, 256, 300, 512, 767, 768, 769, 1023, 1024, 1025}
-    size = 64
-    for d in sorted(sizes):
-        bodies[f"dimensions {d}"] = {**plain, "dimensions": d}
-    bodies["dimensions as a string"] = {**plain, "dimensions": str(size)}
-    bodies["dimensions as a float"] = {**plain, "dimensions": float(size)}
-    bodies["dimensions 64 base64"] = {**plain, "dimensions": size, "encoding_format": "base64"}
-    return {k: v if isinstance(v, bytes) else orjson.dumps(v) for k, v in bodies.items()}
-
-
-def assert_client_sees_the_same(
-    legacy_url: str, gateway_url: str, bodies: dict[str, bytes]
-) -> None:
-    differences = []
-    for label, body in bodies.items():
-        old = http("POST", f"{legacy_url}/v1/embeddings", body)
-        new = http("POST", f"{gateway_url}/v1/embeddings", body)
-        if old.status != new.status:
-            differences.append(f"{label}: status {old.status} vs {new.status}: {new.body[:200]!r}")
-            continue
-        if old.status != 200:
-            shapes = parse_upstream_error(old.body).shape, parse_upstream_error(new.body).shape
-            if shapes[0] != shapes[1]:
-                differences.append(f"{label}: error body {shapes[0]} vs {shapes[1]}")
-            continue
-        a, b = Answer.read(old.status, old.body), Answer.read(new.status, new.body)
-        assert a.vectors is not None and b.vectors is not None, label
-        if a.vectors.shape != b.vectors.shape or a.encoding != b.encoding:
-            differences.append(
-                f"{label}: {a.vectors.shape} {a.encoding} vs {b.vectors.shape} {b.encoding}"
-            )
-            continue
-        cosines = np.sum(a.vectors * b.vectors, 1) / (
-            np.linalg.norm(a.vectors, axis=1) * np.linalg.norm(b.vectors, axis=1)
-        )
-        norms = np.abs(np.linalg.norm(a.vectors, axis=1) - np.linalg.norm(b.vectors, axis=1))
-        if cosines.min() < 0.9995 or norms.max() > 1e-3:
-            differences.append(
-                f"{label}: cosine {cosines.min():.6f}, norm difference {norms.max():.2e}"
-            )
-        if a.prompt_tokens != b.prompt_tokens:
-            differences.append(f"{label}: {a.prompt_tokens} vs {b.prompt_tokens} tokens")
-    assert not differences, "\n".join(differences)
 
 
 @pytest.mark.parametrize("name", list(CASES))

@@ -30,7 +30,7 @@ from extproc.commands.options import (
     add_workers_option,
 )
 from extproc.core.policy.loader import parse_tokenizer_overrides
-from extproc.core.policy.model import ModelPolicy
+from extproc.core.policy.model import InstructionUse, ModelPolicy
 from extproc.core.policy.presets import presets
 from extproc.runtime.cpu_count import cpus_available
 from extproc.runtime.envoy_config import DEFAULT_TEMPLATE, ExtProcTls, Upstream
@@ -408,7 +408,37 @@ def _check_config(args: argparse.Namespace) -> int:
             f"{_encoding_summary(model)}, "
             f"tokenizer {model.tokenizer.describe()}"
         )
+        behaviours = _legacy_behaviours(model)
+        if behaviours:
+            print(f"    legacy: {'; '.join(behaviours)}")
+    if not policy.errors.is_openai:
+        statuses = ", ".join(f"{k.value} {v}" for k, v in policy.errors.statuses.items())
+        print(
+            f"  errors: {policy.errors.shape.name} bodies" + (f"; {statuses}" if statuses else "")
+        )
     return 0
+
+
+def _legacy_behaviours(model: ModelPolicy) -> list[str]:
+    """What the model's entry says beyond prompts, limits and sizes (the defaults unsaid)."""
+    p, t, m = model.prompts, model.truncation, model.matryoshka
+    out = []
+    if p.instruction is not InstructionUse.TASK:
+        out.append(f"instruction {p.instruction.name}")
+    if p.default_input_type is not None:
+        out.append(f"inputs without input_type get {p.default_input_type!r}")
+    if p.aliases:
+        out.append("own prompts for " + ", ".join(sorted(p.aliases)))
+    if p.input_types:
+        out.append("input_type only " + ", ".join(sorted(p.input_types)))
+    if t.refuse:
+        out.append(f"inputs over {model.max_tokens} tokens refused")
+    elif not t.is_default:
+        lost = "" if t.keep_special_tokens else ", special tokens cut too"
+        out.append(f"cut from the {t.side.value}{lost}")
+    if m is not None and not m.renormalise:
+        out.append("cuts not re-normalised")
+    return out
 
 
 def _encoding_summary(model: ModelPolicy) -> str:

@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
+from extproc.core.error_envelope import INVALID_REQUEST, ApiError, ErrorDialect, ErrorShape
 from extproc.core.policy.model import GatewayPolicy
 
 _TLS_CONTEXT = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext"
@@ -118,6 +119,7 @@ def render(
             if "route" in route:
                 route["route"]["timeout"] = f"{settings.upstream_timeout_s:g}s"
     render_precheck(hcm, policy.response_markers())
+    render_error_bodies(config, policy.errors)
     for http_filter in hcm["http_filters"]:
         typed = http_filter.get("typed_config", {})
         if typed.get("@type", "").endswith(".ext_proc.v3.ExternalProcessor"):
@@ -142,6 +144,51 @@ def render(
     if settings.legacy is not None:
         return with_legacy(config, settings.legacy)
     return config
+
+
+def render_error_bodies(config: dict[str, Any], errors: ErrorDialect) -> None:
+    """Envoy's own error answers (``local_reply_config``, ``custom_response``) in the
+    policy's error dialect, as the gateway's are: each ``{"error": {...}}`` body in the
+    dialect's shape (FastAPI's as one text: none of them is a request model's
+    validation), and a body over the limit answered with the dialect's ``too_large``
+    status. Envoy's formatters in the texts stay."""
+    if errors.is_openai:
+        return
+    too_large = errors.status_of(ApiError(413, "", type=INVALID_REQUEST, code="request_too_large"))
+    for owner in _dicts(config):
+        body = owner.get("json_format")
+        inner = body.get("error") if isinstance(body, dict) else None
+        if not isinstance(inner, dict):
+            continue
+        if errors.shape is ErrorShape.FLAT:
+            owner["json_format"] = dict(inner)
+        elif errors.shape is ErrorShape.FASTAPI:
+            owner["json_format"] = {"detail": inner.get("message")}
+    if too_large == 413:
+        return
+    for mapper in _dicts(config):
+        if "filter" in mapper and "body_format_override" in mapper and _is_too_large(mapper):
+            mapper["status_code"] = too_large
+
+
+def _is_too_large(mapper: dict[str, Any]) -> bool:
+    """A local reply mapper for Envoy's 413: a status filter for 413 in its filter."""
+    for node in _dicts(mapper.get("filter")):
+        comparison = node.get("status_code_filter", {}).get("comparison", {})
+        if comparison.get("value", {}).get("default_value") == 413:
+            return True
+    return False
+
+
+def _dicts(node: Any) -> Iterator[dict[str, Any]]:
+    """Every mapping in a parsed YAML document, depth first."""
+    if isinstance(node, dict):
+        yield node
+        for value in node.values():
+            yield from _dicts(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _dicts(value)
 
 
 def render_precheck(hcm: dict[str, Any], markers: tuple[str, ...]) -> None:

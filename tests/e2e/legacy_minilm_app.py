@@ -2,7 +2,10 @@
 
 A FastAPI app of the kind teams wrote before Dynamo: transformers on the CPU serving
 all-MiniLM-L6-v2 (mean pooling, L2-normalised, as its sentence-transformers config
-says), with an E5-style contract a person would recognise and write as a policy:
+says), with one of two contracts (``--contract``).
+
+``e5`` (the default): an E5-style contract a person would recognise and write as a
+policy:
 
 - ``input_type: "query"`` prepends ``"query: "``; ``"passage"`` or ``"document"``
   prepends ``"passage: "``; no field embeds the text as sent; ``instruction`` alone
@@ -14,6 +17,17 @@ says), with an E5-style contract a person would recognise and write as a policy:
 - request fields validated by pydantic in its default (lax) mode; FastAPI's 422s;
   an unknown ``model`` is a 404.
 
+``plain``: what a quicker-written server does, off the seed's contract in several ways
+at once:
+
+- its request model has no ``instruction`` field, and FastAPI drops unknown fields:
+  ``instruction`` is ignored (the input embedded as its ``input_type`` says);
+- ``encoding_format: "base64"`` is honoured, while pydantic's lax mode still takes
+  ``"64"`` and ``64.0`` (and Python's JSON parser a UTF-8 byte order mark);
+- ``dimensions`` one of 64, 128, 256 (a ``Literal``): the native 384 is refused;
+- a cut is the first components as they are (``v[:d]``), not re-normalised;
+- the same E5 prompts and 128-token cut; FastAPI's 422s; an unknown ``model`` is a 404.
+
 Run it with the vLLM environment's Python (torch, transformers, fastapi, uvicorn):
 ``python tests/e2e/legacy_minilm_app.py --model-dir DIR --port N``.
 """
@@ -21,6 +35,7 @@ Run it with the vLLM environment's Python (torch, transformers, fastapi, uvicorn
 from __future__ import annotations
 
 import argparse
+import base64
 from typing import Any, Literal
 
 import torch
@@ -50,7 +65,17 @@ class EmbeddingsRequest(BaseModel):
         return self
 
 
-def build_app(model_dir: str) -> FastAPI:
+class PlainRequest(BaseModel):
+    """The ``plain`` contract's request model: no ``instruction``, sizes as a set."""
+
+    model: str = SERVED_MODEL
+    input: str | list[str] = Field(min_length=1)
+    input_type: Literal["query", "passage", "document"] | None = None
+    dimensions: Literal[64, 128, 256] | None = None
+    encoding_format: Literal["float", "base64"] | None = None
+
+
+def build_app(model_dir: str, contract: str = "e5") -> FastAPI:
     torch.set_num_threads(1)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModel.from_pretrained(model_dir).eval()
@@ -60,12 +85,12 @@ def build_app(model_dir: str) -> FastAPI:
     def health() -> dict[str, str]:
         return {"status": "ok"}
 
-    @app.post("/v1/embeddings")
-    def embeddings(request: EmbeddingsRequest) -> dict[str, Any]:
+    def embed(request: EmbeddingsRequest | PlainRequest) -> dict[str, Any]:
         if request.model != SERVED_MODEL:
             raise HTTPException(404, f"Model '{request.model}' not found")
         texts = [request.input] if isinstance(request.input, str) else request.input
-        role = request.input_type or ("query" if request.instruction is not None else None)
+        instruction = getattr(request, "instruction", None)
+        role = request.input_type or ("query" if instruction is not None else None)
         prefix = PROMPTS[role] if role else ""
         batch = tokenizer(
             [prefix + t for t in texts],
@@ -80,14 +105,35 @@ def build_app(model_dir: str) -> FastAPI:
         pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
         vectors = torch.nn.functional.normalize(pooled, dim=-1)
         if request.dimensions is not None:
-            vectors = torch.nn.functional.normalize(vectors[:, : request.dimensions], dim=-1)
+            vectors = vectors[:, : request.dimensions]
+            if contract == "e5":
+                vectors = torch.nn.functional.normalize(vectors, dim=-1)
         tokens = int(batch["attention_mask"].sum())
+        as_base64 = contract == "plain" and request.encoding_format == "base64"
         data = [
-            {"object": "embedding", "index": i, "embedding": v.tolist()}
+            {
+                "object": "embedding",
+                "index": i,
+                "embedding": base64.b64encode(v.numpy().astype("<f4").tobytes()).decode()
+                if as_base64
+                else v.tolist(),
+            }
             for i, v in enumerate(vectors)
         ]
         usage = {"prompt_tokens": tokens, "total_tokens": tokens}
         return {"object": "list", "data": data, "model": SERVED_MODEL, "usage": usage}
+
+    if contract == "plain":
+
+        @app.post("/v1/embeddings")
+        def plain_embeddings(request: PlainRequest) -> dict[str, Any]:
+            return embed(request)
+
+    else:
+
+        @app.post("/v1/embeddings")
+        def embeddings(request: EmbeddingsRequest) -> dict[str, Any]:
+            return embed(request)
 
     return app
 
@@ -96,8 +142,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--model-dir", required=True)
     parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--contract", choices=("e5", "plain"), default="e5")
     args = parser.parse_args()
-    uvicorn.run(build_app(args.model_dir), host="127.0.0.1", port=args.port, log_level="warning")
+    app = build_app(args.model_dir, args.contract)
+    uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning")
 
 
 if __name__ == "__main__":

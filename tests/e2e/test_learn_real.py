@@ -1,10 +1,15 @@
 """`extproc learn` end to end: a real legacy server (tests/e2e/legacy_minilm_app.py:
-FastAPI + transformers serving all-MiniLM-L6-v2 on this CPU, E5-style prompts, a cut
-at 128 tokens keeping [SEP], `dimensions` 32..384, `encoding_format` ignored) against
-a real vLLM and a real Dynamo 1.6.1 (the `upstream` fixture runs both). The learned
-policy must be the one a person would write for that server, and the verify step
-(the real gateway in front of the real upstream, compared with the legacy server)
-must find it ready.
+FastAPI + transformers serving all-MiniLM-L6-v2 on this CPU) against a real vLLM and a
+real Dynamo 1.6.1 (the `upstream` fixture runs both), in two contracts:
+
+- ``e5``: E5-style prompts, a cut at 128 tokens keeping [SEP], `dimensions` 32..384,
+  `encoding_format` ignored. The learned policy must be the one a person would write
+  for that server, and the verify step (the real gateway in front of the real
+  upstream, compared with the legacy server) must find it ready.
+- ``plain``: `instruction` ignored (no such field), base64 honoured with pydantic's lax
+  integers, `dimensions` a set without the native size, cuts not re-normalised,
+  FastAPI's 422s. Learned READY, and then the gateway with the written policy answers
+  a battery of requests as the legacy server does (tests/learning.py).
 """
 
 from __future__ import annotations
@@ -12,35 +17,50 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from extproc.commands import learn as learn_command
 from extproc.commands.cli import _parser
+from extproc.core.error_envelope import ErrorClass, ErrorShape
 from extproc.core.policy import load_policy_file
-from extproc.core.policy.model import EncodingProfile, Matryoshka
-from tests.harness import free_port, http
+from extproc.core.policy.model import EncodingProfile, InstructionUse, Leniency, Matryoshka
+from tests.harness import Gateways, GatewaySpec, free_port, http
+from tests.learning import assert_client_sees_the_same, battery
 from tests.real_upstream import SERVED_MODEL, RealEnv, Stack, _server_env, _spawn, _wait
 
 APP = Path(__file__).with_name("legacy_minilm_app.py")
 
 
-@pytest.fixture(scope="session")
-def legacy(env: RealEnv, e2e_dir: Path) -> Iterator[Stack]:
-    workdir = e2e_dir / "legacy"
+def start_legacy(env: RealEnv, workdir: Path, contract: str) -> Stack:
     workdir.mkdir(parents=True, exist_ok=True)
     port = free_port()
-    argv = [str(env.vllm_python), str(APP), "--model-dir", str(env.model_dir), "--port", str(port)]
-    stack = Stack("legacy", f"http://127.0.0.1:{port}")
-    stack.processes.append(_spawn("legacy", argv, _server_env(workdir), workdir))
+    argv = [str(env.vllm_python), str(APP), "--model-dir", str(env.model_dir)]
+    argv += ["--port", str(port), "--contract", contract]
+    stack = Stack(f"legacy-{contract}", f"http://127.0.0.1:{port}")
+    stack.processes.append(_spawn(stack.kind, argv, _server_env(workdir), workdir))
     _wait(stack, lambda: http("GET", f"{stack.url}/health", timeout=2).status == 200)
+    return stack
+
+
+@pytest.fixture(scope="session")
+def legacy(env: RealEnv, e2e_dir: Path) -> Iterator[Stack]:
+    stack = start_legacy(env, e2e_dir / "legacy", "e5")
     yield stack
     stack.stop()
 
 
-def test_learns_the_legacy_minilm_contract(
-    legacy: Stack, upstream: Stack, env: RealEnv, tmp_path: Path
-) -> None:
+@pytest.fixture(scope="session")
+def plain_legacy(env: RealEnv, e2e_dir: Path) -> Iterator[Stack]:
+    stack = start_legacy(env, e2e_dir / "legacy-plain", "plain")
+    yield stack
+    stack.stop()
+
+
+def run_learn(
+    legacy: Stack, upstream: Stack, env: RealEnv, out: Path
+) -> tuple[int, dict[str, Any]]:
     args = _parser().parse_args(
         [
             "learn",
@@ -53,11 +73,17 @@ def test_learns_the_legacy_minilm_contract(
             "--tokenizer",
             f"{SERVED_MODEL}={env.model_dir}",
             "--out",
-            str(tmp_path),
+            str(out),
         ]
     )
     code = learn_command.run(args)
-    report = json.loads((tmp_path / "report.json").read_text(encoding="utf-8"))
+    return code, json.loads((out / "report.json").read_text(encoding="utf-8"))
+
+
+def test_learns_the_legacy_minilm_contract(
+    legacy: Stack, upstream: Stack, env: RealEnv, tmp_path: Path
+) -> None:
+    code, report = run_learn(legacy, upstream, env, tmp_path)
     assert code == 0, (report["problems"], upstream.logs())
     assert report["result"]["label"] == "READY"
     policy = load_policy_file(tmp_path / "policy.yaml").models[SERVED_MODEL]
@@ -79,3 +105,26 @@ def test_learns_the_legacy_minilm_contract(
     assert verification["parity"]["documents"]["spread"]["min"] >= 0.9995
     spent = report["requests"]
     assert spent["baseline"] <= 400 and spent["candidate"] <= 400
+
+
+def test_learns_and_imitates_a_plain_contract(
+    plain_legacy: Stack, upstream: Stack, env: RealEnv, gateways: Gateways, tmp_path: Path
+) -> None:
+    code, report = run_learn(plain_legacy, upstream, env, tmp_path)
+    assert code == 0, (report["problems"], upstream.logs())
+    assert report["result"]["label"] == "READY"
+    written = load_policy_file(tmp_path / "policy.yaml")
+    policy = written.models[SERVED_MODEL]
+    assert policy.prompts.instruction is InstructionUse.IGNORED
+    assert policy.honours_base64 and policy.leniency == Leniency(integers=True, bom=True)
+    assert policy.matryoshka is not None
+    assert policy.matryoshka.allowed == (64, 128, 256) and not policy.matryoshka.accepts_native
+    assert not policy.matryoshka.renormalise and not policy.upstream.native.dimensions
+    assert written.errors.shape is ErrorShape.FASTAPI
+    assert written.errors.statuses[ErrorClass.MALFORMED] == 422
+    spec = GatewaySpec(
+        upstream.url, policy=tmp_path / "policy.yaml", tokenizers=f"{SERVED_MODEL}={env.model_dir}"
+    )
+    with gateways.own(spec) as gateway:
+        bodies = battery(SERVED_MODEL, (0, 32, 64, 65, 128, 256, 383, 384, 385))
+        assert_client_sees_the_same(plain_legacy.url, gateway.url, bodies)
