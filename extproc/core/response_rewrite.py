@@ -1,18 +1,12 @@
 """Upstream answer + :class:`ResponsePlan` -> what the client receives (sans-I/O).
 
-Success: vectors are cut and re-normalised (Matryoshka emulation) and re-encoded
-to the client's encoding; everything else in the body is kept. Errors: every
-non-2xx gets the OpenAI envelope. Status rules, for a request the gateway
-validated (a ``plan`` exists):
-
-- upstream 4xx keep their status, except 404: the gateway already knows the
-  model, so a 404 means the upstream lost it (Dynamo answers an empty 404 once its
-  worker is gone) - a fault, answered 503;
-- upstream 5xx stay 5xx with ``type: server_error``: never relabelled 400, since
-  the gateway answers every client mistake itself before the upstream sees it;
-- a 2xx body that is not a valid embeddings answer for this request (wrong count,
-  wrong size, NaN, ``index`` values that are not each input once) is a 502:
-  never a 200 with bad vectors.
+Success: vectors are cut (and re-normalised, unless the policy says the legacy
+server did not) for Matryoshka emulation and re-encoded to the client's encoding;
+everything else in the body is kept. Errors: what the upstream's answer becomes for
+the client is its adapter's (:meth:`UpstreamAdapter.client_error`: 4xx kept, a 404 for
+a served model a 503, 5xx kept), written in the policy's error dialect. A 2xx body
+that is not a valid embeddings answer for this request (wrong count, wrong size, NaN,
+``index`` values that are not each input once) is a 502: never a 200 with bad vectors.
 """
 
 from __future__ import annotations
@@ -22,17 +16,12 @@ from dataclasses import dataclass
 import orjson
 
 from extproc.core.embeddings_body import EmbeddingsBody
-from extproc.core.error_envelope import (
-    OPENAI_ERRORS,
-    UPSTREAM_CODE,
-    ApiError,
-    ErrorDialect,
-    type_for_status,
-)
+from extproc.core.error_envelope import OPENAI_ERRORS, ApiError, ErrorDialect
 from extproc.core.plan import Encoding, ResponsePlan
 from extproc.core.status import is_success
 from extproc.core.upstream_errors import parse_upstream_error
 from extproc.core.upstreams import adapter_for
+from extproc.core.upstreams.adapter import client_error
 from extproc.core.vectors import BadVectorsError, encode_base64, truncate, truncate_renormalise
 
 
@@ -107,44 +96,8 @@ def _error_answer(plan: ResponsePlan | None, status: int, body: bytes) -> ApiErr
     # Without a plan the gateway never matched the request to a model, so which
     # upstream kind answered is unknown: the tolerant parser reads every kind's shape.
     if plan is None:
-        upstream = parse_upstream_error(body)
-    else:
-        upstream = adapter_for(plan.upstream_kind).parse_error(status, body)
-    detail = upstream.message or "no details given"
-    if plan is not None and status == 404:
-        error = ApiError(
-            503,
-            f"The upstream does not serve model {plan.model!r} right now "
-            f"(it answered 404: {detail}).",
-            type="server_error",
-            code="model_unavailable",
-        )
-    elif 500 <= status < 600:
-        error = ApiError(
-            status,
-            f"The upstream failed to process the request (HTTP {status}: {detail}).",
-            type="server_error",
-            code=UPSTREAM_CODE,
-        )
-    elif 400 <= status < 500:
-        error = ApiError(
-            status,
-            upstream.message or f"The upstream rejected the request with HTTP {status}.",
-            type=type_for_status(status),
-            param=upstream.param,
-            code=UPSTREAM_CODE,
-        )
-    else:
-        # 1xx/3xx on an embeddings call: nothing a client can use. So is a status HTTP
-        # does not have (>= 600, or garbage read as 0), which must never reach the
-        # client as its status (Envoy's status is an int32; 10**300 is not).
-        error = ApiError(
-            502,
-            f"The upstream answered HTTP {status}, not an embeddings response.",
-            type="server_error",
-            code="bad_upstream_response",
-        )
-    return error
+        return client_error(status, parse_upstream_error(body), None)
+    return adapter_for(plan.upstream_kind).client_error(status, body, plan.model)
 
 
 def _answer(error: ApiError, errors: ErrorDialect) -> ClientAnswer:

@@ -1,22 +1,25 @@
-"""The interface every upstream adapter implements, and what an upstream can do itself.
+"""The base class of the upstream adapters, and what an upstream can do itself.
 
 An adapter holds everything that differs between upstream kinds, in both
 directions: what the upstream is asked (the encoding the gateway asks for when it
 must read the vectors, and how a request - native capabilities included - is
-written in the upstream's body) and how its answers are read (success and error
-bodies), plus which parts of the contract the upstream can apply itself. It imports
-nothing from the policy or the plan, so both can name adapters.
+written in the upstream's body), how its answers are read (success and error
+bodies) and what its errors become for the client (status and envelope), plus which
+parts of the contract the upstream can apply itself. The base class speaks OpenAI's
+shapes; a kind overrides what differs. It imports nothing from the policy or the
+plan, so both can name adapters.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, ClassVar, Literal
 
 import orjson
 
 from extproc.core.embeddings_body import EmbeddingsBody, parse_embeddings_body
+from extproc.core.error_envelope import UPSTREAM_CODE, ApiError, type_for_status
 from extproc.core.upstream_errors import UpstreamError, parse_upstream_error
 
 VectorsEncoding = Literal["float", "base64"]
@@ -47,17 +50,18 @@ class UpstreamAsk:
     truncate_prompt_tokens: int | None = None  # the client's (valid) value, passed on
 
 
-class UpstreamAdapter(Protocol):
+class UpstreamAdapter:
     """One upstream kind (a policy's ``upstream.kind``). An adapter module subclasses
-    this and sets the attributes; the methods write and read the OpenAI shapes unless
-    the kind's differ."""
+    this and sets the class attributes; the methods write and read OpenAI's shapes,
+    and a kind overrides those where its own differ."""
 
-    name: str  # the kind's name in policy files and in the response plan
-    summary: str  # one line for people: what this adapter talks to
-    defaults: Capabilities  # what every deployment does itself (a policy may declare more)
+    name: ClassVar[str]  # the kind's name in policy files and in the response plan
+    summary: ClassVar[str]  # one line for people: what this adapter talks to
+    # what every deployment does itself (a policy may declare more)
+    defaults: ClassVar[Capabilities]
     # ``encoding_format`` the gateway asks for when it rewrites the vectors (base64
     # wherever the upstream writes it: decoding it beats parsing float JSON).
-    vectors_encoding: VectorsEncoding
+    vectors_encoding: ClassVar[VectorsEncoding]
 
     def write_request(
         self, ask: UpstreamAsk, sent: Mapping[str, Any], *, force: bool
@@ -97,6 +101,51 @@ class UpstreamAdapter(Protocol):
     def parse_error(self, status: int, body: bytes) -> UpstreamError:
         """What a non-2xx answer says, in words a client or an operator can use."""
         return parse_upstream_error(body)
+
+    def client_error(self, status: int, body: bytes, model: str) -> ApiError:
+        """What the client gets for this upstream's non-2xx answer to a request for
+        ``model`` (which the gateway serves, so a 404 means the upstream lost it)."""
+        return client_error(status, self.parse_error(status, body), model)
+
+
+def client_error(status: int, upstream: UpstreamError, model: str | None) -> ApiError:
+    """An upstream's non-2xx answer as the client's error (``model``: the one asked
+    for, None when the gateway never matched the request to one). Its 4xx keep their
+    status, but a 404 for a model the gateway serves is a fault (Dynamo answers an
+    empty 404 once its worker is gone): 503. Its 5xx stay 5xx: the gateway answers
+    every client mistake itself, so a 5xx is never a 400. Anything else is a 502."""
+    detail = upstream.message or "no details given"
+    if model is not None and status == 404:
+        return ApiError(
+            503,
+            f"The upstream does not serve model {model!r} right now (it answered 404: {detail}).",
+            type="server_error",
+            code="model_unavailable",
+        )
+    if 500 <= status < 600:
+        return ApiError(
+            status,
+            f"The upstream failed to process the request (HTTP {status}: {detail}).",
+            type="server_error",
+            code=UPSTREAM_CODE,
+        )
+    if 400 <= status < 500:
+        return ApiError(
+            status,
+            upstream.message or f"The upstream rejected the request with HTTP {status}.",
+            type=type_for_status(status),
+            param=upstream.param,
+            code=UPSTREAM_CODE,
+        )
+    # 1xx/3xx on an embeddings call: nothing a client can use. So is a status HTTP
+    # does not have (>= 600, or garbage read as 0), which must never reach the
+    # client as its status (Envoy's status is an int32; 10**300 is not).
+    return ApiError(
+        502,
+        f"The upstream answered HTTP {status}, not an embeddings response.",
+        type="server_error",
+        code="bad_upstream_response",
+    )
 
 
 def _asks(sent: Mapping[str, Any], ask: UpstreamAsk) -> bool:

@@ -16,6 +16,8 @@ applied; ``dimensions`` works only when the worker's model was started Matryoshk
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from extproc.core.upstream_errors import UpstreamError, parse_upstream_error
 from extproc.core.upstreams.adapter import Capabilities, UpstreamAdapter, VectorsEncoding
 
@@ -26,7 +28,7 @@ class DynamoAdapter(UpstreamAdapter):
     name = "dynamo"
     summary = "NVIDIA Dynamo 1.6.x frontend + vLLM embedding worker"
     defaults = Capabilities(truncate_prompt_tokens=True)
-    vectors_encoding: VectorsEncoding = "base64"
+    vectors_encoding: ClassVar[VectorsEncoding] = "base64"
 
     def parse_error(self, status: int, body: bytes) -> UpstreamError:
         error = parse_upstream_error(body)

@@ -12,6 +12,8 @@ Matryoshka (``--hf-overrides '{"is_matryoshka": true}'`` or ``matryoshka_dimensi
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from extproc.core.upstreams.adapter import Capabilities, UpstreamAdapter, VectorsEncoding
 
 
@@ -19,7 +21,7 @@ class VllmAdapter(UpstreamAdapter):
     name = "vllm"
     summary = "vLLM OpenAI-compatible server (vllm serve)"
     defaults = Capabilities(truncate_prompt_tokens=True)
-    vectors_encoding: VectorsEncoding = "base64"
+    vectors_encoding: ClassVar[VectorsEncoding] = "base64"
 
 
 ADAPTER = VllmAdapter()
