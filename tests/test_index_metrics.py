@@ -19,6 +19,7 @@ from extproc.tools.index_check.beir_files import (
     parse_texts,
     read_lines,
 )
+from extproc.tools.index_check.index_measures import measure
 from extproc.tools.index_check.index_verdict import (
     Similarity,
     Thresholds,
@@ -193,3 +194,32 @@ def test_interval_brackets_the_mean() -> None:
 def test_likely_cause(documents: Similarity, queries: Similarity, says: str) -> None:
     cause = likely_cause(documents, queries)
     assert (says in cause) if says else cause == ""
+
+
+def unit(rows: np.ndarray) -> np.ndarray:
+    return (rows / np.linalg.norm(rows, axis=1, keepdims=True)).astype(np.float32)
+
+
+def test_measure_the_four_retrievals() -> None:
+    """Synthetic vectors: 40 queries each placed next to its own document. The same
+    vectors keep the index; queries moved far from their documents (as a dropped
+    prompt moves them) make the kept index retrieve worse, and the cause is named."""
+    rng = np.random.default_rng(0)
+    docs = unit(rng.normal(size=(200, 16)))
+    queries = unit(docs[:40] + rng.normal(scale=0.05, size=(40, 16)))
+    ids = [f"d{i}" for i in range(200)]
+    texts = ["text"] * 200
+    qrels = [{f"d{i}": 1} for i in range(40)]
+    same = measure(ids, texts, ["q"] * 40, old=(docs, queries), new=(docs, queries), qrels=qrels)
+    assert same.verdict.label == "KEEP INDEX"
+    today = same.retrieval("old", "old")
+    assert today.overlap.min() == 1.0 and today.top1_changed == 0.0
+    assert today.ndcg is not None and today.ndcg.mean() > 0.9
+    moved = unit(rng.normal(size=(40, 16)))
+    worse = measure(ids, texts, ["q"] * 40, old=(docs, queries), new=(docs, moved), qrels=qrels)
+    assert worse.verdict.label == "RE-INDEX"
+    assert "query prompt" in worse.verdict.cause
+    kept = worse.retrieval("new", "old")
+    assert kept.ndcg is not None and kept.ndcg.mean() < 0.5
+    # both re-embedded alike: re-indexing restores what the kept index loses
+    assert worse.retrieval("new", "new").overlap.mean() < 1.0

@@ -41,6 +41,9 @@ class Thresholds:
     resamples: int = 2000
 
 
+DEFAULT_THRESHOLDS = Thresholds()
+
+
 @dataclass(frozen=True)
 class Interval:
     mean: float
@@ -86,7 +89,7 @@ def decide(
     ndcg_gain: Floats | None,
     documents: Similarity,
     queries: Similarity,
-    t: Thresholds = Thresholds(),
+    t: Thresholds = DEFAULT_THRESHOLDS,
 ) -> Verdict:
     """``overlap_new_old``: per query, overlap@k of new/old with old/old;
     ``ndcg_gain``: per query, nDCG@k of new/old minus that of old/old (None without
@@ -120,7 +123,9 @@ def decide(
     return Verdict("KEEP INDEX", tuple(reasons))
 
 
-def likely_cause(documents: Similarity, queries: Similarity, t: Thresholds = Thresholds()) -> str:
+def likely_cause(
+    documents: Similarity, queries: Similarity, t: Thresholds = DEFAULT_THRESHOLDS
+) -> str:
     """What most likely makes the new vectors differ, read from the per-text
     similarities; "" when they do not differ."""
     docs_low = documents.cosines < t.same_vector

@@ -1,0 +1,91 @@
+"""Embedding the sample with one server: batches in parallel (at most ``in_flight``),
+each answer checked (one vector per text, finite, one width), the wall time kept for
+the re-index estimate.
+
+The server is a ``post`` callable (bytes in, status and body out), so the request
+budget, the headers and the connection belong to the caller's client. A batch the
+server does not embed stops the run with :class:`EmbedError`, which names the
+server's answer.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+import orjson
+
+from extproc.core.embeddings_body import parse_embeddings_body
+from extproc.core.upstream_errors import parse_upstream_error
+from extproc.core.vectors import BadVectorsError, FloatMatrix
+
+Post = Callable[[bytes], tuple[int, bytes]]
+Role = Literal["document", "query"]
+BATCH_SIZE = 32
+IN_FLIGHT = 4
+
+
+class EmbedError(Exception):
+    """The server did not embed a batch (its status and message, or why its answer is
+    unusable)."""
+
+
+@dataclass(frozen=True)
+class Embedded:
+    vectors: FloatMatrix  # one row per text, in the texts' order
+    seconds: float  # wall time, first request sent to last answer read
+    requests: int
+
+    @property
+    def texts_per_second(self) -> float:
+        return self.vectors.shape[0] / self.seconds if self.seconds > 0 else float("inf")
+
+
+def embed_texts(
+    post: Post,
+    model: str,
+    texts: Sequence[str],
+    role: Role,
+    *,
+    dimensions: int | None = None,
+    batch_size: int = BATCH_SIZE,
+    in_flight: int = IN_FLIGHT,
+    progress: Callable[[int], None] = lambda done: None,
+) -> Embedded:
+    """Every text's vector, with ``input_type: role`` (and ``dimensions``) as clients
+    send them; ``progress`` gets the number of texts embedded after each batch."""
+    batches = [list(texts[i : i + batch_size]) for i in range(0, len(texts), batch_size)]
+    extra: dict[str, Any] = {"input_type": role}
+    if dimensions is not None:
+        extra["dimensions"] = dimensions
+    done = 0
+
+    def one(batch: list[str]) -> FloatMatrix:
+        body = orjson.dumps({"model": model, "input": batch, **extra})
+        status, answer = post(body)
+        if not 200 <= status < 300:
+            what = parse_upstream_error(answer).message or "no message"
+            raise EmbedError(f"HTTP {status}: {what[:200]}" if status else what[:200])
+        try:
+            parsed = parse_embeddings_body(answer, input_count=len(batch), dimensions=dimensions)
+        except BadVectorsError as exc:
+            raise EmbedError(f"an unusable answer: {exc}") from None
+        return parsed.vectors
+
+    started = time.perf_counter()
+    rows: list[FloatMatrix] = []
+    with ThreadPoolExecutor(max(1, in_flight), thread_name_prefix="index-check") as pool:
+        for matrix in pool.map(one, batches):
+            rows.append(matrix)
+            done += matrix.shape[0]
+            progress(done)
+    seconds = time.perf_counter() - started
+    widths = {m.shape[1] for m in rows}
+    if len(widths) > 1:
+        raise EmbedError(f"vectors of several widths: {sorted(widths)}")
+    vectors = np.vstack(rows).astype(np.float32, copy=False)
+    return Embedded(vectors, seconds, len(batches))
