@@ -203,5 +203,5 @@ def test_learned_and_imitated(
         )
         with gateways.own(spec) as gateway:
             assert_client_sees_the_same(
-                legacy.url, gateway.url, battery(legacy.served_model, legacy)
+                legacy.url, gateway.url, battery(legacy.served_model, SIZES)
             )
