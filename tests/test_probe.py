@@ -287,7 +287,7 @@ def test_compare_row_rules() -> None:
 
 
 def test_observe_summarises_cells() -> None:
-    from extproc.tools.probe.client import HttpResult
+    from extproc.runtime.blocking_http import HttpResult
 
     cell_ok, answer = observe(
         HttpResult(

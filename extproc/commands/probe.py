@@ -21,8 +21,9 @@ from pathlib import Path
 import orjson
 
 from extproc.commands.options import add_header_option, headers_from
+from extproc.runtime.blocking_http import DEFAULT_TIMEOUT_S
 from extproc.tools.parity import ExitCode, Thresholds
-from extproc.tools.probe.client import DEFAULT_TIMEOUT_S, EmbeddingsClient, endpoint_url
+from extproc.tools.probe.client import EmbeddingsClient, endpoint_url
 from extproc.tools.probe.contract_table import default_probes, run_contract
 from extproc.tools.probe.corpus import (
     LONG_INPUT_TOKENS,

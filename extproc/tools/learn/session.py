@@ -5,9 +5,6 @@ four in flight, each answer recorded once (the learners and the report read the 
 from __future__ import annotations
 
 import threading
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -18,8 +15,9 @@ import orjson
 
 from extproc.core.upstream_errors import parse_upstream_error
 from extproc.core.vectors import FloatMatrix
+from extproc.runtime.blocking_http import DEFAULT_TIMEOUT_S, HttpResult
 from extproc.tools.parity import Answer, cosine
-from extproc.tools.probe.client import DEFAULT_TIMEOUT_S, EmbeddingsClient, HttpResult
+from extproc.tools.probe.client import EmbeddingsClient
 from extproc.tools.probe.contract_table import error_text
 
 Server = Literal["baseline", "candidate"]
@@ -104,6 +102,10 @@ class CountedClient(EmbeddingsClient):
         self._take()
         return super().post(body, content_type)
 
+    def get(self, path: str) -> HttpResult:
+        self._take()
+        return super().get(path)
+
 
 class Session:
     """Both servers' clients, the budget and the record."""
@@ -173,22 +175,25 @@ class Session:
         return exchange
 
     def get_json(self, server: Server, path: str) -> tuple[Exchange, Any]:
-        """GET ``path`` under the server's API root (``/v1``): the record and the JSON."""
-        self.take(server)
-        url = self.clients[server].url.rsplit("/", 1)[0] + path
-        label = "GET " + urllib.parse.urlsplit(url).path
-        status, doc, message = 0, None, ""
-        try:
-            request = urllib.request.Request(url, headers=self.headers)
-            with urllib.request.urlopen(request, timeout=10) as response:
-                status, doc = response.status, orjson.loads(response.read())
+        """GET ``path`` under the server's API root (``/v1``): the record and the JSON
+        (None when the answer is not a 2xx JSON document)."""
+        client = self.clients[server]
+        result = client.get(path)
+        doc, message = None, result.error or ""
+        if 200 <= result.status < 300:
+            try:
+                doc = orjson.loads(result.body)
+            except orjson.JSONDecodeError:
+                message = "not JSON"
+            else:
                 message = shown(doc) if isinstance(doc, dict) else ""
-        except urllib.error.HTTPError as exc:
-            status, message = exc.code, exc.reason
-        except (OSError, ValueError) as exc:
-            message = type(exc).__name__
+        elif result.status:
+            message = error_text(result.body)
+        label = "GET " + client.api_root + path
         with self._lock:
-            exchange = Exchange(len(self.exchanges) + 1, server, label, "", status, message=message)
+            exchange = Exchange(
+                len(self.exchanges) + 1, server, label, "", result.status, message=message
+            )
             self.exchanges.append(exchange)
         return exchange, doc
 

@@ -23,8 +23,9 @@ import orjson
 
 from extproc.core.status import status_class
 from extproc.core.upstream_errors import parse_upstream_error
+from extproc.runtime.blocking_http import HttpResult
 from extproc.tools.parity import Answer, compare_answers
-from extproc.tools.probe.client import EmbeddingsClient, HttpResult
+from extproc.tools.probe.client import EmbeddingsClient
 from extproc.tools.probe.corpus import Item
 
 Severity = Literal["ok", "warn", "fail"]

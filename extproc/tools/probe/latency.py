@@ -19,8 +19,9 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from extproc.runtime.blocking_http import HttpResult
 from extproc.tools.parity import Answer
-from extproc.tools.probe.client import EmbeddingsClient, HttpResult
+from extproc.tools.probe.client import EmbeddingsClient
 from extproc.tools.probe.stats import median, percentile, ratio
 
 BARRIER_TIMEOUT_S = 10.0

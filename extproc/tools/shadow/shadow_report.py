@@ -8,12 +8,12 @@ re-judged here against the report's own thresholds. Rendering is pure.
 
 from __future__ import annotations
 
-import urllib.request
 from collections.abc import Mapping
 from typing import Any
 
 import orjson
 
+from extproc.runtime.blocking_http import request_once
 from extproc.tools.parity import Thresholds
 from extproc.tools.shadow.summary import judge
 
@@ -21,10 +21,13 @@ _THRESHOLDS = Thresholds()
 
 
 def fetch_summary(url: str, *, timeout_s: float = 10.0) -> dict[str, Any]:
-    """GET ``{url}/summary`` (``url`` may also name the /summary path itself)."""
+    """GET ``{url}/summary`` (``url`` may also name the /summary path itself).
+    OSError when there is no 200 answer, ValueError when it is not a summary."""
     target = url if url.rstrip("/").endswith("/summary") else url.rstrip("/") + "/summary"
-    with urllib.request.urlopen(target, timeout=timeout_s) as response:
-        doc = orjson.loads(response.read())
+    result = request_once("GET", target, timeout_s=timeout_s)
+    if result.status != 200:
+        raise OSError(result.error or f"HTTP {result.status}")
+    doc = orjson.loads(result.body)
     if not isinstance(doc, dict) or "pairs" not in doc:
         raise ValueError(f"{target} did not answer a shadow summary")
     return doc
