@@ -33,7 +33,7 @@ from extproc.tools.learn.policy_file import policy_text
 from extproc.tools.learn.probing_plan import Learned, learn
 from extproc.tools.learn.session import BudgetSpentError, Session
 from extproc.tools.learn.verify import Verification, upstream_root, verify
-from extproc.tools.probe.client import endpoint_url
+from extproc.tools.toolkit.embeddings_client import endpoint_url
 
 DEFAULT_BUDGET = 400
 MAX_BUDGET = 100_000

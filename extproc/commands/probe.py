@@ -23,9 +23,12 @@ import orjson
 from extproc.commands.options import add_header_option, headers_from
 from extproc.runtime.blocking_http import DEFAULT_TIMEOUT_S
 from extproc.tools.parity import ExitCode, Thresholds
-from extproc.tools.probe.client import EmbeddingsClient, endpoint_url
-from extproc.tools.probe.contract_table import default_probes, run_contract
-from extproc.tools.probe.corpus import (
+from extproc.tools.probe.html_report import to_html
+from extproc.tools.probe.latency import QUICK_PLAN, LatencyPlan, Request, run_latency
+from extproc.tools.probe.probe_report import Meta, ProbeReport, to_json, to_markdown
+from extproc.tools.probe.probe_verdict import decide
+from extproc.tools.toolkit.contract_table import default_probes, run_contract
+from extproc.tools.toolkit.corpus import (
     LONG_INPUT_TOKENS,
     Corpus,
     CorpusError,
@@ -33,11 +36,9 @@ from extproc.tools.probe.corpus import (
     load_corpus,
     long_text,
 )
-from extproc.tools.probe.html_report import to_html
-from extproc.tools.probe.latency import QUICK_PLAN, LatencyPlan, Request, run_latency
-from extproc.tools.probe.probe_report import Meta, ProbeReport, to_json, to_markdown
-from extproc.tools.probe.readiness_checks import PROBE_THRESHOLDS, decide
-from extproc.tools.probe.vector_parity import BATCH_SIZE, run_parity
+from extproc.tools.toolkit.embeddings_client import EmbeddingsClient, endpoint_url
+from extproc.tools.toolkit.readiness_checks import PROBE_THRESHOLDS
+from extproc.tools.toolkit.vector_parity import BATCH_SIZE, run_parity
 
 log = logging.getLogger("extproc.tools.probe")
 

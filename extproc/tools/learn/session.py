@@ -17,8 +17,8 @@ from extproc.core.upstream_errors import parse_upstream_error
 from extproc.core.vectors import FloatMatrix
 from extproc.runtime.blocking_http import DEFAULT_TIMEOUT_S, HttpResult
 from extproc.tools.parity import Answer, cosine
-from extproc.tools.probe.client import EmbeddingsClient
-from extproc.tools.probe.contract_table import error_text
+from extproc.tools.toolkit.contract_table import error_text
+from extproc.tools.toolkit.embeddings_client import EmbeddingsClient
 
 Server = Literal["baseline", "candidate"]
 SERVERS: tuple[Server, ...] = ("baseline", "candidate")

@@ -40,10 +40,10 @@ from extproc.tools.learn.probing_plan import Learned
 from extproc.tools.learn.prompts_learner import INSTRUCTION_ALONE
 from extproc.tools.learn.session import Session
 from extproc.tools.parity import Verdict
-from extproc.tools.probe.contract_table import Probe, Row, default_probes, run_contract
-from extproc.tools.probe.corpus import LONG_INPUT_TOKENS, load_corpus, long_text
-from extproc.tools.probe.readiness_checks import PROBE_THRESHOLDS, decide
-from extproc.tools.probe.vector_parity import ParityResult, run_parity
+from extproc.tools.toolkit.contract_table import Probe, Row, default_probes, run_contract
+from extproc.tools.toolkit.corpus import LONG_INPUT_TOKENS, load_corpus, long_text
+from extproc.tools.toolkit.readiness_checks import PROBE_THRESHOLDS, comparison_verdict
+from extproc.tools.toolkit.vector_parity import ParityResult, run_parity
 
 T = TypeVar("T")
 # Requests the probe's default contract probes already make.
@@ -151,7 +151,7 @@ def verify(
         finally:
             baseline.close()
             gateway.close()
-        return Verification(parity, rows, decide(parity, rows, None))
+        return Verification(parity, rows, comparison_verdict(parity, rows))
 
     with contextlib.redirect_stdout(sys.stderr):  # the launcher's ready line is progress here
         return asyncio.run(_with_gateway(contract, upstream_root(urls["candidate"]), compare))

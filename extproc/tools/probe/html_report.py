@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from html import escape
 
-from extproc.tools.probe.contract_table import Row
 from extproc.tools.probe.latency import FIGURES, LatencyResult
 from extproc.tools.probe.probe_report import (
     FIGURE_LABELS,
@@ -19,6 +18,7 @@ from extproc.tools.probe.probe_report import (
     verdict_lists,
 )
 from extproc.tools.probe.svg import cosine_histogram, grouped_bars
+from extproc.tools.toolkit.contract_table import Row
 
 STYLE = """
 body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;margin:2em auto;max-width:1100px;

@@ -13,9 +13,9 @@ from typing import Any
 import orjson
 
 from extproc.tools.parity import Thresholds, Verdict
-from extproc.tools.probe.contract_table import Cell, Row
 from extproc.tools.probe.latency import FIGURES, Figures, LatencyResult
-from extproc.tools.probe.vector_parity import CosineSet, ParityResult
+from extproc.tools.toolkit.contract_table import Cell, Row
+from extproc.tools.toolkit.vector_parity import CosineSet, ParityResult
 
 FIGURE_LABELS = {
     "sequential_p50_ms": "sequential p50",

@@ -1,4 +1,4 @@
-"""The probe's corpus: documents and queries, one JSON object a line.
+"""The corpus the tools embed: documents and queries, one JSON object a line.
 
 Each line is ``{"id": str, "kind": "document" | "query", "text": str, "lang": str?}``.
 The default corpus (``extproc/data/corpus.jsonl``) holds 40 short documents (20 Korean,
