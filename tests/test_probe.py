@@ -42,15 +42,9 @@ from extproc.tools.probe.probe_report import Meta, ProbeReport, cell, to_markdow
 from extproc.tools.probe.probe_verdict import decide
 from extproc.tools.probe.svg import cosine_histogram, grouped_bars
 from extproc.tools.toolkit.contract_table import Cell, Probe, compare_row, error_text, observe
-from extproc.tools.toolkit.corpus import (
-    CorpusError,
-    Item,
-    batches,
-    load_corpus,
-    long_text,
-    parse_corpus,
-)
+from extproc.tools.toolkit.corpus import CorpusError, Item, batches, load_corpus, parse_corpus
 from extproc.tools.toolkit.embeddings_client import EmbeddingsClient, endpoint_url
+from extproc.tools.toolkit.long_text import long_text
 from extproc.tools.toolkit.readiness_checks import PROBE_THRESHOLDS
 from extproc.tools.toolkit.stats import histogram, percentile, ratio, spread
 from extproc.tools.toolkit.vector_parity import (

@@ -28,15 +28,9 @@ from extproc.tools.probe.latency import QUICK_PLAN, LatencyPlan, Request, run_la
 from extproc.tools.probe.probe_report import Meta, ProbeReport, to_json, to_markdown
 from extproc.tools.probe.probe_verdict import decide
 from extproc.tools.toolkit.contract_table import default_probes, run_contract
-from extproc.tools.toolkit.corpus import (
-    LONG_INPUT_TOKENS,
-    Corpus,
-    CorpusError,
-    batches,
-    load_corpus,
-    long_text,
-)
+from extproc.tools.toolkit.corpus import Corpus, CorpusError, batches, load_corpus
 from extproc.tools.toolkit.embeddings_client import EmbeddingsClient, endpoint_url
+from extproc.tools.toolkit.long_text import LONG_INPUT_TOKENS, long_text
 from extproc.tools.toolkit.readiness_checks import PROBE_THRESHOLDS
 from extproc.tools.toolkit.vector_parity import BATCH_SIZE, run_parity
 

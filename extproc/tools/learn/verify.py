@@ -41,7 +41,8 @@ from extproc.tools.learn.prompts_learner import INSTRUCTION_ALONE
 from extproc.tools.learn.session import Session
 from extproc.tools.parity import Verdict
 from extproc.tools.toolkit.contract_table import Probe, Row, default_probes, run_contract
-from extproc.tools.toolkit.corpus import LONG_INPUT_TOKENS, load_corpus, long_text
+from extproc.tools.toolkit.corpus import load_corpus
+from extproc.tools.toolkit.long_text import LONG_INPUT_TOKENS, long_text
 from extproc.tools.toolkit.readiness_checks import PROBE_THRESHOLDS, comparison_verdict
 from extproc.tools.toolkit.vector_parity import ParityResult, run_parity
 
