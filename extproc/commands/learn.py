@@ -31,8 +31,9 @@ from extproc.tools.learn.learn_report import NO_VERIFY, LearnReport, to_json, to
 from extproc.tools.learn.local import LocalModel
 from extproc.tools.learn.policy_file import policy_text
 from extproc.tools.learn.probing_plan import Learned, learn
-from extproc.tools.learn.session import BudgetSpentError, Session
+from extproc.tools.learn.session import Session
 from extproc.tools.learn.verify import Verification, upstream_root, verify
+from extproc.tools.toolkit.budgeted_client import BudgetSpentError
 from extproc.tools.toolkit.embeddings_client import endpoint_url
 
 DEFAULT_BUDGET = 400
