@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from types import TracebackType
 from urllib.parse import urlsplit
 
-DEFAULT_TIMEOUT_S = 60.0
 # What a kept-alive connection the server has closed in the meantime raises.
 _STALE_CONNECTION_ERRORS = (
     http.client.RemoteDisconnected,
@@ -60,11 +59,7 @@ class HttpClient:
     defaults a request sets (content-type, accept)."""
 
     def __init__(
-        self,
-        server: str,
-        *,
-        timeout_s: float = DEFAULT_TIMEOUT_S,
-        headers: Mapping[str, str] | None = None,
+        self, server: str, *, timeout_s: float, headers: Mapping[str, str] | None = None
     ) -> None:
         origin, target = split_url(server)
         if target != "/":

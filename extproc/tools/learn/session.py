@@ -16,10 +16,10 @@ import orjson
 
 from extproc.core.upstream_errors import parse_upstream_error
 from extproc.core.vectors import FloatMatrix
-from extproc.runtime.blocking_http import DEFAULT_TIMEOUT_S
 from extproc.tools.parity import Answer, cosine
 from extproc.tools.toolkit.budgeted_client import BudgetedClient, RequestBudget
 from extproc.tools.toolkit.contract_table import error_text
+from extproc.tools.toolkit.embeddings_client import DEFAULT_TIMEOUT_S
 from extproc.tools.toolkit.progress import Progress
 from extproc.tools.toolkit.request_pool import RequestPool
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping
 
-from extproc.runtime.blocking_http import DEFAULT_TIMEOUT_S, HttpResult
-from extproc.tools.toolkit.embeddings_client import EmbeddingsClient
+from extproc.runtime.blocking_http import HttpResult
+from extproc.tools.toolkit.embeddings_client import DEFAULT_TIMEOUT_S, EmbeddingsClient
 
 
 class BudgetSpentError(Exception):

@@ -14,9 +14,10 @@ from urllib.parse import urlsplit
 
 import orjson
 
-from extproc.runtime.blocking_http import DEFAULT_TIMEOUT_S, HttpClient, HttpResult, split_url
+from extproc.runtime.blocking_http import HttpClient, HttpResult, split_url
 
 ENDPOINT = "/embeddings"
+DEFAULT_TIMEOUT_S = 60.0  # per socket operation: an embeddings batch on a busy CPU server
 
 
 def endpoint_url(base: str) -> str:
