@@ -1,13 +1,14 @@
 """Closing the loop: the gateway with the learned policy in front of the candidate,
-compared with the baseline by the probe's parity and contract checks.
+compared with the baseline by the probe's parity and contract checks (the toolkit's
+``vector_parity``, ``contract_table`` and ``readiness_checks``).
 
 The gateway is `extproc run`'s own: its ext_proc server and a real Envoy on the
 shipped ``standalone.yaml``, started in this process by the runtime's functions
 (``extproc_servers.start_server``, ``envoy_process.run_envoy``) and stopped when the
-comparison is done. The comparison uses the probe's corpus (texts learning never sent),
-its contract probes, and probes for what was learned: every ``input_type`` the baseline
-accepts, the Matryoshka sizes at the edges, the lenient spellings and the bad requests,
-each expected valid when the baseline accepted it.
+comparison is done. The comparison uses the shipped corpus (texts learning never sent),
+the contract table's default probes, and probes for what was learned: every
+``input_type`` the baseline accepts, the Matryoshka sizes at the edges, the lenient
+spellings and the bad requests, each expected valid when the baseline accepted it.
 """
 
 from __future__ import annotations
