@@ -4,7 +4,8 @@ against it first, and none is sent once it is spent.
 A tool that must not overload a production server (learn asks a legacy server at most
 ``--budget`` questions) gives each server its own :class:`RequestBudget`; the clients of
 one server share it, so a second client (learn's verification) spends from the same
-count. How many requests are in flight at once is :mod:`request_pool`'s to bound.
+count. How many requests are in flight at once is
+:mod:`extproc.tools.toolkit.request_pool`'s to bound.
 """
 
 from __future__ import annotations
