@@ -152,10 +152,10 @@ class HttpClient:
 def request_once(
     method: str,
     url: str,
-    *,
-    timeout_s: float,
     body: bytes | None = None,
+    *,
     headers: Mapping[str, str] | None = None,
+    timeout_s: float,
 ) -> HttpResult:
     """One request to ``url`` on a connection of its own, closed after the answer.
     ValueError for a URL that is not http(s)."""
