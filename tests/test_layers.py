@@ -9,7 +9,9 @@ imports from its own layer and the layers below it, never from one above.
   only extproc/service/metrics.py, their Prometheus implementation, imports
   prometheus_client.
 - runtime: what runs the gateway: Envoy and ext_proc processes, the Envoy configs.
-- tools: probe, shadow, learn and parity.
+- tools: probe, shadow, learn, and what they share: toolkit and parity. A tool imports
+  only its own package and the shared ones, never another tool; the toolkit imports
+  parity, and parity no other tools package.
 - commands: the command line.
 
 A module's layer is the package under ``extproc`` it sits in, with one rule beside it:
@@ -125,6 +127,42 @@ def test_only_the_metrics_module_of_service_imports_prometheus(name: str) -> Non
 
 def test_the_prometheus_module_exists() -> None:
     assert PROMETHEUS_MODULE in MODULES
+
+
+# What the tools share, each package allowed to import those after it (and itself).
+SHARED_TOOL_PACKAGES = ("toolkit", "parity")
+
+
+def tool_package(name: str) -> str | None:
+    """The package under ``extproc.tools`` a module is in (None outside one)."""
+    parts = name.split(".")
+    return parts[2] if len(parts) > 2 and parts[1] == "tools" else None
+
+
+def tool_packages_allowed(package: str) -> set[str]:
+    if package in SHARED_TOOL_PACKAGES:
+        return set(SHARED_TOOL_PACKAGES[SHARED_TOOL_PACKAGES.index(package) :])
+    return {package, *SHARED_TOOL_PACKAGES}
+
+
+def test_the_shared_tool_packages_exist() -> None:
+    assert {tool_package(name) for name in MODULES} >= set(SHARED_TOOL_PACKAGES)
+
+
+@pytest.mark.parametrize("name", [n for n in MODULES if tool_package(n) is not None])
+def test_a_tool_imports_only_itself_and_what_the_tools_share(name: str) -> None:
+    package = tool_package(name)
+    assert package is not None
+    allowed = tool_packages_allowed(package)
+    bad = sorted(
+        target
+        for target in internal_imports(name)
+        if tool_package(target) is not None and tool_package(target) not in allowed
+    )
+    assert not bad, (
+        f"{name} imports {bad}: a tool package imports only itself and "
+        f"{', '.join(SHARED_TOOL_PACKAGES)} (move what two tools use into the toolkit)"
+    )
 
 
 def test_no_import_cycles() -> None:

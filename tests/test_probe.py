@@ -25,16 +25,6 @@ import pytest
 from extproc.commands import probe as probe_command
 from extproc.core.status import status_class
 from extproc.tools.parity import Answer, ExitCode, Thresholds, cosine
-from extproc.tools.probe.client import EmbeddingsClient, endpoint_url
-from extproc.tools.probe.contract_table import Cell, Probe, compare_row, error_text, observe
-from extproc.tools.probe.corpus import (
-    CorpusError,
-    Item,
-    batches,
-    load_corpus,
-    long_text,
-    parse_corpus,
-)
 from extproc.tools.probe.html_report import to_html
 from extproc.tools.probe.latency import (
     QUICK_PLAN,
@@ -48,11 +38,22 @@ from extproc.tools.probe.latency import (
     figures,
     ratios,
 )
-from extproc.tools.probe.probe_report import Meta, ProbeReport, cell, to_markdown
-from extproc.tools.probe.readiness_checks import PROBE_THRESHOLDS, decide
-from extproc.tools.probe.stats import histogram, percentile, ratio, spread
+from extproc.tools.probe.probe_report import Meta, ProbeReport, to_markdown
+from extproc.tools.probe.probe_verdict import decide
 from extproc.tools.probe.svg import cosine_histogram, grouped_bars
-from extproc.tools.probe.vector_parity import CosineSet, ParityResult, SideSummary, compare_vectors
+from extproc.tools.toolkit.contract_table import Cell, Probe, compare_row, error_text, observe
+from extproc.tools.toolkit.corpus import CorpusError, Item, batches, load_corpus, parse_corpus
+from extproc.tools.toolkit.embeddings_client import EmbeddingsClient, endpoint_url
+from extproc.tools.toolkit.long_text import long_text
+from extproc.tools.toolkit.readiness_checks import PROBE_THRESHOLDS
+from extproc.tools.toolkit.report_format import cell
+from extproc.tools.toolkit.stats import histogram, percentile, ratio, spread
+from extproc.tools.toolkit.vector_parity import (
+    CosineSet,
+    ParityResult,
+    SideSummary,
+    compare_vectors,
+)
 from tests.conftest import QWEN_EOS, QWEN_MODEL
 from tests.fake_legacy import DEFAULT_TASK, FakeLegacy, qwen3_query
 from tests.fake_upstream import FakeUpstream
@@ -287,7 +288,7 @@ def test_compare_row_rules() -> None:
 
 
 def test_observe_summarises_cells() -> None:
-    from extproc.tools.probe.client import HttpResult
+    from extproc.runtime.blocking_http import HttpResult
 
     cell_ok, answer = observe(
         HttpResult(

@@ -18,7 +18,14 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from extproc.commands.options import add_header_option, add_tokenizer_option, headers_from
+from extproc.commands.options import (
+    add_header_option,
+    add_servers_options,
+    add_timeout_option,
+    add_tokenizer_option,
+    add_tool_parser,
+    headers_from,
+)
 from extproc.core.contract import load_contract
 from extproc.core.policy import PolicyError, load_policy_file
 from extproc.core.policy.loader import TOKENIZER_OVERRIDES_ENV, parse_tokenizer_overrides
@@ -31,24 +38,22 @@ from extproc.tools.learn.learn_report import NO_VERIFY, LearnReport, to_json, to
 from extproc.tools.learn.local import LocalModel
 from extproc.tools.learn.policy_file import policy_text
 from extproc.tools.learn.probing_plan import Learned, learn
-from extproc.tools.learn.session import BudgetSpentError, Session
+from extproc.tools.learn.session import Session
 from extproc.tools.learn.verify import Verification, upstream_root, verify
-from extproc.tools.probe.client import endpoint_url
+from extproc.tools.toolkit.budgeted_client import BudgetSpentError
+from extproc.tools.toolkit.embeddings_client import endpoint_url
+from extproc.tools.toolkit.progress import to_stderr
+from extproc.tools.toolkit.report_files import write_report
 
+SUMMARY = "write the policy from a live legacy server and the raw new upstream, verified"
 DEFAULT_BUDGET = 400
 MAX_BUDGET = 100_000
 DEFAULT_OUT = Path("learn-report")
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = subparsers.add_parser(
-        "learn",
-        help="write the policy from a live legacy server and the raw new upstream, verified",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument("--baseline", required=True, metavar="URL", help="the legacy server")
-    p.add_argument("--candidate", required=True, metavar="URL", help="the new upstream, alone")
+    p = add_tool_parser(subparsers, "learn", SUMMARY, __doc__)
+    add_servers_options(p, "the legacy server", "the new upstream, alone")
     p.add_argument("--model", required=True, help="the model name clients send")
     add_tokenizer_option(p)
     p.add_argument("--preset", default=None, help="the model family to try first (extproc presets)")
@@ -69,9 +74,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument(
         "--no-verify", action="store_true", help="do not start the gateway to check the policy"
     )
-    p.add_argument(
-        "--timeout", type=float, default=60.0, metavar="SECONDS", help="per socket operation"
-    )
+    add_timeout_option(p)
     add_header_option(p)
 
 
@@ -92,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, TokenizerLoadError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    session = Session(urls, args.budget, _progress, timeout_s=args.timeout, headers=headers)
+    session = Session(urls, args.budget, to_stderr, timeout_s=args.timeout, headers=headers)
     try:
         learned, findings = learn(session, local, args.model, args.preset)
     finally:
@@ -116,10 +119,9 @@ def run(args: argparse.Namespace) -> int:
         session.exchanges, text, verification, note, code,
     )  # fmt: skip
     markdown = to_markdown(report)
-    (args.out / "report.md").write_text(markdown, encoding="utf-8")
-    (args.out / "report.json").write_bytes(to_json(report))
+    write_report(args.out, {"report.md": markdown, "report.json": to_json(report)})
     print(markdown, end="")
-    _progress(f"learn: {report.label}; {args.out / 'policy.yaml'}, {args.out / 'report.md'}")
+    to_stderr(f"learn: {report.label}; {args.out / 'policy.yaml'}, {args.out / 'report.md'}")
     return code
 
 
@@ -155,10 +157,6 @@ def _tokenizer_source(args: argparse.Namespace) -> TokenizerSource:
     if hf_id in overrides:
         return TokenizerSource(path=overrides[hf_id])
     return TokenizerSource(hf_id=hf_id)
-
-
-def _progress(text: str) -> None:
-    print(text, file=sys.stderr, flush=True)
 
 
 __all__ = ["add_parser", "run"]

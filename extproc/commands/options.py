@@ -12,6 +12,8 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
+from extproc.tools.toolkit.embeddings_client import DEFAULT_TIMEOUT_S
+
 SHIPPED_POLICY = Path(__file__).resolve().parents[1] / "policies" / "qwen3-embedding-0.6b.yaml"
 
 # (flag, environment variable giving the default or None, help)
@@ -55,6 +57,42 @@ def add_tokenizer_option(parser: argparse._ActionsContainer) -> None:
         help="use the tokenizer.json in DIR for model (or tokenizer hf_id) NAME; "
         "repeatable; also $EXTPROC_TOKENIZER_OVERRIDES=NAME=DIR,...",
     )
+
+
+def add_tool_parser(
+    subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
+    name: str,
+    summary: str,
+    description: str | None,
+) -> argparse.ArgumentParser:
+    """A tool's sub-command: ``summary`` in `extproc --help`, ``description`` (the
+    command module's docstring) kept as written in `extproc NAME --help`."""
+    return subparsers.add_parser(
+        name,
+        help=summary,
+        description=description,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+
+
+def add_servers_options(parser: argparse._ActionsContainer, baseline: str, candidate: str) -> None:
+    """--baseline and --candidate: the two servers a tool compares, each a URL
+    (``baseline``, ``candidate``: what each is, for the help)."""
+    parser.add_argument("--baseline", required=True, metavar="URL", help=baseline)
+    parser.add_argument("--candidate", required=True, metavar="URL", help=candidate)
+
+
+def add_timeout_option(parser: argparse._ActionsContainer) -> None:
+    """--timeout: how long a tool's client waits on each socket operation."""
+    text = f"per socket operation (default {DEFAULT_TIMEOUT_S:g})"
+    add_seconds_option(parser, "--timeout", DEFAULT_TIMEOUT_S, text)
+
+
+def add_seconds_option(
+    parser: argparse._ActionsContainer, flag: str, default: float, text: str
+) -> None:
+    """A duration in seconds (``text``: its help)."""
+    parser.add_argument(flag, type=float, default=default, metavar="SECONDS", help=text)
 
 
 def add_header_option(parser: argparse._ActionsContainer) -> None:
@@ -112,13 +150,8 @@ def add_server_options(
         help="serve Prometheus metrics here "
         + (f"(default: ${metrics_env}, else off)" if metrics_env else "(default: off)"),
     )
-    parser.add_argument(
-        "--grace",
-        type=float,
-        default=grace_s,
-        metavar="SECONDS",
-        help=f"seconds to let in-flight streams finish on SIGTERM (default {grace_s:g})",
-    )
+    text = f"seconds to let in-flight streams finish on SIGTERM (default {grace_s:g})"
+    add_seconds_option(parser, "--grace", grace_s, text)
 
 
 def add_server_tls_options(parser: argparse.ArgumentParser) -> None:
@@ -130,13 +163,8 @@ def add_server_tls_options(parser: argparse.ArgumentParser) -> None:
 
 def add_envoy_options(parser: argparse._ActionsContainer) -> None:
     """How a command runs the Envoy it starts."""
-    parser.add_argument(
-        "--upstream-timeout",
-        type=float,
-        default=300.0,
-        metavar="SECONDS",
-        help="how long Envoy waits for the upstream's answer (then 504)",
-    )
+    text = "how long Envoy waits for the upstream's answer (then 504)"
+    add_seconds_option(parser, "--upstream-timeout", 300.0, text)
     parser.add_argument("--envoy-log-level", default="warning")
     parser.add_argument("--envoy-concurrency", type=int, default=None)
 

@@ -20,26 +20,29 @@ from pathlib import Path
 
 import orjson
 
-from extproc.commands.options import add_header_option, headers_from
-from extproc.tools.parity import ExitCode, Thresholds
-from extproc.tools.probe.client import DEFAULT_TIMEOUT_S, EmbeddingsClient, endpoint_url
-from extproc.tools.probe.contract_table import default_probes, run_contract
-from extproc.tools.probe.corpus import (
-    LONG_INPUT_TOKENS,
-    Corpus,
-    CorpusError,
-    batches,
-    load_corpus,
-    long_text,
+from extproc.commands.options import (
+    add_header_option,
+    add_servers_options,
+    add_timeout_option,
+    add_tool_parser,
+    headers_from,
 )
+from extproc.tools.parity import ExitCode, Thresholds
 from extproc.tools.probe.html_report import to_html
 from extproc.tools.probe.latency import QUICK_PLAN, LatencyPlan, Request, run_latency
 from extproc.tools.probe.probe_report import Meta, ProbeReport, to_json, to_markdown
-from extproc.tools.probe.readiness_checks import PROBE_THRESHOLDS, decide
-from extproc.tools.probe.vector_parity import BATCH_SIZE, run_parity
+from extproc.tools.probe.probe_verdict import decide
+from extproc.tools.toolkit.contract_table import default_probes, run_contract
+from extproc.tools.toolkit.corpus import Corpus, CorpusError, batches, load_corpus
+from extproc.tools.toolkit.embeddings_client import EmbeddingsClient, endpoint_url
+from extproc.tools.toolkit.long_text import LONG_INPUT_TOKENS, long_text
+from extproc.tools.toolkit.readiness_checks import PROBE_THRESHOLDS
+from extproc.tools.toolkit.report_files import write_report
+from extproc.tools.toolkit.vector_parity import BATCH_SIZE, run_parity
 
 log = logging.getLogger("extproc.tools.probe")
 
+SUMMARY = "compare a candidate embeddings server with a baseline (parity, contract, latency)"
 DEFAULT_MODEL = "Qwen/Qwen3-Embedding-0.6B"
 DEFAULT_OUT = Path("probe-report")
 DEFAULT_REPETITIONS = 3
@@ -63,14 +66,8 @@ class Options:
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register `probe` on the CLI's subparsers."""
-    p = subparsers.add_parser(
-        "probe",
-        help="compare a candidate embeddings server with a baseline (parity, contract, latency)",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument("--baseline", required=True, metavar="URL", help="the server to keep (legacy)")
-    p.add_argument("--candidate", required=True, metavar="URL", help="the replacement")
+    p = add_tool_parser(subparsers, "probe", SUMMARY, __doc__)
+    add_servers_options(p, "the server to keep (legacy)", "the replacement")
     p.add_argument(
         "--corpus",
         type=Path,
@@ -100,13 +97,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         action="store_true",
         help="smaller latency runs: 10 sequential, 8 concurrent, 1 repetition",
     )
-    p.add_argument(
-        "--timeout",
-        type=float,
-        default=DEFAULT_TIMEOUT_S,
-        metavar="SECONDS",
-        help=f"per socket operation (default {DEFAULT_TIMEOUT_S:g})",
-    )
+    add_timeout_option(p)
     add_header_option(p)
 
 
@@ -226,13 +217,15 @@ def latency_skipped(baseline_errors: Sequence[str], candidate_embedded: int) -> 
     return None
 
 
-def write_report(report: ProbeReport, out: Path) -> str:
+def write_probe_report(report: ProbeReport, out: Path) -> str:
     """Write report.md, report.html and report.json; returns the Markdown."""
     markdown = to_markdown(report)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "report.md").write_text(markdown, encoding="utf-8")
-    (out / "report.html").write_text(to_html(report), encoding="utf-8")
-    (out / "report.json").write_bytes(to_json(report))
+    files: dict[str, str | bytes] = {
+        "report.md": markdown,
+        "report.html": to_html(report),
+        "report.json": to_json(report),
+    }
+    write_report(out, files)
     return markdown
 
 
@@ -249,7 +242,7 @@ def run(args: argparse.Namespace) -> int:
         return int(ExitCode.INCONCLUSIVE)
     report = probe(options, corpus)
     try:
-        markdown = write_report(report, options.out)
+        markdown = write_probe_report(report, options.out)
     except OSError as exc:
         print(to_markdown(report))
         print(f"error: cannot write the report to {options.out}: {exc}", file=sys.stderr)

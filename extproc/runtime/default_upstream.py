@@ -25,12 +25,11 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from extproc.runtime.blocking_http import answers_ok, request_once
 from extproc.service.net import free_port
 
 PACKAGE = Path(__file__).resolve().parent.parent
@@ -145,7 +144,7 @@ class RunningVllm:
                 raise DefaultUpstreamError(
                     f"vLLM exited with status {self.process.returncode}:\n{self.log_tail()}"
                 )
-            if _answers_200(self.url + "/health"):
+            if answers_ok(self.url + "/health", timeout_s=2.0):
                 return time.monotonic() - started
             time.sleep(1.0)
         raise DefaultUpstreamError(
@@ -198,20 +197,16 @@ class DemoAnswer:
 
 def ask(base_url: str, body: bytes = DEMO_BODY, timeout_s: float = 120.0) -> DemoAnswer:
     """POST ``body`` to ``base_url``/v1/embeddings and summarise the answer."""
-    request = urllib.request.Request(
+    result = request_once(
+        "POST",
         base_url + "/v1/embeddings",
-        data=body,
+        body=body,
         headers={"content-type": "application/json"},
-        method="POST",
+        timeout_s=timeout_s,
     )
-    try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as response:
-            status, raw = response.status, response.read()
-    except urllib.error.HTTPError as error:
-        status, raw = error.code, error.read()
-    except OSError as error:
-        return DemoAnswer(0, f"no answer ({error})")
-    return DemoAnswer(status, _summary(raw))
+    if result.status == 0:
+        return DemoAnswer(0, f"no answer ({result.error})")
+    return DemoAnswer(result.status, _summary(result.body))
 
 
 def show_demo(direct_url: str, gateway_url: str) -> None:
@@ -244,14 +239,6 @@ def _summary(raw: bytes) -> str:
     error = doc.get("error", doc) if isinstance(doc, dict) else doc
     message = error.get("message", error) if isinstance(error, dict) else error
     return str(message)[:150]
-
-
-def _answers_200(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as response:
-            return bool(response.status == 200)
-    except OSError:
-        return False
 
 
 def _stop_with_parent() -> None:

@@ -15,11 +15,11 @@ import os
 import shutil
 import tempfile
 import time
-import urllib.request
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from extproc.runtime.blocking_http import answers_ok
 from extproc.runtime.envoy_config import dump
 
 log = logging.getLogger("extproc.runtime.envoy_process")
@@ -128,18 +128,10 @@ async def wait_live(admin_port: int, envoy: asyncio.subprocess.Process) -> bool:
     while time.monotonic() < deadline:
         if envoy.returncode is not None:
             return False
-        if await asyncio.to_thread(_is_live, url):
+        if await asyncio.to_thread(answers_ok, url, timeout_s=1.0):
             return True
         await asyncio.sleep(0.1)
     return False
-
-
-def _is_live(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=1) as response:
-            return bool(response.status == 200)
-    except OSError:
-        return False
 
 
 async def stop_process(process: asyncio.subprocess.Process, timeout: float = 10.0) -> None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from extproc.tools.learn.findings import Finding, cos, finding, unknown
 from extproc.tools.learn.local import TEXT, Layout, LocalModel
 from extproc.tools.learn.session import Exchange, Session
-from extproc.tools.probe.readiness_checks import PROBE_THRESHOLDS
+from extproc.tools.toolkit.readiness_checks import PROBE_THRESHOLDS
 
 # Two engines running the same model agree to about the fourth decimal (the seed's
 # conclusion, also the probe's threshold).

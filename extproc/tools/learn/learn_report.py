@@ -1,9 +1,10 @@
-"""The report: what was learned, from which requests, and the verification, as
+"""Learn's report: what was learned, from which requests, and the verification, as
 Markdown (report.md, also printed) and JSON (report.json).
 
 For each field: the value chosen, how sure, the notes (counts, cosines) and a table
 of the requests that show it, with each server's answer. Bad requests are shown side
-by side. The verification reuses the probe's parity and contract sections.
+by side. The verification is shown as the probe shows its comparison: the toolkit's
+verdict, parity and contract sections.
 """
 
 from __future__ import annotations
@@ -17,9 +18,11 @@ import orjson
 
 from extproc.tools.learn.findings import Finding
 from extproc.tools.learn.profile_learner import BAD_REQUESTS
-from extproc.tools.learn.session import Exchange
+from extproc.tools.learn.session import SERVERS, Exchange
 from extproc.tools.learn.verify import Verification
-from extproc.tools.probe.probe_report import cell, contract_lines, parity_lines, verdict_lines
+from extproc.tools.toolkit.comparison_markdown import contract_lines, parity_lines, verdict_lines
+from extproc.tools.toolkit.report_files import report_json
+from extproc.tools.toolkit.report_format import cell, code_span, table
 
 NO_VERIFY = "--no-verify was given"
 
@@ -86,7 +89,7 @@ def to_json(report: LearnReport) -> bytes:
         }
     elif report.verify_note:
         doc["verification"] = {"skipped": report.verify_note}
-    return orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY)
+    return report_json(doc)
 
 
 def to_markdown(report: LearnReport) -> str:
@@ -118,17 +121,8 @@ def to_markdown(report: LearnReport) -> str:
             "```",
             "",
         ]
-    lines += [
-        "## What was learned",
-        "",
-        "| field | value | how sure | found |",
-        "|---|---|---|---|",
-    ]
-    for f in report.findings:
-        value = "-" if f.value is None else f"`{orjson.dumps(f.value).decode()}`"
-        mark = "✗ " if f.problem else ("⚠ " if f.warning else "")
-        lines.append(f"| {f.field} | {cell(value)} | {f.confidence} | {mark}{cell(f.summary)} |")
-    lines.append("")
+    findings = table(("field", "value", "how sure", "found"), map(_finding_row, report.findings))
+    lines += ["## What was learned", "", *findings, ""]
     for f in report.findings:
         lines += _finding_lines(f, [by_id[i] for i in f.exchanges if i in by_id])
     if report.verification is not None:
@@ -142,6 +136,12 @@ def to_markdown(report: LearnReport) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
+def _finding_row(f: Finding) -> tuple[str, str, str, str]:
+    value = "-" if f.value is None else f"`{orjson.dumps(f.value).decode()}`"
+    mark = "✗ " if f.problem else ("⚠ " if f.warning else "")
+    return (f.field, cell(value), f.confidence, mark + cell(f.summary))
+
+
 def _finding_lines(f: Finding, shown: Sequence[Exchange]) -> list[str]:
     lines = [f"### {f.field}", "", f"{cell(f.summary)} ({f.confidence})", ""]
     for text, prefix in ((f.problem, "**Not learned:** "), (f.warning, "**Warning:** ")):
@@ -153,30 +153,24 @@ def _finding_lines(f: Finding, shown: Sequence[Exchange]) -> list[str]:
     if f.field == BAD_REQUESTS:
         return lines + _side_by_side(shown)
     if shown:
-        lines += ["| # | server | request | body | answer |", "|---|---|---|---|---|"]
-        lines += [
-            f"| {e.id} | {e.server} | {cell(e.label)} | {_code(e.request)} | {cell(e.brief())} |"
+        rows = [
+            (str(e.id), e.server, cell(e.label), code_span(e.request), cell(e.brief()))
             for e in shown
         ]
-        lines.append("")
+        lines += [*table(("#", "server", "request", "body", "answer"), rows), ""]
     return lines
-
-
-def _code(text: str) -> str:
-    return f"`{cell(text)}`" if text else "-"
 
 
 def _side_by_side(shown: Sequence[Exchange]) -> list[str]:
     rows: dict[str, dict[str, Exchange]] = {}
     for e in shown:
         rows.setdefault(e.label, {})[e.server] = e
-    lines = ["| request | baseline | candidate |", "|---|---|---|"]
-    for label, sides in rows.items():
-        cells = [
-            cell(sides[s].brief() + (f" ({sides[s].envelope})" if sides[s].envelope else ""))
-            if s in sides
-            else "-"
-            for s in ("baseline", "candidate")
-        ]
-        lines.append(f"| {cell(label)} | {' | '.join(cells)} |")
-    return [*lines, ""]
+    cells = [
+        [cell(label), *(_answer(sides[s]) if s in sides else "-" for s in SERVERS)]
+        for label, sides in rows.items()
+    ]
+    return [*table(("request", "baseline", "candidate"), cells), ""]
+
+
+def _answer(e: Exchange) -> str:
+    return cell(e.brief() + (f" ({e.envelope})" if e.envelope else ""))

@@ -30,11 +30,6 @@ from extproc.core.tokens import ModelTokenizer, TokenizerLoadError, tokenizer_js
 _CONFIG_BYTES = 1024 * 1024
 TEXT = "How do I reset a forgotten password on my account?"
 INSTRUCTION = "Given a customer question, retrieve the help-center passage that answers it"
-# Plain words, mostly one token each in every tokenizer: long inputs repeat them.
-SENTENCE = (
-    "the river runs past old stone houses where people keep small gardens and children "
-    "play near the water while boats move slowly under the bridge in the morning light"
-)
 
 
 @dataclass(frozen=True)
@@ -134,10 +129,6 @@ class LocalModel:
         for layout in found:
             unique.setdefault((layout.prepend, layout.append), layout)
         return list(unique.values())
-
-    def long_text(self, tokens: int) -> str:
-        """Plain words, at least ``tokens`` tokens long."""
-        return " ".join(itertools.islice(itertools.cycle(SENTENCE.split()), tokens + 8))
 
     def head(self, text: str, tokens: int) -> tuple[str, int]:
         """The longest start of ``text`` with at most ``tokens`` tokens, cut where a token

@@ -33,9 +33,10 @@ from extproc.tools.learn.profile_learner import (
     learn_profile,
 )
 from extproc.tools.learn.prompts_learner import UNKNOWN_TYPE, learn_prompts
-from extproc.tools.learn.session import BudgetSpentError, Exchange, Session
+from extproc.tools.learn.session import Exchange, Session
 from extproc.tools.learn.truncation_learner import learn_truncation
 from extproc.tools.learn.upstream_learner import learn_kind, learn_max_tokens, survey
+from extproc.tools.toolkit.budgeted_client import BudgetSpentError
 
 FALLBACK_MAX_TOKENS = 512  # written (marked) only when no limit was learned
 

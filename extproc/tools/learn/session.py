@@ -1,15 +1,13 @@
-"""Every request `extproc learn` sends: counted against a budget per server, at most
-four in flight, each answer recorded once (the learners and the report read the record).
+"""Every request `extproc learn` sends: counted against a budget per server
+(:mod:`extproc.tools.toolkit.budgeted_client`), at most four in flight across both
+(:mod:`extproc.tools.toolkit.request_pool`), each answer recorded once (the learners
+and the report read the record).
 """
 
 from __future__ import annotations
 
 import threading
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -19,8 +17,11 @@ import orjson
 from extproc.core.upstream_errors import parse_upstream_error
 from extproc.core.vectors import FloatMatrix
 from extproc.tools.parity import Answer, cosine
-from extproc.tools.probe.client import DEFAULT_TIMEOUT_S, EmbeddingsClient, HttpResult
-from extproc.tools.probe.contract_table import error_text
+from extproc.tools.toolkit.budgeted_client import BudgetedClient, RequestBudget
+from extproc.tools.toolkit.contract_table import error_text
+from extproc.tools.toolkit.embeddings_client import DEFAULT_TIMEOUT_S
+from extproc.tools.toolkit.progress import Progress
+from extproc.tools.toolkit.request_pool import RequestPool
 
 Server = Literal["baseline", "candidate"]
 SERVERS: tuple[Server, ...] = ("baseline", "candidate")
@@ -30,10 +31,6 @@ SHOWN_CHARS = 48  # longer strings are shown as their length in the report
 # less at the end of a long input barely moves the cosine (pooling dilutes it), but
 # moves some component by far more than this.
 SAME_FLOATS = 1e-7
-
-
-class BudgetSpentError(Exception):
-    """A server's request budget is spent; what is left is not learned."""
 
 
 @dataclass(frozen=True)
@@ -86,66 +83,43 @@ class Exchange:
 Request = tuple[Server, str, "dict[str, Any] | bytes"]
 
 
-class CountedClient(EmbeddingsClient):
-    """An embeddings client whose every request is counted first (``take``)."""
-
-    def __init__(
-        self,
-        url: str,
-        take: Callable[[], None],
-        *,
-        timeout_s: float,
-        headers: Mapping[str, str] | None = None,
-    ) -> None:
-        super().__init__(url, timeout_s=timeout_s, headers=headers)
-        self._take = take
-
-    def post(self, body: bytes, content_type: str = "application/json") -> HttpResult:
-        self._take()
-        return super().post(body, content_type)
-
-
 class Session:
-    """Both servers' clients, the budget and the record."""
+    """Both servers' clients, their budgets and the record."""
 
     def __init__(
         self,
         urls: Mapping[str, str],
         budget: int,
-        progress: Callable[[str], None],
+        progress: Progress,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         headers: Mapping[str, str] | None = None,
     ) -> None:
         self.timeout_s = timeout_s
         self.headers = dict(headers or {})  # sent with every request, never recorded
+        self.budgets = {server: RequestBudget(budget, server) for server in SERVERS}
         self.clients = {server: self.client(server, urls[server]) for server in SERVERS}
-        self.budget = budget
-        self.spent: dict[Server, int] = {"baseline": 0, "candidate": 0}
         self.exchanges: list[Exchange] = []
         self._progress = progress
         self._lock = threading.Lock()
-        self._pool = ThreadPoolExecutor(MAX_IN_FLIGHT, thread_name_prefix="learn")
+        self._pool = RequestPool(MAX_IN_FLIGHT, "learn")
 
-    def client(self, server: Server, url: str) -> CountedClient:
+    @property
+    def spent(self) -> dict[Server, int]:
+        return {server: self.budgets[server].spent for server in SERVERS}
+
+    def client(self, server: Server, url: str) -> BudgetedClient:
         """A client for ``url`` whose requests count against ``server``'s budget."""
-        return CountedClient(
-            url, lambda: self.take(server), timeout_s=self.timeout_s, headers=self.headers
+        return BudgetedClient(
+            url, self.budgets[server], timeout_s=self.timeout_s, headers=self.headers
         )
 
     def close(self) -> None:
-        self._pool.shutdown(wait=True)
+        self._pool.close()
         for client in self.clients.values():
             client.close()
 
     def note(self, text: str) -> None:
         self._progress(text)
-
-    def take(self, server: Server) -> None:
-        """Count one request against ``server``'s budget (BudgetSpentError past it)."""
-        with self._lock:
-            if self.spent[server] >= self.budget:
-                raise BudgetSpentError(f"the {server}'s budget of {self.budget} requests is spent")
-            self.spent[server] += 1
 
     def send(self, server: Server, label: str, body: dict[str, Any] | bytes) -> Exchange:
         raw = body if isinstance(body, bytes) else orjson.dumps(body)
@@ -173,29 +147,31 @@ class Session:
         return exchange
 
     def get_json(self, server: Server, path: str) -> tuple[Exchange, Any]:
-        """GET ``path`` under the server's API root (``/v1``): the record and the JSON."""
-        self.take(server)
-        url = self.clients[server].url.rsplit("/", 1)[0] + path
-        label = "GET " + urllib.parse.urlsplit(url).path
-        status, doc, message = 0, None, ""
-        try:
-            request = urllib.request.Request(url, headers=self.headers)
-            with urllib.request.urlopen(request, timeout=10) as response:
-                status, doc = response.status, orjson.loads(response.read())
+        """GET ``path`` under the server's API root (``/v1``): the record and the JSON
+        (None when the answer is not a 2xx JSON document)."""
+        client = self.clients[server]
+        result = client.get(path)
+        doc, message = None, result.error or ""
+        if 200 <= result.status < 300:
+            try:
+                doc = orjson.loads(result.body)
+            except orjson.JSONDecodeError:
+                message = "not JSON"
+            else:
                 message = shown(doc) if isinstance(doc, dict) else ""
-        except urllib.error.HTTPError as exc:
-            status, message = exc.code, exc.reason
-        except (OSError, ValueError) as exc:
-            message = type(exc).__name__
+        elif result.status:
+            message = error_text(result.body)
+        label = "GET " + client.api_root + path
         with self._lock:
-            exchange = Exchange(len(self.exchanges) + 1, server, label, "", status, message=message)
+            exchange = Exchange(
+                len(self.exchanges) + 1, server, label, "", result.status, message=message
+            )
             self.exchanges.append(exchange)
         return exchange, doc
 
     def send_all(self, requests: Sequence[Request]) -> list[Exchange]:
         """Send in parallel (at most MAX_IN_FLIGHT); answers in the order asked."""
-        futures = [self._pool.submit(self.send, *request) for request in requests]
-        return [future.result() for future in futures]
+        return self._pool.send_all(lambda request: self.send(*request), requests)
 
 
 def shown(body: dict[str, Any] | bytes) -> str:

@@ -25,6 +25,7 @@ from extproc.tools.learn.basics_learner import EQUIVALENT, Basics
 from extproc.tools.learn.findings import Confidence, Finding, cos, finding, unknown
 from extproc.tools.learn.local import LocalModel
 from extproc.tools.learn.session import Exchange, Session, first_true
+from extproc.tools.toolkit.long_text import plain_words
 
 LONG_SIZES = (4096, 32768)
 
@@ -83,7 +84,7 @@ def learn_truncation(
         return shown[-1]
 
     for size in LONG_SIZES:
-        text = local.long_text(size)
+        text = plain_words(size)
         prompted = prefix + text
         content = local.ids(prompted)
         whole = ask(text, f"long input ({len(content):,} tokens)")

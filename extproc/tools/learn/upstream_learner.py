@@ -15,6 +15,7 @@ from extproc.tools.learn.basics_learner import Basics
 from extproc.tools.learn.findings import Confidence, Finding, finding, unknown
 from extproc.tools.learn.local import TEXT, LocalModel
 from extproc.tools.learn.session import Exchange, Session, first_true
+from extproc.tools.toolkit.long_text import plain_words
 
 KIND_OF_ENVELOPE = {"flat": "dynamo", "openai": "vllm"}
 KIND_OF_OWNER = {"nvidia": "dynamo", "vllm": "vllm"}
@@ -49,7 +50,7 @@ def learn_max_tokens(
     if listed is not None:
         return listed, finding(field, listed, "measured", f"{listed} (from /v1/models)")
     session.note("learn: the candidate's token limit (bisection)")
-    content = local.ids(local.long_text(MAX_SEARCHED))
+    content = local.ids(plain_words(MAX_SEARCHED))
     shown: list[Exchange] = []
     body = {"model": basics.upstream_model}
 

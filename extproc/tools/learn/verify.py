@@ -1,13 +1,14 @@
 """Closing the loop: the gateway with the learned policy in front of the candidate,
-compared with the baseline by the probe's parity and contract checks.
+compared with the baseline by the probe's parity and contract checks (the toolkit's
+``vector_parity``, ``contract_table`` and ``readiness_checks``).
 
 The gateway is `extproc run`'s own: its ext_proc server and a real Envoy on the
 shipped ``standalone.yaml``, started in this process by the runtime's functions
 (``extproc_servers.start_server``, ``envoy_process.run_envoy``) and stopped when the
-comparison is done. The comparison uses the probe's corpus (texts learning never sent),
-its contract probes, and probes for what was learned: every ``input_type`` the baseline
-accepts, the Matryoshka sizes at the edges, the lenient spellings and the bad requests,
-each expected valid when the baseline accepted it.
+comparison is done. The comparison uses the shipped corpus (texts learning never sent),
+the contract table's default probes, and probes for what was learned: every
+``input_type`` the baseline accepts, the Matryoshka sizes at the edges, the lenient
+spellings and the bad requests, each expected valid when the baseline accepted it.
 """
 
 from __future__ import annotations
@@ -40,10 +41,11 @@ from extproc.tools.learn.probing_plan import Learned
 from extproc.tools.learn.prompts_learner import INSTRUCTION_ALONE
 from extproc.tools.learn.session import Session
 from extproc.tools.parity import Verdict
-from extproc.tools.probe.contract_table import Probe, Row, default_probes, run_contract
-from extproc.tools.probe.corpus import LONG_INPUT_TOKENS, load_corpus, long_text
-from extproc.tools.probe.readiness_checks import PROBE_THRESHOLDS, decide
-from extproc.tools.probe.vector_parity import ParityResult, run_parity
+from extproc.tools.toolkit.contract_table import Probe, Row, default_probes, run_contract
+from extproc.tools.toolkit.corpus import load_corpus
+from extproc.tools.toolkit.long_text import LONG_INPUT_TOKENS, long_text
+from extproc.tools.toolkit.readiness_checks import PROBE_THRESHOLDS, comparison_verdict
+from extproc.tools.toolkit.vector_parity import ParityResult, run_parity
 
 T = TypeVar("T")
 # Requests the probe's default contract probes already make.
@@ -151,7 +153,7 @@ def verify(
         finally:
             baseline.close()
             gateway.close()
-        return Verification(parity, rows, decide(parity, rows, None))
+        return Verification(parity, rows, comparison_verdict(parity, rows))
 
     with contextlib.redirect_stdout(sys.stderr):  # the launcher's ready line is progress here
         return asyncio.run(_with_gateway(contract, upstream_root(urls["candidate"]), compare))

@@ -1,24 +1,21 @@
-"""The report as one self-contained HTML page: inline CSS, inline SVG, no scripts,
+"""The probe's report as one self-contained HTML page: inline CSS, inline SVG, no scripts,
 no external assets (nothing is fetched when it is opened)."""
 
 from __future__ import annotations
 
 from html import escape
 
-from extproc.tools.probe.contract_table import Row
 from extproc.tools.probe.latency import FIGURES, LatencyResult
-from extproc.tools.probe.probe_report import (
-    FIGURE_LABELS,
+from extproc.tools.probe.probe_report import FIGURE_LABELS, ProbeReport, meta_lines
+from extproc.tools.probe.svg import cosine_histogram, grouped_bars
+from extproc.tools.toolkit.comparison_markdown import (
     SEVERITY_MARK,
-    ProbeReport,
     cosine_line,
-    fmt_cos,
-    fmt_dim,
-    fmt_num,
-    fmt_ratio,
+    parity_table,
     verdict_lists,
 )
-from extproc.tools.probe.svg import cosine_histogram, grouped_bars
+from extproc.tools.toolkit.contract_table import Row
+from extproc.tools.toolkit.report_format import fmt_cos, fmt_num, fmt_ratio
 
 STYLE = """
 body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;margin:2em auto;max-width:1100px;
@@ -33,8 +30,8 @@ code{background:#f6f8fa;padding:0 .2em} .charts{display:flex;flex-wrap:wrap;gap:
 """
 
 
-def _code(text: str) -> str:
-    """Markdown-ish `code` spans of a title, as HTML (the text is escaped first)."""
+def _code_spans(text: str) -> str:
+    """Text with Markdown `code` spans, as HTML (the text is escaped first)."""
     parts = escape(text).split("`")
     return "".join(f"<code>{p}</code>" if i % 2 else p for i, p in enumerate(parts))
 
@@ -50,7 +47,7 @@ def _verdict(report: ProbeReport) -> list[str]:
         note = " <small>(do not change the exit code)</small>" if kind == "warn" else ""
         out += [
             f"<h3>{heading}{note}</h3><ul>",
-            *(f'<li class="{kind}">{_code(i)}</li>' for i in items),
+            *(f'<li class="{kind}">{_code_spans(i)}</li>' for i in items),
         ]
         out.append("</ul>")
     return out
@@ -58,18 +55,7 @@ def _verdict(report: ProbeReport) -> list[str]:
 
 def _parity(report: ProbeReport) -> list[str]:
     p = report.parity
-    b, c = p.baseline, p.candidate
     n = p.documents_total
-    rows = [
-        ("dimension", fmt_dim(b.dimension), fmt_dim(c.dimension)),
-        ("L2 norm of the first vector", fmt_num(b.first_norm, 6), fmt_num(c.first_norm, 6)),
-        (
-            f"sum of usage.prompt_tokens ({n} documents)",
-            fmt_num(b.prompt_tokens),
-            fmt_num(c.prompt_tokens),
-        ),
-        ("documents embedded", f"{b.embedded}/{n}", f"{c.embedded}/{n}"),
-    ]
     out = [
         "<h2>1. Vector parity</h2>",
         f'<p>{n} documents in batches of 8, <code>encoding_format: "float"</code>.</p>',
@@ -78,12 +64,12 @@ def _parity(report: ProbeReport) -> list[str]:
     out += [
         f'<tr><td>{escape(k)}</td><td class="num">{escape(x)}</td>'
         f'<td class="num">{escape(y)}</td></tr>'
-        for k, x, y in rows
+        for k, x, y in parity_table(p)
     ]
     out.append("</table><ul>")
     out.append(f"<li>Cosine per document: {escape(cosine_line(p.documents))}</li>")
     out.append(f"<li>Cosine per query, without instruction: {escape(cosine_line(p.queries))}</li>")
-    for name, side in (("baseline", b), ("candidate", c)):
+    for name, side in (("baseline", p.baseline), ("candidate", p.candidate)):
         out += [f'<li class="fail">{name} error: {escape(e)}</li>' for e in side.errors]
     out.append("</ul>")
     threshold = report.thresholds.min_cosine
@@ -114,7 +100,7 @@ def _contract_row(row: Row) -> str:
         else (f"{mark} ({notes})" if notes else mark)
     )
     return (
-        f"<tr><td>{_code(row.title)}</td><td>{'yes' if row.valid else 'no'}</td>"
+        f"<tr><td>{_code_spans(row.title)}</td><td>{'yes' if row.valid else 'no'}</td>"
         f"<td>{escape(row.baseline.text)}</td><td>{escape(row.candidate.text)}</td>"
         f'<td class="num">{escape(fmt_cos(row.cosine_min))}</td>'
         f'<td class="{row.severity}">{escape(match)}</td></tr>'
@@ -184,17 +170,10 @@ def _latency(latency: LatencyResult | None, skipped: str | None) -> list[str]:
 
 
 def to_html(report: ProbeReport) -> str:
-    m = report.meta
     body = [
         "<h1>Embeddings parity probe</h1>",
         "<ul>",
-        f"<li>baseline: <code>{escape(m.baseline)}</code></li>",
-        f"<li>candidate: <code>{escape(m.candidate)}</code></li>",
-        f"<li>model: <code>{escape(m.model)}</code>; corpus: <code>{escape(m.corpus)}</code> "
-        f"({m.documents} documents, {m.queries} queries)</li>",
-        f"<li>started {escape(m.started)}, took {m.duration_s:.1f} s"
-        f"{'; quick mode' if m.quick else ''}</li>",
-        f"<li>threshold: min cosine ≥ {report.thresholds.min_cosine}</li>",
+        *(f"<li>{_code_spans(item)}</li>" for item in meta_lines(report)),
         "</ul>",
     ]
     body += _verdict(report)

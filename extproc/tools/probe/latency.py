@@ -19,9 +19,10 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from extproc.runtime.blocking_http import HttpResult
 from extproc.tools.parity import Answer
-from extproc.tools.probe.client import EmbeddingsClient, HttpResult
-from extproc.tools.probe.stats import median, percentile, ratio
+from extproc.tools.toolkit.embeddings_client import EmbeddingsClient
+from extproc.tools.toolkit.stats import median, percentile, ratio
 
 BARRIER_TIMEOUT_S = 10.0
 MAX_ERROR_EXAMPLES = 5

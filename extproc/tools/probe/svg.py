@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from html import escape
 
-from extproc.tools.probe.stats import histogram
+from extproc.tools.toolkit.stats import histogram
 
 WIDTH = 560
 HEIGHT = 220

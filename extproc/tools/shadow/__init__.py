@@ -13,7 +13,8 @@ The core is sans-I/O: :func:`extract_half` (bodies -> :class:`Half`),
 :class:`PairStore`, :class:`Tally`, :func:`summarize` and :func:`judge`; the
 :class:`~extproc.tools.shadow.comparator.Comparator` runs them with its
 ``comparator_metrics``, and ``comparator_server`` serves it (``extproc shadow-compare``).
-``shadow_report`` renders a running comparator's summary (``extproc shadow-report``).
+``shadow_report`` renders a running comparator's summary (``extproc shadow-report``),
+with the toolkit's Markdown tables (:mod:`extproc.tools.toolkit.report_format`).
 """
 
 from extproc.tools.shadow.half import Half, InputKind, RawHalf, Role, extract_half

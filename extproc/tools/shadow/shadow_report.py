@@ -8,23 +8,27 @@ re-judged here against the report's own thresholds. Rendering is pure.
 
 from __future__ import annotations
 
-import urllib.request
 from collections.abc import Mapping
 from typing import Any
 
 import orjson
 
+from extproc.runtime.blocking_http import request_once
 from extproc.tools.parity import Thresholds
 from extproc.tools.shadow.summary import judge
+from extproc.tools.toolkit.report_format import fmt_ratio, table, table_row
 
 _THRESHOLDS = Thresholds()
 
 
 def fetch_summary(url: str, *, timeout_s: float = 10.0) -> dict[str, Any]:
-    """GET ``{url}/summary`` (``url`` may also name the /summary path itself)."""
+    """GET ``{url}/summary`` (``url`` may also name the /summary path itself).
+    OSError when there is no 200 answer, ValueError when it is not a summary."""
     target = url if url.rstrip("/").endswith("/summary") else url.rstrip("/") + "/summary"
-    with urllib.request.urlopen(target, timeout=timeout_s) as response:
-        doc = orjson.loads(response.read())
+    result = request_once("GET", target, timeout_s=timeout_s)
+    if result.status != 200:
+        raise OSError(result.error or f"HTTP {result.status}")
+    doc = orjson.loads(result.body)
     if not isinstance(doc, dict) or "pairs" not in doc:
         raise ValueError(f"{target} did not answer a shadow summary")
     return doc
@@ -57,26 +61,31 @@ def render_report(summary: Mapping[str, Any], thresholds: Thresholds = _THRESHOL
 
 def _vectors_table(summary: Mapping[str, Any]) -> list[str]:
     inputs = summary.get("inputs", {})
-    rows = ["| Metric | Baseline | Candidate |", "|---|---|---|"]
+    rows: list[tuple[str, ...]] = []
     for kind, label in (("document", "documents"), ("query", "queries")):
         stats = inputs.get(kind, {})
         if not stats.get("requests"):
             continue
         dims = stats.get("dims", {})
         rows.append(
-            f"| Dimension ({label}) | {_dims(dims.get('baseline'))} | "
-            f"{_dims(dims.get('candidate'))} |"
+            (f"Dimension ({label})", _dims(dims.get("baseline")), _dims(dims.get("candidate")))
         )
         norms = stats.get("norms", {})
         rows.append(
-            f"| Vector length (L2), {label} | {_span(norms.get('baseline'))} | "
-            f"{_span(norms.get('candidate'))} |"
+            (
+                f"Vector length (L2), {label}",
+                _span(norms.get("baseline")),
+                _span(norms.get("candidate")),
+            )
         )
         tokens = stats.get("tokens", {})
         if tokens.get("requests"):
             rows.append(
-                f"| Sum of prompt tokens, {label} ({tokens['requests']:,} requests) | "
-                f"{tokens['baseline_total']:,} | {tokens['candidate_total']:,} |"
+                (
+                    f"Sum of prompt tokens, {label} ({tokens['requests']:,} requests)",
+                    f"{tokens['baseline_total']:,}",
+                    f"{tokens['candidate_total']:,}",
+                )
             )
     for kind, label in (("document", "document"), ("query", "query")):
         stats = inputs.get(kind, {})
@@ -89,31 +98,34 @@ def _vectors_table(summary: Mapping[str, Any]) -> list[str]:
                 extra.append(f"{stats['mismatches']:,} mismatches")
             suffix = f" ({', '.join(extra)})" if extra else ""
             rows.append(
-                f"| Cosine similarity per {label} ({stats['compared']:,} inputs) | "
-                f"Min {cosine['min']:.4f} · P05 {cosine['p05']:.4f} · "
-                f"Median {cosine['p50']:.4f} · Max {cosine['max']:.4f}{suffix} |"
+                (
+                    f"Cosine similarity per {label} ({stats['compared']:,} inputs)",
+                    f"Min {cosine['min']:.4f} · P05 {cosine['p05']:.4f} · "
+                    f"Median {cosine['p50']:.4f} · Max {cosine['max']:.4f}{suffix}",
+                )
             )
         elif stats.get("requests"):
-            rows.append(f"| Cosine similarity per {label} | not compared (see below) |")
-    return rows
+            rows.append((f"Cosine similarity per {label}", "not compared (see below)"))
+    return table(("Metric", "Baseline", "Candidate"), rows)
 
 
 def _status_table(summary: Mapping[str, Any]) -> list[str]:
     status = summary.get("status", {})
-    rows = ["| Baseline | Candidate | Requests |", "|---|---|---|"]
     mismatched = status.get("mismatch_pairs", {})
+    pairs = []
     for key, n in sorted(status.get("pairs", {}).items()):
         baseline, _, candidate = key.partition("/")
         flag = " (mismatch)" if key in mismatched else ""
-        rows.append(f"| {baseline} | {candidate} | {n:,}{flag} |")
+        pairs.append((baseline, candidate, f"{n:,}{flag}"))
+    rows = table(("Baseline", "Candidate", "Requests"), pairs)
     examples = status.get("examples", [])
     if examples:
         rows += ["", "Status mismatches (most recent):", ""]
-        rows += ["| Request id | Input kind | Baseline | Candidate |", "|---|---|---|---|"]
-        rows += [
-            f"| {e['request_id']} | {e.get('kind', '')} | {e['baseline']} | {e['candidate']} |"
-            for e in examples[-10:]
-        ]
+        keys = ("request_id", "kind", "baseline", "candidate")
+        rows += table(
+            ("Request id", "Input kind", "Baseline", "Candidate"),
+            ([str(e.get(key, "")) for key in keys] for e in examples[-10:]),
+        )
     shape = summary.get("shape", {})
     notes = []
     if shape.get("dimension_mismatches"):
@@ -135,24 +147,22 @@ def _status_table(summary: Mapping[str, Any]) -> list[str]:
 
 def _worst_table(worst: list[Mapping[str, Any]]) -> list[str]:
     with_text = any("text" in entry for entry in worst)
-    head = "| Request id | Input | Kind | Cosine | Dims (baseline/candidate) |"
-    rule = "|---|---|---|---|---|"
-    if with_text:
-        head += " Text |"
-        rule += "---|"
-    rows = [head, rule]
+    head = ("Request id", "Input", "Kind", "Cosine", "Dims (baseline/candidate)")
+    rows = []
     for entry in worst[:10]:
         cosine = entry.get("cosine")
-        shown = f"{cosine:.4f}" if cosine is not None else "-"
-        row = (
-            f"| {entry['request_id']} | {entry['index']} | {entry['kind']} | {shown} | "
-            f"{entry['baseline_dims']}/{entry['candidate_dims']} |"
-        )
+        row = [
+            str(entry["request_id"]),
+            str(entry["index"]),
+            str(entry["kind"]),
+            f"{cosine:.4f}" if cosine is not None else "-",
+            f"{entry['baseline_dims']}/{entry['candidate_dims']}",
+        ]
         if with_text:
             text = str(entry.get("text", "")).replace("|", "\\|").replace("\n", " ")
-            row += f" {text[:60]} |"
+            row.append(text[:60])
         rows.append(row)
-    return rows
+    return table((*head, "Text") if with_text else head, rows)
 
 
 def _latency_table(summary: Mapping[str, Any]) -> list[str]:
@@ -171,12 +181,10 @@ def _latency_table(summary: Mapping[str, Any]) -> list[str]:
     for key, label, shown in (
         ("baseline_s", "Baseline", _ms),
         ("candidate_s", "Candidate", _ms),
-        ("ratio", "Candidate / baseline", _x),
+        ("ratio", "Candidate / baseline", fmt_ratio),
     ):
         q = latency.get(key) or {}
-        rows.append(
-            f"| {label} | " + " | ".join(shown(q.get(p)) for p in ("p50", "p90", "p99")) + " |"
-        )
+        rows.append(table_row([label, *(shown(q.get(p)) for p in ("p50", "p90", "p99"))]))
     return rows
 
 
@@ -214,10 +222,6 @@ def _span(span: list[float] | None) -> str:
 
 def _ms(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds * 1000:.1f} ms"
-
-
-def _x(ratio: float | None) -> str:
-    return "-" if ratio is None else f"{ratio:.2f}x"
 
 
 def _roles(counts: Mapping[str, int]) -> str:

@@ -1,4 +1,4 @@
-"""The probe's corpus: documents and queries, one JSON object a line.
+"""The corpus the tools embed: documents and queries, one JSON object a line.
 
 Each line is ``{"id": str, "kind": "document" | "query", "text": str, "lang": str?}``.
 The default corpus (``extproc/data/corpus.jsonl``) holds 40 short documents (20 Korean,
@@ -17,8 +17,6 @@ from typing import Literal
 Kind = Literal["document", "query"]
 
 DEFAULT_CORPUS_NAME = "data/corpus.jsonl"
-LONG_INPUT_TOKENS = 3000  # the seed's "input over the limit" (the legacy limit is 1,024)
-MAX_LONG_INPUT_CHARS = 200_000  # hard cap on the "over the limit" probe's text
 
 
 class CorpusError(ValueError):
@@ -96,19 +94,3 @@ def batches(items: Sequence[Item], size: int) -> list[tuple[Item, ...]]:
     if size < 1:
         raise ValueError("batch size must be >= 1")
     return [tuple(items[i : i + size]) for i in range(0, len(items), size)]
-
-
-def long_text(
-    documents: Sequence[Item], target_tokens: int, documents_tokens: int
-) -> tuple[str, int]:
-    """A text of at least about ``target_tokens`` tokens, and its estimated size: all the
-    documents joined by blank lines, repeated as often as needed. ``documents_tokens``
-    is what the baseline counted for the documents (usage.prompt_tokens, one end token
-    per document included), so no tokenizer is needed here."""
-    if not documents:
-        raise ValueError("no documents")
-    per_round = max(documents_tokens - len(documents), 1)  # without the per-input end token
-    one_round = "\n\n".join(d.text for d in documents)
-    rounds = max(1, -(-target_tokens // per_round))
-    rounds = max(1, min(rounds, MAX_LONG_INPUT_CHARS // (len(one_round) + 2)))
-    return "\n\n".join([one_round] * rounds), per_round * rounds

@@ -1,4 +1,4 @@
-"""Ready or not: the thresholds a candidate must meet (pure).
+"""Ready or not, by the vector parity section and the contract table (pure).
 
 Failures (exit 1, "not ready"):
 - the candidate's parity requests fail, or it embeds fewer documents;
@@ -7,7 +7,7 @@ Failures (exit 1, "not ready"):
 - a contract row for a valid request fails: another status class, another number,
   length or encoding of vectors, or vectors below ``min_cosine`` (e.g. a dropped query
   instruction);
-- any error during the latency runs, on either server.
+- any further failed check the caller adds (the probe's latency errors).
 
 Inconclusive (exit 2): the baseline itself did not answer the parity requests, so
 there is nothing to compare against.
@@ -19,12 +19,12 @@ probes that both servers refuse.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Final
 
 from extproc.tools.parity import Check, Thresholds, Verdict
-from extproc.tools.probe.contract_table import Row
-from extproc.tools.probe.latency import LatencyResult
-from extproc.tools.probe.vector_parity import ParityResult
+from extproc.tools.toolkit.contract_table import Row
+from extproc.tools.toolkit.vector_parity import ParityResult
 
 # Offline, on a fixed corpus, the probe can afford a stricter bar than live traffic.
 PROBE_THRESHOLDS: Final = Thresholds(min_cosine=0.9995)
@@ -92,24 +92,19 @@ def _parity_checks(parity: ParityResult, t: Thresholds) -> tuple[list[Check], li
     return failures, warnings, inconclusive
 
 
-def decide(
+def comparison_verdict(
     parity: ParityResult,
-    rows: list[Row],
-    latency: LatencyResult | None,
+    rows: Sequence[Row],
     thresholds: Thresholds = PROBE_THRESHOLDS,
+    *,
+    more: Sequence[Check] = (),
 ) -> Verdict:
-    """Every failed check, named by section ("parity", "contract", "latency")."""
+    """Every failed check, named by section ("parity", "contract"), then ``more``."""
     failures, warnings, inconclusive = _parity_checks(parity, thresholds)
     for row in rows:
         if row.severity == "fail":
             failures.append(Check("contract", False, f"{row.title}: {'; '.join(row.notes)}"))
         elif row.severity == "warn":
             warnings.append(f"contract: {row.title}: {'; '.join(row.notes)}")
-    if latency is not None:
-        for name, side in (("baseline", latency.baseline), ("candidate", latency.candidate)):
-            if side.median.errors:
-                example = f" (e.g. {side.error_examples[0]})" if side.error_examples else ""
-                failures.append(
-                    Check("latency", False, f"{side.median.errors} errors on the {name}{example}")
-                )
+    failures += [check for check in more if not check.ok]
     return Verdict(tuple(failures), warnings=tuple(warnings), inconclusive=inconclusive)

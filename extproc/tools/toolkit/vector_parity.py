@@ -1,4 +1,5 @@
-"""Section 1 of the report: do both servers give the same vectors for the documents?
+"""Vector parity: do both servers give the same vectors for the documents? Section 1
+of the probe's report and the first half of learn's verification.
 
 As in the seed (section 3): the corpus documents in batches of 8 with float encoding,
 then per server the dimension, the L2 norm of the first vector and the sum of
@@ -15,9 +16,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from extproc.tools.parity import Answer, cosine
-from extproc.tools.probe.client import EmbeddingsClient
-from extproc.tools.probe.corpus import Item, batches
-from extproc.tools.probe.stats import Spread, Vector, l2_norm, spread
+from extproc.tools.toolkit.corpus import Item, batches
+from extproc.tools.toolkit.embeddings_client import EmbeddingsClient
+from extproc.tools.toolkit.stats import Spread, Vector, l2_norm, spread
 
 BATCH_SIZE = 8
 

@@ -1,4 +1,5 @@
-"""Section 2 of the report: the contract table (the seed's section 4, plus bad requests).
+"""The contract table (the seed's section 4, plus bad requests): section 2 of the
+probe's report and the rows of learn's verification.
 
 Each probe is one request sent unchanged to both servers. For valid requests the
 candidate must answer in the same status class, with the same number, length and
@@ -23,9 +24,10 @@ import orjson
 
 from extproc.core.status import status_class
 from extproc.core.upstream_errors import parse_upstream_error
+from extproc.runtime.blocking_http import HttpResult
 from extproc.tools.parity import Answer, compare_answers
-from extproc.tools.probe.client import EmbeddingsClient, HttpResult
-from extproc.tools.probe.corpus import Item
+from extproc.tools.toolkit.corpus import Item
+from extproc.tools.toolkit.embeddings_client import EmbeddingsClient
 
 Severity = Literal["ok", "warn", "fail"]
 
