@@ -44,10 +44,13 @@ is a choice of the test, never a measurement:
   base64 little-endian float32, as OpenAI answers); whether integers are read in
   pydantic's lax mode (``lax``: ``"256"`` and ``256.0``, read with pydantic itself) and
   whether a UTF-8 BOM before the body is taken (``bom``, default ``lax``: Python's json
-  takes one from bytes, not from text);
+  takes one from bytes, not from text); sizes given as a set are a ``Literal``, which
+  lax mode reads as integers or integral floats (``64.0``), never strings;
 - errors: the body's shape (``error_shape``: ``"fastapi"``, ``"openai"`` or ``"flat"``)
   and the status of each kind of mistake (``error_status``: ``malformed``, ``invalid``,
-  ``dimensions``, ``instruction``, ``too_long``, ``unknown_model``).
+  ``dimensions``, ``instruction``, ``too_long``, ``unknown_model``);
+- ``other_model``: vectors of another model of the same width (the made-up model's,
+  turned by a fixed rotation).
 
 The defaults are the measured behaviour above, with strict integers.
 
@@ -75,7 +78,7 @@ from collections.abc import Mapping, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 import numpy as np
 import orjson
@@ -214,6 +217,7 @@ class FakeLegacy:
         renormalise: bool = True,
         error_shape: str = "fastapi",
         error_status: Mapping[str, int] | None = None,
+        other_model: bool = False,
     ) -> None:
         self.served_model = served_model
         self.dim = dim
@@ -240,6 +244,12 @@ class FakeLegacy:
         self.renormalise = renormalise
         self.error_shape = error_shape
         self.error_status = {**FASTAPI_STATUS, **(error_status or {})}
+        # Another model of the same width: the same geometry, turned by a fixed rotation,
+        # so its vectors rank alike among themselves and match nobody else's.
+        self._rotation: NDArray[np.float64] | None = None
+        if other_model:
+            random = np.random.default_rng(20261203).normal(size=(dim, dim))
+            self._rotation = np.linalg.qr(random)[0]
         # the fake Dynamo's tokenizer and vector model; it is never started
         self._model = FakeUpstream(
             served_model=served_model,
@@ -360,9 +370,16 @@ class FakeLegacy:
         return self._embed(ids, dimensions)
 
     def _embed(self, ids: list[int], dimensions: int | None) -> NDArray[np.float32]:
-        if self.renormalise or dimensions is None:
+        if self._rotation is None and (self.renormalise or dimensions is None):
             return self._model.embed_ids(ids, dimensions)
-        return self._model.embed_ids(ids)[:dimensions].copy()
+        native = self._model.embed_ids(ids)
+        if self._rotation is not None:
+            native = (self._rotation @ native).astype(np.float32)
+        if dimensions is None:
+            return native
+        head = native[:dimensions].astype(np.float64)
+        cut = head / np.linalg.norm(head) if self.renormalise else head
+        return cut.astype(np.float32)
 
     # ------------------------------------------------------------------ answering
 
@@ -494,6 +511,22 @@ class FakeLegacy:
         if value is None:
             return None
         where = ["body", "dimensions"]
+        if self.lax and (self.min_dimensions is None or self.allowed_dimensions):
+            # sizes as a set: a Literal, which lax mode reads as integers or integral floats
+            sizes = (*self.allowed_dimensions, *((self.dim,) if self.accepts_native else ()))
+            try:
+                value = TypeAdapter(Literal[tuple(sorted(sizes))]).validate_python(value)
+            except ValidationError:
+                native = (self.dim,) if self.accepts_native else ()
+                allowed = sorted({*self.allowed_dimensions, *native})
+                raise _InvalidError(
+                    "literal_error",
+                    where,
+                    "Input should be " + " or ".join(str(n) for n in allowed),
+                    value,
+                    "dimensions",
+                ) from None
+            return int(value)
         if self.lax:
             try:
                 value = _LAX_INT.validate_python(value)

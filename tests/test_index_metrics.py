@@ -223,3 +223,13 @@ def test_measure_the_four_retrievals() -> None:
     assert kept.ndcg is not None and kept.ndcg.mean() < 0.5
     # both re-embedded alike: re-indexing restores what the kept index loses
     assert worse.retrieval("new", "new").overlap.mean() < 1.0
+
+
+def test_rankings_that_hold_are_not_enough() -> None:
+    """Queries of another length keep every ranking (a scaled query ranks alike) but
+    change every score; documents that differ would not match the index from now on."""
+    shorter = decide(np.full(50, 1.0), np.zeros(50), SAME, similarity([1.0] * 50, new_norm=0.5))
+    assert shorter.label == "RE-INDEX" and "not normalised" in shorter.cause
+    assert "score" in shorter.reasons[-1]
+    documents = decide(np.full(50, 1.0), None, similarity([0.95] * 50), SAME)
+    assert documents.label == "RE-INDEX" and "document prompt" in documents.cause

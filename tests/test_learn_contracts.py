@@ -133,6 +133,15 @@ CASES = {
         },
         {"refuse": True, "shape": "FLAT", "status.too_long": 413},
     ),
+    "a set read as a lax Literal, base64": Case(
+        {
+            "lax": True,
+            "min_dimensions": None,
+            "allowed_dimensions": (64, 256),
+            "honour_encoding": True,
+        },
+        {"integers": False, "integral_floats": True, "bom": True, "allowed": (64, 256)},
+    ),
     "E5-style honouring base64": Case(
         {**E5, "honour_encoding": True, "min_dimensions": None, "max_tokens": 512},
         {"base64": True, "integers": False},
@@ -159,6 +168,7 @@ def policy_facts(model: ModelPolicy, errors: Any) -> dict[str, Any]:
         "base64": model.honours_base64,
         "integers": model.leniency.integers,
         "bom": model.leniency.bom,
+        "integral_floats": model.leniency.integral_floats,
         "shape": errors.shape.name,
         **{f"status.{k.value}": v for k, v in errors.statuses.items()},
     }

@@ -25,7 +25,7 @@ from pydantic import BaseModel, ValidationError
 
 from extproc.core.contract import Contract
 from extproc.core.error_envelope import ApiError
-from extproc.core.lax import lax_int
+from extproc.core.lax import integral_float_int, lax_int
 from extproc.core.request_rewrite import Forward, rewrite_request
 from tests.conftest import QWEN_MODEL
 from tests.fake_upstream import FakeUpstream
@@ -261,6 +261,36 @@ def test_lax_int_is_pydantics_int() -> None:
         except ValidationError:
             want = None
         assert lax_int(value) == want
+
+    check()
+
+
+def test_integral_floats_are_pydantics_lax_literal() -> None:
+    """``leniency.integral_floats`` reads an integer as a lax pydantic ``Literal`` of
+    integers does (a legacy server's ``dimensions: Literal[64, 128, 256]``): the
+    integer, a float equal to it, or a boolean equal to it; never a string."""
+    from pydantic import TypeAdapter
+
+    sizes = (0, 1, 64, 128, 256, 2**40)
+    adapter: TypeAdapter[Any] = TypeAdapter(Literal[sizes])  # type: ignore[valid-type]
+
+    @settings(max_examples=2000, deadline=None)
+    @given(
+        st.one_of(
+            NUMERIC_TEXT,
+            st.sampled_from([float(n) for n in sizes] + list(sizes)),
+            st.floats(),
+            st.integers(),
+            st.booleans(),
+        )
+    )
+    def check(value: Any) -> None:
+        try:
+            want: int | None = adapter.validate_python(value)
+        except ValidationError:
+            want = None
+        got = integral_float_int(value)
+        assert (got if got in sizes else None) == want, value
 
     check()
 

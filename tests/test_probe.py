@@ -40,7 +40,6 @@ from extproc.tools.probe.latency import (
 )
 from extproc.tools.probe.probe_report import Meta, ProbeReport, to_markdown
 from extproc.tools.probe.probe_verdict import decide
-from extproc.tools.probe.svg import cosine_histogram, grouped_bars
 from extproc.tools.toolkit.contract_table import Cell, Probe, compare_row, error_text, observe
 from extproc.tools.toolkit.corpus import CorpusError, Item, batches, load_corpus, parse_corpus
 from extproc.tools.toolkit.embeddings_client import EmbeddingsClient, endpoint_url
@@ -48,6 +47,7 @@ from extproc.tools.toolkit.long_text import long_text
 from extproc.tools.toolkit.readiness_checks import PROBE_THRESHOLDS
 from extproc.tools.toolkit.report_format import cell
 from extproc.tools.toolkit.stats import histogram, percentile, ratio, spread
+from extproc.tools.toolkit.svg_charts import cosine_histogram, grouped_bars
 from extproc.tools.toolkit.vector_parity import (
     CosineSet,
     ParityResult,

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from extproc.commands import index_check as index_check_command
 from extproc.commands import learn as learn_command
 from extproc.commands import probe as probe_command
 from extproc.commands import shadow as shadow_command
@@ -70,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         "health": _health,
         "probe": probe_command.run,
         "learn": learn_command.run,
+        "index-check": index_check_command.run,
         "shadow-compare": shadow_command.run_compare,
         "shadow-report": shadow_command.run_report,
         "shadow": shadow_command.run_shadow,
@@ -197,6 +199,7 @@ def _parser() -> argparse.ArgumentParser:
 
     probe_command.add_parser(sub)
     learn_command.add_parser(sub)
+    index_check_command.add_parser(sub)
     shadow_command.add_parsers(sub)
     return parser
 

@@ -103,3 +103,13 @@ def _strip_leading_zeros(s: str) -> str | None:
             return s[i - 1 :]
         return None
     return s[-1]
+
+
+def integral_float_int(value: Any) -> int | None:
+    """What a lax pydantic ``Literal`` of integers takes: a JSON integer, a float with
+    no fraction (``256.0``), or a boolean (equal to 0 or 1); never a string."""
+    if isinstance(value, int):  # bool included, as for lax_int
+        return int(value)
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        return int(value) if -_I64_BOUND < value < _I64_BOUND else None
+    return None

@@ -28,7 +28,7 @@ from typing import Any, Final
 import orjson
 
 from extproc.core.error_envelope import ApiError, invalid_request, quoted
-from extproc.core.lax import lax_int
+from extproc.core.lax import integral_float_int, lax_int
 from extproc.core.plan import Encoding
 from extproc.core.policy.model import GatewayPolicy, InstructionUse, ModelPolicy
 from extproc.core.request_coding import BodyCoding
@@ -45,6 +45,17 @@ INTERPRETED_FIELDS: Final = frozenset(
 _UTF8_BOM: Final = b"\xef\xbb\xbf"
 
 TokenInput = list[int] | list[list[int]]
+IntReader = Callable[[Any], int | None]
+
+
+def int_reader(model: ModelPolicy) -> IntReader:
+    """How the model reads an integer field: pydantic's lax spellings, integral floats
+    alone, or JSON integers only."""
+    if model.leniency.integers:
+        return lax_int
+    if model.leniency.integral_floats:
+        return integral_float_int
+    return _strict_int
 
 
 @dataclass(frozen=True)
@@ -96,7 +107,7 @@ def read_request(
     bom = body.startswith(_UTF8_BOM)
     request = _parse_object(body[len(_UTF8_BOM) :] if bom else body, coding)
     model = _model(request, policy)
-    lenient = model.leniency.integers
+    to_int = int_reader(model)
     if bom and not model.leniency.bom:
         raise invalid_request(
             "The request body starts with a byte order mark; send plain UTF-8 JSON.",
@@ -108,7 +119,7 @@ def read_request(
     if raw_input is _MISSING:
         raise invalid_request("Missing required parameter: 'input'.", param="input")
     texts, id_lists, ids_converted = _inputs(
-        raw_input, limits.max_inputs, tokenizer.vocab_size, lenient=lenient
+        raw_input, limits.max_inputs, tokenizer.vocab_size, to_int
     )
     converted_input: TokenInput | None = None
     if ids_converted:
@@ -116,16 +127,14 @@ def read_request(
         converted_input = id_lists if isinstance(raw_input[0], list) else id_lists[0]
 
     encoding = _client_encoding(request.get("encoding_format"), model)
-    dimensions = _dimensions(request.get("dimensions"), model, lenient=lenient)
+    dimensions = _dimensions(request.get("dimensions"), model, to_int)
     input_type = _optional_str(request, "input_type")
     instruction = None
     if model.prompts.instruction is not InstructionUse.IGNORED:
         instruction = _optional_str(request, "instruction")
         if instruction is not None and not instruction.strip():
             raise invalid_request("`instruction` must not be empty.", param="instruction")
-    truncate = _truncate_prompt_tokens(
-        request.get("truncate_prompt_tokens"), model, lenient=lenient
-    )
+    truncate = _truncate_prompt_tokens(request.get("truncate_prompt_tokens"), model, to_int)
     # OpenAI's end-user id is forwarded as sent; Dynamo and vLLM both refuse a
     # non-string with their own 400 - after it reached them. Answered here instead.
     _optional_str(request, "user")
@@ -288,17 +297,16 @@ def _model(request: dict[str, Any], policy: GatewayPolicy) -> ModelPolicy:
 
 
 def _inputs(
-    raw: Any, max_inputs: int, vocab_size: int, *, lenient: bool
+    raw: Any, max_inputs: int, vocab_size: int, to_int: IntReader
 ) -> tuple[list[str] | None, list[list[int]] | None, bool]:
     """(texts, token-id lists, whether any token id was converted): exactly one of the
     first two comes back, never empty.
 
     The forms are OpenAI's: a string, strings, one token-id sequence, token-id
-    sequences. ``lenient`` reads token ids as the legacy server's lax model would
-    (``1.0``, ``"1"``, ``true``); strings are never numbers' spellings: an array of
-    strings is texts.
+    sequences. ``to_int`` reads token ids as the model's leniency says (the legacy
+    server's lax model: ``1.0``, ``"1"``, ``true``); strings are never numbers'
+    spellings: an array of strings is texts.
     """
-    to_int = lax_int if lenient else _strict_int
     if isinstance(raw, str):
         return [raw], None, False
     if not isinstance(raw, list):
@@ -327,7 +335,7 @@ def _inputs(
     if not nested:
         # One token-id sequence is one input, however long (it is cut to max_tokens):
         # its ids never count against max_inputs.
-        if isinstance(first, str) and (not lenient or to_int(first) is None):
+        if isinstance(first, str) and to_int(first) is None:
             index = next(i for i, item in enumerate(raw) if not isinstance(item, str))
             raise invalid_request(
                 f"input[{index}] must be a string like the other items, "
@@ -393,10 +401,10 @@ def _client_encoding(raw: Any, model: ModelPolicy) -> Encoding:
     return Encoding(raw)
 
 
-def _dimensions(raw: Any, model: ModelPolicy, *, lenient: bool) -> int | None:
+def _dimensions(raw: Any, model: ModelPolicy, to_int: IntReader) -> int | None:
     if raw is None:
         return None
-    dimensions = lax_int(raw) if lenient else _strict_int(raw)
+    dimensions = to_int(raw)
     if dimensions is None:
         raise invalid_request(
             f"'dimensions' must be an integer, not {_json_type(raw)}.", param="dimensions"
@@ -417,7 +425,7 @@ def _optional_str(request: dict[str, Any], field: str) -> str | None:
     raise invalid_request(f"'{field}' must be a string, not {_json_type(value)}.", param=field)
 
 
-def _truncate_prompt_tokens(raw: Any, model: ModelPolicy, *, lenient: bool) -> int | None:
+def _truncate_prompt_tokens(raw: Any, model: ModelPolicy, to_int: IntReader) -> int | None:
     """vLLM's extension: forwarded, but a bad value is our 400, not Dynamo's 500. An
     upstream the policy says cannot apply it would ignore it or fail on it: refused."""
     if raw is None:
@@ -428,7 +436,7 @@ def _truncate_prompt_tokens(raw: Any, model: ModelPolicy, *, lenient: bool) -> i
             f"(inputs over {model.max_tokens} tokens are cut to that limit anyway).",
             param="truncate_prompt_tokens",
         )
-    value = lax_int(raw) if lenient else _strict_int(raw)
+    value = to_int(raw)
     if value is None or not (value == -1 or 1 <= value <= model.max_tokens):
         raise invalid_request(
             f"'truncate_prompt_tokens' must be -1 or an integer from 1 to {model.max_tokens}.",

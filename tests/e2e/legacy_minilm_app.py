@@ -23,7 +23,8 @@ at once:
 - its request model has no ``instruction`` field, and FastAPI drops unknown fields:
   ``instruction`` is ignored (the input embedded as its ``input_type`` says);
 - ``encoding_format: "base64"`` is honoured, while pydantic's lax mode still takes
-  ``"64"`` and ``64.0`` (and Python's JSON parser a UTF-8 byte order mark);
+  ``64.0`` for its ``Literal`` sizes (not ``"64"``), and Python's JSON parser a UTF-8
+  byte order mark;
 - ``dimensions`` one of 64, 128, 256 (a ``Literal``): the native 384 is refused;
 - a cut is the first components as they are (``v[:d]``), not re-normalised;
 - the same E5 prompts and 128-token cut; FastAPI's 422s; an unknown ``model`` is a 404.

@@ -7,7 +7,8 @@ real Dynamo 1.6.1 (the `upstream` fixture runs both), in two contracts:
   for that server, and the verify step (the real gateway in front of the real
   upstream, compared with the legacy server) must find it ready.
 - ``plain``: `instruction` ignored (no such field), base64 honoured with pydantic's lax
-  integers, `dimensions` a set without the native size, cuts not re-normalised,
+  reading of a `Literal` (64.0 taken, "64" refused), `dimensions` a set without the
+  native size, cuts not re-normalised,
   FastAPI's 422s. Learned READY, and then the gateway with the written policy answers
   a battery of requests as the legacy server does (tests/learning.py).
 """
@@ -116,7 +117,9 @@ def test_learns_and_imitates_a_plain_contract(
     written = load_policy_file(tmp_path / "policy.yaml")
     policy = written.models[SERVED_MODEL]
     assert policy.prompts.instruction is InstructionUse.IGNORED
-    assert policy.honours_base64 and policy.leniency == Leniency(integers=True, bom=True)
+    # `dimensions` is a Literal: lax mode takes 64.0, not "64"
+    assert policy.honours_base64
+    assert policy.leniency == Leniency(integers=False, bom=True, integral_floats=True)
     assert policy.matryoshka is not None
     assert policy.matryoshka.allowed == (64, 128, 256) and not policy.matryoshka.accepts_native
     assert not policy.matryoshka.renormalise and not policy.upstream.native.dimensions

@@ -418,6 +418,7 @@ def _encoding(m: pb.ModelPolicy, fail: Callable[[str, str], PolicyError]) -> tup
     return honours, Leniency(
         integers=lax.integers if lax.HasField("integers") else lenient.integers,
         bom=lax.bom if lax.HasField("bom") else lenient.bom,
+        integral_floats=lax.integral_floats,
     )
 
 

@@ -55,6 +55,7 @@ class Leniency:
 
     integers: bool = False  # "256", 256.0, true for an integer field, token ids too
     bom: bool = False  # a UTF-8 byte order mark before the body
+    integral_floats: bool = False  # 256.0 alone (pydantic's lax Literal of integers)
 
 
 PROFILE_BUNDLES: Final[Mapping[EncodingProfile, tuple[bool, Leniency]]] = {

@@ -1,6 +1,6 @@
-"""Embedding the sample with one server: batches in parallel (at most ``in_flight``),
-each answer checked (one vector per text, finite, one width), the wall time kept for
-the re-index estimate.
+"""Embedding the sample with one server: batches sent through the caller's
+:class:`RequestPool` (which bounds the requests in flight), each answer checked (one
+vector per text, finite, one width), the wall time kept for the re-index estimate.
 
 The server is a ``post`` callable (bytes in, status and body out), so the request
 budget, the headers and the connection belong to the caller's client. A batch the
@@ -10,9 +10,9 @@ server's answer.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -22,11 +22,11 @@ import orjson
 from extproc.core.embeddings_body import parse_embeddings_body
 from extproc.core.upstream_errors import parse_upstream_error
 from extproc.core.vectors import BadVectorsError, FloatMatrix
+from extproc.tools.toolkit.request_pool import RequestPool
 
 Post = Callable[[bytes], tuple[int, bytes]]
 Role = Literal["document", "query"]
 BATCH_SIZE = 32
-IN_FLIGHT = 4
 
 
 class EmbedError(Exception):
@@ -47,13 +47,13 @@ class Embedded:
 
 def embed_texts(
     post: Post,
+    pool: RequestPool,
     model: str,
     texts: Sequence[str],
     role: Role,
     *,
     dimensions: int | None = None,
     batch_size: int = BATCH_SIZE,
-    in_flight: int = IN_FLIGHT,
     progress: Callable[[int], None] = lambda done: None,
 ) -> Embedded:
     """Every text's vector, with ``input_type: role`` (and ``dimensions``) as clients
@@ -63,26 +63,26 @@ def embed_texts(
     if dimensions is not None:
         extra["dimensions"] = dimensions
     done = 0
+    lock = threading.Lock()
 
     def one(batch: list[str]) -> FloatMatrix:
+        nonlocal done
         body = orjson.dumps({"model": model, "input": batch, **extra})
         status, answer = post(body)
         if not 200 <= status < 300:
             what = parse_upstream_error(answer).message or "no message"
-            raise EmbedError(f"HTTP {status}: {what[:200]}" if status else what[:200])
+            raise EmbedError(f"HTTP {status}: {what[:200]}")
         try:
             parsed = parse_embeddings_body(answer, input_count=len(batch), dimensions=dimensions)
         except BadVectorsError as exc:
             raise EmbedError(f"an unusable answer: {exc}") from None
+        with lock:
+            done += len(batch)
+            progress(done)
         return parsed.vectors
 
     started = time.perf_counter()
-    rows: list[FloatMatrix] = []
-    with ThreadPoolExecutor(max(1, in_flight), thread_name_prefix="index-check") as pool:
-        for matrix in pool.map(one, batches):
-            rows.append(matrix)
-            done += matrix.shape[0]
-            progress(done)
+    rows = pool.send_all(one, batches)
     seconds = time.perf_counter() - started
     widths = {m.shape[1] for m in rows}
     if len(widths) > 1:

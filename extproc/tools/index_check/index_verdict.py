@@ -9,6 +9,12 @@ they must agree with today's results (mean overlap@k of new/old with old/old at 
 ``min_overlap``), since users see the results, not the scores. Each mean is judged by
 its bootstrap confidence interval over the queries: a sample whose interval straddles
 the threshold is INCONCLUSIVE, as is one of fewer than ``min_queries`` queries.
+
+Two more things keep an index from staying although its rankings hold: new query
+vectors of another length (every score against the index scales with it: a threshold
+on scores, or a fusion with keyword scores, breaks), and new document vectors that
+differ from the old ones (documents indexed from the cut-over on would not match
+those already in it).
 """
 
 from __future__ import annotations
@@ -120,6 +126,19 @@ def decide(
     if unsure:
         reasons.append("the sample is too small to tell at these tolerances")
         return Verdict("INCONCLUSIVE", tuple(reasons), likely_cause(documents, queries, t))
+    if _norms_differ(queries):
+        reasons.append(
+            "the rankings hold, but every score against the index changes with the new "
+            "queries' length (thresholds on scores break)"
+        )
+        return Verdict("RE-INDEX", tuple(reasons), likely_cause(documents, queries, t))
+    low = float(np.percentile(documents.cosines, 1)) if documents.cosines.size else 1.0
+    if low < t.same_vector or _norms_differ(documents):
+        reasons.append(
+            f"the rankings hold, but documents embedded from now on would differ from those "
+            f"in the index (document cosine p1 {low:.6f})"
+        )
+        return Verdict("RE-INDEX", tuple(reasons), likely_cause(documents, queries, t))
     return Verdict("KEEP INDEX", tuple(reasons))
 
 

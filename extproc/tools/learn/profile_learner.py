@@ -3,8 +3,9 @@
 ``encoding_format: "base64"`` answered with base64 strings means the baseline honours
 it (``base64: HONOURED``); float arrays mean it ignores it (``IGNORED``). Leniency is
 asked on its own: ``"N"`` and ``N.0`` for an integer field (``leniency.integers``; a
-server taking one and refusing the other is one no policy says), and a UTF-8 byte
-order mark before the body (``leniency.bom``). Malformed JSON, an empty input list,
+server taking the string and refusing the float is one no policy says), and a UTF-8 byte
+order mark before the body (``leniency.bom``); ``N.0`` alone is the lax reading of a
+``Literal`` of integers (``leniency.integral_floats``). Malformed JSON, an empty input list,
 an unknown model and a missing input go to both servers, for the errors' statuses
 and shape (:mod:`extproc.tools.learn.errors_learner`), the side-by-side table of the
 report and the candidate's kind.
@@ -58,14 +59,19 @@ class Encoding:
     base64: str = "HONOURED"  # or IGNORED
     integers: bool = False
     bom: bool = False
+    integral_floats: bool = False  # N.0 but not "N" (pydantic's lax Literal)
 
     def policy(self) -> dict[str, Any]:
         """The entry's fields: the profile when they make one, else each of them."""
-        if (self.base64, self.integers, self.bom) == ("IGNORED", True, True):
+        settings = (self.base64, self.integers, self.bom, self.integral_floats)
+        if settings == ("IGNORED", True, True, False):
             return {"encoding_profile": "LEGACY"}
-        if (self.base64, self.integers, self.bom) == ("HONOURED", False, False):
+        if settings == ("HONOURED", False, False, False):
             return {"encoding_profile": "OPENAI"}
-        return {"base64": self.base64, "leniency": {"integers": self.integers, "bom": self.bom}}
+        leniency: dict[str, bool] = {"integers": self.integers, "bom": self.bom}
+        if self.integral_floats:
+            leniency["integral_floats"] = True
+        return {"base64": self.base64, "leniency": leniency}
 
 
 def learn_profile(
@@ -99,13 +105,20 @@ def learn_profile(
         found.append(finding("base64", value, "measured", why, shown=[encoding], warning=warning))
     notes = [f"{a.label}: {a.brief()}" for a in lax]
     problem = ""
-    if taken[0] != taken[1]:
+    as_string, as_float = taken
+    if as_string and not as_float:
         problem = (
-            f"the baseline takes {lax[taken.index(True)].label} but not "
-            f"{lax[taken.index(False)].label}: leniency.integers takes both or neither"
+            f"the baseline takes {lax[0].label} but not {lax[1].label}: no leniency "
+            "takes integer strings without integral floats"
         )
-    integers = all(taken)
-    summary = f"integers read {'leniently' if integers else 'strictly'}"
+    integers = as_string and as_float
+    floats_only = as_float and not as_string
+    if integers:
+        summary = "integers read leniently"
+    elif floats_only:
+        summary = "integral floats taken, strings refused (a lax Literal)"
+    else:
+        summary = "integers read strictly"
     found.append(
         finding(
             "leniency.integers",
@@ -117,9 +130,13 @@ def learn_profile(
             problem=problem,
         )
     )
+    if floats_only:
+        found.append(
+            finding("leniency.integral_floats", True, "verified", summary, shown=lax, notes=notes)
+        )
     summary = f"a byte order mark {'taken' if bom.ok else 'refused'}: {bom.brief()}"
     found.append(finding("leniency.bom", bom.ok, "verified", summary, shown=[bom]))
     found.append(
         finding(BAD_REQUESTS, None, "measured", "both servers, side by side", shown=[*base, *cand])
     )
-    return Encoding(value, integers, bom.ok), found, base, cand
+    return Encoding(value, integers, bom.ok, floats_only), found, base, cand

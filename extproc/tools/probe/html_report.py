@@ -7,7 +7,6 @@ from html import escape
 
 from extproc.tools.probe.latency import FIGURES, LatencyResult
 from extproc.tools.probe.probe_report import FIGURE_LABELS, ProbeReport, meta_lines
-from extproc.tools.probe.svg import cosine_histogram, grouped_bars
 from extproc.tools.toolkit.comparison_markdown import (
     SEVERITY_MARK,
     cosine_line,
@@ -16,6 +15,7 @@ from extproc.tools.toolkit.comparison_markdown import (
 )
 from extproc.tools.toolkit.contract_table import Row
 from extproc.tools.toolkit.report_format import fmt_cos, fmt_num, fmt_ratio
+from extproc.tools.toolkit.svg_charts import cosine_histogram, grouped_bars
 
 STYLE = """
 body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;margin:2em auto;max-width:1100px;

@@ -138,12 +138,14 @@ class ModelPolicy(_message.Message):
     def __init__(self, name: _Optional[str] = ..., preset: _Optional[str] = ..., upstream_model: _Optional[str] = ..., tokenizer: _Optional[_Union[Tokenizer, _Mapping]] = ..., max_tokens: _Optional[int] = ..., prompts: _Optional[_Union[Prompts, _Mapping]] = ..., native_dimensions: _Optional[int] = ..., matryoshka: _Optional[_Union[Matryoshka, _Mapping]] = ..., encoding_profile: _Optional[_Union[EncodingProfile, str]] = ..., upstream_flavour: _Optional[_Union[UpstreamFlavour, str]] = ..., check_responses: _Optional[bool] = ..., upstream: _Optional[_Union[Upstream, _Mapping]] = ..., base64: _Optional[_Union[ModelPolicy.Base64, str]] = ..., leniency: _Optional[_Union[Leniency, _Mapping]] = ..., truncation: _Optional[_Union[Truncation, _Mapping]] = ...) -> None: ...
 
 class Leniency(_message.Message):
-    __slots__ = ("integers", "bom")
+    __slots__ = ("integers", "bom", "integral_floats")
     INTEGERS_FIELD_NUMBER: _ClassVar[int]
     BOM_FIELD_NUMBER: _ClassVar[int]
+    INTEGRAL_FLOATS_FIELD_NUMBER: _ClassVar[int]
     integers: bool
     bom: bool
-    def __init__(self, integers: _Optional[bool] = ..., bom: _Optional[bool] = ...) -> None: ...
+    integral_floats: bool
+    def __init__(self, integers: _Optional[bool] = ..., bom: _Optional[bool] = ..., integral_floats: _Optional[bool] = ...) -> None: ...
 
 class Truncation(_message.Message):
     __slots__ = ("side", "keep_special_tokens", "refuse")

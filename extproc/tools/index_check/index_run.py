@@ -1,0 +1,137 @@
+"""One index-check run: the sample embedded by both servers (documents with the
+document role, queries with the query role, as clients send them), at most four
+requests in flight in all and each server within its request budget, then measured
+and reported.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from extproc.tools.index_check.beir_files import Sample
+from extproc.tools.index_check.embedding_run import Embedded, EmbedError, Role, embed_texts
+from extproc.tools.index_check.index_measures import measure
+from extproc.tools.index_check.index_report import IndexCheckReport, Sizes
+from extproc.tools.index_check.index_verdict import Thresholds, Verdict
+from extproc.tools.toolkit.budgeted_client import BudgetedClient, RequestBudget
+from extproc.tools.toolkit.progress import Progress
+from extproc.tools.toolkit.request_pool import RequestPool
+
+MAX_IN_FLIGHT = 4
+SERVERS = ("baseline", "candidate")
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    urls: Mapping[str, str]  # baseline, candidate: their embeddings endpoints
+    model: str
+    dimensions: int | None
+    budget: int  # requests per server
+    timeout_s: float
+    headers: Mapping[str, str]
+    thresholds: Thresholds
+    corpus_size: int | None  # for the re-index estimate; None: the corpus file's
+
+
+def run_index_check(sample: Sample, options: RunOptions, progress: Progress) -> IndexCheckReport:
+    """Raises EmbedError (a server did not embed) or BudgetSpentError."""
+    started, wall = time.monotonic(), datetime.now(UTC).isoformat(timespec="seconds")
+    budgets = {s: RequestBudget(options.budget, s) for s in SERVERS}
+    clients = {
+        s: BudgetedClient(
+            options.urls[s], budgets[s], timeout_s=options.timeout_s, headers=options.headers
+        )
+        for s in SERVERS
+    }
+    pool = RequestPool(MAX_IN_FLIGHT, "index-check")
+    documents = [d.text for d in sample.documents]
+    queries = [q.text for q in sample.queries]
+    embedded: dict[tuple[str, Role], Embedded] = {}
+    try:
+        for server in SERVERS:
+            client = clients[server]
+
+            def post(
+                body: bytes, client: BudgetedClient = client, server: str = server
+            ) -> tuple[int, bytes]:
+                result = client.post(body)
+                if result.status == 0:
+                    raise EmbedError(f"no answer from the {server}: {result.error}")
+                return result.status, result.body
+
+            phases: tuple[tuple[Role, list[str]], ...] = (
+                ("document", documents),
+                ("query", queries),
+            )
+            for role, texts in phases:
+                embedded[(server, role)] = embed_texts(
+                    post,
+                    pool,
+                    options.model,
+                    texts,
+                    role,
+                    dimensions=options.dimensions,
+                    progress=_bar(progress, f"{server}, {role} texts", len(texts)),
+                )
+    finally:
+        pool.close()
+        for client in clients.values():
+            client.close()
+    old = (embedded[("baseline", "document")].vectors, embedded[("baseline", "query")].vectors)
+    new = (embedded[("candidate", "document")].vectors, embedded[("candidate", "query")].vectors)
+    widths = (int(old[0].shape[1]), int(new[0].shape[1]))
+    t = options.thresholds
+    if widths[0] != widths[1]:
+        measures = None
+        verdict = Verdict(
+            "RE-INDEX",
+            (f"the old vectors are {widths[0]}-d, the new ones {widths[1]}-d",),
+            "another width (or another model): new queries cannot search the old index",
+        )
+    else:
+        qrels = [sample.qrels[q.id] for q in sample.queries] if sample.judged else None
+        measures = measure(
+            [d.id for d in sample.documents],
+            documents,
+            queries,
+            old=old,
+            new=new,
+            qrels=qrels,
+            t=t,
+        )
+        verdict = measures.verdict
+    rate = embedded[("candidate", "document")].texts_per_second
+    sizes = Sizes(
+        len(documents), len(queries), options.corpus_size or sample.corpus_size, sample.judged
+    )
+    return IndexCheckReport(
+        urls=dict(options.urls),
+        model=options.model,
+        started=wall,
+        duration_s=time.monotonic() - started,
+        sizes=sizes,
+        dimensions=options.dimensions,
+        thresholds=t,
+        widths=widths,
+        measures=measures,
+        verdict=verdict,
+        candidate_docs_per_s=rate,
+        requests={s: budgets[s].spent for s in SERVERS},
+    )
+
+
+def _bar(progress: Progress, what: str, total: int) -> Callable[[int], None]:
+    """A progress line each tenth of the way (and at the end)."""
+    shown = [-1]
+
+    def step(done: int) -> None:
+        tenth = done * 10 // max(total, 1)
+        if tenth > shown[0]:
+            shown[0] = tenth
+            filled = "#" * tenth + "." * (10 - tenth)
+            progress(f"index-check: [{filled}] {what} {done:,}/{total:,}")
+
+    return step
