@@ -1,6 +1,6 @@
 """`extproc probe`: compare a candidate embeddings server with a baseline, offline.
 
-Reproduces the seed study (vector parity, contract table, latency/throughput) against
+A cut-over study (vector parity, contract table, latency/throughput) against
 two live servers, writes report.md, report.html and report.json into --out, prints the
 Markdown, and exits 0 when the candidate is ready to replace the baseline, 1 when a
 threshold fails, 2 when the probe could not reach a verdict (bad arguments, unreadable

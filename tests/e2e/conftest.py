@@ -10,11 +10,22 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import Gateway, Gateways, GatewaySpec
-from tests.real_upstream import SERVED_MODEL, RealEnv, Stack, real_env, start_dynamo, start_vllm
+from tests.harness import Gateway, Gateways, GatewaySpec, free_port, http
+from tests.real_upstream import (
+    SERVED_MODEL,
+    RealEnv,
+    Stack,
+    _server_env,
+    _spawn,
+    _wait,
+    real_env,
+    start_dynamo,
+    start_vllm,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 PLAIN_POLICY = REPO / "extproc" / "policies" / "all-minilm-l6-v2.yaml"
+LEGACY_APP = Path(__file__).with_name("legacy_minilm_app.py")
 MATRYOSHKA_POLICY = REPO / "extproc" / "policies" / "all-minilm-l6-v2-matryoshka.yaml"
 
 
@@ -66,6 +77,31 @@ def dynamo(env: RealEnv, e2e_dir: Path) -> Iterator[Stack]:
 def upstream(request: pytest.FixtureRequest) -> Stack:
     stack: Stack = request.getfixturevalue(str(request.param))
     return stack
+
+
+def start_legacy(env: RealEnv, workdir: Path, contract: str) -> Stack:
+    workdir.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    argv = [str(env.vllm_python), str(LEGACY_APP), "--model-dir", str(env.model_dir)]
+    argv += ["--port", str(port), "--contract", contract]
+    stack = Stack(f"legacy-{contract}", f"http://127.0.0.1:{port}")
+    stack.processes.append(_spawn(stack.kind, argv, _server_env(workdir), workdir))
+    _wait(stack, lambda: http("GET", f"{stack.url}/health", timeout=2).status == 200)
+    return stack
+
+
+@pytest.fixture(scope="session")
+def legacy(env: RealEnv, e2e_dir: Path) -> Iterator[Stack]:
+    stack = start_legacy(env, e2e_dir / "legacy", "e5")
+    yield stack
+    stack.stop()
+
+
+@pytest.fixture(scope="session")
+def plain_legacy(env: RealEnv, e2e_dir: Path) -> Iterator[Stack]:
+    stack = start_legacy(env, e2e_dir / "legacy-plain", "plain")
+    yield stack
+    stack.stop()
 
 
 def minilm(stack: Stack, policy: Path | str, env: RealEnv) -> GatewaySpec:

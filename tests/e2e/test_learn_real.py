@@ -16,47 +16,17 @@ real Dynamo 1.6.1 (the `upstream` fixture runs both), in two contracts:
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from extproc.commands import learn as learn_command
 from extproc.commands.cli import _parser
 from extproc.core.error_envelope import ErrorClass, ErrorShape
 from extproc.core.policy import load_policy_file
 from extproc.core.policy.model import EncodingProfile, InstructionUse, Leniency, Matryoshka
-from tests.harness import Gateways, GatewaySpec, free_port, http
+from tests.harness import Gateways, GatewaySpec
 from tests.learning import assert_client_sees_the_same, battery
-from tests.real_upstream import SERVED_MODEL, RealEnv, Stack, _server_env, _spawn, _wait
-
-APP = Path(__file__).with_name("legacy_minilm_app.py")
-
-
-def start_legacy(env: RealEnv, workdir: Path, contract: str) -> Stack:
-    workdir.mkdir(parents=True, exist_ok=True)
-    port = free_port()
-    argv = [str(env.vllm_python), str(APP), "--model-dir", str(env.model_dir)]
-    argv += ["--port", str(port), "--contract", contract]
-    stack = Stack(f"legacy-{contract}", f"http://127.0.0.1:{port}")
-    stack.processes.append(_spawn(stack.kind, argv, _server_env(workdir), workdir))
-    _wait(stack, lambda: http("GET", f"{stack.url}/health", timeout=2).status == 200)
-    return stack
-
-
-@pytest.fixture(scope="session")
-def legacy(env: RealEnv, e2e_dir: Path) -> Iterator[Stack]:
-    stack = start_legacy(env, e2e_dir / "legacy", "e5")
-    yield stack
-    stack.stop()
-
-
-@pytest.fixture(scope="session")
-def plain_legacy(env: RealEnv, e2e_dir: Path) -> Iterator[Stack]:
-    stack = start_legacy(env, e2e_dir / "legacy-plain", "plain")
-    yield stack
-    stack.stop()
+from tests.real_upstream import SERVED_MODEL, RealEnv, Stack
 
 
 def run_learn(

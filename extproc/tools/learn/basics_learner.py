@@ -18,8 +18,8 @@ from extproc.tools.learn.local import TEXT, Layout, LocalModel
 from extproc.tools.learn.session import Exchange, Session
 from extproc.tools.toolkit.readiness_checks import PROBE_THRESHOLDS
 
-# Two engines running the same model agree to about the fourth decimal (the seed's
-# conclusion, also the probe's threshold).
+# Two engines running the same model agree to about the fourth decimal (transformers
+# against vLLM: min cosine 0.9996); the probe's threshold.
 EQUIVALENT = PROBE_THRESHOLDS.min_cosine
 
 

@@ -1,4 +1,4 @@
-"""Section 3 of the report: latency and throughput, measured as in the seed (section 5).
+"""Section 3 of the report: latency and throughput, as a cut-over study measures them.
 
 Per repetition and per server: ``sequential`` requests one after the other (default 30),
 then ``concurrent`` requests (default 40) from ``concurrency`` threads (default 4); every

@@ -1,6 +1,6 @@
 """``extproc shadow-report``: a running comparator's summary as seed-style tables.
 
-The tables follow the seed migration post (sections 3 to 5): vectors (dimension,
+The tables follow a cut-over study's: vectors (dimension,
 vector length, token sums, cosine per document and per query), the contract
 (status classes side by side), the worst inputs, latency; then the verdict,
 re-judged here against the report's own thresholds. Rendering is pure.

@@ -1,4 +1,4 @@
-"""The contract table (the seed's section 4, plus bad requests): section 2 of the
+"""The contract table (the requests of the README's first table, plus bad requests): section 2 of the
 probe's report and the rows of learn's verification.
 
 Each probe is one request sent unchanged to both servers. For valid requests the
@@ -92,7 +92,7 @@ def default_probes(
     long_input: str,
     long_tokens: int,
 ) -> list[Probe]:
-    """The seed's four contract probes, the legacy ``instruction`` field, and four bad
+    """The four contract probes of the README's first table, the legacy ``instruction`` field, and four bad
     requests. ``long_tokens`` is the estimated size of ``long_input`` (for the title)."""
     doc_pair = [d.text for d in documents[:2]]
     first_doc = documents[0].text

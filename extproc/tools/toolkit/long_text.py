@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from extproc.tools.toolkit.corpus import Item
 
-LONG_INPUT_TOKENS = 3000  # the seed's "input over the limit" (the legacy limit is 1,024)
+LONG_INPUT_TOKENS = 3000  # the "input over the limit" probe (the legacy limit is 1,024)
 MAX_LONG_INPUT_CHARS = 200_000  # hard cap on the "over the limit" probe's text
 DOCUMENTS_APART = "\n\n"
 # Plain words, mostly one token each in every tokenizer: long inputs repeat them.

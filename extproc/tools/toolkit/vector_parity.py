@@ -1,10 +1,10 @@
 """Vector parity: do both servers give the same vectors for the documents? Section 1
 of the probe's report and the first half of learn's verification.
 
-As in the seed (section 3): the corpus documents in batches of 8 with float encoding,
+The corpus documents in batches of 8 with float encoding,
 then per server the dimension, the L2 norm of the first vector and the sum of
 ``usage.prompt_tokens``, and the per-document cosine between the two servers. The
-queries are also embedded as they are (no ``input_type``), for the seed's "without
+queries are also embedded as they are (no ``input_type``), for the "without
 instructions" comparison.
 """
 
