@@ -7,7 +7,7 @@ from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 
 from extproc.core.policy.errors import PolicyError
-from extproc.core.policy.model import GatewayPolicy, ModelPolicy
+from extproc.core.policy.model import GatewayPolicy, ModelPolicy, SpecialTokens, TokenizerSource
 from extproc.core.prompts import policy_prompts, prompt_budget_problem
 from extproc.core.tokens import ModelTokenizer, load_tokenizer
 
@@ -16,22 +16,23 @@ from extproc.core.tokens import ModelTokenizer, load_tokenizer
 class Contract:
     policy: GatewayPolicy
     tokenizers: Mapping[str, ModelTokenizer]
-    # Per model, what its tokenizer was loaded from (tokenizer_key): a reload reuses it.
+    # Per model (and per reranker, by RerankPolicy.key), what its tokenizer was loaded
+    # from (tokenizer_key): a reload reuses it.
     tokenizer_keys: Mapping[str, Hashable] = field(default_factory=dict)
 
 
-def tokenizer_key(model: ModelPolicy) -> Hashable:
+def tokenizer_key(source: TokenizerSource, special: SpecialTokens) -> Hashable:
     """What a loaded tokenizer stands for: its source and special tokens and, for a
     directory, the identity of its tokenizer.json (a file replaced in place is new).
     A Hugging Face id is taken as fixed for a given ``revision``."""
     file: tuple[int, int, int] | None = None
-    if model.tokenizer.path is not None:
+    if source.path is not None:
         try:
-            st = os.stat(model.tokenizer.path / "tokenizer.json")
+            st = os.stat(source.path / "tokenizer.json")
             file = (st.st_ino, st.st_size, st.st_mtime_ns)
         except OSError:
             file = None  # load_tokenizer says why
-    return (model.tokenizer, model.special_tokens, file)
+    return (source, special, file)
 
 
 def load_contract(policy: GatewayPolicy, *, reuse: Contract | None = None) -> Contract:
@@ -50,10 +51,15 @@ def load_contract(policy: GatewayPolicy, *, reuse: Contract | None = None) -> Co
                 cache[reuse.tokenizer_keys[name]] = tokenizer
     tokenizers: dict[str, ModelTokenizer] = {}
     keys: dict[str, Hashable] = {}
-    for name, model in policy.models.items():
-        key = tokenizer_key(model)  # before loading: a change meanwhile loads again later
+    sources = [(name, m.tokenizer, m.special_tokens) for name, m in policy.models.items()]
+    sources += [
+        (r.key, r.tokenizer, r.special_tokens) for r in policy.rerankers if r.tokenizer is not None
+    ]
+    for name, source, special in sources:
+        # before loading: a change meanwhile loads again later
+        key = tokenizer_key(source, special)
         if key not in cache:
-            cache[key] = load_tokenizer(model.tokenizer, model.special_tokens)
+            cache[key] = load_tokenizer(source, special)
         tokenizers[name] = cache[key]
         keys[name] = key
     for index, (name, model) in enumerate(policy.models.items()):

@@ -97,6 +97,7 @@ class ErrorShape(enum.Enum):
     # model validates (VALIDATED), {"detail": "..."} for what its handler raises.
     FASTAPI = "fastapi"
     FLAT = "flat"  # {"message", "type", "param", "code"}
+    TEI = "tei"  # {"error", "error_type"}: Hugging Face text-embeddings-inference's
 
 
 class ErrorClass(enum.Enum):
@@ -181,6 +182,8 @@ class ErrorDialect:
             return error.envelope()
         if self.shape is ErrorShape.FLAT:
             return orjson.dumps(_fields(error))
+        if self.shape is ErrorShape.TEI:
+            return orjson.dumps({"error": error.message, "error_type": _tei_type(status)})
         if error_class(error) not in VALIDATED:
             return orjson.dumps({"detail": error.message})
         kind = "json_invalid" if error.code == MALFORMED_CODE else "value_error"
@@ -190,6 +193,12 @@ class ErrorDialect:
 
 
 OPENAI_ERRORS: Final = ErrorDialect()
+
+
+def _tei_type(status: int) -> str:
+    if status in (429, 503):
+        return "Overloaded"
+    return "Backend" if status >= 500 else "Validation"
 
 
 def _fields(error: ApiError) -> dict[str, Any]:

@@ -43,11 +43,16 @@ _SLASHES: Final = re.compile("/{2,}")
 _JSON_TYPES: Final = ("application/json", "text/json")
 
 
+def route_of(path: str) -> str:
+    """``path`` as routes compare it: no query string, runs of slashes as one."""
+    return _SLASHES.sub("/", path.split("?", 1)[0])
+
+
 def upstream_path(path: str) -> str:
     """The path the upstream gets for a request to ``path`` (as Envoy hands it over,
     query string included), or a 404 :class:`ApiError` when ``path`` is not a
     spelling of the endpoint."""
-    route = _SLASHES.sub("/", path.split("?", 1)[0])
+    route = route_of(path)
     if route not in _ENDPOINT_PATHS:
         raise ApiError(
             404,

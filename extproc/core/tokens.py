@@ -237,6 +237,21 @@ class ModelTokenizer:
             out.extend(e.ids for e in batch)
         return out
 
+    def pair_counts(self, first: str, seconds: Sequence[str], budget: TokenizeBudget) -> list[int]:
+        """Tokens of each (first, second) pair as a cross-encoder sees it: both texts
+        and the special tokens the tokenizer's post-processor puts around a pair
+        (BERT: [CLS] first [SEP] second [SEP]). Every call is charged to ``budget``."""
+        sizes = [utf8_size(first) + utf8_size(s) for s in seconds]
+        budget.require(sum(sizes))
+        out: list[int] = []
+        for start, stop in _calls(sizes, _CALL_BYTES):
+            budget.charge(sum(sizes[start:stop]))
+            pairs = [(first, second) for second in seconds[start:stop]]
+            out.extend(
+                len(e.ids) for e in self._tokenizer.encode_batch(pairs, add_special_tokens=True)
+            )
+        return out
+
     def frame(self, content: Sequence[int], max_tokens: int) -> list[int]:
         """Specials around ``content``, content cut from the right to fit ``max_tokens``."""
         budget = max_tokens - self.special_count

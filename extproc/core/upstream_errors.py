@@ -23,7 +23,8 @@ MAX_MESSAGE_CHARS = 1000
 
 # openai: {"error": {...}}; detail-list: FastAPI's validation errors; detail: FastAPI's
 # HTTPException {"detail": "text"}; flat: {"message", ...} (Dynamo); error-string:
-# {"error": "text"}; other: JSON of another shape; text: not JSON; empty: no body.
+# {"error": "text"} (with "error_type": TEI's); other: JSON of another shape; text:
+# not JSON; empty: no body.
 Shape = Literal["openai", "detail-list", "detail", "flat", "error-string", "other", "text", "empty"]
 
 

@@ -74,6 +74,7 @@ from dataclasses import dataclass, field
 
 from extproc.core.error_envelope import SERVER_ERROR, ApiError
 from extproc.core.plan import Encoding, ResponsePlan
+from extproc.core.rerank.rerank_rewrite import RerankPlan
 
 # Bytes per vector component as the upstream or the client sees it: base64 of a
 # float32 is 16/3 bytes; a float32 written as JSON (`-0.012345678,`) about 12.
@@ -93,10 +94,12 @@ def request_work_bytes(body_bytes: int) -> int:
     return body_bytes * REQUEST_WORK_PER_BODY_BYTE
 
 
-def response_work_bytes(plan: ResponsePlan) -> int:
+def response_work_bytes(plan: ResponsePlan | RerankPlan) -> int:
     """Bytes the response phase holds at once for this plan: the upstream's body and
     the client's, both alive while the answer is rewritten. 0 when the answer is
     left to stream past the gateway."""
+    if isinstance(plan, RerankPlan):
+        return plan.answer_bytes
     if not plan.needs_response:
         return 0
     items = plan.input_count

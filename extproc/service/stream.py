@@ -33,7 +33,7 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
 
 from extproc.core.contract import Contract
 from extproc.core.error_envelope import SERVER_ERROR, ApiError
-from extproc.core.plan import ResponsePlan
+from extproc.core.plan import RequestStats, ResponsePlan
 from extproc.core.request_coding import BodyCoding
 from extproc.core.request_headers import (
     check_content_encoding,
@@ -42,10 +42,17 @@ from extproc.core.request_headers import (
     check_has_body,
     check_method,
     declared_length,
+    route_of,
     upstream_path,
 )
 from extproc.core.request_rewrite import rewrite_request
-from extproc.core.response_rewrite import needs_response_body, rewrite_response
+from extproc.core.rerank.rerank_rewrite import (
+    RerankPlan,
+    rewrite_rerank_request,
+    rewrite_rerank_response,
+)
+from extproc.core.rerank.rerank_upstreams import RERANK_UPSTREAMS
+from extproc.core.response_rewrite import ClientAnswer, needs_response_body, rewrite_response
 from extproc.core.status import is_success
 from extproc.service.envoy_messages import (
     CODE_DETAILS_ATTR,
@@ -128,7 +135,10 @@ class ExtProcStream:
     shape: Shape
     metrics: StreamMetrics
     phase: Phase = Phase.AWAIT_REQUEST
-    plan: ResponsePlan | None = None
+    plan: ResponsePlan | RerankPlan | None = None
+    # A request to one of the policy's rerank paths (seen in its request headers):
+    # the rerank contract, not the embeddings one.
+    rerank_path: str | None = None
     request_id: str = "-"
     content_type: str | None = None
     body_coding: BodyCoding | None = None  # the body was decoded by Envoy (standalone.yaml)
@@ -212,7 +222,7 @@ class ExtProcStream:
         self.request_id = values.get("x-request-id", self.request_id)
         path = values.get(":path")
         try:
-            target = None if path is None else upstream_path(path)
+            target = None if path is None else self._upstream_path(path)
             check_method(values.get(":method", "POST"))
             check_content_encoding(values.get("content-encoding"))
             check_has_body(headers.end_of_stream)
@@ -233,6 +243,16 @@ class ExtProcStream:
         )
         return reply, Phase.AWAIT_REQUEST
 
+    def _upstream_path(self, path: str) -> str:
+        """The embeddings endpoint's canonical path, or the rerank upstream's path for
+        a request to one of the policy's rerank paths (which the stream then keeps)."""
+        route = route_of(path)
+        rerankers = self.contract.policy.rerankers_at(route)
+        if not rerankers:
+            return upstream_path(path)
+        self.rerank_path = route
+        return RERANK_UPSTREAMS[rerankers[0].upstream_kind].path
+
     def _forward_request(self, request: ep.ProcessingRequest) -> Step:
         """The whole request through the contract: refused (the client's mistake, in
         the error envelope), or forwarded, rewritten or as sent, with the plan for
@@ -241,6 +261,8 @@ class ExtProcStream:
         self._take_attributes(attributes_of(request))
         if request.HasField("metadata_context"):
             self.body_coding = coding_from_metadata(request) or self.body_coding
+        if self.rerank_path is not None:
+            return self._forward_rerank(request)
         started = time.perf_counter()
         try:
             check_content_type(self.content_type)
@@ -268,6 +290,28 @@ class ExtProcStream:
         self.metrics.phase_seconds("request", time.perf_counter() - started)
         return reply, Phase.AWAIT_RESPONSE_HEADERS
 
+    def _forward_rerank(self, request: ep.ProcessingRequest) -> Step:
+        """A rerank request: always rewritten, and its answer always rewritten on this
+        stream (a rerank route sends the whole exchange)."""
+        assert self.rerank_path is not None
+        started = time.perf_counter()
+        try:
+            check_content_type(self.content_type)
+            forward = rewrite_rerank_request(
+                request.request_body.body,
+                self.contract.policy,
+                self.rerank_path,
+                self.contract.tokenizers,
+            )
+        except ApiError as error:
+            self.metrics.phase_seconds("request", time.perf_counter() - started)
+            return self._reject(error)
+        self.plan = forward.plan
+        self.metrics.forwarded(RequestStats(inputs=forward.plan.count), rewritten=True)
+        reply = request_body_forwarded(forward.upstream_body)
+        self.metrics.phase_seconds("request", time.perf_counter() - started)
+        return reply, Phase.AWAIT_RESPONSE_HEADERS
+
     def _reject(self, error: ApiError) -> Step:
         self.metrics.rejected(error.status, error.param)
         return error_answer(error, self.contract.policy.errors), Phase.DONE
@@ -284,7 +328,7 @@ class ExtProcStream:
             return neutral("response_headers"), Phase.PASS_THROUGH
         if headers.end_of_stream:
             # A bodyless answer to replace (Dynamo's empty 404): replaced at once.
-            answer = rewrite_response(self.plan, status, b"", self.contract.policy.errors)
+            answer = self._client_answer(status, b"")
             if answer is None:
                 return neutral("response_headers"), Phase.DONE
             self.metrics.response_rewritten("error_envelope")
@@ -326,7 +370,7 @@ class ExtProcStream:
             self.metrics.upstream_response(status, local=True)
             return Phase.PASS_THROUGH
         self.metrics.upstream_response(status, local=False)
-        if needs_response_body(self.plan, status):
+        if isinstance(self.plan, RerankPlan) or needs_response_body(self.plan, status):
             return Phase.AWAIT_RESPONSE_BODY
         self.metrics.stream_seconds(time.perf_counter() - self.started)
         return Phase.PASS_THROUGH
@@ -335,9 +379,7 @@ class ExtProcStream:
         """The client's answer from the upstream's body, its status and length set in
         the same reply."""
         started = time.perf_counter()
-        answer = rewrite_response(
-            self.plan, self.upstream_status, body, self.contract.policy.errors
-        )
+        answer = self._client_answer(self.upstream_status, body)
         now = time.perf_counter()
         self.metrics.phase_seconds("response", now - started)
         self.metrics.stream_seconds(now - self.started)
@@ -348,6 +390,14 @@ class ExtProcStream:
         # status_as_metadata: Envoy ignores header mutations in this reply (it never
         # had the headers); the status goes to the Lua filter that holds them.
         return response_body_replaced(answer, status_as_metadata=status_as_metadata), Phase.DONE
+
+    def _client_answer(self, status: int, body: bytes) -> ClientAnswer | None:
+        """What the client gets for the upstream's answer (None: that answer, unchanged)."""
+        errors = self.contract.policy.errors
+        if isinstance(self.plan, RerankPlan):
+            rerank = rewrite_rerank_response(self.plan, status, body, errors)
+            return ClientAnswer(rerank.status, rerank.body)
+        return rewrite_response(self.plan, status, body, errors)
 
     # -- any phase -------------------------------------------------------------------
 

@@ -41,6 +41,8 @@ from extproc.core.policy.model import (
     Matryoshka,
     ModelPolicy,
     PromptTemplates,
+    RerankPolicy,
+    ScoreScale,
     SpecialTokens,
     TokenizerSource,
     Truncation,
@@ -51,6 +53,8 @@ from extproc.core.policy.presets import presets
 from extproc.core.policy.reading import PolicyFileChangedError, read_policy_file
 from extproc.core.policy.v1 import policy_pb2 as pb
 from extproc.core.prompts import DOCUMENT_TYPES, QUERY_TYPES
+from extproc.core.rerank.dialects import DEFAULT_PATHS, DEFAULT_RETURN_DOCUMENTS, Dialect
+from extproc.core.rerank.rerank_upstreams import RERANK_UPSTREAMS
 from extproc.core.upstreams import ADAPTERS, Capabilities, UnknownUpstreamError, adapter_for
 
 # Largest allowed request: 2048 inputs is OpenAI's cap; 64 MiB bounds Envoy's buffer.
@@ -126,8 +130,8 @@ def load_policy_text(
         raise PolicyError(source, "<yaml>", str(exc).replace("\n", " ")) from exc
     if not isinstance(doc, dict):
         raise PolicyError(source, "<root>", "expected a mapping with a `models` list")
-    raw_models = doc.get("models")
-    if not isinstance(raw_models, list) or not raw_models:
+    raw_models = doc.get("models", [] if "rerankers" in doc else None)
+    if not isinstance(raw_models, list) or not (raw_models or doc.get("rerankers")):
         raise PolicyError(source, "models", "expected a non-empty list of model entries")
 
     limits = _limits(source, doc.get("limits", {}))
@@ -139,10 +143,108 @@ def load_policy_text(
         if policy.name in models:
             raise PolicyError(source, f"{where}.name", f"duplicate model name {policy.name!r}")
         models[policy.name] = policy
-    unknown_root = set(doc) - {"models", "limits", "errors"}
+    rerankers = _rerankers(source, doc.get("rerankers", []), overrides)
+    unknown_root = set(doc) - {"models", "limits", "errors", "rerankers"}
     if unknown_root:
         raise PolicyError(source, sorted(unknown_root)[0], "unknown top-level key")
-    return GatewayPolicy(models=models, limits=limits, source=source, errors=errors)
+    return GatewayPolicy(
+        models=models, limits=limits, source=source, errors=errors, rerankers=rerankers
+    )
+
+
+_DIALECTS = {
+    pb.RerankPolicy.TEI: Dialect.TEI,
+    pb.RerankPolicy.COHERE_V1: Dialect.COHERE_V1,
+    pb.RerankPolicy.COHERE_V2: Dialect.COHERE_V2,
+    pb.RerankPolicy.JINA: Dialect.JINA,
+}
+
+
+def _rerankers(source: str, raw: Any, overrides: Mapping[str, Path]) -> tuple[RerankPolicy, ...]:
+    if not isinstance(raw, list):
+        raise PolicyError(source, "rerankers", "expected a list of reranker entries")
+    out: list[RerankPolicy] = []
+    for index, item in enumerate(raw):
+        where = f"rerankers[{index}]"
+
+        def fail(field: str, reason: str, where: str = where) -> PolicyError:
+            return PolicyError(source, f"{where}.{field}", reason)
+
+        if not isinstance(item, dict):
+            raise PolicyError(source, where, "expected a mapping")
+        entry = pb.RerankPolicy()
+        _parse(source, where, item, entry)
+        if not entry.name:
+            raise fail("name", "required")
+        dialect = _DIALECTS.get(entry.dialect)
+        if dialect is None:
+            raise fail("dialect", "required: TEI, COHERE_V1, COHERE_V2 or JINA")
+        path = entry.path if entry.HasField("path") else DEFAULT_PATHS[dialect]
+        if not path.startswith("/") or path.rstrip("/") in ("", "/v1/embeddings", "/embeddings"):
+            raise fail("path", f"{path!r} is not a rerank path")
+        kind = entry.upstream.kind or "vllm"
+        if kind not in RERANK_UPSTREAMS:
+            raise fail("upstream.kind", f"unknown rerank upstream {kind!r} (known: dynamo, vllm)")
+        tokenizer = None
+        name_override = overrides.get(entry.name)
+        tok = entry.tokenizer
+        if name_override is not None:
+            tokenizer = TokenizerSource(path=name_override)
+        elif tok.HasField("path"):
+            tokenizer = TokenizerSource(path=Path(tok.path))
+        elif tok.HasField("hf_id"):
+            path_override = overrides.get(tok.hf_id)
+            tokenizer = (
+                TokenizerSource(path=path_override)
+                if path_override
+                else TokenizerSource(hf_id=tok.hf_id, revision=tok.revision or None)
+            )
+        max_tokens = entry.max_tokens if entry.HasField("max_tokens") else None
+        if max_tokens is not None and tokenizer is None:
+            raise fail("tokenizer", "required with max_tokens (pairs are counted with it)")
+        if (
+            tokenizer is not None
+            and tokenizer.path is not None
+            and not (tokenizer.path / "tokenizer.json").is_file()
+        ):
+            raise fail("tokenizer.path", f"{tokenizer.path} has no tokenizer.json")
+        errors = _errors(source, item["errors"]) if "errors" in item else None
+        out.append(
+            RerankPolicy(
+                name=entry.name,
+                upstream_model=entry.upstream_model
+                if entry.HasField("upstream_model")
+                else entry.name,
+                dialect=dialect,
+                path=path,
+                scores=ScoreScale.RAW
+                if entry.scores == pb.RerankPolicy.RAW
+                else ScoreScale.SIGMOID,
+                top_n=entry.top_n if entry.HasField("top_n") and entry.top_n else None,
+                return_documents=entry.return_documents
+                if entry.HasField("return_documents")
+                else DEFAULT_RETURN_DOCUMENTS[dialect],
+                max_tokens=max_tokens,
+                cut_long_pairs=entry.cut_long_pairs if entry.HasField("cut_long_pairs") else True,
+                tokenizer=tokenizer,
+                special_tokens=SpecialTokens(from_tokenizer=True),
+                upstream_kind=kind,
+                errors=errors,
+            )
+        )
+    seen: dict[str, Dialect] = {}
+    names: set[tuple[str, str]] = set()
+    for index, r in enumerate(out):
+        if seen.setdefault(r.path, r.dialect) is not r.dialect:
+            raise PolicyError(
+                source,
+                f"rerankers[{index}].dialect",
+                f"{r.path} already speaks {seen[r.path].name}",
+            )
+        if (r.path, r.name) in names:
+            raise PolicyError(source, f"rerankers[{index}].name", f"{r.name!r} twice on {r.path}")
+        names.add((r.path, r.name))
+    return tuple(out)
 
 
 def _parse(source: str, where: str, raw: Any, message: Message) -> None:
@@ -206,6 +308,7 @@ _SHAPES = {
     pb.Errors.OPENAI: ErrorShape.OPENAI,
     pb.Errors.FASTAPI: ErrorShape.FASTAPI,
     pb.Errors.FLAT: ErrorShape.FLAT,
+    pb.Errors.TEI: ErrorShape.TEI,
 }
 
 

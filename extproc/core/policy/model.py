@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Final
 
 from extproc.core.error_envelope import OPENAI_ERRORS, ErrorDialect
+from extproc.core.rerank.dialects import Dialect
 from extproc.core.upstreams import Capabilities
 
 DEFAULT_MAX_REQUEST_BYTES = 8 * 1024 * 1024
@@ -210,6 +211,35 @@ class ModelPolicy:
 _DEFAULT_TRUNCATION: Final = Truncation()
 
 
+class ScoreScale(enum.Enum):
+    SIGMOID = "sigmoid"  # the logit's sigmoid, in (0, 1)
+    RAW = "raw"  # the logit itself
+
+
+@dataclass(frozen=True)
+class RerankPolicy:
+    """One rerank model on one legacy rerank path (policy.proto's ``RerankPolicy``)."""
+
+    name: str
+    upstream_model: str
+    dialect: Dialect
+    path: str
+    scores: ScoreScale  # what the legacy server answered by default
+    top_n: int | None  # results when the client sends no top_n (None: all)
+    return_documents: bool  # when the client does not say
+    max_tokens: int | None  # per (query, document) pair, special tokens included
+    cut_long_pairs: bool  # a pair over max_tokens: cut (True) or refused
+    tokenizer: TokenizerSource | None  # counts pairs (needed with max_tokens)
+    special_tokens: SpecialTokens
+    upstream_kind: str  # extproc.core.rerank.rerank_upstreams: vllm | dynamo
+    errors: ErrorDialect | None = None  # None: the file's
+
+    @property
+    def key(self) -> str:
+        """How a contract names this reranker's tokenizer."""
+        return f"rerank {self.path} {self.name}"
+
+
 @dataclass(frozen=True)
 class Limits:
     """Request-wide caps (policy.proto's ``Limits``). The character caps default to
@@ -236,6 +266,13 @@ class GatewayPolicy:
     limits: Limits = Limits()
     source: str = "<memory>"
     errors: ErrorDialect = OPENAI_ERRORS  # how the gateway's own error answers read
+    rerankers: tuple[RerankPolicy, ...] = ()
+
+    def rerank_paths(self) -> frozenset[str]:
+        return frozenset(r.path for r in self.rerankers)
+
+    def rerankers_at(self, path: str) -> tuple[RerankPolicy, ...]:
+        return tuple(r for r in self.rerankers if r.path == path)
 
     def model(self, name: str) -> ModelPolicy | None:
         return self.models.get(name)
@@ -257,8 +294,10 @@ class GatewayPolicy:
 
         Sizes Envoy's buffer limit and the gRPC message limits: up to 16 bytes per
         float32 written as JSON, plus per-item keys, plus room for usage and model.
+        (A rerank answer carries at most the request's own documents: the request
+        limit bounds it.)
         """
-        widest = max(m.native_dimensions for m in self.models.values())
+        widest = max((m.native_dimensions for m in self.models.values()), default=1)
         return self.limits.max_inputs * (widest * 16 + 256) + 64 * 1024
 
     def max_message_bytes(self) -> int:

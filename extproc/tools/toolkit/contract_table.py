@@ -1,5 +1,5 @@
-"""The contract table (the requests of the README's first table, plus bad requests): section 2 of the
-probe's report and the rows of learn's verification.
+"""The contract table (the requests of the README's first table, plus bad ones):
+section 2 of the probe's report and the rows of learn's verification.
 
 Each probe is one request sent unchanged to both servers. For valid requests the
 candidate must answer in the same status class, with the same number, length and
@@ -92,8 +92,9 @@ def default_probes(
     long_input: str,
     long_tokens: int,
 ) -> list[Probe]:
-    """The four contract probes of the README's first table, the legacy ``instruction`` field, and four bad
-    requests. ``long_tokens`` is the estimated size of ``long_input`` (for the title)."""
+    """The four contract probes of the README's first table, the legacy ``instruction``
+    field, and four bad requests. ``long_tokens`` is the estimated size of
+    ``long_input`` (for the title)."""
     doc_pair = [d.text for d in documents[:2]]
     first_doc = documents[0].text
     about = max(100, round(long_tokens, -2))

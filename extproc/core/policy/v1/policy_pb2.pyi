@@ -26,14 +26,64 @@ DYNAMO: UpstreamFlavour
 VLLM: UpstreamFlavour
 
 class GatewayPolicy(_message.Message):
-    __slots__ = ("models", "limits", "errors")
+    __slots__ = ("models", "limits", "errors", "rerankers")
     MODELS_FIELD_NUMBER: _ClassVar[int]
     LIMITS_FIELD_NUMBER: _ClassVar[int]
     ERRORS_FIELD_NUMBER: _ClassVar[int]
+    RERANKERS_FIELD_NUMBER: _ClassVar[int]
     models: _containers.RepeatedCompositeFieldContainer[ModelPolicy]
     limits: Limits
     errors: Errors
-    def __init__(self, models: _Optional[_Iterable[_Union[ModelPolicy, _Mapping]]] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., errors: _Optional[_Union[Errors, _Mapping]] = ...) -> None: ...
+    rerankers: _containers.RepeatedCompositeFieldContainer[RerankPolicy]
+    def __init__(self, models: _Optional[_Iterable[_Union[ModelPolicy, _Mapping]]] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., errors: _Optional[_Union[Errors, _Mapping]] = ..., rerankers: _Optional[_Iterable[_Union[RerankPolicy, _Mapping]]] = ...) -> None: ...
+
+class RerankPolicy(_message.Message):
+    __slots__ = ("name", "upstream_model", "dialect", "path", "scores", "top_n", "return_documents", "max_tokens", "cut_long_pairs", "tokenizer", "upstream", "errors")
+    class Dialect(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        DIALECT_UNSPECIFIED: _ClassVar[RerankPolicy.Dialect]
+        TEI: _ClassVar[RerankPolicy.Dialect]
+        COHERE_V1: _ClassVar[RerankPolicy.Dialect]
+        COHERE_V2: _ClassVar[RerankPolicy.Dialect]
+        JINA: _ClassVar[RerankPolicy.Dialect]
+    DIALECT_UNSPECIFIED: RerankPolicy.Dialect
+    TEI: RerankPolicy.Dialect
+    COHERE_V1: RerankPolicy.Dialect
+    COHERE_V2: RerankPolicy.Dialect
+    JINA: RerankPolicy.Dialect
+    class Scores(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        SCORES_UNSPECIFIED: _ClassVar[RerankPolicy.Scores]
+        SIGMOID: _ClassVar[RerankPolicy.Scores]
+        RAW: _ClassVar[RerankPolicy.Scores]
+    SCORES_UNSPECIFIED: RerankPolicy.Scores
+    SIGMOID: RerankPolicy.Scores
+    RAW: RerankPolicy.Scores
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    UPSTREAM_MODEL_FIELD_NUMBER: _ClassVar[int]
+    DIALECT_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    SCORES_FIELD_NUMBER: _ClassVar[int]
+    TOP_N_FIELD_NUMBER: _ClassVar[int]
+    RETURN_DOCUMENTS_FIELD_NUMBER: _ClassVar[int]
+    MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    CUT_LONG_PAIRS_FIELD_NUMBER: _ClassVar[int]
+    TOKENIZER_FIELD_NUMBER: _ClassVar[int]
+    UPSTREAM_FIELD_NUMBER: _ClassVar[int]
+    ERRORS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    upstream_model: str
+    dialect: RerankPolicy.Dialect
+    path: str
+    scores: RerankPolicy.Scores
+    top_n: int
+    return_documents: bool
+    max_tokens: int
+    cut_long_pairs: bool
+    tokenizer: Tokenizer
+    upstream: Upstream
+    errors: Errors
+    def __init__(self, name: _Optional[str] = ..., upstream_model: _Optional[str] = ..., dialect: _Optional[_Union[RerankPolicy.Dialect, str]] = ..., path: _Optional[str] = ..., scores: _Optional[_Union[RerankPolicy.Scores, str]] = ..., top_n: _Optional[int] = ..., return_documents: _Optional[bool] = ..., max_tokens: _Optional[int] = ..., cut_long_pairs: _Optional[bool] = ..., tokenizer: _Optional[_Union[Tokenizer, _Mapping]] = ..., upstream: _Optional[_Union[Upstream, _Mapping]] = ..., errors: _Optional[_Union[Errors, _Mapping]] = ...) -> None: ...
 
 class Errors(_message.Message):
     __slots__ = ("shape", "status")
@@ -43,10 +93,12 @@ class Errors(_message.Message):
         OPENAI: _ClassVar[Errors.Shape]
         FASTAPI: _ClassVar[Errors.Shape]
         FLAT: _ClassVar[Errors.Shape]
+        TEI: _ClassVar[Errors.Shape]
     SHAPE_UNSPECIFIED: Errors.Shape
     OPENAI: Errors.Shape
     FASTAPI: Errors.Shape
     FLAT: Errors.Shape
+    TEI: Errors.Shape
     SHAPE_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
     shape: Errors.Shape

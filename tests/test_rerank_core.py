@@ -1,0 +1,261 @@
+"""The rerank contract on the core alone (sans-I/O): each dialect read and written,
+what the upstream is asked, and what the client gets back (order, scores, top_n,
+documents, errors), for vLLM's answer and Dynamo's bare array."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+import tokenizers
+from tokenizers import models, pre_tokenizers, processors
+
+from extproc.core.contract import Contract, load_contract
+from extproc.core.error_envelope import ApiError
+from extproc.core.policy import PolicyError, load_policy_text
+from extproc.core.rerank.rerank_rewrite import (
+    RerankForward,
+    rewrite_rerank_request,
+    rewrite_rerank_response,
+)
+
+WORDS = [f"w{i}" for i in range(400)]
+
+
+@pytest.fixture(scope="module")
+def pair_tokenizer(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A BERT-style tokenizer ([CLS] a [SEP] b [SEP]), a word per token."""
+    folder = tmp_path_factory.mktemp("pair-tokenizer")
+    vocab = {"[UNK]": 0, "[CLS]": 1, "[SEP]": 2, **{w: i + 3 for i, w in enumerate(WORDS)}}
+    tok = tokenizers.Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]",
+        pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", 1), ("[SEP]", 2)],
+    )
+    tok.save(str(folder / "tokenizer.json"))
+    return folder
+
+
+def policy(entries: str, tokenizer: Path | None = None, top: str = "") -> Contract:
+    overrides = {"ranker": tokenizer} if tokenizer is not None else {}
+    text = top + "rerankers:\n" + entries
+    return load_contract(load_policy_text(text, tokenizer_overrides=overrides))
+
+
+TEI = """
+  - name: ranker
+    dialect: TEI
+    upstream: {kind: vllm}
+"""
+COHERE = """
+  - name: ranker
+    upstream_model: up-ranker
+    dialect: COHERE_V1
+    top_n: 3
+"""
+
+
+def ask(c: Contract, path: str, body: dict[str, Any] | bytes) -> RerankForward:
+    raw = body if isinstance(body, bytes) else orjson.dumps(body)
+    return rewrite_rerank_request(raw, c.policy, path, c.tokenizers)
+
+
+def refused(c: Contract, path: str, body: dict[str, Any] | bytes) -> tuple[int, Any]:
+    with pytest.raises(ApiError) as caught:
+        ask(c, path, body)
+    status, out = c.policy.errors.answer(caught.value)
+    return status, orjson.loads(out)
+
+
+def vllm_answer(logits: list[float]) -> bytes:
+    """vLLM's /rerank answer with use_activation false: best first, documents included."""
+    order = sorted(range(len(logits)), key=lambda i: -logits[i])
+    results = [
+        {"index": i, "document": {"text": f"doc {i}"}, "relevance_score": logits[i]} for i in order
+    ]
+    usage = {"prompt_tokens": 42, "total_tokens": 42}
+    return orjson.dumps({"id": "rerank-1", "model": "m", "usage": usage, "results": results})
+
+
+def sig(x: float) -> float:
+    return 1 / (1 + math.exp(-x))
+
+
+LOGITS = [0.5, -1.25, 2.0, 0.5]
+DOCS = ["a b", "c", "d e f", "g"]
+
+
+def test_tei_request_and_answer() -> None:
+    c = policy(TEI)
+    forward = ask(c, "/rerank", {"query": "q", "texts": DOCS})
+    assert forward.upstream_path == "/rerank"
+    sent = orjson.loads(forward.upstream_body)
+    assert sent == {"model": "ranker", "query": "q", "documents": DOCS, "use_activation": False}
+    answer = rewrite_rerank_response(forward.plan, 200, vllm_answer(LOGITS), c.policy.errors)
+    got = orjson.loads(answer.body)
+    # best first; the tie (0.5) to the earlier document; the sigmoid (TEI's default)
+    assert [r["index"] for r in got] == [2, 0, 3, 1]
+    assert [r["score"] for r in got] == pytest.approx(
+        [sig(LOGITS[i]) for i in (2, 0, 3, 1)], abs=1e-12
+    )
+    assert all(set(r) == {"index", "score"} for r in got)
+    raw = ask(c, "/rerank", {"query": "q", "texts": DOCS, "raw_scores": True, "return_text": True})
+    got = orjson.loads(
+        rewrite_rerank_response(raw.plan, 200, vllm_answer(LOGITS), c.policy.errors).body
+    )
+    assert [r["score"] for r in got] == [2.0, 0.5, 0.5, -1.25]
+    assert [r["text"] for r in got] == ["d e f", "a b", "g", "c"]
+
+
+def test_cohere_request_and_answer() -> None:
+    c = policy(COHERE)
+    body = {"model": "ranker", "query": "q", "documents": ["a b", {"text": "c"}, "d e f", "g"]}
+    forward = ask(c, "/v1/rerank", {**body, "return_documents": True})
+    assert orjson.loads(forward.upstream_body)["model"] == "up-ranker"
+    got = orjson.loads(
+        rewrite_rerank_response(forward.plan, 200, vllm_answer(LOGITS), c.policy.errors).body
+    )
+    assert set(got) == {"id", "results", "meta"} and got["meta"] == {
+        "api_version": {"version": "1"}
+    }
+    results = got["results"]
+    assert [r["index"] for r in results] == [2, 0, 3]  # the policy's top_n
+    assert results[0] == {
+        "index": 2,
+        "relevance_score": pytest.approx(sig(2.0)),
+        "document": {"text": "d e f"},
+    }
+    top1 = ask(c, "/v1/rerank", {**body, "top_n": 1})
+    got = orjson.loads(
+        rewrite_rerank_response(top1.plan, 200, vllm_answer(LOGITS), c.policy.errors).body
+    )
+    assert [r["index"] for r in got["results"]] == [2] and "document" not in got["results"][0]
+
+
+def test_raw_legacy_scores_and_jina_and_v2() -> None:
+    c = policy(
+        COHERE.replace("COHERE_V1", "JINA")
+        + "    scores: RAW\n"
+        + """  - name: v2ranker
+    dialect: COHERE_V2
+"""
+    )
+    body = {"model": "ranker", "query": "q", "documents": DOCS}
+    forward = ask(c, "/v1/rerank", body)
+    got = orjson.loads(
+        rewrite_rerank_response(forward.plan, 200, vllm_answer(LOGITS), c.policy.errors).body
+    )
+    assert set(got) == {"model", "usage", "results"} and got["usage"] == {"total_tokens": 42}
+    assert [r["relevance_score"] for r in got["results"]] == [2.0, 0.5, 0.5]  # raw, top 3
+    assert got["results"][0]["document"] == {"text": "d e f"}  # Jina returns them by default
+    v2 = ask(c, "/v2/rerank", {"model": "v2ranker", "query": "q", "documents": DOCS})
+    got = orjson.loads(
+        rewrite_rerank_response(v2.plan, 200, vllm_answer(LOGITS), c.policy.errors).body
+    )
+    assert got["meta"]["api_version"]["version"] == "2" and len(got["results"]) == 4
+
+
+def test_dynamos_bare_array() -> None:
+    """Dynamo's SGLang answer: sigmoid scores in a bare array, no raw switch; turned
+    back into logits for a client that wants them."""
+    c = policy(TEI.replace("kind: vllm", "kind: dynamo"))
+    forward = ask(c, "/rerank", {"query": "q", "texts": DOCS, "raw_scores": True})
+    assert forward.upstream_path == "/v1/rerank"
+    assert orjson.loads(forward.upstream_body)["return_documents"] is False
+    bare = orjson.dumps([{"index": i, "score": sig(x)} for i, x in enumerate(LOGITS)])
+    got = orjson.loads(rewrite_rerank_response(forward.plan, 200, bare, c.policy.errors).body)
+    assert [r["score"] for r in got] == pytest.approx([2.0, 0.5, 0.5, -1.25], abs=1e-9)
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        (b"{", None),
+        ({"texts": ["a"]}, "query"),
+        ({"query": "", "texts": ["a"]}, "query"),
+        ({"query": "q", "texts": []}, "texts"),
+        ({"query": "q", "texts": ["a", 1]}, "texts"),
+        ({"query": "q", "texts": ["a"], "raw_scores": "yes"}, "raw_scores"),
+        ({"query": "q", "texts": ["a"], "truncation_direction": "Up"}, "truncation_direction"),
+    ],
+)
+def test_tei_mistakes_in_teis_error_shape(body: Any, param: str | None) -> None:
+    c = policy(TEI, top="errors: {shape: TEI, status: {malformed: 422, invalid: 422}}\n")
+    status, got = refused(c, "/rerank", body)
+    assert (
+        status == 422 and set(got) == {"error", "error_type"} and got["error_type"] == "Validation"
+    )
+
+
+def test_models_and_paths() -> None:
+    c = policy(COHERE + COHERE.replace("name: ranker", "name: other"))
+    assert (
+        refused(c, "/v1/rerank", {"query": "q", "documents": ["a"]})[1]["error"]["param"] == "model"
+    )
+    status, got = refused(c, "/v1/rerank", {"model": "nope", "query": "q", "documents": ["a"]})
+    assert status == 404 and got["error"]["code"] == "model_not_found"
+    assert refused(c, "/v2/rerank", {"query": "q", "documents": ["a"]})[0] == 404
+    status, _ = refused(
+        c, "/v1/rerank", {"model": "ranker", "query": "q", "documents": ["a"], "top_n": 0}
+    )
+    assert status == 400
+
+
+def test_upstream_errors_and_bad_answers() -> None:
+    c = policy(TEI, top="errors: {shape: TEI}\n")
+    plan = ask(c, "/rerank", {"query": "q", "texts": DOCS}).plan
+    for status, body, want in (
+        (500, b'{"message": "boom"}', 500),
+        (404, b"", 503),
+        (400, b'{"error": {"message": "too long"}}', 400),
+        (200, b'{"results": [{"index": 0, "relevance_score": 1.0}]}', 502),  # one of four
+        (200, b"[]", 502),
+        (200, b"not json", 502),
+    ):
+        answer = rewrite_rerank_response(plan, status, body, c.policy.errors)
+        assert answer.status == want, (status, body)
+        assert set(orjson.loads(answer.body)) == {"error", "error_type"}
+
+
+def test_long_pairs_cut_or_refused(pair_tokenizer: Path) -> None:
+    entry = TEI + "    max_tokens: 20\n    tokenizer: {path: x}\n"
+    c = policy(entry, pair_tokenizer)
+    short = {"query": "w1 w2", "texts": ["w3 w4", "w5"]}
+    assert "truncate_prompt_tokens" not in orjson.loads(ask(c, "/rerank", short).upstream_body)
+    long = {"query": "w1 w2", "texts": ["w3", " ".join(WORDS[:30])]}  # 2 + 30 + 3 > 20
+    assert orjson.loads(ask(c, "/rerank", long).upstream_body)["truncate_prompt_tokens"] == 20
+    status, got = refused(c, "/rerank", {**long, "truncate": False})
+    assert status == 413 and "20" in got["error"]["message"]
+    at_limit = {"query": "w1 w2", "texts": [" ".join(WORDS[:15])]}  # 2 + 15 + 3 = 20
+    assert "truncate_prompt_tokens" not in orjson.loads(ask(c, "/rerank", at_limit).upstream_body)
+    refusing = policy(entry + "    cut_long_pairs: false\n", pair_tokenizer)
+    assert refused(refusing, "/rerank", long)[0] == 413
+    assert "truncate_prompt_tokens" in orjson.loads(
+        ask(refusing, "/rerank", {**long, "truncate": True}).upstream_body
+    )
+
+
+@pytest.mark.parametrize(
+    ("entries", "field"),
+    [
+        ("  - name: r\n", "rerankers[0].dialect"),
+        ("  - name: r\n    dialect: TEI\n    path: /v1/embeddings\n", "rerankers[0].path"),
+        (
+            "  - name: r\n    dialect: TEI\n    upstream: {kind: tei}\n",
+            "rerankers[0].upstream.kind",
+        ),
+        ("  - name: r\n    dialect: TEI\n    max_tokens: 10\n", "rerankers[0].tokenizer"),
+        (
+            "  - name: r\n    dialect: TEI\n  - name: s\n    dialect: COHERE_V1\n    path: /rerank\n",
+            "rerankers[1].dialect",
+        ),
+    ],
+)
+def test_bad_rerankers_are_named(entries: str, field: str) -> None:
+    with pytest.raises(PolicyError, match=field.replace(".", r"\.").replace("[", r"\[")):
+        policy(entries)
