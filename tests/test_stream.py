@@ -790,6 +790,8 @@ SAMPLES: dict[str, list[Callable[[], Any]]] = {
     "request_headers": [
         lambda: request_headers({**POST_JSON, ":path": "/embeddings"}),
         lambda: request_headers({":method": "GET", ":path": "/v1/embeddings"}, eos=True),
+        # a rerank path the policy does not cover: the legacy server's, left whole
+        lambda: request_headers({**POST_JSON, ":path": "/v1/rerank"}),
     ],
     "request_body": [
         lambda: request_body(PLAIN),

@@ -122,6 +122,13 @@ def _parser() -> argparse.ArgumentParser:
         help="split migration: send every path but the embeddings endpoint to this "
         "server, untouched and streamed (e.g. the legacy server's http://127.0.0.1:9000)",
     )
+    run.add_argument(
+        "--rerank-upstream",
+        default=None,
+        metavar="URL",
+        help="where the policy's rerank paths go: a vLLM serving the reranker "
+        "(--runner pooling) or Dynamo's SGLang frontend (default: --upstream)",
+    )
     run.add_argument("--listen", default="127.0.0.1:8080", help="where clients connect")
     add_envoy_options(run)
     run.add_argument(
@@ -301,6 +308,11 @@ def _run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"error: --legacy: {exc}", file=sys.stderr)
         return 2
+    try:
+        rerank = Upstream.from_url(args.rerank_upstream) if args.rerank_upstream else None
+    except ValueError as exc:
+        print(f"error: --rerank-upstream: {exc}", file=sys.stderr)
+        return 2
     if not args.envoy_template.is_file():
         print(f"error: --envoy-template: no such file {args.envoy_template}", file=sys.stderr)
         return 2
@@ -331,6 +343,7 @@ def _run(args: argparse.Namespace) -> int:
             envoy_concurrency=args.envoy_concurrency,
             upstream_timeout_s=args.upstream_timeout,
             legacy=legacy,
+            rerank_upstream=rerank,
             server_tls=server_tls,
             envoy_tls=envoy_tls,
             reload=reload_settings(args, started_from),

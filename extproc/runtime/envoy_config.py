@@ -87,6 +87,8 @@ class EnvoySettings:
     upstream_timeout_s: float = 300.0
     # Split migration: every path but the embeddings endpoint goes here, untouched.
     legacy: Upstream | None = None
+    # Where the policy's rerank paths go (default: ``upstream``).
+    rerank_upstream: Upstream | None = None
 
 
 def render(
@@ -141,9 +143,92 @@ def render(
     extproc = clusters["extproc"]
     extproc["per_connection_buffer_limit_bytes"] = message_limit
     point_cluster(extproc, [("127.0.0.1", settings.extproc_port)])
+    render_rerank(config, policy, settings.rerank_upstream or settings.upstream)
     if settings.legacy is not None:
         return with_legacy(config, settings.legacy)
     return config
+
+
+RERANK_ROUTE = "rerank"
+RERANK_CLUSTER = "rerank_upstream"
+# gRPC metadata of the rerank route: its stream carries the whole exchange (the
+# request headers, whose path says which contract, and the response).
+WHOLE_EXCHANGE_METADATA = "x-embgw-whole-exchange"
+_WHOLE_EXCHANGE_MODE = {
+    "request_header_mode": "SEND",
+    "request_body_mode": "BUFFERED",
+    "response_header_mode": "SEND",
+    "response_body_mode": "BUFFERED",
+    "request_trailer_mode": "SKIP",
+    "response_trailer_mode": "SKIP",
+}
+
+
+def render_rerank(config: dict[str, Any], policy: GatewayPolicy, upstream: Upstream) -> None:
+    """A route for the policy's rerank paths (POST), in place, before the pass-through
+    route: the ext_proc filter runs on it and sees the whole exchange (request
+    headers, body, response headers, body), the other gateway filters do not, and it
+    goes to a ``rerank_upstream`` cluster at ``upstream``. Any other rerank path stays
+    on the pass-through route (the legacy server's, with ``--legacy``). Nothing
+    changes for a policy without rerankers."""
+    paths = sorted(policy.rerank_paths())
+    if not paths:
+        return
+    (vhost,) = _route_config(config)["virtual_hosts"]
+    routes: list[dict[str, Any]] = vhost["routes"]
+    index = next(i for i, r in enumerate(routes) if r.get("name") == PASSTHROUGH_ROUTE)
+    passthrough = routes[index]
+    per_filter = copy.deepcopy(passthrough.get("typed_per_filter_config", {}))
+    ext_proc_name = next(
+        name
+        for name in (*per_filter, "envoy.filters.http.ext_proc")
+        if name in ("extproc.request", "envoy.filters.http.ext_proc")
+    )
+    per_filter.pop("buffer", None)  # its limit is the stream's buffer, the answer's too
+    per_filter[ext_proc_name] = {
+        "@type": "type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExtProcPerRoute",
+        "overrides": {
+            "processing_mode": dict(_WHOLE_EXCHANGE_MODE),
+            "grpc_initial_metadata": [{"key": WHOLE_EXCHANGE_METADATA, "value": "1"}],
+        },
+    }
+    pattern = "|".join(re.escape(path) for path in paths)
+    routes.insert(
+        index,
+        {
+            "name": RERANK_ROUTE,
+            "match": {
+                "safe_regex": {"regex": pattern},
+                "headers": [{"name": ":method", "string_match": {"exact": "POST"}}],
+            },
+            "route": {
+                "cluster": RERANK_CLUSTER,
+                "timeout": passthrough["route"].get("timeout", "300s"),
+            },
+            "request_body_buffer_limit": policy.limits.max_request_bytes,
+            "request_headers_to_add": [
+                {
+                    "header": {"key": "content-type", "value": "application/json"},
+                    "append_action": "ADD_IF_ABSENT",
+                },
+                {
+                    "header": {"key": "accept-encoding", "value": "identity"},
+                    "append_action": "OVERWRITE_IF_EXISTS_OR_ADD",
+                },
+            ],
+            "typed_per_filter_config": per_filter,
+        },
+    )
+    clusters: list[dict[str, Any]] = config["static_resources"]["clusters"]
+    base = next(c for c in clusters if c["name"] == "upstream")
+    cluster = copy.deepcopy(base)
+    cluster["name"] = RERANK_CLUSTER
+    cluster["load_assignment"]["cluster_name"] = RERANK_CLUSTER
+    point_cluster(cluster, [(upstream.host, upstream.port)])
+    cluster.pop("transport_socket", None)
+    if upstream.tls:
+        cluster["transport_socket"] = _upstream_tls(upstream.host)
+    clusters.append(cluster)
 
 
 def render_error_bodies(config: dict[str, Any], errors: ErrorDialect) -> None:

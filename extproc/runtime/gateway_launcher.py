@@ -55,6 +55,8 @@ class RunOptions:
     upstream_timeout_s: float = 300.0
     # Split migration: every other path to this server, untouched (envoy_config.with_legacy).
     legacy: Upstream | None = None
+    # Where the policy's rerank paths go (envoy_config.render_rerank); None: upstream.
+    rerank_upstream: Upstream | None = None
     # TLS on the Envoy -> ext_proc hop: the server's side and Envoy's side.
     server_tls: TlsSettings | None = None
     envoy_tls: ExtProcTls | None = None
@@ -116,6 +118,7 @@ async def run(contract: Contract, options: RunOptions) -> int:
             upstream=options.upstream,
             upstream_timeout_s=options.upstream_timeout_s,
             legacy=options.legacy,
+            rerank_upstream=options.rerank_upstream,
         )
         config = render(template, settings, contract.policy)
         config = servers.render_into(config)
@@ -129,7 +132,7 @@ async def run(contract: Contract, options: RunOptions) -> int:
                 f"{options.upstream.url}{_legacy_note(options.legacy)} (envoy pid {envoy_pid}, "
                 f"{servers.note(options.server_tls)}, "
                 f"admin 127.0.0.1:{settings.admin_port}, "
-                f"models: {', '.join(contract.policy.models)})"
+                f"models: {', '.join(contract.policy.models)}{_rerank_note(contract, options)})"
             )
 
         base_url = f"http://{shown_host}:{listen_port}"
@@ -144,6 +147,14 @@ async def run(contract: Contract, options: RunOptions) -> int:
             servers=servers.watched,
             on_ready=None if hook is None else functools.partial(hook, base_url),
         )
+
+
+def _rerank_note(contract: Contract, options: RunOptions) -> str:
+    paths = sorted(contract.policy.rerank_paths())
+    if not paths:
+        return ""
+    target = options.rerank_upstream or options.upstream
+    return f"; rerank {', '.join(paths)} -> {target.url}"
 
 
 def _legacy_note(legacy: Upstream | None) -> str:

@@ -110,6 +110,18 @@ def neutral(kind: str | None) -> ep.ProcessingResponse:
     return reply
 
 
+def exchange_passed() -> ep.ProcessingResponse:
+    """The reply to request headers the gateway leaves alone, whole: nothing more of
+    this exchange is sent to it (its body, the response), so it streams untouched."""
+    reply = ep.ProcessingResponse()
+    reply.request_headers.SetInParent()
+    mode = reply.mode_override
+    mode.request_body_mode = processing_mode_pb2.ProcessingMode.NONE
+    mode.response_header_mode = processing_mode_pb2.ProcessingMode.SKIP
+    mode.response_body_mode = processing_mode_pb2.ProcessingMode.NONE
+    return reply
+
+
 def error_answer(
     error: ApiError, dialect: ErrorDialect, *, retry_after_s: int | None = None
 ) -> ep.ProcessingResponse:

@@ -44,6 +44,9 @@ ONE_MESSAGE_METADATA = "x-embgw-one-message"
 # gRPC metadata a route adds when the response body comes on the same stream as the
 # request body (standalone.yaml's one-stream route).
 RESPONSE_ON_STREAM_METADATA = "x-embgw-response-on-stream"
+# gRPC metadata a route adds when its stream carries the whole exchange although the
+# filter's own metadata says one message (standalone.yaml's rerank route).
+WHOLE_EXCHANGE_METADATA = "x-embgw-whole-exchange"
 
 # Bodies above this are processed in a worker thread so that one huge request
 # (parse + tokenize) does not stall every other stream on the event loop.
@@ -239,14 +242,16 @@ def stream_shape(metadata: Iterable[tuple[str, Any]]) -> Shape:
     one message per stream and say so; its one-stream route also says that the
     response body follows on the same stream. Other configs (single-filter.yaml, the
     meshes) send the whole exchange on one stream and set neither."""
-    one_message = response_on_stream = False
+    one_message = response_on_stream = whole = False
     for key, value in metadata:
         if value == "1":
             if key == ONE_MESSAGE_METADATA:
                 one_message = True
             elif key == RESPONSE_ON_STREAM_METADATA:
                 response_on_stream = True
-    if not one_message:
+            elif key == WHOLE_EXCHANGE_METADATA:
+                whole = True
+    if whole or not one_message:
         return Shape.WHOLE_EXCHANGE
     if response_on_stream:
         return Shape.RESPONSE_BODY_ON_THIS_STREAM

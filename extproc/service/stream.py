@@ -32,7 +32,7 @@ from typing import Any, Final, NamedTuple
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
 
 from extproc.core.contract import Contract
-from extproc.core.error_envelope import SERVER_ERROR, ApiError
+from extproc.core.error_envelope import SERVER_ERROR, ApiError, ErrorDialect
 from extproc.core.plan import RequestStats, ResponsePlan
 from extproc.core.request_coding import BodyCoding
 from extproc.core.request_headers import (
@@ -46,6 +46,7 @@ from extproc.core.request_headers import (
     upstream_path,
 )
 from extproc.core.request_rewrite import rewrite_request
+from extproc.core.rerank.dialects import MESH_RERANK_PATHS
 from extproc.core.rerank.rerank_rewrite import (
     RerankPlan,
     rewrite_rerank_request,
@@ -64,6 +65,7 @@ from extproc.service.envoy_messages import (
     attributes_of,
     coding_from_metadata,
     error_answer,
+    exchange_passed,
     header_map,
     immediate_response,
     neutral,
@@ -221,6 +223,8 @@ class ExtProcStream:
         self.content_type = values.get("content-type", self.content_type)
         self.request_id = values.get("x-request-id", self.request_id)
         path = values.get(":path")
+        if path is not None and self._uncovered_rerank(path):
+            return exchange_passed(), Phase.PASS_THROUGH
         try:
             target = None if path is None else self._upstream_path(path)
             check_method(values.get(":method", "POST"))
@@ -242,6 +246,12 @@ class ExtProcStream:
             add_json_content_type=self.content_type is None,
         )
         return reply, Phase.AWAIT_REQUEST
+
+    def _uncovered_rerank(self, path: str) -> bool:
+        """A rerank path a mesh's filter lets through that the policy does not cover:
+        the legacy server's own traffic, left untouched."""
+        route = route_of(path)
+        return route in MESH_RERANK_PATHS and not self.contract.policy.rerankers_at(route)
 
     def _upstream_path(self, path: str) -> str:
         """The embeddings endpoint's canonical path, or the rerank upstream's path for
@@ -314,7 +324,17 @@ class ExtProcStream:
 
     def _reject(self, error: ApiError) -> Step:
         self.metrics.rejected(error.status, error.param)
-        return error_answer(error, self.contract.policy.errors), Phase.DONE
+        return error_answer(error, self._errors()), Phase.DONE
+
+    def _errors(self) -> ErrorDialect:
+        """The error dialect of this request's endpoint: a rerank path's own, else the
+        policy's."""
+        policy = self.contract.policy
+        if self.rerank_path is not None:
+            entries = policy.rerankers_at(self.rerank_path)
+            if entries and entries[0].errors is not None:
+                return entries[0].errors
+        return policy.errors
 
     # -- response phase --------------------------------------------------------------
 
@@ -414,7 +434,7 @@ class ExtProcStream:
         """A 503 with ``Retry-After``, and nothing is forwarded. Not a client mistake,
         so counted only by the servicer's admission metrics, not as a rejection."""
         self.plan = None
-        errors = self.contract.policy.errors
+        errors = self._errors()
         return error_answer(event.error, errors, retry_after_s=event.retry_after_s), Phase.DONE
 
     def _fail(self, event: None) -> Step:
@@ -428,7 +448,7 @@ class ExtProcStream:
             type=SERVER_ERROR,
             code="gateway_error",
         )
-        return error_answer(error, self.contract.policy.errors), Phase.DONE
+        return error_answer(error, self._errors()), Phase.DONE
 
     # The end of a stream, by its shape: a whole-exchange stream carries everything
     # until the response is decided; a one-message stream (standalone.yaml) ends after
@@ -496,7 +516,7 @@ _S = ExtProcStream
 TRANSITIONS: Final[Mapping[tuple[Phase, str | None], Row]] = {
     # Checked before Envoy buffers a body: accepted (the body follows) or refused.
     (Phase.AWAIT_REQUEST, "request_headers"): _row(
-        _S._check_request_headers, Phase.AWAIT_REQUEST, Phase.DONE
+        _S._check_request_headers, Phase.AWAIT_REQUEST, Phase.DONE, Phase.PASS_THROUGH
     ),
     # The whole body in one message, whatever its end_of_stream says (trailers may
     # follow it): a second one has no row. Forwarded, or refused.

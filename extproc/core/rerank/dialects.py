@@ -40,6 +40,9 @@ DEFAULT_PATHS: Final = {
     Dialect.COHERE_V2: "/v2/rerank",
     Dialect.JINA: "/v1/rerank",
 }
+# The rerank paths a mesh's filter lets through to the server (envoy/istio): a policy
+# that covers one of them gets its requests; the others pass untouched.
+MESH_RERANK_PATHS: Final = frozenset(DEFAULT_PATHS.values())
 # Whether answers carry the documents when the client does not say.
 DEFAULT_RETURN_DOCUMENTS: Final = {
     Dialect.TEI: False,

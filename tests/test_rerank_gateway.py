@@ -1,0 +1,207 @@
+"""Reranking through the real gateway (`extproc run`: Envoy + ext_proc) with
+`--legacy`: a TEI-dialect client and a Cohere-dialect client get from the gateway, in
+front of a vLLM-shaped rerank upstream, the answers their legacy server gave (the
+stand-ins of tests/fake_rerank.py share one scorer), and none of that traffic reaches
+the legacy server; every other path still does."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+import tokenizers
+from tokenizers import models, pre_tokenizers, processors
+
+from extproc.core.upstream_errors import parse_upstream_error
+from tests.conftest import QWEN_MODEL, SHIPPED_QWEN_POLICY
+from tests.fake_rerank import FakeLegacyRerank, FakeRerankUpstream
+from tests.fake_upstream import FakeUpstream
+from tests.harness import Gateway, Gateways, GatewaySpec, http
+
+MAX_TOKENS = 64
+WORDS = [
+    "river",
+    "stone",
+    "garden",
+    "bridge",
+    "morning",
+    "light",
+    "boat",
+    "water",
+    "child",
+    "house",
+    "road",
+    "market",
+]
+
+
+@pytest.fixture(scope="module")
+def word_tokenizer(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The made-up model's tokenizer: a token a word, [CLS] a [SEP] b [SEP] for a pair."""
+    folder = tmp_path_factory.mktemp("rerank-tokenizer")
+    vocab = {"[UNK]": 0, "[CLS]": 1, "[SEP]": 2, **{w: i + 3 for i, w in enumerate(WORDS)}}
+    tok = tokenizers.Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]",
+        pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", 1), ("[SEP]", 2)],
+    )
+    tok.save(str(folder / "tokenizer.json"))
+    return folder
+
+
+TEI_POLICY = """
+rerankers:
+  - name: reranker
+    dialect: TEI
+    max_tokens: 64
+    cut_long_pairs: false
+    tokenizer: {path: unused}
+    upstream: {kind: vllm}
+    errors: {shape: TEI, status: {malformed: 422, invalid: 422}}
+"""
+COHERE_POLICY = """
+rerankers:
+  - name: reranker
+    dialect: COHERE_V1
+    max_tokens: 64
+    tokenizer: {path: unused}
+    upstream: {kind: vllm}
+    errors: {shape: FASTAPI, status: {malformed: 422, invalid: 422}}
+"""
+
+
+@pytest.fixture(scope="module")
+def upstreams(qwen_dir: Path) -> Iterator[tuple[FakeUpstream, FakeRerankUpstream]]:
+    with (
+        FakeUpstream(flavour="dynamo", tokenizer_dir=qwen_dir) as embeddings,
+        FakeRerankUpstream(max_tokens=MAX_TOKENS) as rerank,
+    ):
+        yield embeddings, rerank
+
+
+def gateway_for(
+    dialect: str, policy: str, upstreams: Any, gateways: Gateways, tokenizers: str
+) -> Iterator[tuple[Gateway, FakeLegacyRerank]]:
+    embeddings, rerank = upstreams
+    text = SHIPPED_QWEN_POLICY.read_text(encoding="utf-8") + policy
+    with FakeLegacyRerank(dialect=dialect, max_tokens=MAX_TOKENS) as legacy:
+        spec = GatewaySpec(
+            embeddings.url,
+            policy=text,
+            tokenizers=tokenizers,
+            legacy=legacy.url,
+            args=("--rerank-upstream", rerank.url),
+        )
+        with gateways.own(spec) as gateway:
+            yield gateway, legacy
+
+
+@pytest.fixture(scope="module")
+def tei(upstreams: Any, gateways: Gateways, word_tokenizer: Path, qwen_dir: Path) -> Iterator[Any]:
+    names = f"{QWEN_MODEL}={qwen_dir},reranker={word_tokenizer}"
+    yield from gateway_for("tei", TEI_POLICY, upstreams, gateways, names)
+
+
+@pytest.fixture(scope="module")
+def cohere(
+    upstreams: Any, gateways: Gateways, word_tokenizer: Path, qwen_dir: Path
+) -> Iterator[Any]:
+    names = f"{QWEN_MODEL}={qwen_dir},reranker={word_tokenizer}"
+    yield from gateway_for("cohere", COHERE_POLICY, upstreams, gateways, names)
+
+
+QUERY = "river boat morning"
+DOCS = [
+    "the river runs past the stone house",
+    "a boat on the water in the morning light",
+    "market road child",
+    "garden bridge",
+    "river boat morning " + "water " * 70,  # a pair over 64 tokens
+]
+
+
+def scores_of(doc: Any) -> list[tuple[int, float]]:
+    items = doc if isinstance(doc, list) else doc["results"]
+    return [(r["index"], r.get("score", r.get("relevance_score"))) for r in items]
+
+
+def assert_same_answer(old: Any, new: Any, label: str) -> None:
+    assert old.status == new.status, (label, old.body[:300], new.body[:300])
+    if old.status != 200:
+        shapes = parse_upstream_error(old.body).shape, parse_upstream_error(new.body).shape
+        assert shapes[0] == shapes[1], (label, old.body, new.body)
+        return
+    a, b = orjson.loads(old.body), orjson.loads(new.body)
+    assert type(a) is type(b), label
+    assert [i for i, _ in scores_of(a)] == [i for i, _ in scores_of(b)], (label, a, b)
+    for (_, x), (_, y) in zip(scores_of(a), scores_of(b), strict=True):
+        assert abs(x - y) <= 1e-4, (label, x, y)
+    items = a if isinstance(a, list) else a["results"]
+    others = b if isinstance(b, list) else b["results"]
+    assert [sorted(r) for r in items] == [sorted(r) for r in others], (label, a, b)
+    if isinstance(a, dict):
+        assert sorted(a) == sorted(b), label
+
+
+TEI_BODIES: dict[str, Any] = {
+    "plain": {"query": QUERY, "texts": DOCS[:4]},
+    "raw scores": {"query": QUERY, "texts": DOCS[:4], "raw_scores": True},
+    "with text": {"query": QUERY, "texts": DOCS[:4], "return_text": True},
+    "long, truncated": {"query": QUERY, "texts": DOCS, "truncate": True},
+    "long, refused": {"query": QUERY, "texts": DOCS},
+    "malformed": b'{"query": ',
+    "no texts": {"query": QUERY, "texts": []},
+    "no query": {"texts": DOCS[:2]},
+    "texts not strings": {"query": QUERY, "texts": [1, 2]},
+}
+COHERE_BODIES: dict[str, Any] = {
+    "plain": {"query": QUERY, "documents": DOCS[:4]},
+    "model named": {"model": "reranker", "query": QUERY, "documents": DOCS[:4]},
+    "top_n": {"query": QUERY, "documents": DOCS[:4], "top_n": 2},
+    "documents back": {"query": QUERY, "documents": DOCS[:4], "return_documents": True},
+    "objects": {"query": QUERY, "documents": [{"text": d} for d in DOCS[:3]]},
+    "long, cut": {"query": QUERY, "documents": DOCS},
+    "malformed": b'{"query": ',
+    "no documents": {"query": QUERY, "documents": []},
+    "unknown model": {"model": "nope", "query": QUERY, "documents": DOCS[:2]},
+}
+
+
+@pytest.mark.parametrize("label", list(TEI_BODIES))
+def test_a_tei_client_gets_the_legacy_answers(label: str, tei: Any) -> None:
+    gateway, legacy = tei
+    body = TEI_BODIES[label]
+    old = http("POST", f"{legacy.url}/rerank", body)
+    before = len(legacy.received)
+    new = http("POST", f"{gateway.url}/rerank", body)
+    assert_same_answer(old, new, label)
+    assert len(legacy.received) == before  # nothing of it reached the legacy server
+
+
+@pytest.mark.parametrize("label", list(COHERE_BODIES))
+def test_a_cohere_client_gets_the_legacy_answers(label: str, cohere: Any) -> None:
+    gateway, legacy = cohere
+    body = COHERE_BODIES[label]
+    old = http("POST", f"{legacy.url}/v1/rerank", body)
+    before = len(legacy.received)
+    new = http("POST", f"{gateway.url}/v1/rerank", body)
+    assert_same_answer(old, new, label)
+    assert len(legacy.received) == before
+
+
+def test_other_paths_still_reach_the_legacy_server(tei: Any, upstreams: Any) -> None:
+    gateway, legacy = tei
+    before = len(legacy.received)
+    reply = http("POST", f"{gateway.url}/v1/rerank", {"query": "q", "documents": ["a"]})
+    assert reply.status == 404  # the TEI legacy server has no /v1/rerank
+    assert legacy.paths()[before:] == ["/v1/rerank"]
+    # the rerank upstream got the gateway's requests, at its own path, only
+    assert set(upstreams[1].paths()) == {"/rerank"}
+    # and the embeddings contract is unchanged next to it
+    answer = gateway.embeddings({"model": QWEN_MODEL, "input": "hello", "dimensions": 64})
+    assert answer.status == 200 and len(answer.json()["data"][0]["embedding"]) == 64
