@@ -93,7 +93,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(payload)
 
     def do_GET(self) -> None:
-        payload = orjson.dumps({"status": "ok"})
+        payload = orjson.dumps(self.server.owner.get(self.path))
         self.send_response_only(200)
         self.send_header("content-type", "application/json")
         self.send_header("content-length", str(len(payload)))
@@ -111,6 +111,9 @@ class _Base:
 
     def answer(self, path: str, body: bytes) -> tuple[int, Any]:
         raise NotImplementedError
+
+    def get(self, path: str) -> Any:
+        return {"status": "ok"}
 
     def __enter__(self) -> Any:
         server = _Server(("127.0.0.1", 0), _Handler)
@@ -147,6 +150,11 @@ class FakeRerankUpstream(_Base):
         self.kind = kind
         self.served_model = served_model
         self.max_tokens = max_tokens
+
+    def get(self, path: str) -> Any:
+        """/v1/models as vLLM lists a model (its limit included)."""
+        model = {"id": self.served_model, "object": "model", "owned_by": "vllm"}
+        return {"object": "list", "data": [{**model, "max_model_len": self.max_tokens}]}
 
     def answer(self, path: str, body: bytes) -> tuple[int, Any]:
         expected = "/rerank" if self.kind == "vllm" else "/v1/rerank"

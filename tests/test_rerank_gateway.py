@@ -205,3 +205,32 @@ def test_other_paths_still_reach_the_legacy_server(tei: Any, upstreams: Any) -> 
     # and the embeddings contract is unchanged next to it
     answer = gateway.embeddings({"model": QWEN_MODEL, "input": "hello", "dimensions": 64})
     assert answer.status == 200 and len(answer.json()["data"][0]["embedding"]) == 64
+
+
+@pytest.mark.parametrize(
+    ("dialect", "expected"),
+    [("tei", {"dialect": "TEI", "cut_long_pairs": False}), ("cohere", {"dialect": "COHERE_V1"})],
+)
+def test_learn_writes_the_rerank_policy_ready(
+    dialect: str, expected: dict[str, Any], upstreams: Any, word_tokenizer: Path, tmp_path: Path
+) -> None:
+    """`extproc learn --task rerank` against each legacy dialect and the rerank upstream:
+    the policy, verified through the real gateway (READY, exit 0)."""
+    from extproc.commands import learn as learn_command
+    from extproc.commands.cli import _parser
+    from extproc.core.policy import load_policy_file
+
+    _, rerank = upstreams
+    with FakeLegacyRerank(dialect=dialect, max_tokens=MAX_TOKENS) as legacy:
+        argv = ["learn", "--task", "rerank", "--baseline", legacy.url, "--candidate", rerank.url]
+        argv += ["--model", "reranker", "--tokenizer", f"reranker={word_tokenizer}"]
+        argv += ["--out", str(tmp_path)]
+        code = learn_command.run(_parser().parse_args(argv))
+    md = (tmp_path / "report.md").read_text(encoding="utf-8")
+    assert code == 0, md
+    assert "**Result: READY** (exit code 0)" in md
+    (reranker,) = load_policy_file(tmp_path / "policy.yaml").rerankers
+    entry = {"dialect": reranker.dialect.name, "cut_long_pairs": reranker.cut_long_pairs}
+    for key, value in expected.items():
+        assert entry[key] == value, (key, md)
+    assert reranker.max_tokens == MAX_TOKENS and reranker.scores.name == "SIGMOID"

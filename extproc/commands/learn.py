@@ -12,11 +12,13 @@ candidate that does not embed a plain text.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from extproc.commands.options import (
     add_header_option,
@@ -38,6 +40,10 @@ from extproc.tools.learn.learn_report import NO_VERIFY, LearnReport, to_json, to
 from extproc.tools.learn.local import LocalModel
 from extproc.tools.learn.policy_file import policy_text
 from extproc.tools.learn.probing_plan import Learned, learn
+from extproc.tools.learn.rerank_check import to_json as rerank_json
+from extproc.tools.learn.rerank_check import to_markdown as rerank_markdown
+from extproc.tools.learn.rerank_check import verify_rerank
+from extproc.tools.learn.rerank_learner import RerankSession, learn_rerank
 from extproc.tools.learn.session import Session
 from extproc.tools.learn.verify import Verification, upstream_root, verify
 from extproc.tools.toolkit.budgeted_client import BudgetSpentError
@@ -57,6 +63,13 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument("--model", required=True, help="the model name clients send")
     add_tokenizer_option(p)
     p.add_argument("--preset", default=None, help="the model family to try first (extproc presets)")
+    p.add_argument(
+        "--task",
+        choices=("embeddings", "rerank"),
+        default="embeddings",
+        help="the legacy contract to learn: the embeddings endpoint (default) or reranking "
+        "(the candidate then is the rerank upstream, vLLM's /rerank)",
+    )
     p.add_argument(
         "--out",
         type=Path,
@@ -79,6 +92,8 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.task == "rerank":
+        return run_rerank(args)
     started, wall = time.monotonic(), datetime.now(UTC).isoformat(timespec="seconds")
     try:
         urls = {"baseline": endpoint_url(args.baseline), "candidate": endpoint_url(args.candidate)}
@@ -160,3 +175,64 @@ def _tokenizer_source(args: argparse.Namespace) -> TokenizerSource:
 
 
 __all__ = ["add_parser", "run"]
+
+
+def run_rerank(args: argparse.Namespace) -> int:
+    """`learn --task rerank`: the rerankers entry, learned and verified."""
+    try:
+        urls = {"baseline": server_root(args.baseline), "candidate": server_root(args.candidate)}
+        headers = headers_from(args.header)
+        if not 1 <= args.budget <= MAX_BUDGET:
+            raise ValueError(f"--budget must be within 1..{MAX_BUDGET}")
+        if not args.no_verify:
+            envoy_binary()
+        args.out.mkdir(parents=True, exist_ok=True)
+    except (ValueError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        local: LocalModel | None = LocalModel(_tokenizer_source(args))
+    except (TokenizerLoadError, OSError):
+        local = None  # no pair counts: long pairs are left to the upstream's limit
+    session = RerankSession(urls, args.budget, to_stderr, args.timeout, headers)
+    try:
+        learned, findings = learn_rerank(session, local, args.model)
+        text = ""
+        rows = None
+        if learned.dialect is not None:
+            header = f"# Written by `extproc learn --task rerank` from {urls['baseline']}"
+            text = (
+                header
+                + "\nrerankers:\n  - "
+                + "\n    ".join(
+                    f"{key}: {json.dumps(value, ensure_ascii=False)}"
+                    for key, value in learned.entry().items()
+                )
+                + "\n"
+            )
+            (args.out / "policy.yaml").write_text(text, encoding="utf-8")
+            if not args.no_verify:
+                contract = load_contract(load_policy_file(args.out / "policy.yaml"))
+                rows = verify_rerank(session, contract, learned)
+    except BudgetSpentError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        session.close()
+    problems = any(f.problem for f in findings) or any(r.problem for r in rows or ())
+    code = 2 if not text else (1 if problems else 0)
+    markdown = rerank_markdown(learned, findings, text, rows, code)
+    write_report(
+        args.out,
+        {"report.md": markdown, "report.json": rerank_json(learned, findings, text, rows, code)},
+    )
+    print(markdown, end="")
+    return code
+
+
+def server_root(url: str) -> str:
+    """A server's root from its URL (any path is dropped: a rerank server has several)."""
+    parts = urlsplit(url.strip())
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"not an http(s) URL: {url!r}")
+    return f"{parts.scheme}://{parts.netloc}"

@@ -25,6 +25,7 @@ SHAPES: Mapping[str, ErrorShape] = {
     "detail-list": ErrorShape.FASTAPI,
     "detail": ErrorShape.FASTAPI,
     "flat": ErrorShape.FLAT,
+    "error-string": ErrorShape.TEI,
 }
 
 
@@ -76,7 +77,7 @@ def _shape(
         seen = sorted({e.envelope for exchanges in by_class.values() for e in exchanges})
         return None, [
             f"error bodies of shapes {seen}: a dialect writes one of openai, "
-            "FastAPI's detail or flat"
+            "FastAPI's detail, flat or TEI's"
         ]
     (shape,) = shapes
     problems = []

@@ -156,10 +156,10 @@ def verify(
         return Verification(parity, rows, comparison_verdict(parity, rows))
 
     with contextlib.redirect_stdout(sys.stderr):  # the launcher's ready line is progress here
-        return asyncio.run(_with_gateway(contract, upstream_root(urls["candidate"]), compare))
+        return asyncio.run(with_gateway(contract, upstream_root(urls["candidate"]), compare))
 
 
-async def _with_gateway(contract: Contract, upstream: Upstream, work: Callable[[str], T]) -> T:
+async def with_gateway(contract: Contract, upstream: Upstream, work: Callable[[str], T]) -> T:
     """Run ``work(gateway_url)`` in a thread while the gateway serves; stop it after."""
     server_stop, envoy_stop = asyncio.Event(), asyncio.Event()
     server, port = await start_server(
