@@ -1362,7 +1362,8 @@ def test_envoy_gateway_policies_match_standalone() -> None:
     # (test_envoy_gateway_sends_every_spelling_to_the_filter). No route filter: the
     # server sets the upstream's path and Accept-Encoding itself, as in
     # single-filter.yaml (a URLRewrite would add x-envoy-original-path).
-    assert [r["name"] for r in docs["EnvoyExtensionPolicy"]["spec"]["targetRefs"]] == ["embeddings"]
+    targets = [r["name"] for r in docs["EnvoyExtensionPolicy"]["spec"]["targetRefs"]]
+    assert targets == ["embeddings", "rerank"]
     routes = {d["metadata"]["name"]: d for _, d in CRD_DOCS if d["kind"] == "HTTPRoute"}
     (rule,) = routes["embeddings"]["spec"]["rules"]
     (match,) = rule["matches"]
@@ -1406,7 +1407,11 @@ SPLIT_CASES = [
     ("POST", "/v1/embeddings", "dynamo-frontend"),
     ("GET", "/v1/embeddings", "dynamo-frontend"),
     ("POST", "/v1/embeddings/extra", "dynamo-frontend"),
-    ("POST", "/v1/rerank", "legacy-embeddings"),
+    ("POST", "/v1/rerank", "vllm-reranker"),
+    ("POST", "/rerank", "vllm-reranker"),
+    ("POST", "/v2/rerank", "vllm-reranker"),
+    ("GET", "/v1/rerank", "legacy-embeddings"),
+    ("POST", "/v1/reranker", "legacy-embeddings"),
     ("POST", "/v1/audio/transcriptions", "legacy-embeddings"),
     ("GET", "/v1/models", "legacy-embeddings"),
     ("GET", "/health", "legacy-embeddings"),
@@ -1491,9 +1496,10 @@ def test_istio_ingress_splits_embeddings_from_the_rest() -> None:
 def test_envoy_gateway_routes_split_embeddings_from_the_rest() -> None:
     routes = gateway_http_routes()
     assert gateway_split_errors(routes) == []
-    # Only the embeddings route carries the ext_proc policy; the legacy rule has none.
+    # Only the embeddings and rerank routes carry the ext_proc policy; the legacy
+    # rule has none.
     policy = next(d for _, d in CRD_DOCS if d["kind"] == "EnvoyExtensionPolicy")
-    assert [r["name"] for r in policy["spec"]["targetRefs"]] == ["embeddings"]
+    assert [r["name"] for r in policy["spec"]["targetRefs"]] == ["embeddings", "rerank"]
 
 
 # Paths as the mesh hands them over (normalised, query string apart).
@@ -1509,7 +1515,9 @@ ENDPOINT_SPELLINGS = [
     "/embeddings/x",
     "//v1//embeddings",
 ]
-NOT_THE_ENDPOINT = ["/v1/embeddingsx", "/v1/models", "/health", "/v1/rerank", "/embedding"]
+NOT_THE_ENDPOINT = ["/v1/embeddingsx", "/v1/models", "/health", "/v1/reranker", "/embedding"]
+# The rerank paths a policy's `rerankers` may take over (the server passes the others).
+RERANK_PATHS = ["/rerank", "/v1/rerank", "/v2/rerank"]
 
 
 def test_envoy_gateway_sends_every_spelling_to_the_filter() -> None:
@@ -1522,6 +1530,9 @@ def test_envoy_gateway_sends_every_spelling_to_the_filter() -> None:
             assert gateway_api_route(routes, method, path)[0] == "embeddings", (method, path)
         for path in NOT_THE_ENDPOINT:
             assert gateway_api_route(routes, method, path)[0] == "embeddings-passthrough", path
+    for path in RERANK_PATHS:
+        assert gateway_api_route(routes, "POST", path)[0] == "rerank", path
+        assert gateway_api_route(routes, "GET", path)[0] == "embeddings-passthrough", path
 
 
 def test_istio_matchers_send_every_spelling_to_the_filter() -> None:
@@ -1529,13 +1540,22 @@ def test_istio_matchers_send_every_spelling_to_the_filter() -> None:
     for name, doc in envoy_filters():
         value = doc["spec"]["configPatches"][0]["patch"]["value"]
         predicate = value["typed_config"]["xds_matcher"]["matcher_list"]["matchers"][0]
-        single = predicate["predicate"]["not_matcher"]["single_predicate"]
-        assert single["input"]["typed_config"]["header_name"] == ":path", name
-        regex = re.compile(single["value_match"]["safe_regex"]["regex"])
+        alternatives = predicate["predicate"]["not_matcher"]["or_matcher"]["predicate"]
+        regexes = []
+        for alternative in alternatives:
+            single = alternative["single_predicate"]
+            assert single["input"]["typed_config"]["header_name"] == ":path", name
+            regexes.append(re.compile(single["value_match"]["safe_regex"]["regex"]))
+
+        def runs_the_filter(path: str) -> bool:
+            return any(regex.search(path) for regex in regexes)
+
         for path in ENDPOINT_SPELLINGS + [p + "?x=1" for p in ENDPOINT_SPELLINGS]:
-            assert regex.search(path), (name, path)
+            assert runs_the_filter(path), (name, path)
+        for path in RERANK_PATHS + [p + "?x=1" for p in RERANK_PATHS]:
+            assert runs_the_filter(path), (name, path)
         for path in NOT_THE_ENDPOINT:
-            assert not regex.search(path), (name, path)
+            assert not runs_the_filter(path), (name, path)
 
 
 def test_broken_split_routes_fail_the_route_check() -> None:
