@@ -238,6 +238,11 @@ def test_long_pairs_cut_or_refused(pair_tokenizer: Path) -> None:
     assert "truncate_prompt_tokens" in orjson.loads(
         ask(refusing, "/rerank", {**long, "truncate": True}).upstream_body
     )
+    # A left cut the upstream cannot make is refused, and only when a pair is cut.
+    status, got = refused(c, "/rerank", {**long, "truncation_direction": "Left"})
+    assert status == 400 and got["error"]["param"] == "truncation_direction"
+    assert "from the right" in got["error"]["message"]
+    assert ask(c, "/rerank", {**short, "truncation_direction": "Left"}).plan.count == 2
 
 
 @pytest.mark.parametrize(

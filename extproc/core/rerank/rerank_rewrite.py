@@ -101,6 +101,15 @@ def rewrite_rerank_request(
                     param="documents",
                     code="request_too_large",
                 )
+            if request.truncate_left:
+                # The upstreams cut a pair as the tokenizer does from the right; their
+                # left cut keeps other tokens than a tokenizer cutting from the left.
+                raise invalid_request(
+                    f"A (query, document) pair has {longest} tokens, over the model's "
+                    f"{reranker.max_tokens}, and this gateway cuts pairs from the right "
+                    "only: send truncation_direction 'Right' or shorter texts.",
+                    param="truncation_direction",
+                )
             truncate_to = reranker.max_tokens
     upstream = RERANK_UPSTREAMS[reranker.upstream_kind]
     wanted = request.return_documents
