@@ -1,6 +1,6 @@
 """Fixtures of the end-to-end tier: real vLLM and real Dynamo on loopback, each
 with the gateway (`extproc run`: real Envoy + ext_proc) in front, from the session's
-shared gateways (tests/harness.py). Everything is marked `e2e`;
+shared gateways (tests/harness.py); vLLM serving the MiniLM cross-encoder. Everything is marked `e2e`;
 `scripts/setup-real-upstream.sh` prepares the environments."""
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from tests.real_upstream import (
     real_env,
     start_dynamo,
     start_vllm,
+    start_vllm_reranker,
 )
 
 REPO = Path(__file__).resolve().parents[2]
@@ -57,6 +58,15 @@ def vllm(env: RealEnv, e2e_dir: Path) -> Iterator[Stack]:
 def vllm_matryoshka(env: RealEnv, e2e_dir: Path) -> Iterator[Stack]:
     stack = start_vllm(env, e2e_dir / "vllm-mrl", hf_overrides={"is_matryoshka": True})
     print(f"\n[e2e] vLLM (is_matryoshka) ready in {stack.started_s:.0f} s")
+    yield stack
+    stack.stop()
+
+
+@pytest.fixture(scope="session")
+def vllm_reranker(env: RealEnv, e2e_dir: Path) -> Iterator[Stack]:
+    """vLLM serving the MiniLM cross-encoder as ``minilm-reranker``."""
+    stack = start_vllm_reranker(env, e2e_dir / "vllm-reranker")
+    print(f"\n[e2e] vLLM reranker ready in {stack.started_s:.0f} s")
     yield stack
     stack.stop()
 
