@@ -140,3 +140,34 @@ def assert_client_sees_the_same(
         if a.prompt_tokens != b.prompt_tokens:
             differences.append(f"{label}: {a.prompt_tokens} vs {b.prompt_tokens} tokens")
     assert not differences, "\n".join(differences)
+
+
+def rerank_scores(doc: Any) -> list[tuple[int, float]]:
+    items = doc if isinstance(doc, list) else doc["results"]
+    return [(r["index"], r.get("score", r.get("relevance_score"))) for r in items]
+
+
+def assert_same_rerank_answer(old: Any, new: Any, label: str) -> None:
+    """A rerank client sees the same: status, error shape, order, scores within 1e-4,
+    the same fields."""
+    assert old.status == new.status, (label, old.body[:300], new.body[:300])
+    if old.status != 200:
+        shapes = parse_upstream_error(old.body).shape, parse_upstream_error(new.body).shape
+        assert shapes[0] == shapes[1], (label, old.body, new.body)
+        return
+    a, b = orjson.loads(old.body), orjson.loads(new.body)
+    assert type(a) is type(b), label
+    assert [i for i, _ in rerank_scores(a)] == [i for i, _ in rerank_scores(b)], (label, a, b)
+    for (_, x), (_, y) in zip(rerank_scores(a), rerank_scores(b), strict=True):
+        assert abs(x - y) <= 1e-4, (label, x, y)
+    items = a if isinstance(a, list) else a["results"]
+    others = b if isinstance(b, list) else b["results"]
+    assert [sorted(r) for r in items] == [sorted(r) for r in others], (label, a, b)
+    scores = ("score", "relevance_score")
+    for x, y in zip(items, others, strict=True):  # documents' texts, exactly
+        assert {k: v for k, v in x.items() if k not in scores} == {
+            k: v for k, v in y.items() if k not in scores
+        }, label
+    if isinstance(a, dict):
+        assert sorted(a) == sorted(b), label
+        assert a.get("meta") == b.get("meta"), label

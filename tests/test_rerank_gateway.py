@@ -10,16 +10,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import orjson
 import pytest
 import tokenizers
 from tokenizers import models, pre_tokenizers, processors
 
-from extproc.core.upstream_errors import parse_upstream_error
 from tests.conftest import QWEN_MODEL, SHIPPED_QWEN_POLICY
 from tests.fake_rerank import FakeLegacyRerank, FakeRerankUpstream
 from tests.fake_upstream import FakeUpstream
 from tests.harness import Gateway, Gateways, GatewaySpec, http
+from tests.learning import assert_same_rerank_answer
 
 MAX_TOKENS = 64
 WORDS = [
@@ -125,29 +124,6 @@ DOCS = [
 ]
 
 
-def scores_of(doc: Any) -> list[tuple[int, float]]:
-    items = doc if isinstance(doc, list) else doc["results"]
-    return [(r["index"], r.get("score", r.get("relevance_score"))) for r in items]
-
-
-def assert_same_answer(old: Any, new: Any, label: str) -> None:
-    assert old.status == new.status, (label, old.body[:300], new.body[:300])
-    if old.status != 200:
-        shapes = parse_upstream_error(old.body).shape, parse_upstream_error(new.body).shape
-        assert shapes[0] == shapes[1], (label, old.body, new.body)
-        return
-    a, b = orjson.loads(old.body), orjson.loads(new.body)
-    assert type(a) is type(b), label
-    assert [i for i, _ in scores_of(a)] == [i for i, _ in scores_of(b)], (label, a, b)
-    for (_, x), (_, y) in zip(scores_of(a), scores_of(b), strict=True):
-        assert abs(x - y) <= 1e-4, (label, x, y)
-    items = a if isinstance(a, list) else a["results"]
-    others = b if isinstance(b, list) else b["results"]
-    assert [sorted(r) for r in items] == [sorted(r) for r in others], (label, a, b)
-    if isinstance(a, dict):
-        assert sorted(a) == sorted(b), label
-
-
 TEI_BODIES: dict[str, Any] = {
     "plain": {"query": QUERY, "texts": DOCS[:4]},
     "raw scores": {"query": QUERY, "texts": DOCS[:4], "raw_scores": True},
@@ -179,7 +155,7 @@ def test_a_tei_client_gets_the_legacy_answers(label: str, tei: Any) -> None:
     old = http("POST", f"{legacy.url}/rerank", body)
     before = len(legacy.received)
     new = http("POST", f"{gateway.url}/rerank", body)
-    assert_same_answer(old, new, label)
+    assert_same_rerank_answer(old, new, label)
     assert len(legacy.received) == before  # nothing of it reached the legacy server
 
 
@@ -190,7 +166,7 @@ def test_a_cohere_client_gets_the_legacy_answers(label: str, cohere: Any) -> Non
     old = http("POST", f"{legacy.url}/v1/rerank", body)
     before = len(legacy.received)
     new = http("POST", f"{gateway.url}/v1/rerank", body)
-    assert_same_answer(old, new, label)
+    assert_same_rerank_answer(old, new, label)
     assert len(legacy.received) == before
 
 
