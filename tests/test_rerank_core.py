@@ -158,6 +158,18 @@ def test_raw_legacy_scores_and_jina_and_v2() -> None:
         rewrite_rerank_response(v2.plan, 200, vllm_answer(LOGITS), c.policy.errors).body
     )
     assert got["meta"]["api_version"]["version"] == "2" and len(got["results"]) == 4
+    # Cohere v2's per-document cut is the upstream's; nonsense is the client's mistake.
+    cut = {"model": "v2ranker", "query": "q", "documents": DOCS, "max_tokens_per_doc": 3}
+    assert orjson.loads(ask(c, "/v2/rerank", cut).upstream_body)["max_tokens_per_doc"] == 3
+    for bad in (0, -1, "3", True):
+        status, error = refused(c, "/v2/rerank", {**cut, "max_tokens_per_doc": bad})
+        assert status == 400 and error["error"]["param"] == "max_tokens_per_doc", bad
+    dynamo = policy("""  - name: v2ranker
+    dialect: COHERE_V2
+    upstream: {kind: dynamo}
+""")
+    status, error = refused(dynamo, "/v2/rerank", cut)
+    assert status == 400 and "max_tokens_per_doc" in error["error"]["message"]
 
 
 def test_dynamos_bare_array() -> None:

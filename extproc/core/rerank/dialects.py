@@ -64,6 +64,7 @@ class RerankRequest:
     raw_scores: bool | None  # TEI only
     truncate: bool | None  # TEI only
     truncate_left: bool  # TEI's truncation_direction "Left"
+    max_tokens_per_doc: int | None = None  # Cohere v2: each document cut to this many
 
 
 @dataclass(frozen=True)
@@ -90,10 +91,16 @@ def read_request(dialect: Dialect, body: bytes, max_documents: int) -> RerankReq
     top_n = _optional(doc, "top_n", int)
     if top_n is not None and top_n < 1:
         raise invalid_request("'top_n' must be at least 1.", param="top_n")
-    returning = None
-    if dialect is not Dialect.COHERE_V2:
+    returning = per_doc = None
+    if dialect is Dialect.COHERE_V2:
+        per_doc = _optional(doc, "max_tokens_per_doc", int)
+        if per_doc is not None and per_doc < 1:
+            raise invalid_request(
+                "'max_tokens_per_doc' must be at least 1.", param="max_tokens_per_doc"
+            )
+    else:
         returning = _optional(doc, "return_documents", bool)
-    return RerankRequest(model, query, documents, top_n, returning, None, None, False)
+    return RerankRequest(model, query, documents, top_n, returning, None, None, False, per_doc)
 
 
 def _tei(doc: dict[str, Any], max_documents: int) -> RerankRequest:

@@ -88,6 +88,18 @@ def rewrite_rerank_request(
         request.raw_scores if request.raw_scores is not None else reranker.scores is ScoreScale.RAW
     )
     cut = request.truncate if request.truncate is not None else reranker.cut_long_pairs
+    upstream = RERANK_UPSTREAMS[reranker.upstream_kind]
+    per_doc = request.max_tokens_per_doc
+    if per_doc is not None:
+        if not upstream.cuts_documents:
+            raise invalid_request(
+                f"'max_tokens_per_doc' is not available for {reranker.name!r} here: send "
+                "shorter documents instead.",
+                param="max_tokens_per_doc",
+            )
+        # The pairs are counted before the upstream's document cut: one still over
+        # the limit after it is cut as a whole, as Cohere cuts.
+        cut = True
     truncate_to = None
     if reranker.max_tokens is not None:
         longest = _longest_pair(request, reranker, tokenizers, policy)
@@ -111,7 +123,6 @@ def rewrite_rerank_request(
                     param="truncation_direction",
                 )
             truncate_to = reranker.max_tokens
-    upstream = RERANK_UPSTREAMS[reranker.upstream_kind]
     wanted = request.return_documents
     returning = reranker.return_documents if wanted is None else wanted
     text_bytes = sum(len(d) for d in request.documents)
@@ -129,6 +140,7 @@ def rewrite_rerank_request(
         request.documents,
         raw=upstream.can_answer_raw,
         truncate_to=truncate_to,
+        max_tokens_per_doc=per_doc,
     )
     return RerankForward(upstream_body, upstream.path, plan)
 

@@ -41,6 +41,7 @@ class RerankUpstream:
     name: ClassVar[str] = "vllm"
     path: ClassVar[str] = "/rerank"  # where the gateway sends a rerank request
     can_answer_raw: ClassVar[bool] = True
+    cuts_documents: ClassVar[bool] = True  # takes max_tokens_per_doc
 
     def write_request(
         self,
@@ -50,12 +51,16 @@ class RerankUpstream:
         *,
         raw: bool,
         truncate_to: int | None,
+        max_tokens_per_doc: int | None = None,
     ) -> bytes:
         body: dict[str, Any] = {"model": model, "query": query, "documents": list(documents)}
         if raw:
             body["use_activation"] = False
         if truncate_to is not None:
             body["truncate_prompt_tokens"] = truncate_to
+        if max_tokens_per_doc is not None:
+            # Each document's token ids cut before the pair is framed (measured).
+            body["max_tokens_per_doc"] = max_tokens_per_doc
         return orjson.dumps(body)
 
     def read_scores(self, body: bytes, count: int, *, raw: bool) -> UpstreamScores:
@@ -76,6 +81,7 @@ class DynamoRerank(RerankUpstream):
     name: ClassVar[str] = "dynamo"
     path: ClassVar[str] = "/v1/rerank"
     can_answer_raw: ClassVar[bool] = False
+    cuts_documents: ClassVar[bool] = False
 
     def write_request(
         self,
@@ -85,6 +91,7 @@ class DynamoRerank(RerankUpstream):
         *,
         raw: bool,
         truncate_to: int | None,
+        max_tokens_per_doc: int | None = None,
     ) -> bytes:
         body = {
             "model": model,
