@@ -19,10 +19,12 @@ import sys
 from pathlib import Path
 
 from extproc.commands.options import (
+    add_budget_option,
     add_header_option,
     add_servers_options,
     add_timeout_option,
     add_tool_parser,
+    check_budget,
     headers_from,
 )
 from extproc.tools.index_check.beir_files import (
@@ -72,13 +74,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument(
         "--corpus-size", type=int, metavar="N", help="documents to re-index (default the file's)"
     )
-    p.add_argument(
-        "--budget",
-        type=int,
-        default=DEFAULT_BUDGET,
-        metavar="N",
-        help=f"most requests to each server (default {DEFAULT_BUDGET})",
-    )
+    add_budget_option(p, DEFAULT_BUDGET)
     p.add_argument(
         "--min-overlap",
         type=float,
@@ -145,8 +141,7 @@ def run(args: argparse.Namespace) -> int:
 def _options(args: argparse.Namespace) -> RunOptions:
     if not 1 <= args.k <= 1000:
         raise ValueError("--k must be within 1..1000")
-    if not 1 <= args.budget <= MAX_BUDGET:
-        raise ValueError(f"--budget must be within 1..{MAX_BUDGET}")
+    check_budget(args.budget, MAX_BUDGET)
     if args.sample is not None and args.sample < 1:
         raise ValueError("--sample must be at least 1")
     if args.dimensions is not None and args.dimensions < 1:

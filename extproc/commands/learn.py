@@ -21,11 +21,13 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from extproc.commands.options import (
+    add_budget_option,
     add_header_option,
     add_servers_options,
     add_timeout_option,
     add_tokenizer_option,
     add_tool_parser,
+    check_budget,
     headers_from,
 )
 from extproc.core.contract import load_contract
@@ -77,13 +79,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         metavar="DIR",
         help=f"where policy.yaml and the report go (default {DEFAULT_OUT})",
     )
-    p.add_argument(
-        "--budget",
-        type=int,
-        default=DEFAULT_BUDGET,
-        metavar="N",
-        help=f"most requests to each server (default {DEFAULT_BUDGET})",
-    )
+    add_budget_option(p, DEFAULT_BUDGET)
     p.add_argument(
         "--no-verify", action="store_true", help="do not start the gateway to check the policy"
     )
@@ -99,8 +95,7 @@ def run(args: argparse.Namespace) -> int:
         urls = {"baseline": endpoint_url(args.baseline), "candidate": endpoint_url(args.candidate)}
         headers = headers_from(args.header)
         upstream_root(args.candidate)
-        if not 1 <= args.budget <= MAX_BUDGET:
-            raise ValueError(f"--budget must be within 1..{MAX_BUDGET}")
+        check_budget(args.budget, MAX_BUDGET)
         if args.preset is not None and args.preset not in presets():
             raise ValueError(f"--preset: unknown {args.preset!r} (extproc presets lists them)")
         local = LocalModel(_tokenizer_source(args))
@@ -182,8 +177,7 @@ def run_rerank(args: argparse.Namespace) -> int:
     try:
         urls = {"baseline": server_root(args.baseline), "candidate": server_root(args.candidate)}
         headers = headers_from(args.header)
-        if not 1 <= args.budget <= MAX_BUDGET:
-            raise ValueError(f"--budget must be within 1..{MAX_BUDGET}")
+        check_budget(args.budget, MAX_BUDGET)
         if not args.no_verify:
             envoy_binary()
         args.out.mkdir(parents=True, exist_ok=True)

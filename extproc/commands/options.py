@@ -88,6 +88,23 @@ def add_timeout_option(parser: argparse._ActionsContainer) -> None:
     add_seconds_option(parser, "--timeout", DEFAULT_TIMEOUT_S, text)
 
 
+def add_budget_option(parser: argparse._ActionsContainer, default: int) -> None:
+    """--budget: the most requests a tool sends to each server."""
+    parser.add_argument(
+        "--budget",
+        type=int,
+        default=default,
+        metavar="N",
+        help=f"most requests to each server (default {default})",
+    )
+
+
+def check_budget(budget: int, most: int) -> None:
+    """ValueError (the tool's exit 2) for a budget outside 1..most."""
+    if not 1 <= budget <= most:
+        raise ValueError(f"--budget must be within 1..{most}")
+
+
 def add_seconds_option(
     parser: argparse._ActionsContainer, flag: str, default: float, text: str
 ) -> None:

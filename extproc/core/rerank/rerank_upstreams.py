@@ -54,14 +54,19 @@ class RerankUpstream:
         max_tokens_per_doc: int | None = None,
     ) -> bytes:
         body: dict[str, Any] = {"model": model, "query": query, "documents": list(documents)}
+        self.add_options(body, raw=raw, truncate_to=truncate_to, per_doc=max_tokens_per_doc)
+        return orjson.dumps(body)
+
+    def add_options(
+        self, body: dict[str, Any], *, raw: bool, truncate_to: int | None, per_doc: int | None
+    ) -> None:
         if raw:
             body["use_activation"] = False
         if truncate_to is not None:
             body["truncate_prompt_tokens"] = truncate_to
-        if max_tokens_per_doc is not None:
+        if per_doc is not None:
             # Each document's token ids cut before the pair is framed (measured).
-            body["max_tokens_per_doc"] = max_tokens_per_doc
-        return orjson.dumps(body)
+            body["max_tokens_per_doc"] = per_doc
 
     def read_scores(self, body: bytes, count: int, *, raw: bool) -> UpstreamScores:
         doc = _json(body)
@@ -83,23 +88,11 @@ class DynamoRerank(RerankUpstream):
     can_answer_raw: ClassVar[bool] = False
     cuts_documents: ClassVar[bool] = False
 
-    def write_request(
-        self,
-        model: str,
-        query: str,
-        documents: Sequence[str],
-        *,
-        raw: bool,
-        truncate_to: int | None,
-        max_tokens_per_doc: int | None = None,
-    ) -> bytes:
-        body = {
-            "model": model,
-            "query": query,
-            "documents": list(documents),
-            "return_documents": False,
-        }
-        return orjson.dumps(body)
+    def add_options(
+        self, body: dict[str, Any], *, raw: bool, truncate_to: int | None, per_doc: int | None
+    ) -> None:
+        # No activation switch and no cut: its scores are read as the sigmoid.
+        body["return_documents"] = False
 
     def read_scores(self, body: bytes, count: int, *, raw: bool) -> UpstreamScores:
         doc = _json(body)

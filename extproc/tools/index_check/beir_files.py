@@ -14,12 +14,12 @@ kept query's judgements name (so relevance can be measured), and the first
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from extproc.core.regular_file import FileRefusedError, read_regular_file
+from extproc.tools.toolkit.json_lines import json_objects
 
 MAX_FILE_BYTES = 256 * 1024 * 1024  # a sample, not a whole production corpus
 MAX_QUERIES = 1000
@@ -66,16 +66,7 @@ def parse_texts(lines: Sequence[str], source: str) -> list[Text]:
     """BEIR JSON lines; blank lines skipped; ids unique; a text or a title needed."""
     out: list[Text] = []
     seen: set[str] = set()
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        where = f"{source}:{number}"
-        try:
-            doc = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise SampleError(f"{where}: not JSON: {exc.msg}") from None
-        if not isinstance(doc, dict):
-            raise SampleError(f"{where}: expected an object with _id and text")
+    for where, doc in json_objects(lines, source, SampleError, "an object with _id and text"):
         item_id, text, title = doc.get("_id"), doc.get("text", ""), doc.get("title", "")
         if not isinstance(item_id, str | int) or isinstance(item_id, bool) or item_id == "":
             raise SampleError(f"{where}: `_id` must be a non-empty string")

@@ -7,12 +7,13 @@ The default corpus (``extproc/data/corpus.jsonl``) holds 40 short documents (20 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Literal
+
+from extproc.tools.toolkit.json_lines import json_objects
 
 Kind = Literal["document", "query"]
 
@@ -44,16 +45,7 @@ def parse_corpus(lines: Iterable[str], source: str) -> Corpus:
     documents: list[Item] = []
     queries: list[Item] = []
     seen: set[str] = set()
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        where = f"{source}:{number}"
-        try:
-            doc = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise CorpusError(f"{where}: not JSON: {exc.msg}") from None
-        if not isinstance(doc, dict):
-            raise CorpusError(f"{where}: expected an object")
+    for where, doc in json_objects(lines, source, CorpusError, "an object"):
         item_id, kind, text, lang = doc.get("id"), doc.get("kind"), doc.get("text"), doc.get("lang")
         if not isinstance(item_id, str) or not item_id:
             raise CorpusError(f"{where}: 'id' must be a non-empty string")
