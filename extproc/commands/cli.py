@@ -35,7 +35,7 @@ from extproc.core.policy.model import InstructionUse, ModelPolicy
 from extproc.core.policy.presets import presets
 from extproc.runtime.cpu_count import cpus_available
 from extproc.runtime.envoy_config import DEFAULT_TEMPLATE, ExtProcTls, Upstream
-from extproc.runtime.worker_pool import PRECHECK_MARKERS_ENV
+from extproc.runtime.worker_pool import PRECHECK_MARKERS_ENV, WORKER_COUNT_ENV
 from extproc.service.memory import fix_mmap_threshold
 from extproc.service.reload import FileStamp, ReloadSettings, policy_stamp
 from extproc.service.tls import (
@@ -224,6 +224,13 @@ def reload_settings(args: argparse.Namespace, started_from: FileStamp | None) ->
     )
 
 
+def budget_share() -> int:
+    """How many processes share the policy's admission budget: `extproc run`'s worker
+    count for its workers, else 1 (a plain `extproc serve` admits the whole budget)."""
+    text = os.environ.get(WORKER_COUNT_ENV, "1")
+    return int(text) if text.isascii() and text.isdigit() and int(text) >= 1 else 1
+
+
 def server_tls_or_report(args: argparse.Namespace) -> tuple[bool, TlsSettings | None]:
     """(ok, settings): the --tls-* flags, with every file checked now, so a bad one
     stops the command with its name and reason (not a traceback at first handshake)."""
@@ -288,6 +295,7 @@ def _serve(args: argparse.Namespace) -> int:
             metrics=process_metrics(),
             tls=tls,
             reload=reload_settings(args, started_from),
+            budget_share=budget_share(),
         )
 
     asyncio.run(go())

@@ -56,6 +56,8 @@ METRICS_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
 WORKER_MODULE = "extproc.commands.worker"
 # What a worker (extproc/runtime/worker_process.py) reads from its environment.
 WORKER_INDEX_ENV = "EXTPROC_WORKER_INDEX"  # its number in the logs
+# How many workers share the host: each admits its share of the policy's budget.
+WORKER_COUNT_ENV = "EXTPROC_WORKER_COUNT"
 LAUNCHER_PID_ENV = "EXTPROC_WORKER_LAUNCHER_PID"  # whom to die with
 LOG_LEVEL_ENV = "EXTPROC_LOG_LEVEL"
 # The precheck markers the launcher rendered into Envoy, comma-separated (possibly
@@ -112,6 +114,7 @@ def worker_env(
     if settings.metrics_dir is not None:
         env[METRICS_DIR_ENV] = str(settings.metrics_dir)
     env[WORKER_INDEX_ENV] = str(index)
+    env[WORKER_COUNT_ENV] = str(settings.count)
     env[LAUNCHER_PID_ENV] = str(launcher_pid)
     env[LOG_LEVEL_ENV] = settings.log_level
     return env

@@ -71,6 +71,7 @@ async def serve(
     on_ready: Callable[[int], None] | None = None,
     tls: TlsSettings | None = None,
     reload: ReloadSettings | None = None,
+    budget_share: int = 1,
 ) -> None:
     """Serve until ``stop`` is set, reporting to ``metrics`` (published on
     ``metrics_address``, if any). ``on_ready`` gets the bound gRPC port.
@@ -79,6 +80,8 @@ async def serve(
     new certificate files on new connections (extproc/service/tls.py); raises TlsError if
     the files are unusable. With ``reload``, a changed policy file (when watched) and
     SIGHUP load a new contract for new streams (extproc/service/reload.py).
+    ``budget_share``: how many processes split the policy's admission budget (the
+    workers of one host); this one admits that fraction of it.
     """
     limit = contract.policy.max_message_bytes()
     server = grpc.aio.server(
@@ -91,7 +94,7 @@ async def serve(
         ]
     )
     contracts = ContractHolder(contract)
-    processor = ExternalProcessor(contracts, metrics.streams)
+    processor = ExternalProcessor(contracts, metrics.streams, budget_share=budget_share)
     ep_grpc.add_ExternalProcessorServicer_to_server(processor, server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

@@ -54,12 +54,17 @@ OFFLOAD_BODY_BYTES = 256 * 1024
 
 
 class ExternalProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc]
-    def __init__(self, contracts: ContractHolder, metrics: StreamMetrics) -> None:
+    def __init__(
+        self, contracts: ContractHolder, metrics: StreamMetrics, *, budget_share: int = 1
+    ) -> None:
         self._contracts = contracts
         self._metrics = metrics
         self.active_streams = 0  # read by the server's drain (extproc/service/server.py)
+        # The policy's budget is the host's: the processes that share it (the workers
+        # of `extproc run`) each admit an equal part, so the host admits the budget.
+        self._budget_share = budget_share
         limits = contracts.current.policy.limits
-        self._admission = AdmissionGate(Budget(limits.max_inflight_bytes), *_gate_settings(limits))
+        self._admission = AdmissionGate(Budget(self._capacity(limits)), *_gate_settings(limits))
         self._admission_limits = limits
         self._idle_trim = IdleTrim()
 
@@ -123,15 +128,20 @@ class ExternalProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc
         after it; what running requests hold stays theirs."""
         self._admission_limits = limits
         gate = self._admission
-        settings = (limits.max_inflight_bytes, *_gate_settings(limits))
+        settings = (self._capacity(limits), *_gate_settings(limits))
         if settings != (gate.capacity, gate.wait_s, gate.upload_rate):
             log.info(
-                "admission: budget %d bytes, wait %d ms, upload floor %d bytes/s",
-                limits.max_inflight_bytes,
+                "admission: budget %d bytes (1/%d of the host's), wait %d ms, "
+                "upload floor %d bytes/s",
+                settings[0],
+                self._budget_share,
                 limits.admission_wait_ms,
                 limits.admission_upload_bytes_per_s,
             )
             gate.configure(*settings)
+
+    def _capacity(self, limits: Limits) -> int:
+        return max(1, limits.max_inflight_bytes // self._budget_share)
 
     async def _admit_headers(
         self, stream: ExtProcStream, request: ep.ProcessingRequest, ticket: Ticket

@@ -252,7 +252,7 @@ class Limits:
     max_total_chars: int = DEFAULT_MAX_REQUEST_BYTES  # all text inputs, prompts included
     max_tokenize_bytes: int = DEFAULT_MAX_REQUEST_BYTES  # default: max_request_bytes
     max_tokenize_ms: int = DEFAULT_MAX_TOKENIZE_MS
-    max_inflight_bytes: int = DEFAULT_MAX_INFLIGHT_BYTES  # admission budget, per process
+    max_inflight_bytes: int = DEFAULT_MAX_INFLIGHT_BYTES  # admission budget, per host
     admission_wait_ms: int = DEFAULT_ADMISSION_WAIT_MS  # bounded wait for room
     retry_after_s: int = DEFAULT_RETRY_AFTER_S  # Retry-After of the 503 `overloaded`
     # Floor upload rate: a reservation made at the request headers lapses after
