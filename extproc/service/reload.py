@@ -71,6 +71,7 @@ from extproc.core.policy.reading import (
 )
 from extproc.core.regular_file import REGULAR, kind_of, not_regular, stat_failure
 from extproc.core.tokens import TokenizerLoadError
+from extproc.service.memory import trim_heap
 
 log = logging.getLogger("extproc.service.reload")
 
@@ -406,6 +407,9 @@ class PolicyReloader:
         self._report_changes(old, contract)
         self._check_fixed(contract.policy)
         self._metrics.reloaded()  # last: whoever sees it sees the log too
+        # A tokenizer.json parsed again leaves its freed heap mapped (server.py); a
+        # reload is rare, so the trim is not worth deciding on.
+        await asyncio.to_thread(trim_heap)
         return True
 
     def _load(self, reuse: Contract, expected: FileStamp) -> Contract:
