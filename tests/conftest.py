@@ -1,7 +1,7 @@
 """Shared fixtures: the real Qwen3 tokenizer, the shipped policy, the session's fake
-upstreams, and (for the integration tier) the session's gateways, real Envoy +
-ext_proc started by `extproc run` (tests/harness.py: :class:`GatewaySpec`,
-:class:`Gateways`)."""
+upstreams, and (for the integration tier) the session's processes, started on demand
+(tests/harness.py): gateways (real Envoy + ext_proc, `extproc run`), `extproc serve`
+servers and bare Envoys."""
 
 from __future__ import annotations
 
@@ -19,19 +19,10 @@ from xdist.scheduler import LoadScopeScheduling
 
 from extproc.core.contract import Contract, load_contract
 from extproc.core.policy import GatewayPolicy, load_policy_file
-from tests.fake_upstream import FakeUpstream
-from tests.harness import (
-    QWEN_EOS,
-    QWEN_MODEL,
-    REPO,
-    SHIPPED_QWEN_POLICY,
-    Gateways,
-    qwen_tokenizer_dir,
-)
+from testing_support.fake_upstream import FakeUpstream
+from testing_support.qwen import QWEN_MODEL, SHIPPED_QWEN_POLICY, qwen_tokenizer_dir
+from tests.harness import Envoys, Gateways, Servers
 from tests.legacy_stand_in import LegacyStandIn
-
-# Where the tests have long imported them from.
-__all__ = ["QWEN_EOS", "QWEN_MODEL", "REPO", "SHIPPED_QWEN_POLICY", "qwen_tokenizer_dir"]
 
 
 @pytest.fixture(scope="session")
@@ -82,9 +73,25 @@ def upstream(fake_dynamo: FakeUpstream) -> FakeUpstream:
 
 @pytest.fixture(scope="session")
 def gateways(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateways]:
-    """Gateways started on demand: ``shared(spec)`` for the session, ``own(spec)``
+    """Gateways (`extproc run`): ``shared(GatewaySpec)`` for the session, ``own(spec)``
     for one test or module (tests/harness.py)."""
     pool = Gateways(tmp_path_factory.mktemp("gateways"))
+    yield pool
+    pool.stop_all()
+
+
+@pytest.fixture(scope="session")
+def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
+    """`extproc serve` servers: ``shared(ServeSpec)`` or ``own(spec)``."""
+    pool = Servers(tmp_path_factory.mktemp("servers"))
+    yield pool
+    pool.stop_all()
+
+
+@pytest.fixture(scope="session")
+def envoys(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Envoys]:
+    """Bare Envoys: ``shared(EnvoySpec)`` or ``own(spec)``."""
+    pool = Envoys(tmp_path_factory.mktemp("envoys"))
     yield pool
     pool.stop_all()
 

@@ -23,7 +23,8 @@ import orjson
 
 from extproc.runtime.default_upstream import SETUP_SCRIPT, Environment, vllm_environment
 from extproc.runtime.default_upstream import vllm_argv as default_vllm_argv
-from tests.harness import free_port, http
+from testing_support.http import http
+from testing_support.processes import free_port
 
 SERVED_MODEL = "all-MiniLM-L6-v2"
 MAX_MODEL_LEN = 256

@@ -16,23 +16,15 @@ from pathlib import Path
 import orjson
 import pytest
 
-from bench.burst import post
-from bench.procfs import rss_mb
 from extproc.core.policy import GatewayPolicy
 from extproc.runtime.envoy_config import EnvoySettings, Upstream, dump, load_template, render
 from extproc.runtime.envoy_process import envoy_argv
-from tests.conftest import QWEN_MODEL, SHIPPED_QWEN_POLICY
-from tests.fake_upstream import FakeUpstream
-from tests.harness import (
-    SHAPES,
-    Gateway,
-    Gateways,
-    GatewaySpec,
-    Reply,
-    free_port,
-    http,
-    metric_value,
-)
+from testing_support.fake_upstream import FakeUpstream
+from testing_support.gateway import SHAPES, Gateway, GatewaySpec
+from testing_support.http import Reply, http, metric_value, post
+from testing_support.processes import free_port, rss_mb
+from testing_support.qwen import QWEN_MODEL, SHIPPED_QWEN_POLICY
+from tests.harness import Gateways
 
 pytestmark = pytest.mark.alone  # admission waits and their bounds, memory after a burst
 

@@ -53,8 +53,9 @@ from extproc.core.policy import load_policy_file, load_policy_text
 from extproc.core.request_coding import MAX_INFLATE_RATIO
 from extproc.runtime.envoy_config import LEGACY_CLUSTER, Upstream, with_legacy
 from extproc.runtime.envoy_process import envoy_binary
-from tests.conftest import QWEN_MODEL, REPO, SHIPPED_QWEN_POLICY
-from tests.harness import free_port, http
+from testing_support.http import http
+from testing_support.processes import free_port
+from testing_support.qwen import QWEN_MODEL, REPO, SHIPPED_QWEN_POLICY
 
 ENVOY_DIR = REPO / "envoy"
 ISTIO_DIR = ENVOY_DIR / "istio"

@@ -1,5 +1,5 @@
 """The edges of the HTTP surface, through a real Envoy and the real ext_proc server
-(`extproc run`) in front of tests/fake_upstream.py, for each gateway shape
+(`extproc run`) in front of testing_support/fake_upstream.py, for each gateway shape
 (envoy/standalone.yaml and envoy/single-filter.yaml):
 
 - every spelling of the embeddings endpoint goes through the contract or gets a
@@ -39,9 +39,11 @@ import numpy as np
 import orjson
 import pytest
 
-from tests.conftest import QWEN_MODEL
-from tests.fake_upstream import FakeUpstream
-from tests.harness import Gateway, Gateways, GatewaySpec, free_port
+from testing_support.fake_upstream import FakeUpstream
+from testing_support.gateway import Gateway, GatewaySpec
+from testing_support.processes import free_port
+from testing_support.qwen import QWEN_MODEL
+from tests.harness import Gateways
 from tests.test_hostile_input import WireReply, exchange, port_of
 
 SHAPES = ("standalone", "single-filter")

@@ -20,7 +20,7 @@ from extproc.runtime.envoy_config import (
     template_path,
 )
 from extproc.runtime.envoy_process import envoy_binary
-from tests.conftest import REPO
+from testing_support.qwen import REPO
 
 ENVOY_FILES = sorted(p for p in (REPO / "envoy").glob("*.yaml") if "kind:" not in p.read_text())
 

@@ -9,7 +9,7 @@ restarts it while Envoy sends its share to the other worker
 A real stack on 127.0.0.1, shared by the tests of this module and repaired between
 them: `extproc serve` as its own process on a fixed port, a real Envoy rendered from
 envoy/standalone.yaml by extproc/runtime/envoy_config.py (as `extproc run` does) pointing at
-it, and tests/fake_upstream.FakeUpstream (Dynamo flavour) behind Envoy. The load is
+it, and testing_support/fake_upstream.FakeUpstream (Dynamo flavour) behind Envoy. The load is
 requests that MUST be rewritten: ``input_type: query`` (the Qwen3 instruction must
 reach the model) and, for half the clients, also ``dimensions: 256`` (the response
 is rewritten too, on standalone.yaml's rewrite route). Every wait is bounded; each
@@ -45,9 +45,12 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from extproc.core.policy import GatewayPolicy
 from extproc.runtime.envoy_config import EnvoySettings, Upstream, dump, load_template, render
 from extproc.runtime.envoy_process import envoy_argv
-from tests.conftest import QWEN_MODEL, SHIPPED_QWEN_POLICY
-from tests.fake_upstream import FakeUpstream
-from tests.harness import Gateway, Gateways, GatewaySpec, free_port, http, metric_value
+from testing_support.fake_upstream import FakeUpstream
+from testing_support.gateway import Gateway, GatewaySpec
+from testing_support.http import http, metric_value
+from testing_support.processes import free_port
+from testing_support.qwen import QWEN_MODEL, SHIPPED_QWEN_POLICY
+from tests.harness import Gateways
 
 pytestmark = pytest.mark.alone  # SIGKILL and SIGTERM under load, reconnect bounds
 
@@ -235,7 +238,7 @@ class RunStack:
         for address in self.gateway.extproc_addresses:
             port = int(address.rsplit(":", 1)[1])
             while health(port) != "SERVING":
-                assert self.gateway.process.poll() is None, self.gateway.log()
+                assert self.gateway.process.alive(), self.gateway.log()
                 assert time.monotonic() < deadline, f"worker {address} not serving"
                 time.sleep(0.05)
         while call(self.url, query_body("warm-up"))[0] != 200:

@@ -35,9 +35,10 @@ import numpy as np
 import orjson
 import pytest
 
-from tests.conftest import QWEN_MODEL
+from testing_support.gateway import Gateway, GatewaySpec
+from testing_support.qwen import QWEN_MODEL
 from tests.faulty_upstream import FaultyUpstream, Script, Send, scripts
-from tests.harness import Gateway, Gateways, GatewaySpec
+from tests.harness import Gateways
 
 pytestmark = pytest.mark.alone  # a 1 s upstream timeout
 

@@ -1,6 +1,6 @@
 """Through a real Envoy and the real ext_proc server (started by `extproc run`),
 in front of an upstream that reproduces Dynamo 1.6.1's measured answers
-(tests/fake_upstream.py), with the real Qwen3 tokenizer and the shipped
+(testing_support/fake_upstream.py), with the real Qwen3 tokenizer and the shipped
 Qwen3-Embedding-0.6B policy. These are the contract gateway's acceptance
 checks."""
 
@@ -20,18 +20,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.conftest import QWEN_EOS, QWEN_MODEL, REPO
-from tests.fake_upstream import FakeUpstream
-from tests.harness import (
-    SHAPES,
-    Gateway,
-    Gateways,
-    GatewaySpec,
-    Reply,
-    free_port,
-    http,
-    metric_value,
-)
+from testing_support.fake_upstream import FakeUpstream
+from testing_support.gateway import SHAPES, Gateway, GatewaySpec
+from testing_support.http import Reply, http, metric_value
+from testing_support.processes import free_port
+from testing_support.qwen import QWEN_EOS, QWEN_MODEL, REPO
+from tests.harness import Gateways
 
 QUERY = "What is the capital city of France?"
 QWEN3_PROMPT = (

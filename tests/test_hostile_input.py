@@ -1,5 +1,5 @@
 """The hostile-input corpus (tests/hostile_corpus.py) through a real Envoy and the
-real ext_proc server (`extproc run`), in front of tests/fake_upstream.py.
+real ext_proc server (`extproc run`), in front of testing_support/fake_upstream.py.
 
 Every request is written byte for byte on a loopback socket by a small bounded
 HTTP/1.1 client (no HTTP library would send the framing lies). For each case:
@@ -31,9 +31,11 @@ import pytest
 import yaml
 
 from extproc.core.error_envelope import MAX_MESSAGE_CHARS
-from tests.conftest import QWEN_MODEL, REPO
-from tests.fake_upstream import FakeUpstream
-from tests.harness import Gateway, Gateways, GatewaySpec, http, metric_value
+from testing_support.fake_upstream import FakeUpstream
+from testing_support.gateway import Gateway, GatewaySpec
+from testing_support.http import http, metric_value
+from testing_support.qwen import QWEN_MODEL, REPO
+from tests.harness import Gateways
 from tests.hostile_corpus import (
     ACCEPTED,
     BODY_NEVER_ENDS,

@@ -25,9 +25,11 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import QWEN_MODEL
-from tests.fake_upstream import FakeUpstream
-from tests.harness import Gateway, Gateways, GatewaySpec, Reply, http
+from testing_support.fake_upstream import FakeUpstream
+from testing_support.gateway import Gateway, GatewaySpec
+from testing_support.http import Reply, http
+from testing_support.qwen import QWEN_MODEL
+from tests.harness import Gateways
 
 MARKER = "SeCrEtMaRkEr"
 # A field value that also tries to break a log line and hide behind a bidi control.

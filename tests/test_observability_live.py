@@ -3,7 +3,7 @@ real gateway and a real shadow comparator under a short load.
 
 On 127.0.0.1, all started here and stopped by their own PIDs:
 
-- the fake Dynamo (``tests/fake_upstream.py``) and the fake legacy server
+- the fake Dynamo (``testing_support/fake_upstream.py``) and the fake legacy server
   (``tests/fake_legacy.py``), in this process;
 - the gateway: ``extproc run --metrics`` (Envoy + ext_proc) in front of the fake Dynamo,
   with a copy of the shipped Qwen3 policy; the whole module runs twice, with one ext_proc
@@ -65,10 +65,13 @@ import yaml
 from extproc.core.policy import GatewayPolicy
 from extproc.runtime.envoy_config import EnvoySettings, Upstream, dump, load_template, render
 from extproc.runtime.envoy_process import envoy_argv
-from tests.conftest import QWEN_MODEL, REPO, SHIPPED_QWEN_POLICY
+from testing_support.fake_upstream import FakeUpstream
+from testing_support.gateway import Gateway, GatewaySpec
+from testing_support.http import Reply, http, metric_value
+from testing_support.processes import free_port
+from testing_support.qwen import QWEN_MODEL, REPO, SHIPPED_QWEN_POLICY
 from tests.fake_legacy import FakeLegacy
-from tests.fake_upstream import FakeUpstream
-from tests.harness import Gateway, Gateways, GatewaySpec, Reply, free_port, http, metric_value
+from tests.harness import Gateways
 
 pytestmark = pytest.mark.alone  # 1 s message timeouts, admission refusals, SIGSTOP
 

@@ -22,9 +22,10 @@ import numpy as np
 import pytest
 import yaml
 
-from tests.conftest import QWEN_MODEL, REPO, SHIPPED_QWEN_POLICY
-from tests.fake_upstream import FakeUpstream
-from tests.harness import Gateway, Reply, start_gateway
+from testing_support.fake_upstream import FakeUpstream
+from testing_support.gateway import Gateway, start_gateway
+from testing_support.http import Reply
+from testing_support.qwen import QWEN_MODEL, REPO, SHIPPED_QWEN_POLICY
 
 TEXTS = ["Seoul is the capital of South Korea.", "Paris is the capital of France."]
 MARKER_IN_TEXT = "The dimensions of the box are 2 by 3."

@@ -46,9 +46,12 @@ import yaml
 
 from extproc.runtime.envoy_config import LEGACY_CLUSTER, Upstream, legacy_cluster
 from extproc.runtime.envoy_process import envoy_binary
-from tests.conftest import QWEN_MODEL, REPO, SHIPPED_QWEN_POLICY
-from tests.fake_upstream import FakeUpstream
-from tests.harness import Gateways, GatewaySpec, free_port, http
+from testing_support.fake_upstream import FakeUpstream
+from testing_support.gateway import GatewaySpec
+from testing_support.http import http
+from testing_support.processes import free_port
+from testing_support.qwen import QWEN_MODEL, REPO, SHIPPED_QWEN_POLICY
+from tests.harness import Gateways
 from tests.hostile_corpus import LEGACY_PATHS, PATH_SPELLINGS, PathOutcome, PathSpelling
 from tests.legacy_stand_in import LegacyStandIn
 from tests.test_deploy_artifacts import (

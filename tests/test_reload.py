@@ -68,9 +68,11 @@ from extproc.service.reload import (
     policy_stamp,
 )
 from extproc.service.server import serve
-from tests.conftest import QWEN_MODEL
-from tests.fake_upstream import FakeUpstream
-from tests.harness import Gateway, Gateways, GatewaySpec, http, metric_value
+from testing_support.fake_upstream import FakeUpstream
+from testing_support.gateway import Gateway, GatewaySpec
+from testing_support.http import http, metric_value
+from testing_support.qwen import QWEN_MODEL
+from tests.harness import Gateways
 from tests.recorded_metrics import RecordedPolicyReloads, RecordedServerMetrics
 from tests.test_policy_reading import NOT_REGULAR_FILES
 
@@ -750,7 +752,7 @@ def test_sighup_reloads_an_unwatched_file(
         assert embed(gw, ADDED) == 404
         assert reloads(gw, "reloaded") == 0
         sent = time.monotonic()
-        gw.process.send_signal(signal.SIGHUP)  # to `extproc run`: it reaches every worker
+        gw.process.signal(signal.SIGHUP)  # to `extproc run`: it reaches every worker
         latency = wait_until_answered(gw, ADDED, sent)
         print(f"reload latency (SIGHUP -> new model answers): {latency:.2f} s")
         wait_for_count(gw, "reloaded", 0)
@@ -822,7 +824,7 @@ def test_a_path_that_is_no_regular_file_is_refused_once_and_blocks_nothing(
         for line in new_lines:
             assert f"{volume.path}: <file>: " in line and phrase in line, line
         sent = time.monotonic()
-        gw.process.send_signal(signal.SIGHUP)
+        gw.process.signal(signal.SIGHUP)
         wait_for_count(gw, "rejected", rejected + workers(gw))
         answered = time.monotonic() - sent
     assert during.statuses.keys() == {200}, during.statuses
@@ -852,7 +854,7 @@ def test_sighup_with_a_fifo_returns_at_once_and_the_gateway_still_stops(
         (tmp_path / "link").symlink_to(tmp_path / "fifo")
         os.replace(tmp_path / "link", config)  # the policy path now leads to a FIFO
         sent = time.monotonic()
-        gw.process.send_signal(signal.SIGHUP)
+        gw.process.signal(signal.SIGHUP)
         while "SIGHUP: reloading" not in gw.log():
             assert time.monotonic() - sent < 5, gw.log()
             time.sleep(0.01)

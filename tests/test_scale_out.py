@@ -19,9 +19,10 @@ import pytest
 from extproc.core.policy import GatewayPolicy
 from extproc.runtime.envoy_config import EnvoySettings, Upstream, dump, load_template, render
 from extproc.runtime.envoy_process import envoy_binary
-from tests.conftest import QWEN_MODEL, SHIPPED_QWEN_POLICY
-from tests.fake_upstream import FakeUpstream
-from tests.harness import free_port, http, metric_value
+from testing_support.fake_upstream import FakeUpstream
+from testing_support.http import http, metric_value
+from testing_support.processes import free_port
+from testing_support.qwen import QWEN_MODEL, SHIPPED_QWEN_POLICY
 
 
 def _up(url: str) -> bool:

@@ -44,9 +44,10 @@ from extproc.tools.shadow.envoy_render import (
     ShadowEnvoySettings,
     render_shadow,
 )
-from tests.conftest import QWEN_MODEL, REPO, SHIPPED_QWEN_POLICY
-from tests.fake_upstream import FakeUpstream
-from tests.harness import Reply, free_port, http
+from testing_support.fake_upstream import FakeUpstream
+from testing_support.http import Reply, http
+from testing_support.processes import free_port
+from testing_support.qwen import QWEN_MODEL, REPO, SHIPPED_QWEN_POLICY
 from tests.test_shadow_core import without_rewrite, without_shadow
 
 pytestmark = pytest.mark.alone  # the latency the shadow adds, the primary path not waiting
@@ -122,7 +123,7 @@ if kind == "legacy":
     from tests.fake_legacy import FakeLegacy
     server = FakeLegacy(tokenizer_dir=tokenizer_dir)
 else:
-    from tests.fake_upstream import FakeUpstream
+    from testing_support.fake_upstream import FakeUpstream
     server = FakeUpstream(flavour="dynamo", tokenizer_dir=tokenizer_dir)
 stop = threading.Event()
 signal.signal(signal.SIGTERM, lambda *_: stop.set())

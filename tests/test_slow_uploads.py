@@ -29,11 +29,12 @@ import h2.events
 import orjson
 import pytest
 
-from bench.burst import post, request_body
 from extproc.core.policy.model import DEFAULT_ADMISSION_UPLOAD_BYTES_PER_S
-from tests.conftest import QWEN_MODEL
-from tests.fake_upstream import FakeUpstream
-from tests.harness import SHAPES, Gateway, Gateways, GatewaySpec, http, metric_value
+from testing_support.fake_upstream import FakeUpstream
+from testing_support.gateway import SHAPES, Gateway, GatewaySpec
+from testing_support.http import http, metric_value, post, request_body
+from testing_support.qwen import QWEN_MODEL
+from tests.harness import Gateways
 
 pytestmark = pytest.mark.alone  # a latency bound under slow uploads
 

@@ -33,9 +33,11 @@ from extproc.runtime.envoy_config import (
     render,
     with_legacy,
 )
-from tests.conftest import QWEN_MODEL, REPO
-from tests.fake_upstream import FakeUpstream
-from tests.harness import SHAPES, Gateway, Gateways, GatewaySpec, free_port
+from testing_support.fake_upstream import FakeUpstream
+from testing_support.gateway import SHAPES, Gateway, GatewaySpec
+from testing_support.processes import free_port
+from testing_support.qwen import QWEN_MODEL, REPO
+from tests.harness import Gateways
 from tests.legacy_stand_in import (
     LEGACY_422,
     LEGACY_500,

@@ -58,9 +58,11 @@ from extproc.service.tls import (
     plan_reload,
     settings_from_flags,
 )
-from tests.conftest import QWEN_MODEL, REPO, SHIPPED_QWEN_POLICY
-from tests.fake_upstream import FakeUpstream
-from tests.harness import Gateways, GatewaySpec, http
+from testing_support.fake_upstream import FakeUpstream
+from testing_support.gateway import GatewaySpec
+from testing_support.http import http
+from testing_support.qwen import QWEN_MODEL, REPO, SHIPPED_QWEN_POLICY
+from tests.harness import Gateways
 from tests.recorded_metrics import RecordedServerMetrics, RecordedTlsReloads
 from tests.test_envoy_configs import validate
 

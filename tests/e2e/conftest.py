@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import Gateway, Gateways, GatewaySpec
+from testing_support.gateway import Gateway, GatewaySpec
+from tests.harness import Gateways
 from tests.real_upstream import SERVED_MODEL, RealEnv, Stack, real_env, start_dynamo, start_vllm
 
 REPO = Path(__file__).resolve().parents[2]

@@ -26,7 +26,10 @@ from extproc.commands.cli import _parser
 from extproc.core.error_envelope import ErrorClass, ErrorShape
 from extproc.core.policy import load_policy_file
 from extproc.core.policy.model import EncodingProfile, InstructionUse, Leniency, Matryoshka
-from tests.harness import Gateways, GatewaySpec, free_port, http
+from testing_support.gateway import GatewaySpec
+from testing_support.http import http
+from testing_support.processes import free_port
+from tests.harness import Gateways
 from tests.learning import assert_client_sees_the_same, battery
 from tests.real_upstream import SERVED_MODEL, RealEnv, Stack, _server_env, _spawn, _wait
 
