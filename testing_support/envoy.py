@@ -146,9 +146,12 @@ def rendered(
     return render(load_template(template or DEFAULT_TEMPLATE), settings, policy)
 
 
-def validate(config: dict[str, Any] | Path, folder: Path) -> subprocess.CompletedProcess[str]:
-    """`envoy --mode validate` on a bootstrap (a dict is written into ``folder``)."""
+def envoy_validate(
+    config: dict[str, Any] | Path, folder: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`envoy --mode validate` on a bootstrap file, or a dict written into ``folder``."""
     if isinstance(config, dict):
+        assert folder is not None, "where to write the bootstrap"
         path = folder / f"bootstrap-{time.monotonic_ns()}.yaml"
         path.write_text(yaml.safe_dump(config, sort_keys=False))
     else:

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import orjson
 import pytest
+
 from testing_support.fake_upstream import FakeUpstream
 
 MODEL = "Qwen/Qwen3-Embedding-0.6B"
