@@ -6,7 +6,6 @@ Retry-After, and every client gets an answer."""
 from __future__ import annotations
 
 import re
-import subprocess
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -17,14 +16,14 @@ import orjson
 import pytest
 
 from extproc.core.policy import GatewayPolicy
-from extproc.runtime.envoy_config import EnvoySettings, Upstream, dump, load_template, render
-from extproc.runtime.envoy_process import envoy_argv
+from extproc.runtime.envoy_config import EnvoySettings
+from testing_support.envoy import EnvoySpec, loopback_settings, rendered
 from testing_support.fake_upstream import FakeUpstream
 from testing_support.gateway import SHAPES, Gateway, GatewaySpec
 from testing_support.http import Reply, http, metric_value, post
 from testing_support.processes import free_port, rss_mb
 from testing_support.qwen import QWEN_MODEL, SHIPPED_QWEN_POLICY
-from tests.harness import Gateways
+from tests.harness import Envoys, Gateways
 
 pytestmark = pytest.mark.alone  # admission waits and their bounds, memory after a burst
 
@@ -283,75 +282,34 @@ def test_a_reloaded_budget_changes_what_is_admitted(
     assert log.count("admission: budget") == 2, log
 
 
-def start_envoy(
-    config: dict[str, object], tmp_path: Path, admin_port: int
-) -> subprocess.Popen[bytes]:
-    path = tmp_path / "envoy.yaml"
-    path.write_text(dump(config))
-    log = (tmp_path / "envoy.log").open("wb")
-    envoy = subprocess.Popen(
-        envoy_argv(path, "warning", 1),
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-    )
-    log.close()
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            if http("GET", f"http://127.0.0.1:{admin_port}/ready", timeout=1).status == 200:
-                return envoy
-        except OSError:
-            pass
-        assert envoy.poll() is None, (tmp_path / "envoy.log").read_text()
-        time.sleep(0.1)
-    envoy.kill()
-    envoy.wait(5)
-    raise TimeoutError("Envoy not ready in 30 s")
-
-
 @pytest.fixture
 def envoy_settings(upstream: FakeUpstream) -> EnvoySettings:
-    return EnvoySettings(
-        "127.0.0.1", free_port(), free_port(), free_port(), Upstream.from_url(upstream.url)
-    )
-
-
-def stop(envoy: subprocess.Popen[bytes]) -> None:
-    envoy.terminate()
-    try:
-        envoy.wait(10)
-    except subprocess.TimeoutExpired:
-        envoy.kill()
-        envoy.wait(5)
+    """Nothing listens on its processor's port."""
+    return loopback_settings(upstream.url)
 
 
 def test_processor_unreachable_is_a_clean_503(
     envoy_settings: EnvoySettings,
     qwen_policy: GatewayPolicy,
-    tmp_path: Path,
+    envoys: Envoys,
     upstream: FakeUpstream,
 ) -> None:
     """Envoy's ext_proc failure (nothing listens on the processor's port) gets the
     same clean answer, not "could not get an answer:  (ext_proc_error_gRPC_error_...)"."""
     upstream.reset()
-    config = render(load_template(), envoy_settings, qwen_policy)
-    envoy = start_envoy(config, tmp_path, envoy_settings.admin_port)
-    try:
-        url = f"http://127.0.0.1:{envoy_settings.listen_port}/v1/embeddings"
-        assert_overloaded(http("POST", url, SMALL), "1")
-        stats = http("GET", f"http://127.0.0.1:{envoy_settings.admin_port}/stats?filter=ext_proc")
+    config = rendered(envoy_settings, qwen_policy)
+    with envoys.own(EnvoySpec.of(config)) as envoy:
+        assert_overloaded(http("POST", envoy.embeddings_url, SMALL), "1")
+        stats = http("GET", f"{envoy.admin_url}/stats?filter=ext_proc")
         # Envoy counts its side of the failure (docs/metrics.md: the Envoy series worth watching).
         assert b"http.embeddings.ext_proc.streams_failed: 1" in stats.body, stats.body
-    finally:
-        stop(envoy)
     assert upstream.received == []
 
 
 def test_envoys_overload_manager_answers_503_overloaded(
     envoy_settings: EnvoySettings,
     qwen_policy: GatewayPolicy,
-    tmp_path: Path,
+    envoys: Envoys,
     upstream: FakeUpstream,
 ) -> None:
     """A heap budget Envoy is already over: every request is refused by Envoy itself,
@@ -359,28 +317,17 @@ def test_envoys_overload_manager_answers_503_overloaded(
     which gives the same answer: Envoy's own counters tell the overload manager's
     refusal from a failed ext_proc stream.)"""
     upstream.reset()
-    config = render(load_template(), envoy_settings, qwen_policy)
+    config = rendered(envoy_settings, qwen_policy)
     monitors = config["overload_manager"]["resource_monitors"]
     (heap,) = [m for m in monitors if m["name"].endswith("fixed_heap")]
     heap["typed_config"]["max_heap_size_bytes"] = 1024 * 1024
-    envoy = start_envoy(config, tmp_path, envoy_settings.admin_port)
-    admin = f"http://127.0.0.1:{envoy_settings.admin_port}"
-
-    def counter(name: str) -> float:
-        return metric_value(http("GET", f"{admin}/stats/prometheus").body.decode(), name)
-
-    try:
-        url = f"http://127.0.0.1:{envoy_settings.listen_port}/v1/embeddings"
-        deadline = time.monotonic() + 10  # the monitor refreshes every 0.25 s
-        active = "envoy_overload_envoy_overload_actions_stop_accepting_requests_active"
-        while counter(active) != 1 and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert counter(active) == 1
-        assert_overloaded(http("POST", url, SMALL), "1")
-        assert counter("envoy_http_downstream_rq_overload_close") == 1
-        assert counter("envoy_http_ext_proc_streams_started") == 0  # no filter ran
-    finally:
-        stop(envoy)
+    active = "envoy_overload_envoy_overload_actions_stop_accepting_requests_active"
+    with envoys.own(EnvoySpec.of(config)) as envoy:
+        # The monitor refreshes every 0.25 s.
+        envoy.process.wait_until(lambda: envoy.series(active) == 1, 10, "overload active")
+        assert_overloaded(http("POST", envoy.embeddings_url, SMALL), "1")
+        assert envoy.series("envoy_http_downstream_rq_overload_close") == 1
+        assert envoy.series("envoy_http_ext_proc_streams_started") == 0  # no filter ran
     assert upstream.received == []
 
 
