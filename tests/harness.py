@@ -13,14 +13,19 @@ no traceback in its log (``clean_exit=False`` for one the test kills on purpose)
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections.abc import Callable, Hashable, Iterator
 from pathlib import Path
 from typing import Generic, Protocol, TypeVar
 
 from testing_support.envoy import Envoy, EnvoySpec, start_envoy
 from testing_support.gateway import Gateway, GatewaySpec, start_gateway
-from testing_support.processes import Process
+from testing_support.processes import Process, log_file
+from testing_support.qwen import REPO
 from testing_support.serve import Serve, ServeSpec, start_serve
+
+STAND_IN_READY = "stand-in ready:"  # tests/stand_in.py's line, then its URL
+STAND_IN_READY_S = 60.0
 
 
 class Running(Protocol):
@@ -105,3 +110,19 @@ class Envoys(Pool[EnvoySpec, Envoy]):
 
     def __init__(self, root: Path) -> None:
         super().__init__(root, start_envoy)
+
+
+@contextlib.contextmanager
+def start_stand_in(kind: str, tokenizer_dir: Path, folder: Path) -> Iterator[str]:
+    """FakeLegacy (``legacy``) or the fake Dynamo (``dynamo``) in a process of its own
+    (tests/stand_in.py), logging into ``folder``: its URL, while the block runs."""
+    process = Process.start(
+        [sys.executable, "-m", "tests.stand_in", kind, str(tokenizer_dir)],
+        log_file(folder, f"stand-in-{kind}"),
+        cwd=REPO,
+        name=f"stand-in {kind}",
+    )
+    try:
+        yield process.wait_line(STAND_IN_READY, STAND_IN_READY_S).split()[-1]
+    finally:
+        process.stop_cleanly()
