@@ -26,7 +26,6 @@ import re
 import shutil
 import socket
 import struct
-import subprocess
 import time
 import urllib.request
 import zlib
@@ -41,7 +40,7 @@ import pytest
 
 from testing_support.fake_upstream import FakeUpstream
 from testing_support.gateway import Gateway, GatewaySpec
-from testing_support.processes import free_port
+from testing_support.processes import Process, free_port, port_open
 from testing_support.qwen import QWEN_MODEL
 from tests.harness import Gateways
 from tests.test_hostile_input import WireReply, exchange, port_of
@@ -756,26 +755,14 @@ def nginx(gateway: Gateway, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     port = free_port()
     conf = folder / "nginx.conf"
     conf.write_text(_nginx_conf(folder, port, port_of(gateway)))
-    process = subprocess.Popen(
-        [binary, "-c", str(conf), "-p", str(folder)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
+    process = Process.start(
+        [binary, "-c", str(conf), "-p", str(folder)], folder / "nginx.log", name="nginx"
     )
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert process.poll() is None, (folder / "nginx-error.log").read_text()
-                assert time.monotonic() < deadline, "nginx did not listen within 20 s"
-                time.sleep(0.05)
+        process.wait_until(lambda: port_open(port), 20, "nginx listening")
         yield port
     finally:
-        process.terminate()
-        process.wait(10)
+        process.stop(10)
 
 
 def test_nginx_in_front_with_its_default_http_1_0(
