@@ -3,7 +3,7 @@ one process wrapper (testing_support/processes.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -83,16 +83,22 @@ def start_serve(
     port: int | None = None,
     wait: bool = True,
     extproc: Sequence[str] = EXTPROC,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
     die_with_parent: bool = False,
     name: str = "",
 ) -> Serve:
     """`extproc serve` as ``spec`` says on ``port`` (default: a free one), logging into
-    ``folder``; with ``wait``, returns once it serves (else call ``wait_ready``)."""
+    ``folder``; with ``wait``, returns once it serves (else call ``wait_ready``).
+    ``extproc`` is the command to start it with (this checkout's by default), with
+    ``env`` (default: this process's) from ``cwd``."""
     port = port or free_port()
     metrics_port = free_port() if spec.metrics else None
     process = Process.start(
         [*extproc, *spec.argv(folder, port, metrics_port)],
         log_file(folder, f"{name or 'extproc-serve'}-{port}"),
+        env=env,
+        cwd=cwd,
         name=name or "extproc serve",
         die_with_parent=die_with_parent,
     )
