@@ -155,14 +155,16 @@ def start_gateway(
     env: Mapping[str, str] | None = None,
     cwd: Path | None = None,
     die_with_parent: bool = False,
+    timeout: float = READY_TIMEOUT_S,
 ) -> Gateway:
     """``extproc run`` as ``spec`` says, logging into ``log_dir``; returns once it
-    logged its ready line. ``extproc`` is the command to start it with (this
-    checkout's by default), with ``env`` (default: this process's) from ``cwd``.
+        logged its ready line. ``extproc`` is the command to start it with (this
+        checkout's by default), with ``env`` (default: this process's) from ``cwd``, ready
+    within ``timeout`` s.
 
-    An upstream URL in place of a spec, with ``config``, ``tokenizer_overrides``,
-    ``extra_args`` and ``workers``, is the same gateway spelled as `extproc run`'s
-    options (bench/ tools start theirs so)."""
+        An upstream URL in place of a spec, with ``config``, ``tokenizer_overrides``,
+        ``extra_args`` and ``workers``, is the same gateway spelled as `extproc run`'s
+        options (bench/ tools start theirs so)."""
     if isinstance(spec, str):
         spec = GatewaySpec(
             spec,
@@ -195,7 +197,7 @@ def start_gateway(
     url, metrics_url = f"http://127.0.0.1:{listen_port}", f"http://127.0.0.1:{metrics_port}"
     gateway = Gateway(url, metrics_url, process)
     try:
-        gateway.ready_line = process.wait_line(READY_PREFIX, READY_TIMEOUT_S)
+        gateway.ready_line = process.wait_line(READY_PREFIX, timeout)
     except BaseException:
         process.stop()
         raise

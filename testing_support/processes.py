@@ -24,6 +24,7 @@ from extproc.service.net import free_port
 __all__ = [
     "Process",
     "ProcessExitedError",
+    "die_with_parent",
     "free_port",
     "log_file",
     "memory_kb",
@@ -39,9 +40,13 @@ class ProcessExitedError(RuntimeError):
     """A process ended while it was waited for."""
 
 
-def _die_with_parent() -> None:
-    """In the child, before exec: SIGTERM when the process that started it dies."""
+def die_with_parent() -> None:
+    """In the child, before exec (``preexec_fn``): SIGTERM when the process that started
+    it dies. Only from a process with a single thread."""
     ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+_pdeathsig = die_with_parent
 
 
 @dataclass
@@ -79,7 +84,7 @@ class Process:
                 env=None if env is None else dict(env),
                 cwd=cwd,
                 start_new_session=group,
-                preexec_fn=_die_with_parent if die_with_parent else None,  # noqa: PLW1509
+                preexec_fn=_pdeathsig if die_with_parent else None,  # noqa: PLW1509
             )
         return cls(name or Path(argv[0]).name, popen, log_path, group)
 

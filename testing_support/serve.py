@@ -51,6 +51,10 @@ class Serve:
     metrics_port: int | None = None
 
     @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    @property
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
 
