@@ -14,16 +14,19 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from testing_support.envoy import Envoy, EnvoySpec, start_envoy
 from testing_support.gateway import Gateway, GatewaySpec, start_gateway
-from testing_support.processes import Process, log_file
+from testing_support.http import http
+from testing_support.processes import Process, free_port, log_file
 from testing_support.qwen import REPO
 from testing_support.serve import Serve, ServeSpec, start_serve
 
+COMPARATOR_READY_S = 60.0
 STAND_IN_READY = "stand-in ready:"  # tests/stand_in.py's line, then its URL
 STAND_IN_READY_S = 60.0
 
@@ -126,3 +129,39 @@ def start_stand_in(kind: str, tokenizer_dir: Path, folder: Path) -> Iterator[str
         yield process.wait_line(STAND_IN_READY, STAND_IN_READY_S).split()[-1]
     finally:
         process.stop_cleanly()
+
+
+@dataclass
+class Comparator:
+    """A running `extproc shadow-compare`: its gRPC port (the taps') and HTTP port."""
+
+    process: Process
+    grpc_port: int
+    http_port: int
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.http_port}"
+
+    def summary(self) -> dict[str, Any]:
+        doc: dict[str, Any] = http("GET", f"{self.url}/summary", timeout=10).json()
+        return doc
+
+    def metrics(self) -> str:
+        return http("GET", f"{self.url}/metrics", timeout=10).body.decode()
+
+
+def start_comparator(folder: Path, *, extra: Sequence[str] = ()) -> Comparator:
+    """`extproc shadow-compare` on free ports (pairs kept 20 s), logging into
+    ``folder``; returns once it is ready. The caller stops its process."""
+    grpc_port, http_port = free_port(), free_port()
+    listen, http_address = f"127.0.0.1:{grpc_port}", f"127.0.0.1:{http_port}"
+    options = ["--listen", listen, "--http", http_address, "--ttl", "20", "--grace", "1"]
+    argv = [sys.executable, "-m", "extproc", "shadow-compare", *options, *extra]
+    process = Process.start(argv, log_file(folder, f"compare-{grpc_port}"), name="shadow-compare")
+    try:
+        process.wait_line("shadow-compare ready", COMPARATOR_READY_S)
+    except BaseException:
+        process.stop()
+        raise
+    return Comparator(process, grpc_port, http_port)

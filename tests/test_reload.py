@@ -67,11 +67,11 @@ from extproc.service.reload import (
     after_race,
     policy_stamp,
 )
-from extproc.service.server import serve
 from testing_support.fake_upstream import FakeUpstream
 from testing_support.gateway import Gateway, GatewaySpec
 from testing_support.http import http, metric_value
 from testing_support.qwen import QWEN_MODEL
+from tests.ext_proc_server import serving
 from tests.harness import Gateways
 from tests.recorded_metrics import RecordedPolicyReloads, RecordedServerMetrics
 from tests.test_policy_reading import NOT_REGULAR_FILES
@@ -486,30 +486,15 @@ async def reloading_server(qwen_dir: Path, tmp_path: Path) -> AsyncIterator[Relo
     started_from = policy_stamp(config)
     contract = load_contract(load_policy_file(config, tokenizer_overrides=overrides))
     metrics = RecordedServerMetrics()
-    stop = asyncio.Event()
-    ready: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-    task = asyncio.create_task(
-        serve(
-            contract,
-            address="127.0.0.1:0",
-            metrics_address=None,
-            grace_seconds=1.0,
-            stop=stop,
-            metrics=metrics,
-            on_ready=ready.set_result,
-            reload=ReloadSettings(
-                config, overrides, interval_s=0.1, settle_s=0.3, started_from=started_from
-            ),
-        )
+    reload = ReloadSettings(
+        config, overrides, interval_s=0.1, settle_s=0.3, started_from=started_from
     )
-    await asyncio.wait_for(asyncio.shield(ready), 60)
-    channel = grpc.aio.insecure_channel(f"127.0.0.1:{ready.result()}")
-    try:
-        yield ReloadingServer(channel, config, metrics)
-    finally:
-        await channel.close()
-        stop.set()
-        await asyncio.wait_for(task, 30)
+    async with serving(contract, metrics, reload=reload) as port:
+        channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+        try:
+            yield ReloadingServer(channel, config, metrics)
+        finally:
+            await channel.close()
 
 
 def _headers() -> ep.ProcessingRequest:

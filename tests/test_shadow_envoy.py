@@ -47,7 +47,7 @@ from testing_support.http import Reply, http
 from testing_support.processes import Process, free_port, wait_until
 from testing_support.qwen import QWEN_MODEL, REPO
 from testing_support.serve import ServeSpec
-from tests.harness import Envoys, Servers, start_stand_in
+from tests.harness import Comparator, Envoys, Servers, start_comparator, start_stand_in
 from tests.test_shadow_core import without_rewrite, without_shadow
 
 pytestmark = pytest.mark.alone  # the latency the shadow adds, the primary path not waiting
@@ -59,43 +59,6 @@ LATENCY_REQUESTS = 200
 
 
 # --------------------------------------------------------------------------- processes
-
-
-def get_json(url: str) -> Any:
-    return http("GET", url, timeout=10).json()
-
-
-class Comparator:
-    def __init__(self, proc: Process, grpc_port: int, http_port: int) -> None:
-        self.proc = proc
-        self.grpc_port = grpc_port
-        self.http_port = http_port
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.http_port}"
-
-    def summary(self) -> dict[str, Any]:
-        doc: dict[str, Any] = get_json(f"{self.url}/summary")
-        return doc
-
-    def metrics(self) -> str:
-        return http("GET", f"{self.url}/metrics", timeout=10).body.decode()
-
-
-def start_comparator(log_dir: Path, *, extra: list[str] | None = None) -> Comparator:
-    grpc_port, http_port = free_port(), free_port()
-    listen, http = f"127.0.0.1:{grpc_port}", f"127.0.0.1:{http_port}"
-    options = ["--listen", listen, "--http", http, "--ttl", "20", "--grace", "1", *(extra or [])]
-    argv = [sys.executable, "-m", "extproc", "shadow-compare", *options]
-    process = Process.start(argv, log_dir / f"compare-{grpc_port}.log", name="shadow-compare")
-    comparator = Comparator(process, grpc_port, http_port)
-    try:
-        process.wait_line("shadow-compare ready", READY_TIMEOUT_S)
-    except BaseException:
-        process.stop()
-        raise
-    return comparator
 
 
 def shadow_envoy(config: dict[str, Any], name: str) -> EnvoySpec:
@@ -295,7 +258,7 @@ def stack(world: World, envoys: Envoys) -> Iterator[Stack]:
     """Config A with the rewrite on, one comparator behind the tap cluster."""
     with ExitStack() as cleanup:
         comparator = start_comparator(world.logs)
-        cleanup.callback(comparator.proc.stop)
+        cleanup.callback(comparator.process.stop)
         settings = world.settings(comparator.grpc_port)
         envoy = cleanup.enter_context(envoys.own(shadow_envoy(world.config(settings), "shadow")))
         yield Stack(settings, envoy, comparator)
@@ -350,7 +313,7 @@ def test_the_silent_failure_is_caught_with_the_rewrite_off(world: World, envoys:
     mirrored to the noise listener) gives the noise; it explains none of this."""
     with ExitStack() as cleanup:
         comparator = start_comparator(world.logs, extra=["--noise"])
-        cleanup.callback(comparator.proc.stop)
+        cleanup.callback(comparator.process.stop)
         settings = world.settings(comparator.grpc_port, noise=world.baseline)
         config = without_rewrite(world.config(settings))
         envoy = cleanup.enter_context(envoys.own(shadow_envoy(config, "no-rewrite")))
@@ -398,7 +361,7 @@ def test_reverse_config_after_the_cut_over_half_shadowed(
     At 50 %, only the shadowed half is tapped: every tapped request has its pair."""
     with ExitStack() as cleanup:
         comparator = start_comparator(world.logs)
-        cleanup.callback(comparator.proc.stop)
+        cleanup.callback(comparator.process.stop)
         settings = world.settings(comparator.grpc_port, reverse=True, percent=50)
         config = world.config(settings, reverse=True, gateway=STANDALONE_TEMPLATE)
         cleanup.enter_context(envoys.own(shadow_envoy(config, "reverse")))
@@ -438,7 +401,7 @@ def test_a_dead_or_hung_comparator_and_a_slow_or_dead_candidate_change_nothing(
         slow.fault = "slow"
         slow.slow_seconds = 3.0
         comparator = start_comparator(world.logs)
-        cleanup.callback(comparator.proc.stop)
+        cleanup.callback(comparator.process.stop)
         settings = world.settings(comparator.grpc_port, candidate=slow.url)
         envoy = cleanup.enter_context(envoys.own(shadow_envoy(world.config(settings), "faults")))
         url = primary_url(settings)
@@ -453,10 +416,10 @@ def test_a_dead_or_hung_comparator_and_a_slow_or_dead_candidate_change_nothing(
 
         # 1. The comparator is hung (SIGSTOP: it accepts connections, reads nothing)
         #    and the candidate answers after 3 s.
-        comparator.proc.signal(signal.SIGSTOP)
+        comparator.process.signal(signal.SIGSTOP)
         check("hung comparator, slow candidate")
         # 2. The comparator is gone and the candidate too.
-        comparator.proc.stop()
+        comparator.process.stop()
         slow.stop()
         check("dead comparator, dead candidate")
         assert envoy.process.alive()

@@ -32,6 +32,7 @@ from extproc.service.stream import (
     Shape,
     TransitionError,
 )
+from tests.ext_proc_server import set_headers
 from tests.recorded_metrics import RecordedStreamMetrics
 
 MODEL = "Qwen/Qwen3-Embedding-0.6B"
@@ -102,15 +103,6 @@ def response_headers(
 
 def response_body(body: bytes, *, eos: bool = True) -> ep.ProcessingRequest:
     return ep.ProcessingRequest(response_body=ep.HttpBody(body=body, end_of_stream=eos))
-
-
-def set_headers(mutation: ep.HeaderMutation) -> dict[str, bytes]:
-    out: dict[str, bytes] = {}
-    for option in mutation.set_headers:
-        header = option.header
-        assert header.value == "", f"{header.key} set with `value`; Envoy needs raw_value"
-        out[header.key] = header.raw_value
-    return out
 
 
 def envelope(body: bytes) -> dict[str, Any]:

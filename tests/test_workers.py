@@ -46,12 +46,12 @@ from extproc.runtime.worker_pool import (
 )
 from extproc.service.net import free_port
 from extproc.service.tls import TlsSettings
+from testing_support.envoy import envoy_validate
 from testing_support.fake_upstream import FakeUpstream
 from testing_support.gateway import Gateway, GatewaySpec
 from testing_support.http import http, metric_value
 from testing_support.qwen import QWEN_MODEL
 from tests.harness import Gateways
-from tests.test_envoy_configs import validate
 
 # -- how many -----------------------------------------------------------------------
 
@@ -188,7 +188,7 @@ def test_envoy_lists_every_worker_checks_their_health_and_validates(
     assert rendered != config and "health_checks" not in str(rendered)  # a copy
     path = tmp_path / "envoy.yaml"
     path.write_text(dump(config))
-    result = validate(path)
+    result = envoy_validate(path)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
