@@ -356,11 +356,18 @@ def test_worker_gone_is_503_not_404(
     assert error["type"] == "server_error"
 
 
-def test_upstream_down_is_a_503_envelope(gateways: Gateways) -> None:
+def test_upstream_down_is_a_503_envelope_that_says_when_to_retry(gateways: Gateways) -> None:
     dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     with gateways.own(GatewaySpec(dead)) as gw:
-        error = assert_envelope(gw.embeddings({"model": QWEN_MODEL, "input": "x"}), 503)
-        assert error["type"] == "server_error"
+        plain = {"model": QWEN_MODEL, "input": "x"}
+        rewritten = {"model": QWEN_MODEL, "input": "hello", "dimensions": 256}
+        for body in (rewritten, plain):  # both routes
+            reply = gw.embeddings(body)
+            error = assert_envelope(reply, 503)
+            assert reply.headers.get("retry-after") == "1", reply.headers
+            assert (error["type"], error["code"]) == ("server_error", "upstream_unavailable")
+            assert error["message"].startswith("The gateway could not get an answer from the")
+            assert "{" not in error["message"]  # no Envoy response-code details
         # Still validated first: a client mistake stays a 400 even with the upstream down.
         assert_envelope(gw.embeddings({"model": QWEN_MODEL, "input": []}), 400)
 

@@ -2,7 +2,7 @@
 configs and the shipped Qwen3 policy (its default limits).
 
 Twenty-four clients declare a body (of each twelve, ten ``Content-Length: 8388608``,
-two of unknown length), one every 0.3 s, and send one byte of it a second for the 20 s
+two of unknown length), one every 0.3 s, and send one byte of it a second for the 12 s
 that a steady stream of ordinary requests (seed-sized, and 2 MB batches) runs. Each
 one's reservation at the request headers lapses after its hold (8 MiB at the policy's
 floor upload rate): the ordinary requests are all served, no slower than without the
@@ -43,8 +43,9 @@ SLOW_DECLARED: list[int | None] = [8_388_608] * 10 + [None] * 2  # None: chunked
 # HTTP/1.1 and h2c in turn (each kind's own every 0.6 s, h2c's 0.3 s after HTTP/1.1's).
 SLOW_EVERY_S = 0.3
 SLOW_KINDS = ("http1", "h2c")
-ATTACK_S = 20.0
-BASELINE_S = 10.0
+# Long enough for every slow client to come (7.5 s) and its hold to lapse (0.5 s).
+ATTACK_S = 12.0
+BASELINE_S = 6.0
 SEEDS = [
     orjson.dumps(
         {
