@@ -78,6 +78,7 @@ DASHBOARD = OBSERVABILITY / "grafana" / "dashboards" / "gateway.json"
 ALERTS = OBSERVABILITY / "prometheus" / "alerts.yml"
 
 READY_TIMEOUT_S = 90.0
+READY_SHADOW = "extproc shadow ready:"
 SCRAPED_TIMEOUT_S = 30.0
 ROUNDS = 3
 ROUND_GAP_S = 2.5  # more than two scrape intervals between rounds
@@ -159,7 +160,8 @@ class Shadow:
 def start_shadow(
     baseline: str, candidate: str, qwen_dir: Path, log_dir: Path, workers: int
 ) -> Shadow:
-    """`extproc shadow` whose candidate-side policy has no query instruction."""
+    """`extproc shadow` whose candidate-side policy has no query instruction, started
+    (ready once it logs READY_SHADOW)."""
     policy = yaml.safe_load(SHIPPED_QWEN_POLICY.read_text())
     policy["models"][0]["prompts"] = {"query": "{text}"}
     policy_path = log_dir / "no-query-instruction.yaml"
@@ -173,9 +175,7 @@ def start_shadow(
         *("--grace", "1", "--workers", str(workers)),
     ]
     process = Process.start(argv, log_dir / "shadow.log", name="extproc shadow")
-    shadow = Shadow(process, f"http://127.0.0.1:{listen}", f"http://127.0.0.1:{http_port}")
-    process.wait_line("extproc shadow ready:", READY_TIMEOUT_S)
-    return shadow
+    return Shadow(process, f"http://127.0.0.1:{listen}", f"http://127.0.0.1:{http_port}")
 
 
 @dataclass(frozen=True)
@@ -471,7 +471,7 @@ def evaluated(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Evaluated]:
     servers: Servers = request.getfixturevalue("servers")
-    envoys: Envoys = request.getfixturevalue("envoys")
+    envoy_pool: Envoys = request.getfixturevalue("envoys")
     workers: int = request.param
     started = time.monotonic()
     logs = tmp_path_factory.mktemp("observability")
@@ -481,14 +481,18 @@ def evaluated(
     with ExitStack() as cleanup:
         upstream = cleanup.enter_context(FakeUpstream(flavour="dynamo", tokenizer_dir=qwen_dir))
         legacy = cleanup.enter_context(FakeLegacy(tokenizer_dir=qwen_dir))
-        spec = GatewaySpec(upstream.url, policy=policy_copy, workers=workers)
-        gateway = cleanup.enter_context(gateways.own(spec, folder=logs))
+        # The shadow set-up starts while the gateway and the Envoys do.
         shadow = start_shadow(legacy.url, upstream.url, qwen_dir, logs, workers)
         cleanup.callback(shadow.process.stop)
+        spec = GatewaySpec(upstream.url, policy=policy_copy, workers=workers)
+        gateway = cleanup.enter_context(gateways.own(spec, folder=logs))
         faults = cleanup.enter_context(
-            start_processor_faults(upstream, qwen_policy, servers, envoys)
+            start_processor_faults(upstream, qwen_policy, servers, envoy_pool)
         )
-        overloaded = cleanup.enter_context(start_overloaded_envoy(upstream, qwen_policy, envoys))
+        overloaded = cleanup.enter_context(
+            start_overloaded_envoy(upstream, qwen_policy, envoy_pool)
+        )
+        shadow.process.wait_line(READY_SHADOW, READY_TIMEOUT_S)
         held: list[socket.socket] = []
         cleanup.callback(lambda: [sock.close() for sock in held])
         envoys = {
@@ -529,7 +533,8 @@ def evaluated(
             sent_to_shadow += shadow_round(shadow)
             fault_replies += faults.round(last=round_number == ROUNDS - 1)
             overload_replies += overload_round(overloaded, held)
-            time.sleep(ROUND_GAP_S)
+            if round_number < ROUNDS - 1:
+                time.sleep(ROUND_GAP_S)
 
         # Everything counted has been scraped: Prometheus agrees with the processes.
         gateway_metrics = http("GET", f"{gateway.metrics_url}/metrics").body.decode()
