@@ -25,8 +25,6 @@ from testing_support.processes import rss_mb
 from testing_support.qwen import QWEN_MODEL, SHIPPED_QWEN_POLICY
 from tests.harness import Envoys, Gateways
 
-pytestmark = pytest.mark.alone  # admission waits and their bounds, memory after a burst
-
 ENVELOPE_KEYS = {"message", "type", "param", "code"}
 # 2,048 inputs cut to 256-d: ~18 MiB of estimated work, far over this budget, so such
 # a request is admitted only alone.
@@ -66,6 +64,7 @@ def scrape(gateway: Gateway) -> str:
     return http("GET", f"{gateway.metrics_url}/metrics").body.decode()
 
 
+@pytest.mark.alone  # a bound on the refused request's wait
 def test_past_the_budget_a_request_gets_503_overloaded(
     gateway: Gateway, upstream: FakeUpstream
 ) -> None:
@@ -98,6 +97,7 @@ def test_past_the_budget_a_request_gets_503_overloaded(
     assert gateway.embeddings(SMALL).status == 200  # room again
 
 
+@pytest.mark.alone  # the memory after a burst
 def test_a_burst_gets_200s_and_503s_and_nothing_else(
     gateway: Gateway, upstream: FakeUpstream
 ) -> None:

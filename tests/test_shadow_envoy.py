@@ -50,8 +50,6 @@ from testing_support.serve import ServeSpec
 from tests.harness import Comparator, Envoys, Servers, start_comparator, start_stand_in
 from tests.test_shadow_core import without_rewrite, without_shadow
 
-pytestmark = pytest.mark.alone  # the latency the shadow adds, the primary path not waiting
-
 READY_TIMEOUT_S = 60.0
 PAIRS_TIMEOUT_S = 30.0
 CORPUS = REPO / "extproc" / "data" / "corpus.jsonl"
@@ -352,6 +350,7 @@ def report_from(summary: dict[str, Any]) -> str:
     return render_report(summary)
 
 
+@pytest.mark.alone  # the mirrored half settles between two polls
 def test_reverse_config_after_the_cut_over_half_shadowed(
     world: World, reference: list[Reply], envoys: Envoys
 ) -> None:
@@ -392,6 +391,7 @@ def test_reverse_config_after_the_cut_over_half_shadowed(
     assert summary["verdict"]["verdict"] == "ready", summary["verdict"]
 
 
+@pytest.mark.alone  # the primary path's bound while the candidate sleeps
 def test_a_dead_or_hung_comparator_and_a_slow_or_dead_candidate_change_nothing(
     world: World, qwen_dir: Path, reference: list[Reply], envoys: Envoys
 ) -> None:
@@ -463,6 +463,7 @@ def describe_latency(label: str, timings: dict[str, list[float]]) -> str:
     )
 
 
+@pytest.mark.alone  # the latency the shadow adds
 def test_latency_added_to_the_primary_path(stack: Stack, world: World, envoys: Envoys) -> None:
     """Batch-8 document requests, one at a time, through the shadow config (tap +
     100 % mirror to the rewrite and fake Dynamo, the comparator) and through the same
