@@ -31,7 +31,7 @@ import pytest
 import yaml
 
 from extproc.core.error_envelope import MAX_MESSAGE_CHARS
-from testing_support.fake_upstream import FakeUpstream
+from testing_support.fake_upstream import FakeUpstream, Received
 from testing_support.gateway import Gateway, GatewaySpec
 from testing_support.http import http, metric_value
 from testing_support.qwen import QWEN_MODEL, REPO
@@ -343,30 +343,55 @@ def test_framing_error_is_refused_by_envoy(
     assert upstream.received == []
 
 
+@dataclass(frozen=True)
+class Unfinished:
+    """Every request whose body never ends, sent at once (each on its connection): what
+    came back on each by case, and what reached the upstream meanwhile."""
+
+    replies: dict[str, WireReply]
+    forwarded: list[Received]
+
+
+def send_unfinished(port: int, upstream: FakeUpstream, timeout: float) -> Unfinished:
+    upstream.reset()
+    with ThreadPoolExecutor(len(BODY_NEVER_ENDS)) as pool:
+        replies = list(
+            pool.map(lambda c: exchange(port, c.wire(), timeout=timeout), BODY_NEVER_ENDS)
+        )
+    by_case = {case.name: reply for case, reply in zip(BODY_NEVER_ENDS, replies, strict=True)}
+    return Unfinished(by_case, list(upstream.received))
+
+
+@pytest.fixture(scope="module")
+def held(gateway: Gateway, upstream: FakeUpstream) -> Unfinished:
+    return send_unfinished(port_of(gateway), upstream, HELD_FOR_S)
+
+
+@pytest.fixture(scope="module")
+def timed_out(impatient_gateway: Gateway, upstream: FakeUpstream) -> Unfinished:
+    return send_unfinished(
+        port_of(impatient_gateway), upstream, IMPATIENT_TIMEOUT_S + TIMEOUT_SLACK_S
+    )
+
+
 @pytest.mark.parametrize("case", BODY_NEVER_ENDS, ids=_ids(BODY_NEVER_ENDS))
-def test_unfinished_body_is_held_not_forwarded(
-    case: HostileRequest, gateway: Gateway, upstream: FakeUpstream
-) -> None:
+def test_unfinished_body_is_held_not_forwarded(case: HostileRequest, held: Unfinished) -> None:
     """Shipped timeouts: Envoy waits for the rest of the body (up to its 60 s
     request_timeout); meanwhile nothing is forwarded and nothing is answered."""
-    reply = exchange(port_of(gateway), case.wire(), timeout=HELD_FOR_S)
+    reply = held.replies[case.name]
     assert reply.status is None and reply.body == b"", reply
-    assert upstream.received == []
+    assert held.forwarded == []
 
 
 @pytest.mark.parametrize("case", BODY_NEVER_ENDS, ids=_ids(BODY_NEVER_ENDS))
-def test_unfinished_body_ends_in_a_bounded_408(
-    case: HostileRequest, impatient_gateway: Gateway, upstream: FakeUpstream
-) -> None:
-    reply = exchange(
-        port_of(impatient_gateway), case.wire(), timeout=IMPATIENT_TIMEOUT_S + TIMEOUT_SLACK_S
-    )
+def test_unfinished_body_ends_in_a_bounded_408(case: HostileRequest, timed_out: Unfinished) -> None:
+    reply = timed_out.replies[case.name]
     assert reply.status == case.expected.status == 408, reply
     assert reply.seconds >= IMPATIENT_TIMEOUT_S - 0.5, reply
     error = reply.envelope()
     assert error["type"] == case.expected.type
     assert_no_leak(reply.body)
-    assert upstream.received == []
+    assert timed_out.forwarded == []
 
 
 # -- and after all of it ----------------------------------------------------------------
