@@ -71,6 +71,13 @@ def upstream(fake_dynamo: FakeUpstream) -> FakeUpstream:
     return fake_dynamo
 
 
+@pytest.fixture(scope="module")
+def legacy(legacy_stand_in: LegacyStandIn) -> LegacyStandIn:
+    """The session's legacy stand-in, as a module finds it: nothing seen."""
+    legacy_stand_in.reset()
+    return legacy_stand_in
+
+
 @pytest.fixture(scope="session")
 def gateways(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateways]:
     """Gateways (`extproc run`): ``shared(GatewaySpec)`` for the session, ``own(spec)``

@@ -244,12 +244,6 @@ def dynamo(upstream: FakeUpstream) -> FakeUpstream:
 
 
 @pytest.fixture(scope="module")
-def legacy(legacy_stand_in: LegacyStandIn) -> LegacyStandIn:
-    legacy_stand_in.reset()
-    return legacy_stand_in
-
-
-@pytest.fixture(scope="module")
 def extproc_server(servers: Servers) -> int:
     """`extproc serve` with the shipped policy, for the Istio shape: its port."""
     return servers.shared(ServeSpec()).port

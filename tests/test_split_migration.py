@@ -97,12 +97,6 @@ def dynamo(upstream: FakeUpstream) -> FakeUpstream:
     return upstream
 
 
-@pytest.fixture(scope="module")
-def legacy(legacy_stand_in: LegacyStandIn) -> LegacyStandIn:
-    legacy_stand_in.reset()
-    return legacy_stand_in
-
-
 @pytest.fixture(scope="module", params=SHAPES)
 def gateway(
     request: pytest.FixtureRequest, dynamo: FakeUpstream, legacy: LegacyStandIn, gateways: Gateways
