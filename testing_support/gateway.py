@@ -41,6 +41,10 @@ class Gateway:
     def embeddings(self, body: bytes | dict[str, Any], **kwargs: Any) -> Reply:
         return http("POST", f"{self.url}/v1/embeddings", body, **kwargs)
 
+    def metrics(self) -> str:
+        """Its /metrics (every worker's, added up), as text."""
+        return http("GET", f"{self.metrics_url}/metrics").body.decode()
+
     def log(self, since: int = 0) -> str:
         """Its log (``since``: from that offset, a :meth:`log_mark` taken before)."""
         return self.process.log(since)

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from testing_support.gateway import EXTPROC, policy_options
+from testing_support.http import http
 from testing_support.processes import Process, free_port, log_file
 from testing_support.qwen import SHIPPED_QWEN_POLICY, qwen_tokenizers
 
@@ -62,6 +63,10 @@ class Serve:
     def metrics_url(self) -> str:
         assert self.metrics_port is not None, "started without metrics"
         return f"http://127.0.0.1:{self.metrics_port}"
+
+    def metrics(self) -> str:
+        """Its /metrics, as text."""
+        return http("GET", f"{self.metrics_url}/metrics").body.decode()
 
     def ready(self) -> bool:
         return READY_LINE in self.process.log()

@@ -60,17 +60,13 @@ def gateway(
         yield gw
 
 
-def scrape(gateway: Gateway) -> str:
-    return http("GET", f"{gateway.metrics_url}/metrics").body.decode()
-
-
 @pytest.mark.alone  # a bound on the refused request's wait
 def test_past_the_budget_a_request_gets_503_overloaded(
     gateway: Gateway, upstream: FakeUpstream
 ) -> None:
     upstream.reset()
-    before = metric_value(scrape(gateway), "extproc_admission_rejected_total")
-    waited_before = metric_value(scrape(gateway), "extproc_admission_waited_total")
+    before = metric_value(gateway.metrics(), "extproc_admission_rejected_total")
+    waited_before = metric_value(gateway.metrics(), "extproc_admission_waited_total")
     upstream.fault = "slow"  # the big request holds its share while the upstream works
     upstream.slow_seconds = 3.0
     with ThreadPoolExecutor(1) as pool:
@@ -79,7 +75,7 @@ def test_past_the_budget_a_request_gets_503_overloaded(
         while not upstream.received and time.monotonic() < deadline:
             time.sleep(0.05)
         assert upstream.received, "the big request never reached the upstream"
-        held = metric_value(scrape(gateway), "extproc_admission_in_flight_bytes")
+        held = metric_value(gateway.metrics(), "extproc_admission_in_flight_bytes")
         assert held > 1024 * 1024  # alone, over the whole budget
         started = time.monotonic()
         refused = gateway.embeddings(SMALL, timeout=30)
@@ -89,7 +85,7 @@ def test_past_the_budget_a_request_gets_503_overloaded(
         assert waited < 2.5, waited  # a bounded wait (100 ms) then the answer, not a queue
         assert big.result().status == 200
     assert len(upstream.received) == 1  # the refused one never reached it
-    text = scrape(gateway)
+    text = gateway.metrics()
     assert metric_value(text, "extproc_admission_rejected_total") == before + 1
     assert metric_value(text, "extproc_admission_waited_total") == waited_before + 1
     assert metric_value(text, "extproc_admission_in_flight_bytes") == 0
@@ -115,7 +111,7 @@ def test_a_burst_gets_200s_and_503s_and_nothing_else(
             assert_overloaded(reply, "2")
         else:
             assert len(reply.json()["data"]) == 2048
-    assert metric_value(scrape(gateway), "extproc_admission_in_flight_bytes") == 0
+    assert metric_value(gateway.metrics(), "extproc_admission_in_flight_bytes") == 0
     # Memory goes back: within 5 s of the burst, at most 1.5x the size before it.
     deadline = time.monotonic() + 5
     while rss_mb(gateway.process.pid) > 1.5 * idle_mb and time.monotonic() < deadline:
@@ -171,7 +167,7 @@ def test_a_declared_large_body_is_refused_at_its_headers(
     urllib3 and httpcore do (bench/burst.py)."""
     upstream.reset()
     gateway = headers_gateway
-    before = scrape(gateway)
+    before = gateway.metrics()
     upstream.fault = "slow"
     upstream.slow_seconds = 3.0
     with ThreadPoolExecutor(1) as pool:
@@ -183,7 +179,7 @@ def test_a_declared_large_body_is_refused_at_its_headers(
         assert_overloaded(reply, "2")
         assert big.result().status == 200
     assert len(upstream.received) == 1
-    after = scrape(gateway)
+    after = gateway.metrics()
     rejected = "extproc_admission_rejected_total"
     assert metric_value(after, rejected, stage="headers") == (
         metric_value(before, rejected, stage="headers") + 1
@@ -229,13 +225,13 @@ def test_a_reservation_of_unknown_length_settles_to_the_body(
     with ThreadPoolExecutor(1) as pool:
         unsized = pool.submit(chunked)
         wait_until_received(upstream, 1)
-        held = metric_value(scrape(gateway), "extproc_admission_in_flight_bytes")
+        held = metric_value(gateway.metrics(), "extproc_admission_in_flight_bytes")
         assert 0 < held < 1024 * 1024, held  # its body's share, not the 24 MiB reserved
         upstream.fault = "none"  # the next one is answered at once
         reply, _ = post(gateway.url, DECLARED_LARGE, timeout=60)
         assert reply.status == 200, reply.body[:300]
         assert unsized.result() == 200
-    assert metric_value(scrape(gateway), "extproc_admission_in_flight_bytes") == 0
+    assert metric_value(gateway.metrics(), "extproc_admission_in_flight_bytes") == 0
 
 
 def test_a_reloaded_budget_changes_what_is_admitted(
@@ -263,7 +259,9 @@ def test_a_reloaded_budget_changes_what_is_admitted(
 
     def reload(gateway: Gateway, text: str) -> None:
         def count() -> float:
-            return metric_value(scrape(gateway), "extproc_policy_reloads_total", outcome="reloaded")
+            return metric_value(
+                gateway.metrics(), "extproc_policy_reloads_total", outcome="reloaded"
+            )
 
         before = count()
         policy.write_text(text)

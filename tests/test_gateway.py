@@ -426,13 +426,10 @@ def test_seed_workload_all_200(gateway: Gateway) -> None:
 
 
 def test_metrics_count_outcomes(gateway: Gateway) -> None:
-    def scrape() -> str:
-        return http("GET", f"{gateway.metrics_url}/metrics").body.decode()
-
-    before = scrape()
+    before = gateway.metrics()
     gateway.embeddings({"model": QWEN_MODEL, "input": []})
     gateway.embeddings({"model": QWEN_MODEL, "input": "q", "input_type": "query"})
-    after = scrape()
+    after = gateway.metrics()
     for name, labels in [
         ("extproc_requests_total", {"outcome": "rejected"}),
         ("extproc_requests_total", {"outcome": "rewritten"}),

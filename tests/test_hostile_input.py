@@ -213,10 +213,6 @@ def closes_within(port: int, wire: bytes, seconds: float) -> tuple[WireReply, bo
         conn.close()
 
 
-def port_of(gateway: Gateway) -> int:
-    return int(gateway.url.rsplit(":", 1)[1])
-
-
 def assert_no_leak(data: bytes) -> None:
     found = LEAK.search(data)
     assert found is None, f"internals leaked: {found.group(0)!r} in {data[:300]!r}"
@@ -286,7 +282,7 @@ def _ids(cases: list[HostileRequest]) -> list[str]:
 def test_refused_with_the_documented_envelope(
     case: HostileRequest, gateway: Gateway, upstream: FakeUpstream
 ) -> None:
-    reply = exchange(port_of(gateway), case.wire())
+    reply = exchange(gateway.port, case.wire())
     assert reply.status == case.expected.status, reply
     error = reply.envelope()
     assert (error["type"], error["param"], error["code"]) == (
@@ -302,7 +298,7 @@ def test_refused_with_the_documented_envelope(
 def test_valid_hostile_request_is_answered(
     case: HostileRequest, gateway: Gateway, upstream: FakeUpstream
 ) -> None:
-    reply = exchange(port_of(gateway), case.wire())
+    reply = exchange(gateway.port, case.wire())
     assert reply.status == 200, reply
     assert reply.complete
     doc = orjson.loads(reply.body)
@@ -327,7 +323,7 @@ def test_framing_error_is_refused_by_envoy(
     case: HostileRequest, shape: str, gateway: Gateway, upstream: FakeUpstream
 ) -> None:
     if shape in case.enveloped_in:
-        reply = exchange(port_of(gateway), case.wire())
+        reply = exchange(gateway.port, case.wire())
         assert reply.status == case.expected.status, reply
         error = reply.envelope()
         # The client's mistake: a client error code, never a 5xx mapper's.
@@ -336,7 +332,7 @@ def test_framing_error_is_refused_by_envoy(
     else:
         # Envoy's codec refuses these before there is a request: at most a status
         # line (no body), then the connection closes (see hostile_corpus.py).
-        reply, closed = closes_within(port_of(gateway), case.wire(), FRAMING_CLOSE_BOUND_S)
+        reply, closed = closes_within(gateway.port, case.wire(), FRAMING_CLOSE_BOUND_S)
         assert closed, f"connection still open after {FRAMING_CLOSE_BOUND_S} s: {reply}"
         assert reply.status in (None, case.expected.status), reply
         assert_no_leak(reply.body)
@@ -364,14 +360,12 @@ def send_unfinished(port: int, upstream: FakeUpstream, timeout: float) -> Unfini
 
 @pytest.fixture(scope="module")
 def held(gateway: Gateway, upstream: FakeUpstream) -> Unfinished:
-    return send_unfinished(port_of(gateway), upstream, HELD_FOR_S)
+    return send_unfinished(gateway.port, upstream, HELD_FOR_S)
 
 
 @pytest.fixture(scope="module")
 def timed_out(impatient_gateway: Gateway, upstream: FakeUpstream) -> Unfinished:
-    return send_unfinished(
-        port_of(impatient_gateway), upstream, IMPATIENT_TIMEOUT_S + TIMEOUT_SLACK_S
-    )
+    return send_unfinished(impatient_gateway.port, upstream, IMPATIENT_TIMEOUT_S + TIMEOUT_SLACK_S)
 
 
 @pytest.mark.parametrize("case", BODY_NEVER_ENDS, ids=_ids(BODY_NEVER_ENDS))
@@ -403,7 +397,7 @@ def test_gateway_survives_the_whole_corpus(gateway: Gateway, upstream: FakeUpstr
     Four 8 MB bodies at once can fill the admission budget: the one that does not fit
     gets a 503 `overloaded` with Retry-After and is sent again after it, as a client
     would, until it gets its answer."""
-    port = port_of(gateway)
+    port = gateway.port
     cases = [case for case in CORPUS if case.outcome is not Outcome.BODY_NEVER_ENDS]
 
     def send(case: HostileRequest) -> tuple[str, int | None]:
@@ -443,7 +437,7 @@ def test_gateway_survives_the_whole_corpus(gateway: Gateway, upstream: FakeUpstr
     log = gateway.log(since=gateway.extra["module_log"])
     assert "Traceback" not in log, log[-3000:]
     assert re.search(r" (ERROR|CRITICAL) |\[envoy\]\[(error|critical)\]", log) is None, log[-3000:]
-    metrics = http("GET", f"{gateway.metrics_url}/metrics").body.decode()
+    metrics = gateway.metrics()
     assert metric_value(metrics, "extproc_stream_anomalies_total", message="internal_error") == 0
     assert metric_value(metrics, "extproc_requests_total", outcome="rejected") > 0
 
@@ -468,12 +462,12 @@ def test_other_spellings_of_the_path_are_validated(
 ) -> None:
     """normalize_path + merge_slashes: every spelling reaches the embeddings route, so a
     bad body is refused by the gateway and a good one is rewritten like any other."""
-    bad = exchange(port_of(gateway), _post(path, b'{"model": 5, "input": "x"}'))
+    bad = exchange(gateway.port, _post(path, b'{"model": 5, "input": "x"}'))
     assert bad.status == 400, bad
     assert bad.envelope()["param"] == "model"
     assert upstream.received == []
     good = exchange(
-        port_of(gateway),
+        gateway.port,
         _post(path, orjson.dumps({**orjson.loads(GOOD_BODY), "input_type": "query"})),
     )
     assert good.status == 200, good
@@ -486,7 +480,7 @@ def test_other_spellings_of_the_path_are_validated(
 def test_paths_below_the_endpoint_are_404(
     path: str, gateway: Gateway, upstream: FakeUpstream
 ) -> None:
-    reply = exchange(port_of(gateway), _post(path, GOOD_BODY))
+    reply = exchange(gateway.port, _post(path, GOOD_BODY))
     assert reply.status == 404, reply
     assert reply.envelope()["code"] == "unknown_url"
     assert upstream.received == []
@@ -504,7 +498,7 @@ def test_bodyless_post_is_400(head: str, gateway: Gateway, upstream: FakeUpstrea
         "POST /v1/embeddings HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n"
         f"{head}Connection: close\r\n\r\n"
     ).encode("latin-1")
-    reply = exchange(port_of(gateway), wire)
+    reply = exchange(gateway.port, wire)
     assert reply.status == 400, reply
     assert reply.envelope()["type"] == "invalid_request_error"
     assert upstream.received == []
@@ -520,7 +514,7 @@ def test_bodyless_post_without_content_length(gateway: Gateway, upstream: FakeUp
         b"POST /v1/embeddings HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n"
         b"Connection: close\r\n\r\n"
     )
-    reply = exchange(port_of(gateway), wire)
+    reply = exchange(gateway.port, wire)
     assert reply.status == 400, reply
     assert reply.envelope()["type"] == "invalid_request_error"
     assert upstream.received == []
@@ -529,7 +523,7 @@ def test_bodyless_post_without_content_length(gateway: Gateway, upstream: FakeUp
 def test_body_without_content_type_reaches_the_upstream_as_json(
     gateway: Gateway, upstream: FakeUpstream
 ) -> None:
-    reply = exchange(port_of(gateway), _post("/v1/embeddings", GOOD_BODY, headers=""))
+    reply = exchange(gateway.port, _post("/v1/embeddings", GOOD_BODY, headers=""))
     assert reply.status == 200, reply
     (received,) = upstream.received
     assert received.headers.get("content-type") == "application/json"

@@ -390,7 +390,7 @@ def reload_now(gw: Gateway, path: Path, text: str) -> None:
     """Make ``text`` the running policy: written, SIGHUP, waited for."""
 
     def reloaded() -> float:
-        body = http("GET", f"{gw.metrics_url}/metrics").body.decode()
+        body = gw.metrics()
         return metric_value(body, "extproc_policy_reloads_total", outcome="reloaded")
 
     before = reloaded()

@@ -537,7 +537,7 @@ def evaluated(
                 time.sleep(ROUND_GAP_S)
 
         # Everything counted has been scraped: Prometheus agrees with the processes.
-        gateway_metrics = http("GET", f"{gateway.metrics_url}/metrics").body.decode()
+        gateway_metrics = gateway.metrics()
         requests = metric_value(gateway_metrics, "extproc_requests_total")
         refused = metric_value(gateway_metrics, "extproc_admission_rejected_total")
         wait_until(

@@ -281,11 +281,11 @@ def shape(
     if name == "envoy-gateway":
         spec = GatewaySpec(dynamo.url, shape=envoy_gateway_template(folder), legacy=legacy.url)
         with gateways.own(spec, folder=folder) as gw:
-            yield Shape(name, int(gw.url.rsplit(":", 1)[1]))
+            yield Shape(name, gw.port)
         return
     # The shipped shapes: the split migration's gateways (tests/test_split_migration.py).
     gw = gateways.shared(GatewaySpec(dynamo.url, shape=name, legacy=legacy.url))
-    yield Shape(name, int(gw.url.rsplit(":", 1)[1]))
+    yield Shape(name, gw.port)
 
 
 @pytest.fixture(autouse=True)

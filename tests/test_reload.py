@@ -69,7 +69,7 @@ from extproc.service.reload import (
 )
 from testing_support.fake_upstream import FakeUpstream
 from testing_support.gateway import Gateway, GatewaySpec
-from testing_support.http import http, metric_value
+from testing_support.http import metric_value
 from testing_support.qwen import QWEN_MODEL
 from tests.ext_proc_server import serving
 from tests.harness import Gateways
@@ -107,12 +107,8 @@ def write_in_place(path: Path, text: str) -> None:
         f.write(text)
 
 
-def metrics(gw: Gateway) -> str:
-    return http("GET", f"{gw.metrics_url}/metrics").body.decode()
-
-
 def reloads(gw: Gateway, outcome: str) -> float:
-    return metric_value(metrics(gw), "extproc_policy_reloads_total", outcome=outcome)
+    return metric_value(gw.metrics(), "extproc_policy_reloads_total", outcome=outcome)
 
 
 def workers(gw: Gateway) -> int:
@@ -169,7 +165,7 @@ def rejected_lines(gw: Gateway) -> list[str]:
 
 
 def not_applied(gw: Gateway) -> dict[str, float]:
-    text = metrics(gw)
+    text = gw.metrics()
     return {
         setting: metric_value(text, "extproc_policy_settings_not_applied", setting=setting)
         for setting in NOT_APPLIED_SETTINGS
@@ -700,7 +696,7 @@ def test_a_policy_needing_larger_envoy_limits_is_flagged(
     count = reloads(gw, "reloaded")
     volume.update(policy_yaml(QWEN_MODEL, limits="limits: {max_request_bytes: 67108864}"))
     wait_for_count(gw, "reloaded", count)
-    assert metric_value(metrics(gw), "extproc_policy_envoy_limits_stale") == 1
+    assert metric_value(gw.metrics(), "extproc_policy_envoy_limits_stale") == 1
     assert not_applied(gw) == {
         "request_body_buffer": 1,
         "response_buffer": 0,
@@ -713,7 +709,7 @@ def test_a_policy_needing_larger_envoy_limits_is_flagged(
         assert "request body buffer 67108864 bytes > 8388608" in warning, warning
     volume.update(policy_yaml(QWEN_MODEL))
     wait_for_count(gw, "reloaded", count + workers(gw))
-    assert metric_value(metrics(gw), "extproc_policy_envoy_limits_stale") == 0
+    assert metric_value(gw.metrics(), "extproc_policy_envoy_limits_stale") == 0
     assert set(not_applied(gw).values()) == {0}
 
 

@@ -60,12 +60,7 @@ def test_two_ext_proc_processes_share_the_streams(
             for i in range(40)
         ]
     assert statuses == [200] * 40
-    shares = [
-        metric_value(
-            http("GET", f"{s.metrics_url}/metrics").body.decode(), "extproc_requests_total"
-        )
-        for s in two_servers
-    ]
+    shares = [metric_value(s.metrics(), "extproc_requests_total") for s in two_servers]
     print(f"\n[scale-out] requests per ext_proc process: {shares}")
     assert sum(shares) == 41  # 40 + the warm-up
     assert min(shares) >= 10, shares  # round robin over streams: both take a real share

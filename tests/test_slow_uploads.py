@@ -32,7 +32,7 @@ import pytest
 from extproc.core.policy.model import DEFAULT_ADMISSION_UPLOAD_BYTES_PER_S
 from testing_support.fake_upstream import FakeUpstream
 from testing_support.gateway import SHAPES, Gateway, GatewaySpec
-from testing_support.http import http, metric_value, post, request_body
+from testing_support.http import metric_value, post, request_body
 from testing_support.qwen import QWEN_MODEL
 from tests.harness import Gateways
 
@@ -237,21 +237,17 @@ def baseline(gateway: Gateway) -> list[Outcome]:
     return outcomes
 
 
-def scrape(gateway: Gateway) -> str:
-    return http("GET", f"{gateway.metrics_url}/metrics").body.decode()
-
-
 def latencies(outcomes: list[Outcome], kind: str) -> list[float]:
     return sorted(o.seconds for o in outcomes if o.kind == kind)
 
 
 def test_slow_uploads_hold_back_no_one(gateway: Gateway, baseline: list[Outcome]) -> None:
-    port = int(gateway.url.rsplit(":", 1)[1])
-    rejected_before = scrape(gateway)
+    port = gateway.port
+    rejected_before = gateway.metrics()
     with SlowClients(port, "http1") as http1, SlowClients(port, "h2c") as h2c:  # SLOW_KINDS
         outcomes = ordinary_traffic(gateway, ATTACK_S)
         # The traffic is over and the slow clients still send: they hold no work.
-        text = scrape(gateway)
+        text = gateway.metrics()
         still_waiting = {"http1": http1.waiting, "h2c": h2c.waiting}
     slow = {"http1": http1, "h2c": h2c}
     for clients in slow.values():

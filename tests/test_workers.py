@@ -49,7 +49,7 @@ from extproc.service.tls import TlsSettings
 from testing_support.envoy import envoy_validate
 from testing_support.fake_upstream import FakeUpstream
 from testing_support.gateway import Gateway, GatewaySpec
-from testing_support.http import http, metric_value
+from testing_support.http import metric_value
 from testing_support.qwen import QWEN_MODEL
 from tests.harness import Gateways
 
@@ -240,18 +240,14 @@ def gateway(request: pytest.FixtureRequest, upstream: FakeUpstream, gateways: Ga
     return gateways.shared(GatewaySpec(upstream.url, workers=request.param))
 
 
-def _metrics(gw: Gateway) -> str:
-    return http("GET", f"{gw.metrics_url}/metrics").body.decode()
-
-
 def test_metrics_count_the_requests_of_every_worker(
     gateway: Gateway, upstream: FakeUpstream
 ) -> None:
     workers = len(gateway.extproc_addresses)
-    before = _metrics(gateway)
+    before = gateway.metrics()
 
     def counted(name: str, **labels: str) -> float:
-        return metric_value(_metrics(gateway), name, **labels) - metric_value(
+        return metric_value(gateway.metrics(), name, **labels) - metric_value(
             before, name, **labels
         )
 
@@ -264,7 +260,7 @@ def test_metrics_count_the_requests_of_every_worker(
         assert gateway.embeddings(body).status == 200
     bad = gateway.embeddings({"model": QWEN_MODEL, "input": "x", "dimensions": 0})
     assert bad.status == 400
-    text = _metrics(gateway)
+    text = gateway.metrics()
     assert counted("extproc_requests_total") == sent + 1
     assert counted("extproc_requests_total", outcome="rejected") == 1
     assert counted("extproc_responses_rewritten_total", kind="vectors") == sent // 2
