@@ -12,6 +12,23 @@ import orjson
 
 from testing_support.qwen import QWEN_MODEL
 
+ENVELOPE_KEYS = frozenset({"message", "type", "param", "code"})
+
+
+def envelope_error(body: bytes) -> dict[str, Any]:
+    """The error of the OpenAI error envelope ``body`` must be: exactly
+    ``{"error": {"message", "type", "param", "code"}}``, a message and a type that say
+    something, ``param`` and ``code`` strings or null."""
+    doc = orjson.loads(body)
+    assert isinstance(doc, dict) and list(doc) == ["error"], doc
+    error = doc["error"]
+    assert isinstance(error, dict) and set(error) == ENVELOPE_KEYS, doc
+    assert isinstance(error["message"], str) and error["message"].strip(), doc
+    assert isinstance(error["type"], str) and error["type"], doc
+    assert error["param"] is None or isinstance(error["param"], str), doc
+    assert error["code"] is None or isinstance(error["code"], str), doc
+    return dict(error)
+
 
 @dataclass(frozen=True)
 class Reply:
@@ -21,6 +38,10 @@ class Reply:
 
     def json(self) -> Any:
         return orjson.loads(self.body)
+
+    def error(self) -> dict[str, Any]:
+        """The error of the OpenAI error envelope it must be (:func:`envelope_error`)."""
+        return envelope_error(self.body)
 
 
 def http(

@@ -47,6 +47,7 @@ from hypothesis import strategies as st
 from extproc.core.contract import Contract
 from extproc.core.plan import Encoding, ResponsePlan
 from extproc.service.server import PROCESSOR_SERVICE
+from testing_support.http import envelope_error
 from tests.ext_proc_server import serving, set_headers
 from tests.recorded_metrics import RecordedServerMetrics
 
@@ -59,7 +60,6 @@ PLAN_NAMESPACE = "embgw"
 CONTENT_TYPE_ATTR = "request.headers['content-type']"
 CODE_DETAILS_ATTR = "response.code_details"
 RESPONSE_CODE_ATTR = "response.code"
-ENVELOPE_KEYS = {"message", "type", "param", "code"}
 BUFFERED = processing_mode_pb2.ProcessingMode.BUFFERED
 STEP_TIMEOUT = 10.0  # per await: a reply, a write, the final status
 STREAM_DEADLINE = 30.0  # gRPC deadline of each fuzzed stream
@@ -408,14 +408,6 @@ def sequences(draw: st.DrawFn) -> list[Any]:
 # -- the properties ---------------------------------------------------------------------------
 
 
-def check_envelope(body: bytes) -> dict[str, Any]:
-    doc = orjson.loads(body)
-    assert list(doc) == ["error"], doc
-    assert set(doc["error"]) == ENVELOPE_KEYS, doc
-    assert isinstance(doc["error"]["message"], str)
-    return dict(doc["error"])
-
-
 def decode_vector(value: Any) -> np.ndarray[Any, np.dtype[np.float64]]:
     if isinstance(value, str):
         raw = np.frombuffer(base64.b64decode(value, validate=True), dtype="<f4")
@@ -434,7 +426,7 @@ def check_reply(request: ep.ProcessingRequest, reply: ep.ProcessingResponse) -> 
         immediate = reply.immediate_response
         assert 400 <= immediate.status.code < 600, immediate.status
         assert set_headers(immediate.headers).get("content-type") == b"application/json"
-        error = check_envelope(immediate.body)
+        error = envelope_error(immediate.body)
         assert error["code"] != "gateway_error", f"an exception escaped the stream: {request}"
         return
     if reply.HasField("dynamic_metadata") and PLAN_NAMESPACE in reply.dynamic_metadata.fields:
@@ -458,7 +450,7 @@ def check_reply(request: ep.ProcessingRequest, reply: ep.ProcessingResponse) -> 
             assert 200 <= status < 600, headers
             doc = orjson.loads(body)
             if status >= 400:
-                check_envelope(body)
+                envelope_error(body)
             else:  # every upstream row sent here is a unit vector: so is every answer
                 for item in doc["data"]:
                     vector = decode_vector(item["embedding"])

@@ -33,7 +33,7 @@ import yaml
 from extproc.core.error_envelope import MAX_MESSAGE_CHARS
 from testing_support.fake_upstream import FakeUpstream, Received
 from testing_support.gateway import Gateway, GatewaySpec
-from testing_support.http import http, metric_value
+from testing_support.http import envelope_error, http, metric_value
 from testing_support.qwen import QWEN_MODEL, REPO
 from tests.harness import Gateways
 from tests.hostile_corpus import (
@@ -47,7 +47,6 @@ from tests.hostile_corpus import (
     Outcome,
 )
 
-ENVELOPE_KEYS = {"message", "type", "param", "code"}
 NATIVE_DIMENSIONS = 1024
 QWEN_EOS = 151643
 # Generous: an 8 MB body is parsed and its head tokenized in ~0.2 s, but other test
@@ -85,16 +84,9 @@ class WireReply:
     def envelope(self) -> dict[str, Any]:
         assert self.complete, f"incomplete answer: {self}"
         assert self.headers.get("content-type", "").startswith("application/json"), self
-        doc = orjson.loads(self.body)
-        assert isinstance(doc, dict) and set(doc) == {"error"}, doc
-        error = doc["error"]
-        assert isinstance(error, dict) and set(error) == ENVELOPE_KEYS, doc
-        assert isinstance(error["message"], str) and error["message"].strip(), doc
+        error = envelope_error(self.body)
         assert len(error["message"]) <= MAX_MESSAGE_CHARS, len(error["message"])
-        assert isinstance(error["type"], str) and error["type"], doc
-        assert error["param"] is None or isinstance(error["param"], str), doc
-        assert error["code"] is None or isinstance(error["code"], str), doc
-        return dict(error)
+        return error
 
 
 class _Connection:

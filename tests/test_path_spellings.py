@@ -46,6 +46,7 @@ from extproc.runtime.envoy_config import LEGACY_CLUSTER, Upstream, legacy_cluste
 from testing_support.envoy import EnvoySpec
 from testing_support.fake_upstream import FakeUpstream
 from testing_support.gateway import GatewaySpec
+from testing_support.http import envelope_error
 from testing_support.processes import free_port
 from testing_support.qwen import QWEN_MODEL, REPO
 from testing_support.serve import ServeSpec
@@ -81,9 +82,7 @@ class Reply:
     body: bytes
 
     def envelope(self) -> dict[str, Any]:
-        doc = orjson.loads(self.body)
-        assert set(doc) == {"error"} and set(doc["error"]) == {"message", "type", "param", "code"}
-        return dict(doc["error"])
+        return envelope_error(self.body)
 
 
 # -- clients ---------------------------------------------------------------------------
