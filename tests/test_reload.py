@@ -788,7 +788,8 @@ def test_a_path_that_is_no_regular_file_is_refused_once_and_blocks_nothing(
     latency; the next regular file is loaded as usual."""
     gw, volume = watched
     make, phrase = NOT_REGULAR_FILES[kind]
-    serve_file(gw, volume.path, policy_yaml(QWEN_MODEL, ADDED))
+    if embed(gw, ADDED) != 200:  # a policy that serves ADDED (the kind before left one)
+        serve_file(gw, volume.path, policy_yaml(QWEN_MODEL, ADDED))
     body = {"model": ADDED, "input": "hello"}
     with Traffic(gw, body) as before:
         time.sleep(1.5)
@@ -818,10 +819,11 @@ def test_a_path_that_is_no_regular_file_is_refused_once_and_blocks_nothing(
     assert answered < 2.0
     assert statistics.median(during.seconds) < 3 * usual + 0.05
     assert worst < 2.0
-    count = reloads(gw, "reloaded")
-    volume.update(policy_yaml(QWEN_MODEL))
+    count, after = reloads(gw, "reloaded"), f"qwen-after-{kind}"
+    assert embed(gw, after) == 404
+    volume.update(policy_yaml(QWEN_MODEL, ADDED, after))
     wait_for_count(gw, "reloaded", count)
-    assert embed(gw, ADDED) == 404
+    assert embed(gw, after) == 200
 
 
 def test_sighup_with_a_fifo_returns_at_once_and_the_gateway_still_stops(
