@@ -1,7 +1,9 @@
 """The test session's processes, each started one way: the gateway (`extproc run`,
-:class:`Gateways`), `extproc serve` (:class:`Servers`) and a bare Envoy on a given
-bootstrap (:class:`Envoys`), all through testing_support (its one process wrapper,
-:class:`testing_support.processes.Process`, for anything else a test runs).
+:class:`Gateways`), `extproc serve` (:class:`Servers`), a bare Envoy on a given
+bootstrap (:class:`Envoys`), the shadow comparator (:func:`start_comparator`) and a
+fake server in a process of its own (:func:`start_stand_in`), all through
+testing_support (its one process wrapper, :class:`testing_support.processes.Process`,
+for anything else a test runs).
 
 A pool's ``shared(spec)`` starts the process of ``spec`` once and keeps it to the end
 of the session, for every test that only reads from it (sends requests, reads metrics
