@@ -93,7 +93,7 @@ class Envoy:
     def log(self) -> str:
         return self.process.log()
 
-    def stop(self, timeout: float = 20.0) -> int:
+    def stop(self, timeout: float | None = None) -> int:
         return self.process.stop(timeout)
 
 

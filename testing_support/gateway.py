@@ -93,7 +93,7 @@ class Gateway:
                 counts[address] = int(value.rpartition("::")[2])
         return counts
 
-    def stop(self, timeout: float = 20.0) -> int:
+    def stop(self, timeout: float | None = None) -> int:
         return self.process.stop(timeout)
 
     def stop_cleanly(self) -> None:

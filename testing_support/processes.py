@@ -59,6 +59,7 @@ class Process:
     popen: subprocess.Popen[bytes]
     log_path: Path
     group: bool = False
+    stop_timeout: float = 20.0  # how long :meth:`stop` waits after SIGTERM by default
 
     @classmethod
     def start(
@@ -71,6 +72,7 @@ class Process:
         name: str | None = None,
         group: bool = False,
         die_with_parent: bool = False,
+        stop_timeout: float = 20.0,
     ) -> Process:
         """Start ``argv`` (``env``: the whole environment, default this process's).
         ``die_with_parent``: it gets SIGTERM if this process dies (for tools run from a
@@ -86,7 +88,7 @@ class Process:
                 start_new_session=group,
                 preexec_fn=_pdeathsig if die_with_parent else None,  # noqa: PLW1509
             )
-        return cls(name or Path(argv[0]).name, popen, log_path, group)
+        return cls(name or Path(argv[0]).name, popen, log_path, group, stop_timeout)
 
     @property
     def pid(self) -> int:
@@ -139,10 +141,11 @@ class Process:
                 else:
                     self.popen.send_signal(sig)
 
-    def stop(self, timeout: float = 20.0) -> int:
+    def stop(self, timeout: float | None = None) -> int:
         """SIGTERM (after SIGCONT: a stopped process would not act on it), SIGKILL if it
-        still runs after ``timeout`` s; its exit status. A group leader's group is
-        killed after it, so that nothing it forked outlives it."""
+        still runs after ``timeout`` s (default: its ``stop_timeout``); its exit status.
+        A group leader's group is killed after it, so that nothing it forked outlives it."""
+        timeout = self.stop_timeout if timeout is None else timeout
         if self.alive():
             self.signal(signal.SIGCONT)
             self.signal(signal.SIGTERM)
@@ -156,7 +159,7 @@ class Process:
                 os.killpg(self.pid, signal.SIGKILL)
         return int(self.popen.returncode)
 
-    def stop_cleanly(self, timeout: float = 20.0) -> None:
+    def stop_cleanly(self, timeout: float | None = None) -> None:
         """Stop it: it must exit 0 and have logged no traceback."""
         code = self.stop(timeout)
         log = self.log()

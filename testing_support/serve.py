@@ -78,7 +78,7 @@ class Serve:
     def log(self, since: int = 0) -> str:
         return self.process.log(since)
 
-    def stop(self, timeout: float = 20.0) -> int:
+    def stop(self, timeout: float | None = None) -> int:
         return self.process.stop(timeout)
 
     def stop_cleanly(self) -> None:

@@ -75,7 +75,15 @@ def _server_env(workdir: Path) -> dict[str, str]:
 def _spawn(name: str, argv: Sequence[str], env: dict[str, str], workdir: Path) -> Process:
     """``argv`` leading a session of its own: it and the children it forks are
     signalled together, SIGKILLed together once it has exited."""
-    return Process.start(argv, workdir / f"{name}.log", env=env, cwd=workdir, name=name, group=True)
+    return Process.start(
+        argv,
+        workdir / f"{name}.log",
+        env=env,
+        cwd=workdir,
+        name=name,
+        group=True,
+        stop_timeout=STOP_TIMEOUT_S,
+    )
 
 
 @dataclass
@@ -89,7 +97,7 @@ class Stack:
 
     def stop(self) -> None:
         for process in reversed(self.processes):
-            process.stop(STOP_TIMEOUT_S)
+            process.stop()
 
     def logs(self) -> str:
         return "\n".join(f"--- {p.name}\n{p.log_tail()}" for p in self.processes)
