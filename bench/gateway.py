@@ -15,7 +15,6 @@ from bench.procfs import start_time
 from bench.workloads import POLICY, REPO
 from testing_support.gateway import Gateway as RunGateway
 from testing_support.gateway import start_gateway as start_run
-from testing_support.processes import Process
 from testing_support.qwen import qwen_tokenizers
 
 
@@ -26,14 +25,6 @@ class Gateway:
     run: RunGateway
     envoy: Envoy  # its .process is `extproc run`, Envoy's parent
     identity: dict[str, str] = field(default_factory=dict)  # pid -> start time
-
-    @property
-    def process(self) -> Process:
-        return self.run.process
-
-    @property
-    def log_path(self) -> Path:
-        return self.run.log_path
 
     @property
     def url(self) -> str:

@@ -204,7 +204,7 @@ class Soak:
         self.result["versions"]["upstream"] = self.upstream.kind
         self.gateway = start_gateway(self.workdir, self.upstream.port)
         assert self.gateway.envoy is not None
-        pids = {"extproc": self.gateway.process.pid, "envoy": self.gateway.envoy_pid}
+        pids = {"extproc": self.gateway.run.process.pid, "envoy": self.gateway.envoy_pid}
         self.result["pids"] = pids
         self.result["extproc_rss_mb_after_start"] = (
             memory_kb(pids["extproc"]).get("VmRSS", 0) / 1024
@@ -256,7 +256,7 @@ class Soak:
     def stop(self) -> None:
         wrk.stop_children()  # interrupted mid-window: that window's wrk is still our child
         if self.gateway is not None:
-            memory = memory_kb(self.gateway.process.pid)
+            memory = memory_kb(self.gateway.run.process.pid)
             self.result["extproc_rss_mb_end"] = memory.get("VmRSS", 0) / 1024
             self.result["extproc_vmhwm_mb"] = memory.get("VmHWM", 0) / 1024
             self.gateway.stop()
@@ -357,7 +357,7 @@ def write_report(soak: Soak, out_dir: Path) -> None:
     )
     if soak.gateway is not None:
         with contextlib.suppress(OSError):
-            shutil.copy(soak.gateway.log_path, out_dir / "gateway.log")
+            shutil.copy(soak.gateway.run.log_path, out_dir / "gateway.log")
     print(f"results: {out_dir}", flush=True)
 
 
