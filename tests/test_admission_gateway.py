@@ -49,13 +49,20 @@ def assert_overloaded(reply: Reply, retry_after: str) -> str:
     return message
 
 
+def budget_gateway(
+    budget: str, request: pytest.FixtureRequest, upstream: FakeUpstream, gateways: Gateways
+) -> Iterator[Gateway]:
+    """A gateway of the shape ``request.param`` whose policy has ``budget``'s limits."""
+    policy = budget + SHIPPED_QWEN_POLICY.read_text()
+    with gateways.own(GatewaySpec(upstream.url, shape=request.param, policy=policy)) as gw:
+        yield gw
+
+
 @pytest.fixture(scope="module", params=SHAPES)
 def gateway(
     request: pytest.FixtureRequest, upstream: FakeUpstream, gateways: Gateways
 ) -> Iterator[Gateway]:
-    policy = SMALL_BUDGET + SHIPPED_QWEN_POLICY.read_text()
-    with gateways.own(GatewaySpec(upstream.url, shape=request.param, policy=policy)) as gw:
-        yield gw
+    yield from budget_gateway(SMALL_BUDGET, request, upstream, gateways)
 
 
 @pytest.mark.alone  # a bound on the refused request's wait
@@ -134,9 +141,7 @@ DECLARED_LARGE = orjson.dumps({"model": QWEN_MODEL, "input": "word " * 1_400_000
 def headers_gateway(
     request: pytest.FixtureRequest, upstream: FakeUpstream, gateways: Gateways
 ) -> Iterator[Gateway]:
-    policy = HEADERS_BUDGET + SHIPPED_QWEN_POLICY.read_text()
-    with gateways.own(GatewaySpec(upstream.url, shape=request.param, policy=policy)) as gw:
-        yield gw
+    yield from budget_gateway(HEADERS_BUDGET, request, upstream, gateways)
 
 
 def envoy_messages(gateway: Gateway) -> int:

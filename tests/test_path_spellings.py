@@ -248,8 +248,21 @@ def extproc_server(servers: Servers) -> int:
     return servers.shared(ServeSpec()).port
 
 
-def istio_envoy(bootstrap: dict[str, Any], name: str) -> EnvoySpec:
-    return EnvoySpec.of(bootstrap, name, concurrency=None)
+def istio_envoy(
+    dynamo: str, legacy: str, extproc_port: int, *, patched_paths: bool, name: str
+) -> tuple[EnvoySpec, int]:
+    """The Istio shape's Envoy (:func:`istio_gateway_config`) on free ports, and the
+    port it listens on."""
+    listen, admin = free_port(), free_port()
+    bootstrap = istio_gateway_config(
+        listen=listen,
+        admin=admin,
+        dynamo=dynamo,
+        legacy=legacy,
+        extproc_port=extproc_port,
+        patched_paths=patched_paths,
+    )
+    return EnvoySpec.of(bootstrap, name, concurrency=None), listen
 
 
 @pytest.fixture(scope="module", params=SHAPES)
@@ -264,17 +277,11 @@ def shape(
     folder = tmp_path_factory.mktemp(name)
     if name == "istio-gateway":
         extproc_port = request.getfixturevalue("extproc_server")
-        listen, admin = free_port(), free_port()
-        bootstrap = istio_gateway_config(
-            listen=listen,
-            admin=admin,
-            dynamo=dynamo.url,
-            legacy=legacy.url,
-            extproc_port=extproc_port,
-            patched_paths=True,
+        spec, listen = istio_envoy(
+            dynamo.url, legacy.url, extproc_port, patched_paths=True, name=name
         )
         envoys: Envoys = request.getfixturevalue("envoys")
-        with envoys.own(istio_envoy(bootstrap, name), folder=folder):
+        with envoys.own(spec, folder=folder):
             yield Shape(name, listen)
         return
     if name == "envoy-gateway":
@@ -350,16 +357,10 @@ def test_without_the_patch_istio_sends_an_escaped_slash_to_the_legacy_server(
     """istiod's default normalisation (BASE: normalize_path only) keeps `%2F`: the
     filter's matcher skips `/v1%2Fembeddings` and the catch-all route sends it to the
     legacy server as sent, whose uvicorn would serve it from its /v1/embeddings."""
-    listen, admin = free_port(), free_port()
-    bootstrap = istio_gateway_config(
-        listen=listen,
-        admin=admin,
-        dynamo=dynamo.url,
-        legacy=legacy.url,
-        extproc_port=extproc_server,
-        patched_paths=False,
+    spec, listen = istio_envoy(
+        dynamo.url, legacy.url, extproc_server, patched_paths=False, name="istio-unpatched"
     )
-    with envoys.own(istio_envoy(bootstrap, "istio-unpatched")):
+    with envoys.own(spec):
         reply = send_http1(listen, "POST", "/v1%2Fembeddings", orjson.dumps(QUERY))
         assert reply.status == 404  # the stand-in's answer: it has no such path
         assert [s.target for s in legacy.state.seen] == ["/v1%2Fembeddings"]
