@@ -129,8 +129,10 @@ def start_stand_in(kind: str, tokenizer_dir: Path, folder: Path) -> Iterator[str
     )
     try:
         yield process.wait_line(STAND_IN_READY, STAND_IN_READY_S).split()[-1]
-    finally:
-        process.stop_cleanly()
+    except BaseException:
+        process.stop()
+        raise
+    process.stop_cleanly()
 
 
 @dataclass
