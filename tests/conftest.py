@@ -120,10 +120,20 @@ def pytest_configure(config: pytest.Config) -> None:
 REAL_ENGINES = ("tests/e2e/", "tests/test_wheel_install.py")
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The modules with `alone` tests last, each module's own order kept: an `alone`
+    test waits for the test in progress on the other worker, and an end-to-end test
+    (first out, on one worker) can take minutes. The other modules run beside the
+    end-to-end tier."""
+    alone = {item.path for item in items if item.get_closest_marker("alone")}
+    items.sort(key=lambda item: item.path in alone and not item.nodeid.startswith(REAL_ENGINES))
+
+
 class ModuleScheduling(LoadScopeScheduling):
     """Each test module whole to one worker, so that its fixtures (its gateways) start
     once, and whatever starts real engines whole to one worker. They go out in
-    collection order: the end-to-end tier, the longest, first."""
+    collection order (pytest_collection_modifyitems): the end-to-end tier, the
+    longest, first; the modules with `alone` tests last."""
 
     def _split_scope(self, nodeid: str) -> str:
         path = nodeid.split("::", 1)[0]
