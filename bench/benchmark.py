@@ -80,7 +80,6 @@ from bench.environment import result_head, utc_stamp
 from bench.options import add_upstream, command_parser
 from bench.probe import probe, probe_through
 from bench.processes import sigterm_interrupts
-from bench.procfs import memory_kb, rss_mb
 from bench.render import (
     beyond_floor_lines,
     capacity_lines,
@@ -103,6 +102,7 @@ from bench.workloads import (
     expected_dimensions,
     write_request_bodies,
 )
+from testing_support.processes import memory_kb, rss_mb
 
 
 class DeadlineError(Exception):

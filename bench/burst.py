@@ -1,6 +1,6 @@
 """Memory under a burst of large batches, and what every client got.
 
-``python -m bench.burst`` starts the fake Dynamo upstream (tests/fake_upstream.py) and
+``python -m bench.burst`` starts the fake Dynamo upstream (testing_support/fake_upstream.py) and
 ``extproc run`` in front of it (default policy unless ``--config``), sends
 ``--concurrency`` simultaneous requests of ``--inputs`` short inputs with
 ``dimensions`` (the rewrite path: the upstream answers base64, the gateway cuts and
@@ -22,15 +22,16 @@ import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from http.client import HTTPConnection, HTTPException
+from http.client import HTTPException
 from pathlib import Path
 
 import orjson
 
-from bench.procfs import rss_mb
-from tests.conftest import QWEN_MODEL, SHIPPED_QWEN_POLICY, qwen_tokenizer_dir
-from tests.fake_upstream import FakeUpstream
-from tests.harness import Gateway, Reply, http, metric_value, start_gateway
+from testing_support.fake_upstream import FakeUpstream
+from testing_support.gateway import Gateway, start_gateway
+from testing_support.http import http, metric_value, post, request_body
+from testing_support.processes import rss_mb
+from testing_support.qwen import QWEN_MODEL, SHIPPED_QWEN_POLICY, qwen_tokenizer_dir
 
 SAMPLE_EVERY_S = 0.05
 SHAPES = ("standalone", "single-filter")
@@ -86,41 +87,6 @@ def classify(status: int, headers: dict[str, str], body: bytes) -> str:
     return label
 
 
-def request_body(inputs: int, dimensions: int, input_bytes: int) -> bytes:
-    """``inputs`` distinct English documents of about ``input_bytes`` each; with
-    ``dimensions`` (0: none, the answer passes through untouched)."""
-    text = "The quick brown fox jumps over the lazy dog while the cat sleeps. "
-    filler = (text * (input_bytes // len(text) + 1))[: max(input_bytes - 24, 0)]
-    doc: dict[str, object] = {
-        "model": QWEN_MODEL,
-        "input": [f"document number {i} {filler}" for i in range(inputs)],
-    }
-    if dimensions:
-        doc["dimensions"] = dimensions
-    return orjson.dumps(doc)
-
-
-def post(url: str, body: bytes, timeout: float) -> tuple[Reply, bool]:
-    """POST ``body`` as the common HTTP clients do (urllib3 under requests, httpcore
-    under httpx and the OpenAI SDK; curl reads while it sends): a gateway answer that
-    comes before the upload is over (a 503 at the request headers, Envoy's 413) is
-    followed by Envoy closing the connection, so the rest of the upload fails; the
-    answer is read all the same. True: the upload was cut that way."""
-    host, port = url.removeprefix("http://").split("/", 1)[0].rsplit(":", 1)
-    connection = HTTPConnection(host, int(port), timeout=timeout)
-    cut = False
-    try:
-        try:
-            connection.request("POST", "/v1/embeddings", body, {"content-type": "application/json"})
-        except (BrokenPipeError, ConnectionResetError):
-            cut = True
-        response = connection.getresponse()
-        headers = {k.lower(): v for k, v in response.getheaders()}
-        return Reply(response.status, headers, response.read()), cut
-    finally:
-        connection.close()
-
-
 def envoy_counters(admin_url: str) -> dict[str, int]:
     text = http("GET", f"{admin_url}/stats").body.decode()
     totals = dict.fromkeys(ENVOY_COUNTERS, 0)
@@ -132,11 +98,7 @@ def envoy_counters(admin_url: str) -> dict[str, int]:
 
 
 def burst(gateway: Gateway, *, concurrency: int, body: bytes) -> BurstResult:
-    ext_pid = gateway.process.pid
-    match = re.search(r"envoy pid (\d+)", gateway.ready_line)
-    envoy_pid = int(match.group(1)) if match else 0
-    admin = re.search(r"admin (127\.0\.0\.1:\d+)", gateway.ready_line)
-    admin_url = f"http://{admin.group(1)}" if admin else ""
+    ext_pid, envoy_pid, admin_url = gateway.process.pid, gateway.envoy_pid, gateway.admin_url
     # Warm up: tokenizer and first allocations are part of "idle".
     gateway.embeddings({"model": QWEN_MODEL, "input": "x"})
     time.sleep(1.0)

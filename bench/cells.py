@@ -8,10 +8,12 @@ from pathlib import Path
 from typing import Any
 
 from bench.envoy_admin import StatsDelta
-from bench.procfs import CpuMeter, memory_kb, memory_kb_sum
+from bench.procfs import CpuMeter, memory_kb_sum
 from bench.stack import Stack
 from bench.workloads import Case, Workload
 from bench.wrk import capture_errors, run_wrk
+from testing_support.processes import Process, memory_kb
+from testing_support.serve import Serve
 
 CAPTURE_S = 3.0
 
@@ -46,6 +48,7 @@ class CellRunner:
     def processor_pids(self, case: Case) -> list[int]:
         """The ext_proc processes that serve ``case`` (both workers of a 2-worker case)."""
         stack = self.stack
+        processes: list[Process | Serve | None]
         if case.floor:
             processes = [stack.floor]
         elif case.workers > 1:

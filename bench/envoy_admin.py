@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+
+from testing_support.processes import Process
 
 STAT_PREFIX = "http.embeddings."
 MSGS_SENT = "ext_proc.stream_msgs_sent"
@@ -17,10 +18,13 @@ MSGS_SENT = "ext_proc.stream_msgs_sent"
 @dataclass
 class Envoy:
     name: str
-    process: subprocess.Popen[bytes]
+    process: Process  # Envoy's, or `extproc run`'s that started it
     port: int
     admin_port: int
-    log_path: Path
+
+    @property
+    def log_path(self) -> Path:
+        return self.process.log_path
 
     @property
     def url(self) -> str:
@@ -49,14 +53,7 @@ class Envoy:
             return False
 
     def wait_ready(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while not self.is_ready():
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(
-                    f"Envoy {self.name} did not start:\n"
-                    + self.log_path.read_text(errors="replace")
-                )
-            time.sleep(0.1)
+        self.process.wait_until(self.is_ready, timeout, f"Envoy {self.name} ready", 0.1)
 
     def wait_idle(self, timeout: float) -> None:
         """Until no downstream request is in flight (wrk may abandon some at its end)."""

@@ -1,12 +1,14 @@
-"""CPU time and memory of processes and of the machine, read from /proc."""
+"""CPU time and memory of processes and of the machine, read from /proc (one process's
+memory: testing_support.processes)."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+
+from testing_support.processes import memory_kb
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -32,17 +34,6 @@ def start_time(pid: int) -> str:
     return fields[19] if fields else ""
 
 
-def memory_kb(pid: int) -> dict[str, int]:
-    """VmRSS and VmHWM of a process in kB (empty if it is gone)."""
-    out = {}
-    with contextlib.suppress(OSError):
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key in ("VmRSS", "VmHWM"):
-                out[key] = int(value.split()[0])
-    return out
-
-
 def memory_kb_sum(pids: Iterable[int]) -> dict[str, int]:
     """VmRSS and VmHWM added up over processes (those gone count 0)."""
     total: dict[str, int] = {}
@@ -50,10 +41,6 @@ def memory_kb_sum(pids: Iterable[int]) -> dict[str, int]:
         for key, value in memory_kb(pid).items():
             total[key] = total.get(key, 0) + value
     return total
-
-
-def rss_mb(pid: int) -> float:
-    return memory_kb(pid).get("VmRSS", 0) / 1024
 
 
 def machine_busy_ticks() -> tuple[int, int]:

@@ -41,7 +41,6 @@ from typing import Any
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
 
 from bench.floor_processor import FloorProcessor
-from bench.processes import qwen_tokenizer_dir
 from bench.upstream import SMALL_BATCH, embeddings_body
 from bench.workloads import MODEL, POLICY, request_body
 from extproc.core.contract import load_contract
@@ -50,6 +49,7 @@ from extproc.service.metrics import process_metrics
 from extproc.service.reload import ContractHolder
 from extproc.service.servicer import ExternalProcessor, stream_shape
 from extproc.service.stream import ExtProcStream
+from testing_support.qwen import qwen_tokenizer_dir
 
 ATTRIBUTES = "envoy.filters.http.ext_proc"
 ITERATIONS = 200

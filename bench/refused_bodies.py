@@ -30,10 +30,9 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ep_grpc
 from google.protobuf import struct_pb2
 
-from bench.processes import start_server
-from bench.procfs import rss_mb
+from bench.processes import lone_server
 from bench.workloads import MODEL
-from extproc.service.net import free_port
+from testing_support.processes import free_port, rss_mb
 
 MiB = 1024 * 1024
 
@@ -91,23 +90,19 @@ def main() -> int:
     env = dict(os.environ)
     env.update(item.split("=", 1) for item in args.malloc_env)
     port = free_port()
-    server = start_server(port, env)
-    started = time.monotonic()
     answers: Counter[int] = Counter()
-    try:
+    with lone_server(port, env) as server:
+        started = time.monotonic()
         samples = asyncio.run(
             drive(
                 port,
-                server.pid,
+                server.process.pid,
                 refused_body(args.body),
                 args.rounds,
                 args.per_round,
                 answers=answers,
             )
         )
-    finally:
-        server.terminate()
-        server.wait(15)
     growth = (samples[-1] - samples[1]) / max(len(samples) - 2, 1)
     print(
         f"{args.body} x {args.per_round} per round, {args.rounds} rounds "

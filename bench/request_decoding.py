@@ -40,9 +40,9 @@ import orjson
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tests.conftest import QWEN_MODEL, SHIPPED_QWEN_POLICY, qwen_tokenizer_dir  # noqa: E402
-from tests.fake_upstream import FakeUpstream  # noqa: E402
-from tests.harness import Gateway, start_gateway  # noqa: E402
+from testing_support.fake_upstream import FakeUpstream  # noqa: E402
+from testing_support.gateway import Gateway, start_gateway  # noqa: E402
+from testing_support.qwen import QWEN_MODEL, SHIPPED_QWEN_POLICY, qwen_tokenizer_dir  # noqa: E402
 
 COMMON_WORDS = (
     "the of and to in a is that for it as was with be by on not he this are or his from at "

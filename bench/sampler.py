@@ -6,7 +6,7 @@ import signal
 import time
 from typing import Any
 
-from bench.procfs import memory_kb
+from testing_support.processes import memory_kb
 
 
 class Sampler:

@@ -85,14 +85,15 @@ from bench.environment import result_head, utc_stamp
 from bench.gateway import Gateway, start_gateway
 from bench.mix import DEFAULT_MIX, INPUTS, KINDS, parse_mix, schedule, write_bodies
 from bench.options import add_upstream, command_parser
-from bench.processes import die_with_parent, sigterm_interrupts
-from bench.procfs import loadavg, memory_kb
+from bench.processes import sigterm_interrupts
+from bench.procfs import loadavg
 from bench.render import fmt, markdown_table, text_table
 from bench.sampler import Sampler
 from bench.soak_verdict import verdict, verdict_lines
 from bench.windows import REQUEST_TIMEOUT_S, check_requests, measure_window
 from bench.workloads import HERE
 from extproc.service.net import free_port
+from testing_support.processes import memory_kb
 
 # -- the command line ---------------------------------------------------------------
 
@@ -198,12 +199,12 @@ class Soak:
         upstream_dir = self.workdir / "upstream"
         upstream_mod.write_bodies(upstream_dir, sizes=(INPUTS,))
         self.upstream = upstream_mod.start(
-            upstream_dir, free_port(), self.args.upstream, preexec=die_with_parent
+            upstream_dir, free_port(), self.args.upstream, die_with_parent=True
         )
         self.result["versions"]["upstream"] = self.upstream.kind
         self.gateway = start_gateway(self.workdir, self.upstream.port)
         assert self.gateway.envoy is not None
-        pids = {"extproc": self.gateway.process.pid, "envoy": self.gateway.envoy_pid}
+        pids = {"extproc": self.gateway.run.process.pid, "envoy": self.gateway.envoy_pid}
         self.result["pids"] = pids
         self.result["extproc_rss_mb_after_start"] = (
             memory_kb(pids["extproc"]).get("VmRSS", 0) / 1024
@@ -255,7 +256,7 @@ class Soak:
     def stop(self) -> None:
         wrk.stop_children()  # interrupted mid-window: that window's wrk is still our child
         if self.gateway is not None:
-            memory = memory_kb(self.gateway.process.pid)
+            memory = memory_kb(self.gateway.run.process.pid)
             self.result["extproc_rss_mb_end"] = memory.get("VmRSS", 0) / 1024
             self.result["extproc_vmhwm_mb"] = memory.get("VmHWM", 0) / 1024
             self.gateway.stop()
@@ -354,8 +355,9 @@ def write_report(soak: Soak, out_dir: Path) -> None:
     (out_dir / "soak.md").write_text(
         markdown_table(head, rows) + "\n\n" + verdict_text + "\n\n" + summary + "\n"
     )
-    with contextlib.suppress(OSError):
-        shutil.copy(soak.workdir / "gateway.log", out_dir / "gateway.log")
+    if soak.gateway is not None:
+        with contextlib.suppress(OSError):
+            shutil.copy(soak.gateway.run.log_path, out_dir / "gateway.log")
     print(f"results: {out_dir}", flush=True)
 
 

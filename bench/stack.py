@@ -8,26 +8,18 @@ cluster lists both as `extproc run --workers 2` renders it."""
 
 from __future__ import annotations
 
-import subprocess
 import sys
+from functools import partial
 from pathlib import Path
-
-import yaml
 
 from bench import upstream as upstream_mod
 from bench.envoy_admin import Envoy
 from bench.envoy_configs import NativeTarget, envoy_configs
-from bench.processes import (
-    READY_TIMEOUT_S,
-    die_with_parent,
-    extproc_command,
-    spawn,
-    stop_process,
-    wait_for_port,
-)
-from bench.workloads import POLICY, native_policy
-from extproc.runtime.envoy_process import envoy_binary
-from extproc.service.net import free_port
+from bench.processes import READY_TIMEOUT_S, serve_spec, start_server
+from bench.workloads import POLICY, REPO, native_policy
+from testing_support.envoy import EnvoySpec, start_envoy
+from testing_support.processes import Process, free_port, port_open
+from testing_support.serve import Serve
 
 
 class Stack:
@@ -36,18 +28,18 @@ class Stack:
     def __init__(self, workdir: Path) -> None:
         self.workdir = workdir
         self.upstream: upstream_mod.UpstreamProcess | None = None
-        self.extproc: subprocess.Popen[bytes] | None = None
+        self.extproc: Serve | None = None
         self.extproc_port = 0
-        self.floor: subprocess.Popen[bytes] | None = None
+        self.floor: Process | None = None
         self.floor_port = 0
         self.library_port = 0  # the floor process's library-work listener (case L)
         # The ext_proc server with the native policy (S-n), when a native case runs.
-        self.extproc_native: subprocess.Popen[bytes] | None = None
+        self.extproc_native: Serve | None = None
         self.native: NativeTarget | None = None
         # The 2-worker cases' `extproc serve` processes (and their ports), by policy.
-        self.workers: list[subprocess.Popen[bytes]] = []
+        self.workers: list[Serve] = []
         self.worker_ports: list[int] = []
-        self.native_workers: list[subprocess.Popen[bytes]] = []
+        self.native_workers: list[Serve] = []
         self.native_worker_ports: list[int] = []
         self.envoys: dict[str, Envoy] = {}
 
@@ -66,22 +58,18 @@ class Stack:
             bodies,
             free_port(),
             upstream_kind,
-            preexec=die_with_parent,
+            die_with_parent=True,
             native_port=free_port() if native else 0,
         )
         self.extproc_port = free_port()
-        self.extproc = spawn(
-            extproc_command("serve", self.extproc_port, 2), self.workdir / "extproc.log"
-        )
-        servers = [(self.extproc_port, self.extproc, "extproc.log")]
+        self.extproc = start_server(self.workdir, self.extproc_port, serve_spec(), "extproc")
+        servers = [self.extproc]
         if workers > 1:
             self.worker_ports = [free_port() for _ in range(workers)]
             for i, port in enumerate(self.worker_ports, start=1):
-                log_name = f"extproc-worker{i}.log"
-                self.workers.append(
-                    spawn(extproc_command("serve", port, 2), self.workdir / log_name)
-                )
-                servers.append((port, self.workers[-1], log_name))
+                name = f"extproc-worker{i}"
+                self.workers.append(start_server(self.workdir, port, serve_spec(), name))
+            servers += self.workers
         if native:
             policy = native_policy(self.workdir)
             if native_workers and workers > 1:
@@ -93,17 +81,15 @@ class Stack:
                 floor_port=free_port(),
                 worker_ports=tuple(self.native_worker_ports),
             )
-            self.extproc_native = spawn(
-                extproc_command("serve", self.native.extproc_port, 2, policy=policy),
-                self.workdir / "extproc-native.log",
+            native_spec = serve_spec(policy)
+            self.extproc_native = start_server(
+                self.workdir, self.native.extproc_port, native_spec, "extproc-native"
             )
-            servers.append((self.native.extproc_port, self.extproc_native, "extproc-native.log"))
+            servers.append(self.extproc_native)
             for i, port in enumerate(self.native_worker_ports, start=1):
-                log_name = f"extproc-native-worker{i}.log"
-                self.native_workers.append(
-                    spawn(extproc_command("serve", port, 2, policy=policy), self.workdir / log_name)
-                )
-                servers.append((port, self.native_workers[-1], log_name))
+                name = f"extproc-native-worker{i}"
+                self.native_workers.append(start_server(self.workdir, port, native_spec, name))
+            servers += self.native_workers
         self.floor_port = free_port()
         floor_ports = [self.floor_port]
         self.library_port = free_port()
@@ -114,22 +100,19 @@ class Stack:
         if self.native is not None:
             floor_ports.append(self.native.floor_port)
             argv += ["--listen-native", f"127.0.0.1:{self.native.floor_port}"]
-        self.floor = spawn(argv, self.workdir / "floor.log")
+        self.floor = Process.start(
+            argv, self.workdir / "floor.log", cwd=REPO, name="floor processor", die_with_parent=True
+        )
         self._start_envoys()
-        for port, process, log_name in servers:
-            try:
-                wait_for_port(port, process, READY_TIMEOUT_S, "extproc serve")
-            except (RuntimeError, TimeoutError) as exc:
-                text = (self.workdir / log_name).read_text(errors="replace")
-                raise RuntimeError(f"{exc}\n{text}") from exc
+        for server in servers:
+            server.wait_ready(READY_TIMEOUT_S)
         for port in floor_ports:
-            wait_for_port(port, self.floor, READY_TIMEOUT_S, "floor processor")
+            self.floor.wait_until(partial(port_open, port), READY_TIMEOUT_S, f"floor on :{port}")
         for envoy in self.envoys.values():
             envoy.wait_ready(READY_TIMEOUT_S)
 
     def _start_envoys(self) -> None:
         assert self.upstream is not None
-        binary = envoy_binary()
         configs = envoy_configs(
             self.upstream.port,
             self.extproc_port,
@@ -140,20 +123,19 @@ class Stack:
             worker_ports=tuple(self.worker_ports),
         )
         for name, (config, port, admin_port) in configs.items():
-            path = self.workdir / f"envoy-{name}.yaml"
-            path.write_text(yaml.safe_dump(config, sort_keys=False))
-            log_path = self.workdir / f"envoy-{name}.log"
-            argv = [binary, "-c", str(path), "--use-dynamic-base-id", "-l", "warning"]
-            process = spawn(argv, log_path, cwd=None)
-            self.envoys[name] = Envoy(name, process, port, admin_port, log_path)
+            # Envoy's default concurrency, as `extproc run` starts it.
+            spec = EnvoySpec.of(config, f"envoy-{name}", concurrency=None)
+            started = start_envoy(spec, self.workdir, wait=False, die_with_parent=True)
+            self.envoys[name] = Envoy(name, started.process, port, admin_port)
+
+    def servers(self) -> list[Serve]:
+        """Every `extproc serve` of the run."""
+        started = [self.extproc, self.extproc_native, *self.workers, *self.native_workers]
+        return [server for server in started if server is not None]
 
     def pids(self) -> list[int]:
         pids = list(self.upstream.pids()) if self.upstream else []
-        if self.extproc:
-            pids.append(self.extproc.pid)
-        if self.extproc_native:
-            pids.append(self.extproc_native.pid)
-        pids += [w.pid for w in (*self.workers, *self.native_workers)]
+        pids += [server.process.pid for server in self.servers()]
         if self.floor:
             pids.append(self.floor.pid)
         pids += [e.process.pid for e in self.envoys.values()]
@@ -161,14 +143,10 @@ class Stack:
 
     def stop(self) -> None:
         for envoy in self.envoys.values():
-            stop_process(envoy.process)
-        if self.extproc is not None:
-            stop_process(self.extproc)
-        if self.extproc_native is not None:
-            stop_process(self.extproc_native)
-        for worker in (*self.workers, *self.native_workers):
-            stop_process(worker)
+            envoy.process.stop(15)
+        for server in self.servers():
+            server.stop(15)
         if self.floor is not None:
-            stop_process(self.floor)
+            self.floor.stop(15)
         if self.upstream is not None:
             self.upstream.stop()

@@ -26,10 +26,9 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ep_grpc
 from google.protobuf import struct_pb2
 
-from bench.processes import start_server
-from bench.procfs import rss_mb
+from bench.processes import lone_server
 from bench.workloads import MODEL
-from extproc.service.net import free_port
+from testing_support.processes import free_port, rss_mb
 
 CONCURRENCY = 16
 
@@ -78,12 +77,8 @@ def main() -> int:
     parser.add_argument("--streams", type=int, default=240_000)
     args = parser.parse_args()
     port = free_port()
-    server = start_server(port)
-    try:
-        asyncio.run(drive(port, server.pid, args.mode, args.streams))
-    finally:
-        server.terminate()
-        server.wait(15)
+    with lone_server(port) as server:
+        asyncio.run(drive(port, server.process.pid, args.mode, args.streams))
     return 0
 
 

@@ -35,7 +35,7 @@ def one_run(docs: int, chars: int) -> None:
 
     from extproc.core.policy.model import SpecialTokens
     from extproc.core.tokens import ModelTokenizer, TokenizeBudget
-    from tests.conftest import QWEN_EOS, qwen_tokenizer_dir
+    from testing_support.qwen import QWEN_EOS, qwen_tokenizer_dir
 
     texts = [english(chars, i) for i in range(docs)]
     tokenizer = ModelTokenizer(

@@ -42,16 +42,15 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
-import subprocess
 import sys
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 import orjson
+
+from testing_support.processes import Process, port_open
 
 HERE = Path(__file__).resolve().parent
 MODEL = "Qwen/Qwen3-Embedding-0.6B"
@@ -174,7 +173,7 @@ _BODIES_LOCATION = """location /_bodies/ {{
 @dataclass
 class UpstreamProcess:
     kind: str  # "nginx" or "node"
-    process: subprocess.Popen[bytes]
+    process: Process
     port: int
     native_port: int = 0  # answers `dimensions` itself; 0 when not started
 
@@ -188,13 +187,7 @@ class UpstreamProcess:
 
     def stop(self, timeout: float = 10.0) -> None:
         workers = self.pids()[1:]
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)  # nginx: fast shutdown
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(5)
+        self.process.stop(timeout)  # SIGTERM: nginx's fast shutdown
         for pid in workers:  # forked by our nginx master, normally gone with it
             with contextlib.suppress(OSError):
                 if Path(f"/proc/{pid}/comm").read_text().strip() == "nginx":
@@ -206,15 +199,15 @@ def start(
     port: int,
     kind: str = "auto",
     *,
-    preexec: Callable[[], None] | None = None,
+    die_with_parent: bool = False,
     ready_timeout: float = 15.0,
     native_port: int = 0,
 ) -> UpstreamProcess:
     """Start the upstream on 127.0.0.1:port serving the bodies in ``directory``, and
-    on ``native_port`` (unless 0) the same as an upstream that cuts ``dimensions``."""
+    on ``native_port`` (unless 0) the same as an upstream that cuts ``dimensions``;
+    ``die_with_parent``: it gets SIGTERM if this process dies."""
     if kind == "auto":
         kind = "nginx" if nginx_available() else "node"
-    log = (directory / f"{kind}.log").open("wb")
     if kind == "nginx":
         for sub in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"):
             (directory / sub).mkdir(exist_ok=True)
@@ -229,29 +222,17 @@ def start(
         argv = ["node", str(HERE / "upstream_node.js"), str(directory), *node_ports]
     else:
         raise ValueError(f"unknown upstream kind {kind!r}")
-    process = subprocess.Popen(
-        argv,
-        stdin=subprocess.DEVNULL,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        preexec_fn=preexec,  # noqa: PLW1509 (no threads)
+    process = Process.start(
+        argv, directory / f"{kind}.log", name=f"{kind} upstream", die_with_parent=die_with_parent
     )
-    log.close()
     upstream = UpstreamProcess(kind, process, port, native_port)
-    deadline = time.monotonic() + ready_timeout
-    waiting = [p for p in (port, native_port) if p]
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            text = (directory / f"{kind}.log").read_text(errors="replace")
-            raise RuntimeError(f"{kind} upstream exited with {process.returncode}: {text}")
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", waiting[0])) == 0:
-                waiting.pop(0)
-        if not waiting:
-            return upstream
-        time.sleep(0.05)
-    upstream.stop()
-    raise TimeoutError(f"{kind} upstream not listening on {port} after {ready_timeout} s")
+    try:
+        for listening in (p for p in (port, native_port) if p):
+            process.wait_until(partial(port_open, listening), ready_timeout, f"on :{listening}")
+    except BaseException:
+        upstream.stop()
+        raise
+    return upstream
 
 
 def main() -> int:
@@ -264,7 +245,7 @@ def main() -> int:
     upstream = start(args.dir, args.port, args.kind)
     print(f"{upstream.kind} upstream on http://127.0.0.1:{args.port}/v1/embeddings", flush=True)
     try:
-        upstream.process.wait()
+        upstream.process.popen.wait()
     except KeyboardInterrupt:
         pass
     finally:

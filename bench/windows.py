@@ -31,7 +31,7 @@ def measure_window(
     assert gateway.envoy is not None
     envoy = gateway.envoy
     groups = {
-        "extproc": [gateway.process.pid],
+        "extproc": [gateway.run.process.pid],
         "envoy": [gateway.envoy_pid],
         "upstream": upstream.pids(),
     }

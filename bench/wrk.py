@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.processes import die_with_parent
 from bench.workloads import HERE
+from testing_support.processes import die_with_parent
 
 SUMMARY_PREFIX = "BENCH_JSON "
 CAPTURE_PREFIX = "CAPTURE_STATUS "

@@ -1,7 +1,7 @@
 """Shared fixtures: the real Qwen3 tokenizer, the shipped policy, the session's fake
-upstreams, and (for the integration tier) the session's gateways, real Envoy +
-ext_proc started by `extproc run` (tests/harness.py: :class:`GatewaySpec`,
-:class:`Gateways`)."""
+upstreams, and (for the integration tier) the session's processes, started on demand
+(tests/harness.py): gateways (real Envoy + ext_proc, `extproc run`), `extproc serve`
+servers and bare Envoys."""
 
 from __future__ import annotations
 
@@ -19,19 +19,10 @@ from xdist.scheduler import LoadScopeScheduling
 
 from extproc.core.contract import Contract, load_contract
 from extproc.core.policy import GatewayPolicy, load_policy_file
-from tests.fake_upstream import FakeUpstream
-from tests.harness import (
-    QWEN_EOS,
-    QWEN_MODEL,
-    REPO,
-    SHIPPED_QWEN_POLICY,
-    Gateways,
-    qwen_tokenizer_dir,
-)
+from testing_support.fake_upstream import FakeUpstream
+from testing_support.qwen import QWEN_MODEL, SHIPPED_QWEN_POLICY, qwen_tokenizer_dir
+from tests.harness import Envoys, Gateways, Servers
 from tests.legacy_stand_in import LegacyStandIn
-
-# Where the tests have long imported them from.
-__all__ = ["QWEN_EOS", "QWEN_MODEL", "REPO", "SHIPPED_QWEN_POLICY", "qwen_tokenizer_dir"]
 
 
 @pytest.fixture(scope="session")
@@ -80,11 +71,34 @@ def upstream(fake_dynamo: FakeUpstream) -> FakeUpstream:
     return fake_dynamo
 
 
+@pytest.fixture(scope="module")
+def legacy(legacy_stand_in: LegacyStandIn) -> LegacyStandIn:
+    """The session's legacy stand-in, as a module finds it: nothing seen."""
+    legacy_stand_in.reset()
+    return legacy_stand_in
+
+
 @pytest.fixture(scope="session")
 def gateways(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateways]:
-    """Gateways started on demand: ``shared(spec)`` for the session, ``own(spec)``
+    """Gateways (`extproc run`): ``shared(GatewaySpec)`` for the session, ``own(spec)``
     for one test or module (tests/harness.py)."""
     pool = Gateways(tmp_path_factory.mktemp("gateways"))
+    yield pool
+    pool.stop_all()
+
+
+@pytest.fixture(scope="session")
+def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
+    """`extproc serve` servers: ``shared(ServeSpec)`` or ``own(spec)``."""
+    pool = Servers(tmp_path_factory.mktemp("servers"))
+    yield pool
+    pool.stop_all()
+
+
+@pytest.fixture(scope="session")
+def envoys(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Envoys]:
+    """Bare Envoys: ``shared(EnvoySpec)`` or ``own(spec)``."""
+    pool = Envoys(tmp_path_factory.mktemp("envoys"))
     yield pool
     pool.stop_all()
 
@@ -106,10 +120,20 @@ def pytest_configure(config: pytest.Config) -> None:
 REAL_ENGINES = ("tests/e2e/", "tests/test_wheel_install.py")
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The modules with `alone` tests last, each module's own order kept: an `alone`
+    test waits for the test in progress on the other worker, and an end-to-end test
+    (first out, on one worker) can take minutes. The other modules run beside the
+    end-to-end tier."""
+    alone = {item.path for item in items if item.get_closest_marker("alone")}
+    items.sort(key=lambda item: item.path in alone and not item.nodeid.startswith(REAL_ENGINES))
+
+
 class ModuleScheduling(LoadScopeScheduling):
     """Each test module whole to one worker, so that its fixtures (its gateways) start
     once, and whatever starts real engines whole to one worker. They go out in
-    collection order: the end-to-end tier, the longest, first."""
+    collection order (pytest_collection_modifyitems): the end-to-end tier, the
+    longest, first; the modules with `alone` tests last."""
 
     def _split_scope(self, nodeid: str) -> str:
         path = nodeid.split("::", 1)[0]

@@ -1,6 +1,6 @@
 """A fake of the LEGACY embedding server of the seed (Qwen3-Embedding-0.6B behind FastAPI).
 
-Only for tests. It runs no model: its vectors come from ``tests/fake_upstream.py``'s
+Only for tests. It runs no model: its vectors come from ``testing_support/fake_upstream.py``'s
 made-up model (a ``FakeUpstream`` that is never started is used as the tokenizer and
 vector function), so for the same token ids it gives exactly the vectors the fake
 Dynamo gives. The gateway in front of the fake Dynamo is therefore at parity with this
@@ -85,7 +85,7 @@ import orjson
 from numpy.typing import NDArray
 from pydantic import TypeAdapter, ValidationError
 
-from tests.fake_upstream import FakeUpstream, default_tokenizer_dir
+from testing_support.fake_upstream import FakeUpstream, default_tokenizer_dir
 
 __all__ = ["DEFAULT_TASK", "FakeLegacy", "qwen3_query"]
 

@@ -1,6 +1,6 @@
 """A scripted raw-socket upstream: answers that real vLLM/Dynamo cannot be made to give.
 
-``tests/fake_upstream.py`` reproduces what the real upstreams were measured to answer;
+``testing_support/fake_upstream.py`` reproduces what the real upstreams were measured to answer;
 this one reproduces how upstreams (and what stands between them and Envoy) *break*. It
 is a bounded threaded TCP server on 127.0.0.1: each connection reads one HTTP/1.1
 request (head, then a ``content-length`` or chunked body), then plays the current

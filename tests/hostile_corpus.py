@@ -2,7 +2,7 @@
 
 Every case is one HTTP/1.1 request as it goes on the wire, with the answer the
 gateway documents for it (docs/errors.md). tests/test_hostile_input.py sends each
-through a real Envoy + ext_proc (`extproc run`) in front of tests/fake_upstream.py.
+through a real Envoy + ext_proc (`extproc run`) in front of testing_support/fake_upstream.py.
 
 Four outcomes:
 

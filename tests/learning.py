@@ -18,9 +18,9 @@ from extproc.commands.cli import _parser
 from extproc.core.policy import ModelPolicy, load_policy_file
 from extproc.core.upstream_errors import parse_upstream_error
 from extproc.tools.parity import Answer
+from testing_support.fake_upstream import FakeUpstream
+from testing_support.http import http
 from tests.fake_legacy import FakeLegacy
-from tests.fake_upstream import FakeUpstream
-from tests.harness import http
 
 
 def learn(

@@ -11,11 +11,7 @@ caches and temporary files stay in the test's own folder.
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
 import subprocess
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,12 +20,14 @@ import orjson
 
 from extproc.runtime.default_upstream import SETUP_SCRIPT, Environment, vllm_environment
 from extproc.runtime.default_upstream import vllm_argv as default_vllm_argv
-from tests.harness import free_port, http
+from testing_support.http import http
+from testing_support.processes import Process, ProcessExitedError, free_port, wait_until
 
 SERVED_MODEL = "all-MiniLM-L6-v2"
 RERANKER_MODEL = "minilm-reranker"
 MAX_MODEL_LEN = 256
 START_TIMEOUT_S = 420.0  # cold CPU start is ~35-90 s; leave room for a loaded CI machine
+STOP_TIMEOUT_S = 40.0
 
 
 @dataclass(frozen=True)
@@ -80,52 +78,18 @@ def _server_env(workdir: Path) -> dict[str, str]:
     return env
 
 
-@dataclass
-class Process:
-    name: str
-    popen: subprocess.Popen[bytes]
-    log_path: Path
-
-    def log_tail(self, chars: int = 4000) -> str:
-        return self.log_path.read_text(errors="replace")[-chars:]
-
-    def alive(self) -> bool:
-        return self.popen.poll() is None
-
-    def stop(self, timeout: float = 40.0) -> None:
-        """SIGTERM to the process group we created, then SIGKILL after ``timeout``."""
-        if self.popen.poll() is not None:
-            self._reap_group()
-            return
-        pgid = self.popen.pid  # start_new_session: the group id is our child's pid
-        try:
-            os.killpg(pgid, signal.SIGTERM)
-        except ProcessLookupError:
-            return
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.popen.wait(timeout)
-        self._reap_group()
-
-    def _reap_group(self) -> None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.popen.pid, signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.popen.wait(10)
-
-
 def _spawn(name: str, argv: Sequence[str], env: dict[str, str], workdir: Path) -> Process:
-    log_path = workdir / f"{name}.log"
-    with log_path.open("wb") as log:
-        popen = subprocess.Popen(
-            list(argv),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=env,
-            cwd=workdir,
-            start_new_session=True,
-        )
-    return Process(name, popen, log_path)
+    """``argv`` leading a session of its own: it and the children it forks are
+    signalled together, SIGKILLed together once it has exited."""
+    return Process.start(
+        argv,
+        workdir / f"{name}.log",
+        env=env,
+        cwd=workdir,
+        name=name,
+        group=True,
+        stop_timeout=STOP_TIMEOUT_S,
+    )
 
 
 @dataclass
@@ -146,22 +110,11 @@ class Stack:
 
 
 def _wait(stack: Stack, ready: Callable[[], bool], timeout: float = START_TIMEOUT_S) -> None:
-    started = time.monotonic()
-    deadline = started + timeout
-    while time.monotonic() < deadline:
-        for process in stack.processes:
-            if not process.alive():
-                stack.stop()
-                raise RuntimeError(f"{process.name} exited early:\n{stack.logs()}")
-        try:
-            if ready():
-                stack.started_s = time.monotonic() - started
-                return
-        except OSError:
-            pass
-        time.sleep(1.0)
-    stack.stop()
-    raise TimeoutError(f"{stack.kind} not ready after {timeout:.0f} s:\n{stack.logs()}")
+    try:
+        stack.started_s = wait_until(ready, timeout, f"{stack.kind} ready", stack.processes, 1.0)
+    except (ProcessExitedError, TimeoutError):
+        stack.stop()
+        raise
 
 
 def vllm_args(model_dir: Path) -> list[str]:

@@ -35,7 +35,7 @@ from extproc.service.admission import (
     response_work_bytes,
 )
 from extproc.service.stream import ExtProcStream, Phase, Shape
-from tests.conftest import SHIPPED_QWEN_POLICY
+from testing_support.qwen import SHIPPED_QWEN_POLICY
 from tests.recorded_metrics import RecordedStreamMetrics
 
 MiB = 1024 * 1024

@@ -6,7 +6,6 @@ Retry-After, and every client gets an answer."""
 from __future__ import annotations
 
 import re
-import subprocess
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -16,27 +15,16 @@ from pathlib import Path
 import orjson
 import pytest
 
-from bench.burst import post
-from bench.procfs import rss_mb
 from extproc.core.policy import GatewayPolicy
-from extproc.runtime.envoy_config import EnvoySettings, Upstream, dump, load_template, render
-from extproc.runtime.envoy_process import envoy_argv
-from tests.conftest import QWEN_MODEL, SHIPPED_QWEN_POLICY
-from tests.fake_upstream import FakeUpstream
-from tests.harness import (
-    SHAPES,
-    Gateway,
-    Gateways,
-    GatewaySpec,
-    Reply,
-    free_port,
-    http,
-    metric_value,
-)
+from extproc.runtime.envoy_config import EnvoySettings
+from testing_support.envoy import EnvoySpec, loopback_settings, rendered
+from testing_support.fake_upstream import FakeUpstream
+from testing_support.gateway import SHAPES, Gateway, GatewaySpec
+from testing_support.http import Reply, http, metric_value, post
+from testing_support.processes import rss_mb
+from testing_support.qwen import QWEN_MODEL, SHIPPED_QWEN_POLICY
+from tests.harness import Envoys, Gateways
 
-pytestmark = pytest.mark.alone  # admission waits and their bounds, memory after a burst
-
-ENVELOPE_KEYS = {"message", "type", "param", "code"}
 # 2,048 inputs cut to 256-d: ~18 MiB of estimated work, far over this budget, so such
 # a request is admitted only alone.
 SMALL_BUDGET = """limits:
@@ -53,8 +41,7 @@ def assert_overloaded(reply: Reply, retry_after: str) -> str:
     assert reply.status == 503, reply.body[:300]
     assert reply.headers.get("retry-after") == retry_after, reply.headers
     assert reply.headers.get("content-type") == "application/json"
-    error = reply.json()["error"]
-    assert set(error) == ENVELOPE_KEYS
+    error = reply.error()
     assert (error["type"], error["code"]) == ("server_error", "overloaded")
     message = str(error["message"])
     # No Envoy internals, no empty slot: what the old 5xx mapper showed under load.
@@ -62,25 +49,29 @@ def assert_overloaded(reply: Reply, retry_after: str) -> str:
     return message
 
 
-@pytest.fixture(scope="module", params=SHAPES)
-def gateway(
-    request: pytest.FixtureRequest, upstream: FakeUpstream, gateways: Gateways
+def budget_gateway(
+    budget: str, request: pytest.FixtureRequest, upstream: FakeUpstream, gateways: Gateways
 ) -> Iterator[Gateway]:
-    policy = SMALL_BUDGET + SHIPPED_QWEN_POLICY.read_text()
+    """A gateway of the shape ``request.param`` whose policy has ``budget``'s limits."""
+    policy = budget + SHIPPED_QWEN_POLICY.read_text()
     with gateways.own(GatewaySpec(upstream.url, shape=request.param, policy=policy)) as gw:
         yield gw
 
 
-def scrape(gateway: Gateway) -> str:
-    return http("GET", f"{gateway.metrics_url}/metrics").body.decode()
+@pytest.fixture(scope="module", params=SHAPES)
+def gateway(
+    request: pytest.FixtureRequest, upstream: FakeUpstream, gateways: Gateways
+) -> Iterator[Gateway]:
+    yield from budget_gateway(SMALL_BUDGET, request, upstream, gateways)
 
 
+@pytest.mark.alone  # a bound on the refused request's wait
 def test_past_the_budget_a_request_gets_503_overloaded(
     gateway: Gateway, upstream: FakeUpstream
 ) -> None:
     upstream.reset()
-    before = metric_value(scrape(gateway), "extproc_admission_rejected_total")
-    waited_before = metric_value(scrape(gateway), "extproc_admission_waited_total")
+    before = metric_value(gateway.metrics(), "extproc_admission_rejected_total")
+    waited_before = metric_value(gateway.metrics(), "extproc_admission_waited_total")
     upstream.fault = "slow"  # the big request holds its share while the upstream works
     upstream.slow_seconds = 3.0
     with ThreadPoolExecutor(1) as pool:
@@ -89,7 +80,7 @@ def test_past_the_budget_a_request_gets_503_overloaded(
         while not upstream.received and time.monotonic() < deadline:
             time.sleep(0.05)
         assert upstream.received, "the big request never reached the upstream"
-        held = metric_value(scrape(gateway), "extproc_admission_in_flight_bytes")
+        held = metric_value(gateway.metrics(), "extproc_admission_in_flight_bytes")
         assert held > 1024 * 1024  # alone, over the whole budget
         started = time.monotonic()
         refused = gateway.embeddings(SMALL, timeout=30)
@@ -99,7 +90,7 @@ def test_past_the_budget_a_request_gets_503_overloaded(
         assert waited < 2.5, waited  # a bounded wait (100 ms) then the answer, not a queue
         assert big.result().status == 200
     assert len(upstream.received) == 1  # the refused one never reached it
-    text = scrape(gateway)
+    text = gateway.metrics()
     assert metric_value(text, "extproc_admission_rejected_total") == before + 1
     assert metric_value(text, "extproc_admission_waited_total") == waited_before + 1
     assert metric_value(text, "extproc_admission_in_flight_bytes") == 0
@@ -107,6 +98,7 @@ def test_past_the_budget_a_request_gets_503_overloaded(
     assert gateway.embeddings(SMALL).status == 200  # room again
 
 
+@pytest.mark.alone  # the memory after a burst
 def test_a_burst_gets_200s_and_503s_and_nothing_else(
     gateway: Gateway, upstream: FakeUpstream
 ) -> None:
@@ -124,7 +116,7 @@ def test_a_burst_gets_200s_and_503s_and_nothing_else(
             assert_overloaded(reply, "2")
         else:
             assert len(reply.json()["data"]) == 2048
-    assert metric_value(scrape(gateway), "extproc_admission_in_flight_bytes") == 0
+    assert metric_value(gateway.metrics(), "extproc_admission_in_flight_bytes") == 0
     # Memory goes back: within 5 s of the burst, at most 1.5x the size before it.
     deadline = time.monotonic() + 5
     while rss_mb(gateway.process.pid) > 1.5 * idle_mb and time.monotonic() < deadline:
@@ -149,9 +141,7 @@ DECLARED_LARGE = orjson.dumps({"model": QWEN_MODEL, "input": "word " * 1_400_000
 def headers_gateway(
     request: pytest.FixtureRequest, upstream: FakeUpstream, gateways: Gateways
 ) -> Iterator[Gateway]:
-    policy = HEADERS_BUDGET + SHIPPED_QWEN_POLICY.read_text()
-    with gateways.own(GatewaySpec(upstream.url, shape=request.param, policy=policy)) as gw:
-        yield gw
+    yield from budget_gateway(HEADERS_BUDGET, request, upstream, gateways)
 
 
 def envoy_messages(gateway: Gateway) -> int:
@@ -180,7 +170,7 @@ def test_a_declared_large_body_is_refused_at_its_headers(
     urllib3 and httpcore do (bench/burst.py)."""
     upstream.reset()
     gateway = headers_gateway
-    before = scrape(gateway)
+    before = gateway.metrics()
     upstream.fault = "slow"
     upstream.slow_seconds = 3.0
     with ThreadPoolExecutor(1) as pool:
@@ -192,7 +182,7 @@ def test_a_declared_large_body_is_refused_at_its_headers(
         assert_overloaded(reply, "2")
         assert big.result().status == 200
     assert len(upstream.received) == 1
-    after = scrape(gateway)
+    after = gateway.metrics()
     rejected = "extproc_admission_rejected_total"
     assert metric_value(after, rejected, stage="headers") == (
         metric_value(before, rejected, stage="headers") + 1
@@ -238,13 +228,13 @@ def test_a_reservation_of_unknown_length_settles_to_the_body(
     with ThreadPoolExecutor(1) as pool:
         unsized = pool.submit(chunked)
         wait_until_received(upstream, 1)
-        held = metric_value(scrape(gateway), "extproc_admission_in_flight_bytes")
+        held = metric_value(gateway.metrics(), "extproc_admission_in_flight_bytes")
         assert 0 < held < 1024 * 1024, held  # its body's share, not the 24 MiB reserved
         upstream.fault = "none"  # the next one is answered at once
         reply, _ = post(gateway.url, DECLARED_LARGE, timeout=60)
         assert reply.status == 200, reply.body[:300]
         assert unsized.result() == 200
-    assert metric_value(scrape(gateway), "extproc_admission_in_flight_bytes") == 0
+    assert metric_value(gateway.metrics(), "extproc_admission_in_flight_bytes") == 0
 
 
 def test_a_reloaded_budget_changes_what_is_admitted(
@@ -272,7 +262,9 @@ def test_a_reloaded_budget_changes_what_is_admitted(
 
     def reload(gateway: Gateway, text: str) -> None:
         def count() -> float:
-            return metric_value(scrape(gateway), "extproc_policy_reloads_total", outcome="reloaded")
+            return metric_value(
+                gateway.metrics(), "extproc_policy_reloads_total", outcome="reloaded"
+            )
 
         before = count()
         policy.write_text(text)
@@ -291,75 +283,34 @@ def test_a_reloaded_budget_changes_what_is_admitted(
     assert log.count("admission: budget") == 2, log
 
 
-def start_envoy(
-    config: dict[str, object], tmp_path: Path, admin_port: int
-) -> subprocess.Popen[bytes]:
-    path = tmp_path / "envoy.yaml"
-    path.write_text(dump(config))
-    log = (tmp_path / "envoy.log").open("wb")
-    envoy = subprocess.Popen(
-        envoy_argv(path, "warning", 1),
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-    )
-    log.close()
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            if http("GET", f"http://127.0.0.1:{admin_port}/ready", timeout=1).status == 200:
-                return envoy
-        except OSError:
-            pass
-        assert envoy.poll() is None, (tmp_path / "envoy.log").read_text()
-        time.sleep(0.1)
-    envoy.kill()
-    envoy.wait(5)
-    raise TimeoutError("Envoy not ready in 30 s")
-
-
 @pytest.fixture
 def envoy_settings(upstream: FakeUpstream) -> EnvoySettings:
-    return EnvoySettings(
-        "127.0.0.1", free_port(), free_port(), free_port(), Upstream.from_url(upstream.url)
-    )
-
-
-def stop(envoy: subprocess.Popen[bytes]) -> None:
-    envoy.terminate()
-    try:
-        envoy.wait(10)
-    except subprocess.TimeoutExpired:
-        envoy.kill()
-        envoy.wait(5)
+    """Nothing listens on its processor's port."""
+    return loopback_settings(upstream.url)
 
 
 def test_processor_unreachable_is_a_clean_503(
     envoy_settings: EnvoySettings,
     qwen_policy: GatewayPolicy,
-    tmp_path: Path,
+    envoys: Envoys,
     upstream: FakeUpstream,
 ) -> None:
     """Envoy's ext_proc failure (nothing listens on the processor's port) gets the
     same clean answer, not "could not get an answer:  (ext_proc_error_gRPC_error_...)"."""
     upstream.reset()
-    config = render(load_template(), envoy_settings, qwen_policy)
-    envoy = start_envoy(config, tmp_path, envoy_settings.admin_port)
-    try:
-        url = f"http://127.0.0.1:{envoy_settings.listen_port}/v1/embeddings"
-        assert_overloaded(http("POST", url, SMALL), "1")
-        stats = http("GET", f"http://127.0.0.1:{envoy_settings.admin_port}/stats?filter=ext_proc")
+    config = rendered(envoy_settings, qwen_policy)
+    with envoys.own(EnvoySpec.of(config)) as envoy:
+        assert_overloaded(http("POST", envoy.embeddings_url, SMALL), "1")
+        stats = http("GET", f"{envoy.admin_url}/stats?filter=ext_proc")
         # Envoy counts its side of the failure (docs/metrics.md: the Envoy series worth watching).
         assert b"http.embeddings.ext_proc.streams_failed: 1" in stats.body, stats.body
-    finally:
-        stop(envoy)
     assert upstream.received == []
 
 
 def test_envoys_overload_manager_answers_503_overloaded(
     envoy_settings: EnvoySettings,
     qwen_policy: GatewayPolicy,
-    tmp_path: Path,
+    envoys: Envoys,
     upstream: FakeUpstream,
 ) -> None:
     """A heap budget Envoy is already over: every request is refused by Envoy itself,
@@ -367,38 +318,15 @@ def test_envoys_overload_manager_answers_503_overloaded(
     which gives the same answer: Envoy's own counters tell the overload manager's
     refusal from a failed ext_proc stream.)"""
     upstream.reset()
-    config = render(load_template(), envoy_settings, qwen_policy)
+    config = rendered(envoy_settings, qwen_policy)
     monitors = config["overload_manager"]["resource_monitors"]
     (heap,) = [m for m in monitors if m["name"].endswith("fixed_heap")]
     heap["typed_config"]["max_heap_size_bytes"] = 1024 * 1024
-    envoy = start_envoy(config, tmp_path, envoy_settings.admin_port)
-    admin = f"http://127.0.0.1:{envoy_settings.admin_port}"
-
-    def counter(name: str) -> float:
-        return metric_value(http("GET", f"{admin}/stats/prometheus").body.decode(), name)
-
-    try:
-        url = f"http://127.0.0.1:{envoy_settings.listen_port}/v1/embeddings"
-        deadline = time.monotonic() + 10  # the monitor refreshes every 0.25 s
-        active = "envoy_overload_envoy_overload_actions_stop_accepting_requests_active"
-        while counter(active) != 1 and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert counter(active) == 1
-        assert_overloaded(http("POST", url, SMALL), "1")
-        assert counter("envoy_http_downstream_rq_overload_close") == 1
-        assert counter("envoy_http_ext_proc_streams_started") == 0  # no filter ran
-    finally:
-        stop(envoy)
+    active = "envoy_overload_envoy_overload_actions_stop_accepting_requests_active"
+    with envoys.own(EnvoySpec.of(config)) as envoy:
+        # The monitor refreshes every 0.25 s.
+        envoy.process.wait_until(lambda: envoy.series(active) == 1, 10, "overload active")
+        assert_overloaded(http("POST", envoy.embeddings_url, SMALL), "1")
+        assert envoy.series("envoy_http_downstream_rq_overload_close") == 1
+        assert envoy.series("envoy_http_ext_proc_streams_started") == 0  # no filter ran
     assert upstream.received == []
-
-
-def test_upstream_unreachable_503_says_when_to_retry(gateways: Gateways) -> None:
-    dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
-    with gateways.own(GatewaySpec(dead)) as gw:
-        for body in (SMALL, {"model": QWEN_MODEL, "input": "x"}):  # both routes
-            reply = gw.embeddings(body)
-            assert reply.status == 503 and reply.headers.get("retry-after") == "1", reply
-            error = reply.json()["error"]
-            assert (error["type"], error["code"]) == ("server_error", "upstream_unavailable")
-            assert error["message"].startswith("The gateway could not get an answer from the")
-            assert "{" not in error["message"]  # no Envoy response-code details

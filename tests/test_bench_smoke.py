@@ -113,40 +113,41 @@ def test_run_py_still_runs_as_a_file() -> None:
     assert "--quick" in run.stdout and "--workloads" in run.stdout
 
 
-def test_native_cases_forward_dimensions(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def floors_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """One short run of the cases the floors' tests read: the native pair (S-n, F-n) and
+    the library floor beside the shipped gateway (B, S-b, L-a, L-b)."""
+    _, result = run_bench(
+        tmp_path_factory.mktemp("floors"),
+        *("--cases", "S-n,F-n,B,S-b,L-a,L-b", "--workloads", "seed-c1"),
+        *("--duration", "1", "--repetitions", "1", "--warmup", "0"),
+        max_runtime_s=100,
+    )
+    return result
+
+
+def test_native_cases_forward_dimensions(floors_run: dict[str, Any]) -> None:
     """S-n and F-n: the upstream's native port answers the 256-d vectors itself, so the
     shipped gateway and its floor each take one ext_proc message per request. Exactly
     one: their config is rendered from the native policy, which needs no precheck
     marker, so the request takes the plain route, where no response phase exists. (On
     the one-stream route the server's end of the stream raced the upstream's answer:
     Envoy sent the response body too when it already had it, docs/envoy-facts.md.)"""
-    _, result = run_bench(
-        tmp_path,
-        *("--cases", "S-n,F-n", "--workloads", "seed-c1"),
-        *("--duration", "1", "--repetitions", "1", "--warmup", "0"),
-        max_runtime_s=80,
-    )
-    assert set(result["probes"]) == {"S-n/8", "F-n/8"}
-    for probe in result["probes"].values():
+    probes = floors_run["probes"]
+    for probe in (probes["S-n/8"], probes["F-n/8"]):
         assert probe["ok"] and probe["dimensions"] == [256], probe
         assert probe["ext_proc_msgs"] == 1, probe
-    rows = {r["case"]: r for r in result["summary"]}
+    rows = {r["case"]: r for r in floors_run["summary"]}
     assert rows["S-n"]["requests"] > 0 and rows["S-n"]["extproc_cpu_ms_per_req"] > 0
 
 
-def test_library_floor_cuts_as_the_gateway(tmp_path: Path) -> None:
+def test_library_floor_cuts_as_the_gateway(floors_run: dict[str, Any]) -> None:
     """L, the library floor, answers what the gateway answers (256-d vectors) on the
     shipped gateway's message pattern: two messages for the full rewrite, one for a
     plain request."""
-    _, result = run_bench(
-        tmp_path,
-        *("--cases", "B,S-b,L-a,L-b", "--workloads", "seed-c1"),
-        *("--duration", "1", "--repetitions", "1", "--warmup", "0"),
-        max_runtime_s=80,
-    )
-    probes = result["probes"]
+    probes = floors_run["probes"]
     assert probes["L-b/8"]["ok"] and probes["L-b/8"]["dimensions"] == [256], probes
     assert probes["L-b/8"]["ext_proc_msgs"] == probes["S-b/8"]["ext_proc_msgs"] == 2, probes
     assert probes["L-a/8"]["ok"] and probes["L-a/8"]["ext_proc_msgs"] == 1, probes
-    rows = {r["case"]: r for r in result["summary"]}
+    rows = {r["case"]: r for r in floors_run["summary"]}
     assert rows["L-b"]["requests"] > 0 and rows["L-b"]["extproc_cpu_ms_per_req"] > 0

@@ -13,7 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from extproc.runtime.blocking_http import HttpClient, answers_ok, request_once, split_url
-from tests.harness import free_port
+from testing_support.processes import free_port
 
 
 class _Server(ThreadingHTTPServer):

@@ -14,7 +14,7 @@ import pytest
 from extproc.commands.cli import main
 from extproc.runtime.envoy_config import DEFAULT_TEMPLATE, template_path
 from extproc.service.net import free_port, split_host_port
-from tests.conftest import REPO
+from testing_support.qwen import REPO
 
 
 @pytest.mark.parametrize(

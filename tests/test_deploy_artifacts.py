@@ -34,11 +34,9 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
 from http.client import HTTPConnection
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -52,9 +50,12 @@ import yaml
 from extproc.core.policy import load_policy_file, load_policy_text
 from extproc.core.request_coding import MAX_INFLATE_RATIO
 from extproc.runtime.envoy_config import LEGACY_CLUSTER, Upstream, with_legacy
-from extproc.runtime.envoy_process import envoy_binary
-from tests.conftest import QWEN_MODEL, REPO, SHIPPED_QWEN_POLICY
-from tests.harness import free_port, http
+from testing_support.envoy import EnvoySpec, envoy_validate
+from testing_support.http import http
+from testing_support.processes import free_port
+from testing_support.qwen import QWEN_MODEL, REPO, SHIPPED_QWEN_POLICY
+from testing_support.serve import Serve, ServeSpec
+from tests.harness import Envoys, Servers
 
 ENVOY_DIR = REPO / "envoy"
 ISTIO_DIR = ENVOY_DIR / "istio"
@@ -107,23 +108,6 @@ def hcm_of(bootstrap: dict[str, Any]) -> dict[str, Any]:
     listener = bootstrap["static_resources"]["listeners"][0]
     config: dict[str, Any] = listener["filter_chains"][0]["filters"][0]["typed_config"]
     return config
-
-
-def envoy_validate(
-    config: dict[str, Any] | Path, tmp_path: Path
-) -> subprocess.CompletedProcess[str]:
-    if isinstance(config, dict):
-        path = tmp_path / f"bootstrap-{time.monotonic_ns()}.yaml"
-        path.write_text(yaml.safe_dump(config, sort_keys=False))
-    else:
-        path = config
-    return subprocess.run(
-        [envoy_binary(), "--mode", "validate", "-c", str(path), "-l", "error"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
 
 
 # --------------------------------------------------------------------------- Envoy
@@ -248,7 +232,7 @@ def compose_envoy_on_loopback(
 
 @pytest.mark.parametrize("bypass", [True, False], ids=["shipped", "without-bypass"])
 def test_the_compose_envoy_serves_its_prometheus_stats_and_no_other_admin_endpoint(
-    bypass: bool, tmp_path: Path
+    bypass: bool, envoys: Envoys
 ) -> None:
     """The `stats` listener (0.0.0.0:9902 in compose, what Prometheus scrapes) answers
     GET /stats/prometheus from the admin and 404 to every other admin path, and keeps
@@ -256,26 +240,15 @@ def test_the_compose_envoy_serves_its_prometheus_stats_and_no_other_admin_endpoi
     already over). Without `bypass_overload_manager` it is refused too: the setting
     is what keeps an overloaded Envoy visible."""
     config, listen, stats_port, admin = compose_envoy_on_loopback(1024 * 1024, bypass)
-    path = tmp_path / "compose-loopback.yaml"
-    path.write_text(yaml.safe_dump(config, sort_keys=False))
-    with (tmp_path / "envoy.log").open("wb") as log:
-        envoy = subprocess.Popen(
-            [envoy_binary(), "-c", str(path), "--use-dynamic-base-id", "-l", "warning"],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        )
+    spec = EnvoySpec.of(config, "compose-loopback", concurrency=None)
     active = "envoy_overload_envoy_overload_actions_stop_accepting_requests_active{} 1"
-    try:
+    with envoys.own(spec) as envoy:
 
         def overloaded() -> bool:
-            try:
-                url = f"http://127.0.0.1:{admin}/stats/prometheus?filter=stop_accepting"
-                return active in http("GET", url, timeout=2).body.decode()
-            except OSError:
-                return False
+            url = f"http://127.0.0.1:{admin}/stats/prometheus?filter=stop_accepting"
+            return active in http("GET", url, timeout=2).body.decode()
 
-        _wait(overloaded, "the overload manager refusing requests")
+        envoy.process.wait_until(overloaded, 60, "the overload manager refusing requests")
         refused = http("POST", f"http://127.0.0.1:{listen}/v1/models", b"{}", timeout=5)
         assert refused.status == 503 and refused.json()["error"]["code"] == "overloaded"
         scrape = http("GET", f"http://127.0.0.1:{stats_port}/stats/prometheus", timeout=5)
@@ -295,9 +268,7 @@ def test_the_compose_envoy_serves_its_prometheus_stats_and_no_other_admin_endpoi
         ]:
             reply = http(method, f"http://127.0.0.1:{stats_port}{other}", b"", timeout=5)
             assert reply.status == 404, (method, other, reply)
-        assert envoy.poll() is None  # still running: /quitquitquit never reached the admin
-    finally:
-        _stop(envoy)
+        assert envoy.process.alive()  # still running: /quitquitquit never reached the admin
 
 
 def test_a_broken_compose_envoy_config_fails_validation(tmp_path: Path) -> None:
@@ -557,116 +528,43 @@ class _UpstreamHandler(BaseHTTPRequestHandler):
         pass
 
 
-def _wait(predicate: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise TimeoutError(what)
-
-
-def _serving(address: str) -> bool:
-    import grpc
-    from grpc_health.v1 import health_pb2, health_pb2_grpc
-
-    with grpc.insecure_channel(address) as channel:
-        try:
-            reply = health_pb2_grpc.HealthStub(channel).Check(
-                health_pb2.HealthCheckRequest(), timeout=1
-            )
-        except grpc.RpcError:
-            return False
-    return bool(reply.status == health_pb2.HealthCheckResponse.SERVING)
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(5)
-
-
 @pytest.fixture
-def istio_sidecar_envoy(
-    qwen_dir: Path, tmp_path: Path
-) -> Iterator[tuple[str, _Upstream, subprocess.Popen[bytes]]]:
+def istio_sidecar_envoy(servers: Servers, envoys: Envoys) -> Iterator[tuple[str, _Upstream, Serve]]:
     """Envoy 1.40 running the sidecar EnvoyFilter's patches in front of a stub upstream,
     with the real ext_proc server (the shipped policy, the real Qwen3 tokenizer)."""
     upstream = _Upstream()
     threading.Thread(target=upstream.serve_forever, daemon=True).start()
-    listen, admin, extproc_port = free_port(), free_port(), free_port()
     doc = next(
         d
         for _, d in envoy_filters()
         if d["spec"]["configPatches"][0]["match"]["context"] == "SIDECAR_INBOUND"
     )
-    bootstrap = istio_bootstrap(
-        doc,
-        listen_port=listen,
-        admin_port=admin,
-        upstream_port=upstream.server_address[1],
-        extproc_port=extproc_port,
-    )
-    config = tmp_path / "istio-sidecar.yaml"
-    config.write_text(yaml.safe_dump(bootstrap, sort_keys=False))
-    with (
-        (tmp_path / "extproc.log").open("wb") as ep_log,
-        (tmp_path / "envoy.log").open("wb") as envoy_log,
-    ):
-        extproc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "extproc",
-                "serve",
-                "--listen",
-                f"127.0.0.1:{extproc_port}",
-                "--grace",
-                "1",
-                "--config",
-                str(SHIPPED_QWEN_POLICY),
-                "--tokenizer",
-                f"{QWEN_MODEL}={qwen_dir}",
-            ],
-            stdout=ep_log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        )
-        envoy = subprocess.Popen(
-            [envoy_binary(), "-c", str(config), "--use-dynamic-base-id", "-l", "warning"],
-            stdout=envoy_log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        )
     try:
-        _wait(lambda: _serving(f"127.0.0.1:{extproc_port}"), "ext_proc health")
-
-        def envoy_ready() -> bool:
-            try:
-                return http("GET", f"http://127.0.0.1:{admin}/ready", timeout=2).status == 200
-            except OSError:
-                return False
-
-        _wait(envoy_ready, "envoy ready")
-        # While it runs: docker-compose.yml's Envoy health check, pointed at this admin port.
-        check = compose_services()["envoy"]["healthcheck"]["test"]
-        assert check[:3] == ["CMD", "bash", "-c"]
-        script = check[3].replace("127.0.0.1/9901", f"127.0.0.1/{admin}")
-        assert subprocess.run(["bash", "-c", script], timeout=10, check=False).returncode == 0
-        yield f"http://127.0.0.1:{listen}", upstream, extproc
+        with servers.own(ServeSpec()) as extproc:
+            listen, admin = free_port(), free_port()
+            bootstrap = istio_bootstrap(
+                doc,
+                listen_port=listen,
+                admin_port=admin,
+                upstream_port=upstream.server_address[1],
+                extproc_port=extproc.port,
+            )
+            with envoys.own(EnvoySpec.of(bootstrap, "istio-sidecar", concurrency=None)):
+                # While it runs: docker-compose.yml's Envoy health check, pointed at this admin port.
+                check = compose_services()["envoy"]["healthcheck"]["test"]
+                assert check[:3] == ["CMD", "bash", "-c"]
+                script = check[3].replace("127.0.0.1/9901", f"127.0.0.1/{admin}")
+                assert (
+                    subprocess.run(["bash", "-c", script], timeout=10, check=False).returncode == 0
+                )
+                yield f"http://127.0.0.1:{listen}", upstream, extproc
     finally:
-        _stop(envoy)
-        _stop(extproc)
         upstream.shutdown()
         upstream.server_close()
 
 
 def test_istio_sidecar_filter_runs_on_embeddings_only_and_fails_closed(
-    istio_sidecar_envoy: tuple[str, _Upstream, subprocess.Popen[bytes]],
+    istio_sidecar_envoy: tuple[str, _Upstream, Serve],
 ) -> None:
     url, upstream, extproc = istio_sidecar_envoy
     query = {
@@ -737,7 +635,7 @@ def test_istio_sidecar_filter_runs_on_embeddings_only_and_fails_closed(
         if method == "POST":
             assert json.loads(upstream.received[-1][2]) == query
     # The processor gone: embeddings fail closed with a retryable envelope, the rest works.
-    _stop(extproc)
+    extproc.stop()
     before = len(upstream.received)
     reply = http("POST", f"{url}/v1/embeddings", query)
     assert reply.status == 503

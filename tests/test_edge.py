@@ -1,5 +1,5 @@
 """The edges of the HTTP surface, through a real Envoy and the real ext_proc server
-(`extproc run`) in front of tests/fake_upstream.py, for each gateway shape
+(`extproc run`) in front of testing_support/fake_upstream.py, for each gateway shape
 (envoy/standalone.yaml and envoy/single-filter.yaml):
 
 - every spelling of the embeddings endpoint goes through the contract or gets a
@@ -26,7 +26,6 @@ import re
 import shutil
 import socket
 import struct
-import subprocess
 import time
 import urllib.request
 import zlib
@@ -39,10 +38,12 @@ import numpy as np
 import orjson
 import pytest
 
-from tests.conftest import QWEN_MODEL
-from tests.fake_upstream import FakeUpstream
-from tests.harness import Gateway, Gateways, GatewaySpec, free_port
-from tests.test_hostile_input import WireReply, exchange, port_of
+from testing_support.fake_upstream import FakeUpstream
+from testing_support.gateway import Gateway, GatewaySpec
+from testing_support.processes import Process, free_port, port_open
+from testing_support.qwen import QWEN_MODEL
+from tests.harness import Gateways
+from tests.test_hostile_input import WireReply, exchange
 
 SHAPES = ("standalone", "single-filter")
 QUERY = {"model": QWEN_MODEL, "input": "What is the capital city of France?", "input_type": "query"}
@@ -101,7 +102,7 @@ def gateway(
 
 
 def ask(gateway: Gateway, wire: bytes) -> WireReply:
-    return exchange(port_of(gateway), wire, timeout=60.0)
+    return exchange(gateway.port, wire, timeout=60.0)
 
 
 # -- every spelling ----------------------------------------------------------------------
@@ -753,27 +754,15 @@ def nginx(gateway: Gateway, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     folder = tmp_path_factory.mktemp("nginx")
     port = free_port()
     conf = folder / "nginx.conf"
-    conf.write_text(_nginx_conf(folder, port, port_of(gateway)))
-    process = subprocess.Popen(
-        [binary, "-c", str(conf), "-p", str(folder)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
+    conf.write_text(_nginx_conf(folder, port, gateway.port))
+    process = Process.start(
+        [binary, "-c", str(conf), "-p", str(folder)], folder / "nginx.log", name="nginx"
     )
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert process.poll() is None, (folder / "nginx-error.log").read_text()
-                assert time.monotonic() < deadline, "nginx did not listen within 20 s"
-                time.sleep(0.05)
+        process.wait_until(lambda: port_open(port), 20, "nginx listening")
         yield port
     finally:
-        process.terminate()
-        process.wait(10)
+        process.stop(10)
 
 
 def test_nginx_in_front_with_its_default_http_1_0(
@@ -903,7 +892,7 @@ def h2_post(
 def test_http2_request_without_trailers_goes_through_the_contract(
     gateway: Gateway, upstream: FakeUpstream
 ) -> None:
-    answer = h2_post(port_of(gateway), "/v1/embeddings", BODY, trailers=False)
+    answer = h2_post(gateway.port, "/v1/embeddings", BODY, trailers=False)
     assert len(orjson.loads(answer)["data"]) == 1
     (received,) = upstream.received
     assert INSTRUCTION in received.body
@@ -917,7 +906,7 @@ def test_http2_request_with_trailers_goes_through_the_contract(
     (the query's instruction; `dimensions` stripped) and the client the contract's
     answer (256-d vectors when asked for)."""
     body = orjson.dumps({**QUERY, **({"dimensions": dimensions} if dimensions else {})})
-    answer = h2_post(port_of(gateway), "/v1/embeddings", body, trailers=True)
+    answer = h2_post(gateway.port, "/v1/embeddings", body, trailers=True)
     (item,) = orjson.loads(answer)["data"]
     assert len(item["embedding"]) == (dimensions or 1024)
     (received,) = upstream.received
@@ -928,9 +917,7 @@ def test_http2_request_with_trailers_goes_through_the_contract(
 def test_http2_invalid_request_with_trailers_is_refused(
     gateway: Gateway, upstream: FakeUpstream
 ) -> None:
-    answer = h2_post(
-        port_of(gateway), "/v1/embeddings", b'{"model": 5, "input": "x"}', trailers=True
-    )
+    answer = h2_post(gateway.port, "/v1/embeddings", b'{"model": 5, "input": "x"}', trailers=True)
     error = orjson.loads(answer)["error"]
     assert error["type"] == "invalid_request_error" and error["param"] == "model"
     assert upstream.received == []
@@ -947,7 +934,7 @@ def test_http2_compressed_body_is_decoded(
     body = orjson.dumps({**QUERY, "dimensions": 256})
     packed = _encode(coding, body)
     answer = h2_post(
-        port_of(gateway),
+        gateway.port,
         "/v1/embeddings",
         packed,
         trailers=trailers,
@@ -972,7 +959,7 @@ def test_http2_empty_body_with_trailers_is_an_empty_post(
     """Headers, then trailers, no DATA: Envoy sends ext_proc no body message (there is
     none to buffer), so the request reaches the upstream as an empty POST, whose 400
     comes back in the envelope. Nothing of the contract is skipped: there is no body."""
-    answer = h2_post(port_of(gateway), "/v1/embeddings", b"", trailers=True)
+    answer = h2_post(gateway.port, "/v1/embeddings", b"", trailers=True)
     assert orjson.loads(answer)["error"]["type"] == "invalid_request_error"
     (received,) = upstream.received
     assert received.body == b""

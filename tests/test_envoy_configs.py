@@ -3,7 +3,6 @@ own validator (`envoy --mode validate`), and a broken copy fails it."""
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -19,20 +18,10 @@ from extproc.runtime.envoy_config import (
     render,
     template_path,
 )
-from extproc.runtime.envoy_process import envoy_binary
-from tests.conftest import REPO
+from testing_support.envoy import envoy_validate
+from testing_support.qwen import REPO
 
 ENVOY_FILES = sorted(p for p in (REPO / "envoy").glob("*.yaml") if "kind:" not in p.read_text())
-
-
-def validate(path: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [envoy_binary(), "--mode", "validate", "-c", str(path), "-l", "error"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
 
 
 def test_there_is_no_envoy_init_py() -> None:
@@ -42,7 +31,7 @@ def test_there_is_no_envoy_init_py() -> None:
 
 @pytest.mark.parametrize("path", ENVOY_FILES, ids=[p.name for p in ENVOY_FILES])
 def test_envoy_config_validates(path: Path) -> None:
-    result = validate(path)
+    result = envoy_validate(path)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -53,7 +42,7 @@ def test_rendered_run_config_validates(qwen_policy: GatewayPolicy, tmp_path: Pat
     config = render(load_template(), settings, qwen_policy)
     path = tmp_path / "envoy.yaml"
     path.write_text(dump(config))
-    result = validate(path)
+    result = envoy_validate(path)
     assert result.returncode == 0, result.stdout + result.stderr
     # The policy's limits reached Envoy: the buffer filter's is the stream's buffer
     # limit, sized for the largest response; the listener's stays what Envoy reads
@@ -74,7 +63,7 @@ def test_a_broken_envoy_config_fails_validation(tmp_path: Path) -> None:
     config["static_resources"]["clusters"][0]["connect_timeout"] = "soon"
     path = tmp_path / "broken.yaml"
     path.write_text(yaml.safe_dump(config))
-    assert validate(path).returncode != 0
+    assert envoy_validate(path).returncode != 0
 
 
 @pytest.mark.parametrize("url", ["ftp://x", "http://", "http://host/v1", "localhost:8000"])
@@ -138,7 +127,7 @@ def test_the_precheck_searches_for_the_policys_markers(qwen_dir: Path, tmp_path:
     assert "base64" not in code  # the encoding alone never needs the answer rewritten
     path = tmp_path / "envoy.yaml"
     path.write_text(dump(config))
-    result = validate(path)
+    result = envoy_validate(path)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -155,7 +144,7 @@ def test_without_markers_there_is_no_precheck(qwen_dir: Path, tmp_path: Path) ->
             assert "precheck" not in route.get("typed_per_filter_config", {}), route["name"]
     path = tmp_path / "envoy.yaml"
     path.write_text(dump(config))
-    result = validate(path)
+    result = envoy_validate(path)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -372,5 +361,5 @@ def test_envoys_own_errors_follow_the_dialect(
     assert statuses == [too_large]
     path = tmp_path / "envoy.yaml"
     path.write_text(dump(config))
-    result = validate(path)
+    result = envoy_validate(path)
     assert result.returncode == 0, result.stdout + result.stderr

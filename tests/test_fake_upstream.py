@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 import orjson
 import pytest
-from fake_upstream import FakeUpstream
+
+from testing_support.fake_upstream import FakeUpstream
 
 MODEL = "Qwen/Qwen3-Embedding-0.6B"
 QUERY = "What is the capital city of France?"

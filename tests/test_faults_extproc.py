@@ -9,7 +9,7 @@ restarts it while Envoy sends its share to the other worker
 A real stack on 127.0.0.1, shared by the tests of this module and repaired between
 them: `extproc serve` as its own process on a fixed port, a real Envoy rendered from
 envoy/standalone.yaml by extproc/runtime/envoy_config.py (as `extproc run` does) pointing at
-it, and tests/fake_upstream.FakeUpstream (Dynamo flavour) behind Envoy. The load is
+it, and testing_support/fake_upstream.FakeUpstream (Dynamo flavour) behind Envoy. The load is
 requests that MUST be rewritten: ``input_type: query`` (the Qwen3 instruction must
 reach the model) and, for half the clients, also ``dimensions: 256`` (the response
 is rewritten too, on standalone.yaml's rewrite route). Every wait is bounded; each
@@ -26,12 +26,10 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from http import client as http_client
 from pathlib import Path
 from typing import Any
@@ -43,11 +41,13 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from extproc.core.policy import GatewayPolicy
-from extproc.runtime.envoy_config import EnvoySettings, Upstream, dump, load_template, render
-from extproc.runtime.envoy_process import envoy_argv
-from tests.conftest import QWEN_MODEL, SHIPPED_QWEN_POLICY
-from tests.fake_upstream import FakeUpstream
-from tests.harness import Gateway, Gateways, GatewaySpec, free_port, http, metric_value
+from testing_support.envoy import Envoy, EnvoySpec, loopback_settings, rendered, start_envoy
+from testing_support.fake_upstream import FakeUpstream
+from testing_support.gateway import Gateway, GatewaySpec
+from testing_support.http import envelope_error, http, metric_value
+from testing_support.qwen import QWEN_MODEL
+from testing_support.serve import Serve, ServeSpec, start_serve
+from tests.harness import Gateways
 
 pytestmark = pytest.mark.alone  # SIGKILL and SIGTERM under load, reconnect bounds
 
@@ -65,7 +65,6 @@ RECONNECT_BOUND_S = 5.0
 # second) keeps it out; only streams already on it, or started in that instant, fail.
 EJECT_BOUND_S = 2.0
 WORKERS = 2
-ENVELOPE_KEYS = {"message", "type", "param", "code"}
 
 
 # -- the stack -------------------------------------------------------------------------
@@ -82,84 +81,46 @@ def health(port: int, timeout: float = 1.0) -> str:
     return str(health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status))
 
 
-def _admin_ready(port: int) -> bool:
-    try:
-        return http("GET", f"http://127.0.0.1:{port}/ready", timeout=1).status == 200
-    except OSError:
-        return False
+SERVE = ServeSpec(metrics=True, grace=GRACE_S)
 
 
 @dataclass
 class Stack:
+    """`extproc serve` on a fixed port behind an Envoy on fixed ports, each restarted
+    there by a test that stopped it."""
+
     upstream: FakeUpstream
     folder: Path
-    config_path: Path
+    envoy_spec: EnvoySpec
     grpc_port: int
-    metrics_port: int
-    listen_port: int
-    admin_port: int
-    serve: subprocess.Popen[bytes] | None = None
-    envoy: subprocess.Popen[bytes] | None = None
-    serve_logs: list[Path] = field(default_factory=list)
+    serve: Serve | None = None
+    envoy: Envoy | None = None
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.listen_port}/v1/embeddings"
+        assert self.envoy is not None
+        return self.envoy.embeddings_url
 
     def start_serve(self) -> float:
         """Start `extproc serve` on the stack's fixed port; seconds until SERVING."""
         started = time.monotonic()
-        log_path = self.folder / f"extproc-{len(self.serve_logs)}.log"
-        self.serve_logs.append(log_path)
-        with log_path.open("wb") as log:
-            self.serve = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "extproc",
-                    "serve",
-                    "--listen",
-                    f"127.0.0.1:{self.grpc_port}",
-                    "--metrics",
-                    f"127.0.0.1:{self.metrics_port}",
-                    "--config",
-                    str(SHIPPED_QWEN_POLICY),
-                    "--tokenizer",
-                    f"{QWEN_MODEL}={self.upstream.tokenizer_dir}",
-                    "--grace",
-                    str(GRACE_S),
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-            )
-        while health(self.grpc_port) != "SERVING":
-            assert self.serve.poll() is None, log_path.read_text()
-            assert time.monotonic() - started < START_TIMEOUT_S, "extproc serve did not start"
-            time.sleep(0.05)
+        self.serve = start_serve(SERVE, self.folder, port=self.grpc_port, wait=False)
+        self.serve.process.wait_until(
+            lambda: health(self.grpc_port) == "SERVING", START_TIMEOUT_S, "extproc serve SERVING"
+        )
         return time.monotonic() - started
 
     def start_envoy(self) -> float:
         """Start Envoy on the stack's fixed ports; seconds until /ready."""
         started = time.monotonic()
-        log_path = self.folder / f"envoy-{started:.0f}.log"
-        with log_path.open("wb") as log:
-            self.envoy = subprocess.Popen(
-                envoy_argv(self.config_path, "warning", 1),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-            )
-        while not _admin_ready(self.admin_port):
-            assert self.envoy.poll() is None, log_path.read_text()
-            assert time.monotonic() - started < START_TIMEOUT_S, "Envoy did not start"
-            time.sleep(0.05)
+        self.envoy = start_envoy(self.envoy_spec, self.folder, wait=False)
+        self.envoy.wait_ready(START_TIMEOUT_S)
         return time.monotonic() - started
 
     def ensure_up(self) -> None:
-        if self.serve is None or self.serve.poll() is not None:
+        if self.serve is None or not self.serve.process.alive():
             self.start_serve()
-        if self.envoy is None or self.envoy.poll() is not None:
+        if self.envoy is None or not self.envoy.process.alive():
             self.start_envoy()
         # Envoy connects to ext_proc on demand: one real request proves the path.
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -169,34 +130,25 @@ class Stack:
         self.upstream.reset()
 
     def serve_log(self) -> str:
-        return self.serve_logs[-1].read_text(errors="replace")
+        assert self.serve is not None
+        return self.serve.log()
 
     def stop(self) -> None:
-        for process in (self.envoy, self.serve):
-            if process is not None and process.poll() is None:
-                process.terminate()
-                try:
-                    process.wait(GRACE_S + 5)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait(5)
+        if self.envoy is not None:
+            self.envoy.stop()
+        if self.serve is not None:
+            self.serve.stop(GRACE_S + 5)
 
 
 @pytest.fixture(scope="module")
 def stack_once(
-    qwen_dir: Path, qwen_policy: GatewayPolicy, tmp_path_factory: pytest.TempPathFactory
+    qwen_policy: GatewayPolicy, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Stack]:
     folder = tmp_path_factory.mktemp("faults-extproc")
-    with FakeUpstream(flavour="dynamo", tokenizer_dir=qwen_dir) as upstream:
-        grpc_port, listen_port, admin_port = free_port(), free_port(), free_port()
-        settings = EnvoySettings(
-            "127.0.0.1", listen_port, admin_port, grpc_port, Upstream.from_url(upstream.url)
-        )
-        config_path = folder / "envoy.yaml"
-        config_path.write_text(dump(render(load_template(), settings, qwen_policy)))
-        stack = Stack(
-            upstream, folder, config_path, grpc_port, free_port(), listen_port, admin_port
-        )
+    with FakeUpstream(flavour="dynamo") as upstream:
+        settings = loopback_settings(upstream.url)
+        spec = EnvoySpec.of(rendered(settings, qwen_policy), "faults")
+        stack = Stack(upstream, folder, spec, settings.extproc_port)
         try:
             yield stack
         finally:
@@ -235,7 +187,7 @@ class RunStack:
         for address in self.gateway.extproc_addresses:
             port = int(address.rsplit(":", 1)[1])
             while health(port) != "SERVING":
-                assert self.gateway.process.poll() is None, self.gateway.log()
+                assert self.gateway.process.alive(), self.gateway.log()
                 assert time.monotonic() < deadline, f"worker {address} not serving"
                 time.sleep(0.05)
         while call(self.url, query_body("warm-up"))[0] != 200:
@@ -380,9 +332,7 @@ def assert_good_200(outcome: Outcome) -> None:
 def assert_fail_closed(outcome: Outcome) -> None:
     """A retryable 503 in the OpenAI envelope (what failure_mode_allow: false gives)."""
     assert outcome.status == 503 and not outcome.error, outcome
-    doc = orjson.loads(outcome.body)
-    assert set(doc) == {"error"} and set(doc["error"]) == ENVELOPE_KEYS, doc
-    assert doc["error"]["type"] == "server_error", doc
+    assert envelope_error(outcome.body)["type"] == "server_error", outcome
 
 
 def assert_upstream_saw_only_rewritten(upstream: FakeUpstream) -> int:
@@ -411,8 +361,8 @@ def sigkill_serve(stack: Stack, load: Load) -> Recovery:
     """`extproc serve` alone: clients meet the dead processor until the test restarts it."""
     assert stack.serve is not None
     killed = time.monotonic()
-    os.kill(stack.serve.pid, signal.SIGKILL)
-    stack.serve.wait(5)
+    stack.serve.process.signal(signal.SIGKILL)
+    stack.serve.process.popen.wait(5)
     # Let the clients meet the dead processor for a while.
     load.wait_for(lambda o: o.started > killed + 0.05, 2 * CLIENTS, timeout=10)
     time.sleep(0.5)
@@ -517,12 +467,12 @@ def test_extproc_sigkill_under_load_fails_closed_and_recovers(
 
 def test_envoy_restart_under_load_keeps_the_extproc_server(stack: Stack) -> None:
     assert stack.serve is not None and stack.envoy is not None
-    serve_pid = stack.serve.pid
+    serve_pid = stack.serve.process.pid
     with Load(stack.url) as load:
         load.wait_for(lambda o: o.status == 200, 2 * CLIENTS, timeout=30)
         killed = time.monotonic()
-        os.kill(stack.envoy.pid, signal.SIGKILL)
-        stack.envoy.wait(5)
+        stack.envoy.process.signal(signal.SIGKILL)
+        stack.envoy.process.popen.wait(5)
         load.wait_for(lambda o: o.started > killed + 0.05, CLIENTS, timeout=10)
         restarted = time.monotonic()
         envoy_ready_s = stack.start_envoy()  # the SAME listener and admin ports
@@ -536,7 +486,7 @@ def test_envoy_restart_under_load_keeps_the_extproc_server(stack: Stack) -> None
         f"{envoy_ready_s:.2f} s, kill -> first 200 {first_ok - killed:.2f} s"
     )
     # The ext_proc server was never restarted and serves the new Envoy's streams.
-    assert stack.serve.pid == serve_pid and stack.serve.poll() is None
+    assert stack.serve.process.pid == serve_pid and stack.serve.process.alive()
     assert health(stack.grpc_port) == "SERVING"
     assert all(o.status == 200 for o in outcomes if o.started > first_ok), summary(outcomes)
     for outcome in outcomes:
@@ -553,7 +503,7 @@ def test_envoy_restart_under_load_keeps_the_extproc_server(stack: Stack) -> None
     log = stack.serve_log()
     assert "Traceback" not in log and "internal error" not in log, log[-3000:]
     # Streams the dead Envoy left open were all closed on the server's side.
-    metrics_url = f"http://127.0.0.1:{stack.metrics_port}/metrics"
+    metrics_url = f"{stack.serve.metrics_url}/metrics"
     deadline = time.monotonic() + 10
     while metric_value(http("GET", metrics_url).body.decode(), "extproc_active_streams") != 0:
         assert time.monotonic() < deadline, "ext_proc streams leaked after Envoy died"
@@ -650,10 +600,10 @@ def serve_stack(stack: Stack) -> SigtermStack:
     assert serve is not None
 
     def wait_exit(timeout_s: float) -> tuple[int, float]:
-        code = serve.wait(timeout_s)
+        code = serve.process.popen.wait(timeout_s)
         return code, time.monotonic()
 
-    target = SigtermTarget(serve.pid, stack.grpc_port, wait_exit, stack.serve_log, "")
+    target = SigtermTarget(serve.process.pid, stack.grpc_port, wait_exit, stack.serve_log, "")
     return SigtermStack(stack.url, stack.upstream, lambda: target)
 
 

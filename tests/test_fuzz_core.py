@@ -52,6 +52,7 @@ from extproc.core.request_rewrite import Forward, rewrite_request
 from extproc.core.response_rewrite import rewrite_response
 from extproc.core.tokens import load_tokenizer
 from extproc.core.upstreams import ADAPTERS
+from testing_support.http import envelope_error
 
 UTF8_BOM = b"\xef\xbb\xbf"
 
@@ -117,7 +118,6 @@ REQUEST_PARAMS = {
     "truncate_prompt_tokens",
     "user",
 }
-ENVELOPE_KEYS = {"message", "type", "param", "code"}
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 F32Row = npt.NDArray[np.float32]
@@ -286,13 +286,7 @@ def check_envelope(raw: bytes) -> dict[str, Any]:
     """A complete OpenAI error envelope, valid JSON to any parser."""
     doc = json.loads(raw.decode("utf-8"))
     assert orjson.loads(raw) == doc
-    assert list(doc) == ["error"], doc
-    error = doc["error"]
-    assert set(error) == ENVELOPE_KEYS, error
-    assert isinstance(error["message"], str) and error["message"].strip()
-    assert isinstance(error["type"], str) and error["type"]
-    assert error["param"] is None or isinstance(error["param"], str)
-    assert error["code"] is None or isinstance(error["code"], str)
+    error = envelope_error(raw)
     return dict(error)
 
 

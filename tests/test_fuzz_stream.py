@@ -46,7 +46,9 @@ from hypothesis import strategies as st
 
 from extproc.core.contract import Contract
 from extproc.core.plan import Encoding, ResponsePlan
-from extproc.service.server import PROCESSOR_SERVICE, serve
+from extproc.service.server import PROCESSOR_SERVICE
+from testing_support.http import envelope_error
+from tests.ext_proc_server import serving, set_headers
 from tests.recorded_metrics import RecordedServerMetrics
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -58,7 +60,6 @@ PLAN_NAMESPACE = "embgw"
 CONTENT_TYPE_ATTR = "request.headers['content-type']"
 CODE_DETAILS_ATTR = "response.code_details"
 RESPONSE_CODE_ATTR = "response.code"
-ENVELOPE_KEYS = {"message", "type", "param", "code"}
 BUFFERED = processing_mode_pb2.ProcessingMode.BUFFERED
 STEP_TIMEOUT = 10.0  # per await: a reply, a write, the final status
 STREAM_DEADLINE = 30.0  # gRPC deadline of each fuzzed stream
@@ -79,38 +80,19 @@ class Server:
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def server(qwen_contract: Contract) -> AsyncIterator[Server]:
     metrics = RecordedServerMetrics()
-    stop = asyncio.Event()
-    ready: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-    task = asyncio.create_task(
-        serve(
-            qwen_contract,
-            address="127.0.0.1:0",
-            metrics_address=None,
-            grace_seconds=1.0,
-            stop=stop,
-            metrics=metrics,
-            on_ready=ready.set_result,
+    async with serving(qwen_contract, metrics) as port:
+        limit = qwen_contract.policy.max_message_bytes()
+        channel = grpc.aio.insecure_channel(
+            f"127.0.0.1:{port}",
+            options=[
+                ("grpc.max_send_message_length", limit),
+                ("grpc.max_receive_message_length", limit),
+            ],
         )
-    )
-    waiters: set[asyncio.Future[Any]] = {task, ready}
-    done, _ = await asyncio.wait(waiters, timeout=60, return_when=asyncio.FIRST_COMPLETED)
-    if task in done:
-        task.result()  # serve() failed: raise its error
-    assert ready in done, "the ext_proc server did not start within 60 s"
-    limit = qwen_contract.policy.max_message_bytes()
-    channel = grpc.aio.insecure_channel(
-        f"127.0.0.1:{ready.result()}",
-        options=[
-            ("grpc.max_send_message_length", limit),
-            ("grpc.max_receive_message_length", limit),
-        ],
-    )
-    try:
-        yield Server(ready.result(), channel, metrics)
-    finally:
-        await channel.close()
-        stop.set()
-        await asyncio.wait_for(task, 30)
+        try:
+            yield Server(port, channel, metrics)
+        finally:
+            await channel.close()
 
 
 # -- messages -------------------------------------------------------------------------------
@@ -426,23 +408,6 @@ def sequences(draw: st.DrawFn) -> list[Any]:
 # -- the properties ---------------------------------------------------------------------------
 
 
-def set_headers(mutation: ep.HeaderMutation) -> dict[str, bytes]:
-    out: dict[str, bytes] = {}
-    for option in mutation.set_headers:
-        header = option.header
-        assert header.value == "", f"{header.key} set with `value`; Envoy needs raw_value"
-        out[header.key] = header.raw_value
-    return out
-
-
-def check_envelope(body: bytes) -> dict[str, Any]:
-    doc = orjson.loads(body)
-    assert list(doc) == ["error"], doc
-    assert set(doc["error"]) == ENVELOPE_KEYS, doc
-    assert isinstance(doc["error"]["message"], str)
-    return dict(doc["error"])
-
-
 def decode_vector(value: Any) -> np.ndarray[Any, np.dtype[np.float64]]:
     if isinstance(value, str):
         raw = np.frombuffer(base64.b64decode(value, validate=True), dtype="<f4")
@@ -461,7 +426,7 @@ def check_reply(request: ep.ProcessingRequest, reply: ep.ProcessingResponse) -> 
         immediate = reply.immediate_response
         assert 400 <= immediate.status.code < 600, immediate.status
         assert set_headers(immediate.headers).get("content-type") == b"application/json"
-        error = check_envelope(immediate.body)
+        error = envelope_error(immediate.body)
         assert error["code"] != "gateway_error", f"an exception escaped the stream: {request}"
         return
     if reply.HasField("dynamic_metadata") and PLAN_NAMESPACE in reply.dynamic_metadata.fields:
@@ -485,7 +450,7 @@ def check_reply(request: ep.ProcessingRequest, reply: ep.ProcessingResponse) -> 
             assert 200 <= status < 600, headers
             doc = orjson.loads(body)
             if status >= 400:
-                check_envelope(body)
+                envelope_error(body)
             else:  # every upstream row sent here is a unit vector: so is every answer
                 for item in doc["data"]:
                     vector = decode_vector(item["embedding"])

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from grpc_tools import protoc
 
-from tests.conftest import REPO
+from testing_support.qwen import REPO
 
 PROTO = "extproc/core/policy/v1/policy.proto"
 GENERATED = ("extproc/core/policy/v1/policy_pb2.py", "extproc/core/policy/v1/policy_pb2.pyi")

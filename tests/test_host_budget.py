@@ -14,9 +14,10 @@ import pytest
 from extproc.core.contract import Contract
 from extproc.core.request_rewrite import rewrite_request
 from extproc.service.admission import request_work_bytes, response_work_bytes
-from tests.conftest import QWEN_MODEL, SHIPPED_QWEN_POLICY
-from tests.fake_upstream import FakeUpstream
-from tests.harness import Gateways, GatewaySpec
+from testing_support.fake_upstream import FakeUpstream
+from testing_support.gateway import GatewaySpec
+from testing_support.qwen import QWEN_MODEL, SHIPPED_QWEN_POLICY
+from tests.harness import Gateways
 
 pytestmark = pytest.mark.alone  # a burst held at the upstream, counted by its answers
 

@@ -1,5 +1,5 @@
 """The hostile-input corpus (tests/hostile_corpus.py) through a real Envoy and the
-real ext_proc server (`extproc run`), in front of tests/fake_upstream.py.
+real ext_proc server (`extproc run`), in front of testing_support/fake_upstream.py.
 
 Every request is written byte for byte on a loopback socket by a small bounded
 HTTP/1.1 client (no HTTP library would send the framing lies). For each case:
@@ -31,9 +31,11 @@ import pytest
 import yaml
 
 from extproc.core.error_envelope import MAX_MESSAGE_CHARS
-from tests.conftest import QWEN_MODEL, REPO
-from tests.fake_upstream import FakeUpstream
-from tests.harness import Gateway, Gateways, GatewaySpec, http, metric_value
+from testing_support.fake_upstream import FakeUpstream, Received
+from testing_support.gateway import Gateway, GatewaySpec
+from testing_support.http import envelope_error, http, metric_value
+from testing_support.qwen import QWEN_MODEL, REPO
+from tests.harness import Gateways
 from tests.hostile_corpus import (
     ACCEPTED,
     BODY_NEVER_ENDS,
@@ -45,7 +47,6 @@ from tests.hostile_corpus import (
     Outcome,
 )
 
-ENVELOPE_KEYS = {"message", "type", "param", "code"}
 NATIVE_DIMENSIONS = 1024
 QWEN_EOS = 151643
 # Generous: an 8 MB body is parsed and its head tokenized in ~0.2 s, but other test
@@ -83,16 +84,9 @@ class WireReply:
     def envelope(self) -> dict[str, Any]:
         assert self.complete, f"incomplete answer: {self}"
         assert self.headers.get("content-type", "").startswith("application/json"), self
-        doc = orjson.loads(self.body)
-        assert isinstance(doc, dict) and set(doc) == {"error"}, doc
-        error = doc["error"]
-        assert isinstance(error, dict) and set(error) == ENVELOPE_KEYS, doc
-        assert isinstance(error["message"], str) and error["message"].strip(), doc
+        error = envelope_error(self.body)
         assert len(error["message"]) <= MAX_MESSAGE_CHARS, len(error["message"])
-        assert isinstance(error["type"], str) and error["type"], doc
-        assert error["param"] is None or isinstance(error["param"], str), doc
-        assert error["code"] is None or isinstance(error["code"], str), doc
-        return dict(error)
+        return error
 
 
 class _Connection:
@@ -211,10 +205,6 @@ def closes_within(port: int, wire: bytes, seconds: float) -> tuple[WireReply, bo
         conn.close()
 
 
-def port_of(gateway: Gateway) -> int:
-    return int(gateway.url.rsplit(":", 1)[1])
-
-
 def assert_no_leak(data: bytes) -> None:
     found = LEAK.search(data)
     assert found is None, f"internals leaked: {found.group(0)!r} in {data[:300]!r}"
@@ -284,7 +274,7 @@ def _ids(cases: list[HostileRequest]) -> list[str]:
 def test_refused_with_the_documented_envelope(
     case: HostileRequest, gateway: Gateway, upstream: FakeUpstream
 ) -> None:
-    reply = exchange(port_of(gateway), case.wire())
+    reply = exchange(gateway.port, case.wire())
     assert reply.status == case.expected.status, reply
     error = reply.envelope()
     assert (error["type"], error["param"], error["code"]) == (
@@ -300,7 +290,7 @@ def test_refused_with_the_documented_envelope(
 def test_valid_hostile_request_is_answered(
     case: HostileRequest, gateway: Gateway, upstream: FakeUpstream
 ) -> None:
-    reply = exchange(port_of(gateway), case.wire())
+    reply = exchange(gateway.port, case.wire())
     assert reply.status == 200, reply
     assert reply.complete
     doc = orjson.loads(reply.body)
@@ -325,7 +315,7 @@ def test_framing_error_is_refused_by_envoy(
     case: HostileRequest, shape: str, gateway: Gateway, upstream: FakeUpstream
 ) -> None:
     if shape in case.enveloped_in:
-        reply = exchange(port_of(gateway), case.wire())
+        reply = exchange(gateway.port, case.wire())
         assert reply.status == case.expected.status, reply
         error = reply.envelope()
         # The client's mistake: a client error code, never a 5xx mapper's.
@@ -334,37 +324,60 @@ def test_framing_error_is_refused_by_envoy(
     else:
         # Envoy's codec refuses these before there is a request: at most a status
         # line (no body), then the connection closes (see hostile_corpus.py).
-        reply, closed = closes_within(port_of(gateway), case.wire(), FRAMING_CLOSE_BOUND_S)
+        reply, closed = closes_within(gateway.port, case.wire(), FRAMING_CLOSE_BOUND_S)
         assert closed, f"connection still open after {FRAMING_CLOSE_BOUND_S} s: {reply}"
         assert reply.status in (None, case.expected.status), reply
         assert_no_leak(reply.body)
     assert upstream.received == []
 
 
+@dataclass(frozen=True)
+class Unfinished:
+    """Every request whose body never ends, sent at once (each on its connection): what
+    came back on each by case, and what reached the upstream meanwhile."""
+
+    replies: dict[str, WireReply]
+    forwarded: list[Received]
+
+
+def send_unfinished(port: int, upstream: FakeUpstream, timeout: float) -> Unfinished:
+    upstream.reset()
+    with ThreadPoolExecutor(len(BODY_NEVER_ENDS)) as pool:
+        replies = list(
+            pool.map(lambda c: exchange(port, c.wire(), timeout=timeout), BODY_NEVER_ENDS)
+        )
+    by_case = {case.name: reply for case, reply in zip(BODY_NEVER_ENDS, replies, strict=True)}
+    return Unfinished(by_case, list(upstream.received))
+
+
+@pytest.fixture(scope="module")
+def held(gateway: Gateway, upstream: FakeUpstream) -> Unfinished:
+    return send_unfinished(gateway.port, upstream, HELD_FOR_S)
+
+
+@pytest.fixture(scope="module")
+def timed_out(impatient_gateway: Gateway, upstream: FakeUpstream) -> Unfinished:
+    return send_unfinished(impatient_gateway.port, upstream, IMPATIENT_TIMEOUT_S + TIMEOUT_SLACK_S)
+
+
 @pytest.mark.parametrize("case", BODY_NEVER_ENDS, ids=_ids(BODY_NEVER_ENDS))
-def test_unfinished_body_is_held_not_forwarded(
-    case: HostileRequest, gateway: Gateway, upstream: FakeUpstream
-) -> None:
+def test_unfinished_body_is_held_not_forwarded(case: HostileRequest, held: Unfinished) -> None:
     """Shipped timeouts: Envoy waits for the rest of the body (up to its 60 s
     request_timeout); meanwhile nothing is forwarded and nothing is answered."""
-    reply = exchange(port_of(gateway), case.wire(), timeout=HELD_FOR_S)
+    reply = held.replies[case.name]
     assert reply.status is None and reply.body == b"", reply
-    assert upstream.received == []
+    assert held.forwarded == []
 
 
 @pytest.mark.parametrize("case", BODY_NEVER_ENDS, ids=_ids(BODY_NEVER_ENDS))
-def test_unfinished_body_ends_in_a_bounded_408(
-    case: HostileRequest, impatient_gateway: Gateway, upstream: FakeUpstream
-) -> None:
-    reply = exchange(
-        port_of(impatient_gateway), case.wire(), timeout=IMPATIENT_TIMEOUT_S + TIMEOUT_SLACK_S
-    )
+def test_unfinished_body_ends_in_a_bounded_408(case: HostileRequest, timed_out: Unfinished) -> None:
+    reply = timed_out.replies[case.name]
     assert reply.status == case.expected.status == 408, reply
     assert reply.seconds >= IMPATIENT_TIMEOUT_S - 0.5, reply
     error = reply.envelope()
     assert error["type"] == case.expected.type
     assert_no_leak(reply.body)
-    assert upstream.received == []
+    assert timed_out.forwarded == []
 
 
 # -- and after all of it ----------------------------------------------------------------
@@ -376,7 +389,7 @@ def test_gateway_survives_the_whole_corpus(gateway: Gateway, upstream: FakeUpstr
     Four 8 MB bodies at once can fill the admission budget: the one that does not fit
     gets a 503 `overloaded` with Retry-After and is sent again after it, as a client
     would, until it gets its answer."""
-    port = port_of(gateway)
+    port = gateway.port
     cases = [case for case in CORPUS if case.outcome is not Outcome.BODY_NEVER_ENDS]
 
     def send(case: HostileRequest) -> tuple[str, int | None]:
@@ -416,7 +429,7 @@ def test_gateway_survives_the_whole_corpus(gateway: Gateway, upstream: FakeUpstr
     log = gateway.log(since=gateway.extra["module_log"])
     assert "Traceback" not in log, log[-3000:]
     assert re.search(r" (ERROR|CRITICAL) |\[envoy\]\[(error|critical)\]", log) is None, log[-3000:]
-    metrics = http("GET", f"{gateway.metrics_url}/metrics").body.decode()
+    metrics = gateway.metrics()
     assert metric_value(metrics, "extproc_stream_anomalies_total", message="internal_error") == 0
     assert metric_value(metrics, "extproc_requests_total", outcome="rejected") > 0
 
@@ -441,12 +454,12 @@ def test_other_spellings_of_the_path_are_validated(
 ) -> None:
     """normalize_path + merge_slashes: every spelling reaches the embeddings route, so a
     bad body is refused by the gateway and a good one is rewritten like any other."""
-    bad = exchange(port_of(gateway), _post(path, b'{"model": 5, "input": "x"}'))
+    bad = exchange(gateway.port, _post(path, b'{"model": 5, "input": "x"}'))
     assert bad.status == 400, bad
     assert bad.envelope()["param"] == "model"
     assert upstream.received == []
     good = exchange(
-        port_of(gateway),
+        gateway.port,
         _post(path, orjson.dumps({**orjson.loads(GOOD_BODY), "input_type": "query"})),
     )
     assert good.status == 200, good
@@ -459,7 +472,7 @@ def test_other_spellings_of_the_path_are_validated(
 def test_paths_below_the_endpoint_are_404(
     path: str, gateway: Gateway, upstream: FakeUpstream
 ) -> None:
-    reply = exchange(port_of(gateway), _post(path, GOOD_BODY))
+    reply = exchange(gateway.port, _post(path, GOOD_BODY))
     assert reply.status == 404, reply
     assert reply.envelope()["code"] == "unknown_url"
     assert upstream.received == []
@@ -477,7 +490,7 @@ def test_bodyless_post_is_400(head: str, gateway: Gateway, upstream: FakeUpstrea
         "POST /v1/embeddings HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n"
         f"{head}Connection: close\r\n\r\n"
     ).encode("latin-1")
-    reply = exchange(port_of(gateway), wire)
+    reply = exchange(gateway.port, wire)
     assert reply.status == 400, reply
     assert reply.envelope()["type"] == "invalid_request_error"
     assert upstream.received == []
@@ -493,7 +506,7 @@ def test_bodyless_post_without_content_length(gateway: Gateway, upstream: FakeUp
         b"POST /v1/embeddings HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n"
         b"Connection: close\r\n\r\n"
     )
-    reply = exchange(port_of(gateway), wire)
+    reply = exchange(gateway.port, wire)
     assert reply.status == 400, reply
     assert reply.envelope()["type"] == "invalid_request_error"
     assert upstream.received == []
@@ -502,7 +515,7 @@ def test_bodyless_post_without_content_length(gateway: Gateway, upstream: FakeUp
 def test_body_without_content_type_reaches_the_upstream_as_json(
     gateway: Gateway, upstream: FakeUpstream
 ) -> None:
-    reply = exchange(port_of(gateway), _post("/v1/embeddings", GOOD_BODY, headers=""))
+    reply = exchange(gateway.port, _post("/v1/embeddings", GOOD_BODY, headers=""))
     assert reply.status == 200, reply
     (received,) = upstream.received
     assert received.headers.get("content-type") == "application/json"

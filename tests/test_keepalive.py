@@ -21,9 +21,10 @@ import orjson
 import pytest
 
 from extproc.core.policy import GatewayPolicy
-from tests.conftest import QWEN_MODEL
-from tests.fake_upstream import FakeUpstream
-from tests.harness import SHAPES, Gateway, Gateways, GatewaySpec
+from testing_support.fake_upstream import FakeUpstream
+from testing_support.gateway import SHAPES, Gateway, GatewaySpec
+from testing_support.qwen import QWEN_MODEL
+from tests.harness import Gateways
 
 ANSWER_TIMEOUT_S = 30.0
 # Envoy closes a connection it has marked for closing 1 s after the answer

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from testing_support.qwen import REPO
 
 PACKAGE = REPO / "extproc"
 IO_PREFIXES = ("grpc", "grpc_health", "prometheus_client", "envoy", "xds", "udpa")

@@ -25,9 +25,11 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import QWEN_MODEL
-from tests.fake_upstream import FakeUpstream
-from tests.harness import Gateway, Gateways, GatewaySpec, Reply, http
+from testing_support.fake_upstream import FakeUpstream
+from testing_support.gateway import Gateway, GatewaySpec
+from testing_support.http import Reply
+from testing_support.qwen import QWEN_MODEL
+from tests.harness import Gateways
 
 MARKER = "SeCrEtMaRkEr"
 # A field value that also tries to break a log line and hide behind a bidi control.
@@ -142,7 +144,7 @@ def test_marker_never_in_logs_or_metrics(gateway: Gateway, replies: dict[str, Re
     assert "extproc ready:" in log  # the log really is this gateway's output
     assert MARKER not in log
     assert MARKER.lower() not in log.lower()
-    metrics = http("GET", f"{gateway.metrics_url}/metrics").body.decode()
+    metrics = gateway.metrics()
     assert "extproc_requests_total" in metrics
     assert MARKER.lower() not in metrics.lower()
 
@@ -173,12 +175,9 @@ def test_metric_labels_stay_bounded(gateway: Gateway, upstream: FakeUpstream) ->
         ct = {"content-type": f"text/{random_text(rng, 6)}"}
         assert gateway.embeddings(body(), headers=ct).status == 415
 
-    def scrape() -> str:
-        return http("GET", f"{gateway.metrics_url}/metrics").body.decode()
-
     round_of_requests(0)  # every outcome once, so each of its label sets exists
-    before = label_sets(scrape())
+    before = label_sets(gateway.metrics())
     for i in range(1, 201):
         round_of_requests(i)
-    after = label_sets(scrape())
+    after = label_sets(gateway.metrics())
     assert after == before, sorted(after - before)[:20]

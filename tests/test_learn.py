@@ -1,5 +1,5 @@
 """`extproc learn` against stand-in legacy servers (tests/fake_legacy.py, parametrised)
-and the fake Dynamo and vLLM (tests/fake_upstream.py): the policy each run writes,
+and the fake Dynamo and vLLM (testing_support/fake_upstream.py): the policy each run writes,
 the exit code, the report, and - through the verify step, which starts the real
 gateway (ext_proc + Envoy) with the learned policy in front of the fake upstream and
 compares it with the stand-in by the probe's checks - that the gateway then answers
@@ -26,10 +26,10 @@ from extproc.tools.learn.local import LocalModel, Template, templates
 from extproc.tools.learn.session import Session
 from extproc.tools.learn.truncation_learner import _cut_point
 from extproc.tools.learn.upstream_learner import learn_max_tokens
-from tests.conftest import QWEN_EOS, QWEN_MODEL, SHIPPED_QWEN_POLICY, qwen_tokenizer_dir
+from testing_support.fake_upstream import FakeUpstream
+from testing_support.processes import free_port
+from testing_support.qwen import QWEN_EOS, QWEN_MODEL, SHIPPED_QWEN_POLICY, qwen_tokenizer_dir
 from tests.fake_legacy import FakeLegacy
-from tests.fake_upstream import FakeUpstream
-from tests.harness import free_port
 from tests.learning import assert_gateway_like_baseline, findings, learn
 
 QWEN3_QUERY = "Instruct: {instruction}\nQuery:{text}"

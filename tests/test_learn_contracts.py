@@ -7,7 +7,7 @@ the exact status, the error body's shape, the vectors (cosine and norm), the
 encoding and ``usage.prompt_tokens``.
 
 The stand-ins are tests/fake_legacy.py's FakeLegacy with one or two parameters off
-the seed's; the upstreams are tests/fake_upstream.py's Dynamo and vLLM.
+the seed's; the upstreams are testing_support/fake_upstream.py's Dynamo and vLLM.
 """
 
 from __future__ import annotations
@@ -21,9 +21,10 @@ import pytest
 
 from extproc.core.policy import load_policy_file
 from extproc.core.policy.model import CutSide, InstructionUse, ModelPolicy
+from testing_support.fake_upstream import FakeUpstream
+from testing_support.gateway import GatewaySpec
 from tests.fake_legacy import FakeLegacy
-from tests.fake_upstream import FakeUpstream
-from tests.harness import Gateways, GatewaySpec
+from tests.harness import Gateways
 from tests.learning import assert_client_sees_the_same, battery, learn
 
 SIZES = (0, 1, 32, 63, 64, 65, 128, 256, 300, 512, 767, 768, 769, 1023, 1024, 1025)

@@ -30,7 +30,7 @@ from extproc.core.plan import Encoding, ResponsePlan
 from extproc.core.policy import PolicyError, load_policy_text
 from extproc.core.request_rewrite import Forward, rewrite_request
 from extproc.core.response_rewrite import rewrite_response
-from tests.conftest import QWEN_EOS, QWEN_MODEL
+from testing_support.qwen import QWEN_EOS, QWEN_MODEL
 
 QWEN_QUERY = "Instruct: {instruction}\\nQuery:{text}"
 TASK = "Given a web search query, retrieve relevant passages that answer the query"

@@ -27,9 +27,10 @@ from extproc.core.contract import Contract
 from extproc.core.error_envelope import ApiError
 from extproc.core.lax import integral_float_int, lax_int
 from extproc.core.request_rewrite import Forward, rewrite_request
-from tests.conftest import QWEN_MODEL
-from tests.fake_upstream import FakeUpstream
-from tests.harness import Gateway, Gateways, GatewaySpec
+from testing_support.fake_upstream import FakeUpstream
+from testing_support.gateway import Gateway, GatewaySpec
+from testing_support.qwen import QWEN_MODEL
+from tests.harness import Gateways
 
 MODEL = QWEN_MODEL
 BOM = b"\xef\xbb\xbf"

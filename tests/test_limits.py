@@ -30,7 +30,7 @@ from extproc.core.tokens import (
     TokenizeBudgetError,
     utf8_size,
 )
-from tests.conftest import QWEN_EOS, QWEN_MODEL, SHIPPED_QWEN_POLICY
+from testing_support.qwen import QWEN_EOS, QWEN_MODEL, SHIPPED_QWEN_POLICY
 
 MODEL = QWEN_MODEL
 ENGLISH = "The quick brown fox jumps over the lazy dog while the cat sleeps. "

@@ -20,9 +20,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.conftest import QWEN_MODEL, REPO, SHIPPED_QWEN_POLICY
-from tests.fake_upstream import FakeUpstream
-from tests.harness import Gateway, Gateways, GatewaySpec, Reply
+from testing_support.fake_upstream import FakeUpstream
+from testing_support.gateway import Gateway, GatewaySpec
+from testing_support.http import Reply
+from testing_support.qwen import QWEN_MODEL, REPO, SHIPPED_QWEN_POLICY
+from tests.harness import Gateways
 
 SHORT_DEADLINE_MS = 500
 ENGLISH = "The quick brown fox jumps over the lazy dog while the cat sleeps. "

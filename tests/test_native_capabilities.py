@@ -27,9 +27,11 @@ from extproc.core.plan import Encoding, ResponsePlan
 from extproc.core.policy import load_policy_text
 from extproc.core.request_rewrite import Forward, rewrite_request
 from extproc.core.response_rewrite import rewrite_response
-from tests.conftest import SHIPPED_QWEN_POLICY
-from tests.fake_upstream import FakeUpstream
-from tests.harness import Gateway, Gateways, GatewaySpec, http, metric_value
+from testing_support.fake_upstream import FakeUpstream
+from testing_support.gateway import Gateway, GatewaySpec
+from testing_support.http import http, metric_value
+from testing_support.qwen import SHIPPED_QWEN_POLICY
+from tests.harness import Gateways
 
 MODEL = "Qwen/Qwen3-Embedding-0.6B"
 SHIPPED_DYNAMO_MATRYOSHKA_POLICY = SHIPPED_QWEN_POLICY.with_name(
@@ -388,12 +390,12 @@ def reload_now(gw: Gateway, path: Path, text: str) -> None:
     """Make ``text`` the running policy: written, SIGHUP, waited for."""
 
     def reloaded() -> float:
-        body = http("GET", f"{gw.metrics_url}/metrics").body.decode()
+        body = gw.metrics()
         return metric_value(body, "extproc_policy_reloads_total", outcome="reloaded")
 
     before = reloaded()
     path.write_text(text)
-    gw.process.send_signal(signal.SIGHUP)
+    gw.process.signal(signal.SIGHUP)
     deadline = time.monotonic() + 15
     while reloaded() <= before:
         assert time.monotonic() < deadline, f"no reload within 15 s:\n{gw.log()}"

@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry
 
 from extproc.service.metrics import MetricFamilies
 from extproc.tools.shadow.comparator_metrics import ShadowMetrics
-from tests.conftest import REPO
+from testing_support.qwen import REPO
 from tests.test_observability_live import DASHBOARD, MAY_LACK_DATA_UNTIL_RELOADS_ARE_COUNTED
 
 PROMETHEUS_DIR = REPO / "deploy" / "observability" / "prometheus"

@@ -3,7 +3,7 @@ real gateway and a real shadow comparator under a short load.
 
 On 127.0.0.1, all started here and stopped by their own PIDs:
 
-- the fake Dynamo (``tests/fake_upstream.py``) and the fake legacy server
+- the fake Dynamo (``testing_support/fake_upstream.py``) and the fake legacy server
   (``tests/fake_legacy.py``), in this process;
 - the gateway: ``extproc run --metrics`` (Envoy + ext_proc) in front of the fake Dynamo,
   with a copy of the shipped Qwen3 policy; the whole module runs twice, with one ext_proc
@@ -41,18 +41,16 @@ ones listed in ``ZERO_HERE_BY_DESIGN`` with the reason.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
-import os
-import re
 import shutil
 import signal
 import socket
-import subprocess
 import sys
 import time
 import urllib.parse
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -63,12 +61,15 @@ import pytest
 import yaml
 
 from extproc.core.policy import GatewayPolicy
-from extproc.runtime.envoy_config import EnvoySettings, Upstream, dump, load_template, render
-from extproc.runtime.envoy_process import envoy_argv
-from tests.conftest import QWEN_MODEL, REPO, SHIPPED_QWEN_POLICY
+from testing_support.envoy import Envoy, EnvoySpec, loopback_settings, rendered
+from testing_support.fake_upstream import FakeUpstream
+from testing_support.gateway import Gateway, GatewaySpec
+from testing_support.http import Reply, answers_ok, http, metric_value
+from testing_support.processes import Process, free_port, wait_until
+from testing_support.qwen import QWEN_MODEL, REPO, SHIPPED_QWEN_POLICY
+from testing_support.serve import Serve, ServeSpec
 from tests.fake_legacy import FakeLegacy
-from tests.fake_upstream import FakeUpstream
-from tests.harness import Gateway, Gateways, GatewaySpec, Reply, free_port, http, metric_value
+from tests.harness import Envoys, Gateways, Servers
 
 pytestmark = pytest.mark.alone  # 1 s message timeouts, admission refusals, SIGSTOP
 
@@ -77,6 +78,7 @@ DASHBOARD = OBSERVABILITY / "grafana" / "dashboards" / "gateway.json"
 ALERTS = OBSERVABILITY / "prometheus" / "alerts.yml"
 
 READY_TIMEOUT_S = 90.0
+READY_SHADOW = "extproc shadow ready:"
 SCRAPED_TIMEOUT_S = 30.0
 ROUNDS = 3
 ROUND_GAP_S = 2.5  # more than two scrape intervals between rounds
@@ -144,50 +146,8 @@ QUERIES = dashboard_queries()
 # --------------------------------------------------------------------------- processes
 
 
-class Process:
-    """A command with its output in a log file, stopped by its own PID."""
-
-    def __init__(self, argv: list[str], log_path: Path) -> None:
-        self.log_path = log_path
-        with log_path.open("wb") as log_file:
-            self.popen = subprocess.Popen(
-                argv, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
-            )
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def stop(self) -> int:
-        """SIGTERM, then SIGKILL after 20 s; the exit status."""
-        if self.popen.poll() is None:
-            self.popen.terminate()
-        try:
-            return self.popen.wait(20)
-        except subprocess.TimeoutExpired:
-            self.popen.kill()
-            return self.popen.wait(5)
-
-
-def wait_until(check: Callable[[], bool], timeout: float, what: str, process: Process) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        if process.popen.poll() is not None:
-            raise RuntimeError(f"{what}: exited with {process.popen.returncode}\n{process.log()}")
-        time.sleep(0.1)
-    raise TimeoutError(f"{what}: not done in {timeout} s\n{process.log()[-4000:]}")
-
-
 def get_json(url: str) -> Any:
     return http("GET", url, timeout=10).json()
-
-
-def answers_ok(url: str) -> bool:
-    try:
-        return http("GET", url, timeout=2).status == 200
-    except OSError:  # not listening yet
-        return False
 
 
 @dataclass(frozen=True)
@@ -200,7 +160,8 @@ class Shadow:
 def start_shadow(
     baseline: str, candidate: str, qwen_dir: Path, log_dir: Path, workers: int
 ) -> Shadow:
-    """`extproc shadow` whose candidate-side policy has no query instruction."""
+    """`extproc shadow` whose candidate-side policy has no query instruction, started
+    (ready once it logs READY_SHADOW)."""
     policy = yaml.safe_load(SHIPPED_QWEN_POLICY.read_text())
     policy["models"][0]["prompts"] = {"query": "{text}"}
     policy_path = log_dir / "no-query-instruction.yaml"
@@ -213,10 +174,8 @@ def start_shadow(
         *("--config", str(policy_path), "--tokenizer", f"{QWEN_MODEL}={qwen_dir}"),
         *("--grace", "1", "--workers", str(workers)),
     ]
-    process = Process(argv, log_dir / "shadow.log")
-    shadow = Shadow(process, f"http://127.0.0.1:{listen}", f"http://127.0.0.1:{http_port}")
-    wait_until(lambda: "extproc shadow ready:" in process.log(), READY_TIMEOUT_S, "shadow", process)
-    return shadow
+    process = Process.start(argv, log_dir / "shadow.log", name="extproc shadow")
+    return Shadow(process, f"http://127.0.0.1:{listen}", f"http://127.0.0.1:{http_port}")
 
 
 @dataclass(frozen=True)
@@ -268,10 +227,9 @@ def start_prometheus(jobs: list[ScrapeJob], log_dir: Path) -> Prometheus:
         f"--web.listen-address=127.0.0.1:{port}",
         "--log.level=warn",
     ]
-    prometheus = Prometheus(Process(argv, log_dir / "prometheus.log"), f"http://127.0.0.1:{port}")
-    wait_until(
-        lambda: answers_ok(f"{prometheus.url}/-/ready"), 30, "prometheus", prometheus.process
-    )
+    process = Process.start(argv, log_dir / "prometheus.log", name="prometheus")
+    prometheus = Prometheus(process, f"http://127.0.0.1:{port}")
+    process.wait_until(lambda: answers_ok(f"{prometheus.url}/-/ready"), 30, "prometheus ready")
     return prometheus
 
 
@@ -331,35 +289,6 @@ def shadow_round(shadow: Shadow) -> int:
 # --------------------------------------------------------------------------- Envoys
 
 
-@dataclass(frozen=True)
-class Envoy:
-    """An Envoy started here on a config rendered from a shipped template."""
-
-    process: Process
-    url: str  # its embeddings endpoint
-    listen_port: int
-    admin: str  # host:port of its admin, which Prometheus scrapes
-
-    def series(self, name: str) -> float:
-        """The sum of the samples of ``name`` on its /stats/prometheus."""
-        text = http("GET", f"http://{self.admin}/stats/prometheus", timeout=5).body.decode()
-        return metric_value(text, name)
-
-
-def start_envoy(name: str, config: dict[str, Any], log_dir: Path, settings: EnvoySettings) -> Envoy:
-    path = log_dir / f"envoy-{name}.yaml"
-    path.write_text(dump(config))
-    process = Process(envoy_argv(path, "warning", 1), log_dir / f"envoy-{name}.log")
-    envoy = Envoy(
-        process,
-        f"http://127.0.0.1:{settings.listen_port}/v1/embeddings",
-        settings.listen_port,
-        f"127.0.0.1:{settings.admin_port}",
-    )
-    wait_until(lambda: answers_ok(f"http://{envoy.admin}/ready"), 30, f"envoy {name}", process)
-    return envoy
-
-
 def ext_proc_filters(config: dict[str, Any]) -> list[dict[str, Any]]:
     (listener,) = config["static_resources"]["listeners"]
     hcm = listener["filter_chains"][0]["filters"][0]["typed_config"]
@@ -384,69 +313,57 @@ class ProcessorFaults:
     ``message_timeout``: the server stopped by PID for a moment (messages time out),
     then for good (streams fail)."""
 
-    server: Process
+    server: Serve
     envoy: Envoy
 
     def round(self, last: bool) -> list[Reply]:
         doc = {"model": QWEN_MODEL, "input": "Lisbon is in Portugal."}
-        served = http("POST", self.envoy.url, doc, timeout=30)
+        served = http("POST", self.envoy.embeddings_url, doc, timeout=30)
         assert served.status == 200, served  # the processor answers between the faults
         replies = []
-        os.kill(self.server.popen.pid, signal.SIGSTOP)
+        self.server.process.signal(signal.SIGSTOP)
         try:
             replies += [
-                http("POST", self.envoy.url, doc, timeout=30) for _ in range(TIMEOUTS_PER_ROUND)
+                http("POST", self.envoy.embeddings_url, doc, timeout=30)
+                for _ in range(TIMEOUTS_PER_ROUND)
             ]
         finally:
-            os.kill(self.server.popen.pid, signal.SIGCONT)
+            self.server.process.signal(signal.SIGCONT)
         if last:
             assert self.server.stop() == 0, self.server.log()
             replies += [
-                http("POST", self.envoy.url, doc, timeout=30) for _ in range(FAILURES_AT_THE_END)
+                http("POST", self.envoy.embeddings_url, doc, timeout=30)
+                for _ in range(FAILURES_AT_THE_END)
             ]
         return replies
 
-    def stop(self) -> None:
-        if self.server.popen.poll() is None:
-            os.kill(self.server.popen.pid, signal.SIGCONT)  # a stopped process ignores SIGTERM
-        self.server.stop()
 
-
+@contextlib.contextmanager
 def start_processor_faults(
-    upstream: FakeUpstream, qwen_dir: Path, policy: GatewayPolicy, log_dir: Path
-) -> ProcessorFaults:
-    port = free_port()
-    argv = [
-        *(sys.executable, "-m", "extproc", "serve", "--listen", f"127.0.0.1:{port}"),
-        *("--grace", "1", "--config", str(SHIPPED_QWEN_POLICY)),
-        *("--tokenizer", f"{QWEN_MODEL}={qwen_dir}"),
-    ]
-    server = Process(argv, log_dir / "processor-faults-serve.log")
-    settings = EnvoySettings(
-        "127.0.0.1", free_port(), free_port(), port, Upstream.from_url(upstream.url)
-    )
-    config = render(load_template(), settings, policy)
-    for ext_proc in ext_proc_filters(config):
-        ext_proc["message_timeout"] = MESSAGE_TIMEOUT
-    envoy = start_envoy("processor-faults", config, log_dir, settings)
-    wait_until(lambda: "ext_proc serving" in server.log(), READY_TIMEOUT_S, "serve", server)
-    return ProcessorFaults(server, envoy)
+    upstream: FakeUpstream, policy: GatewayPolicy, servers: Servers, envoys: Envoys
+) -> Iterator[ProcessorFaults]:
+    with servers.own(ServeSpec()) as server:
+        config = rendered(loopback_settings(upstream.url, server.port), policy)
+        for ext_proc in ext_proc_filters(config):
+            ext_proc["message_timeout"] = MESSAGE_TIMEOUT
+        with envoys.own(EnvoySpec.of(config, "processor-faults")) as envoy:
+            yield ProcessorFaults(server, envoy)
 
 
-def start_overloaded_envoy(upstream: FakeUpstream, policy: GatewayPolicy, log_dir: Path) -> Envoy:
+@contextlib.contextmanager
+def start_overloaded_envoy(
+    upstream: FakeUpstream, policy: GatewayPolicy, envoys: Envoys
+) -> Iterator[Envoy]:
     """An Envoy over its heap budget (its overload manager refuses every request) with
     a global cap of CONNECTION_CAP downstream connections."""
-    settings = EnvoySettings(
-        "127.0.0.1", free_port(), free_port(), free_port(), Upstream.from_url(upstream.url)
-    )
-    config = render(load_template(), settings, policy)
+    config = rendered(loopback_settings(upstream.url), policy)
     overload_monitor(config, ".fixed_heap")["max_heap_size_bytes"] = 1024 * 1024
     cap = overload_monitor(config, ".global_downstream_max_connections")
     cap["max_active_downstream_connections"] = CONNECTION_CAP
-    envoy = start_envoy("overloaded", config, log_dir, settings)
-    active = "envoy_overload_envoy_overload_actions_stop_accepting_requests_active"
-    wait_until(lambda: envoy.series(active) == 1, 30, "overload manager active", envoy.process)
-    return envoy
+    with envoys.own(EnvoySpec.of(config, "overloaded")) as envoy:
+        active = "envoy_overload_envoy_overload_actions_stop_accepting_requests_active"
+        envoy.process.wait_until(lambda: envoy.series(active) == 1, 30, "overload manager active")
+        yield envoy
 
 
 def overload_round(envoy: Envoy, held: list[socket.socket]) -> list[Reply]:
@@ -456,18 +373,15 @@ def overload_round(envoy: Envoy, held: list[socket.socket]) -> list[Reply]:
         sock.close()
     held.clear()
     # The connections of the round before are gone before new requests come.
-    wait_until(
-        lambda: envoy.series("envoy_listener_downstream_cx_active") == 0,
-        10,
-        "connections closed",
-        envoy.process,
+    envoy.process.wait_until(
+        lambda: envoy.series("envoy_listener_downstream_cx_active") == 0, 10, "connections closed"
     )
     replies = [
-        http("POST", envoy.url, {"model": QWEN_MODEL, "input": "x"}, timeout=10)
+        http("POST", envoy.embeddings_url, {"model": QWEN_MODEL, "input": "x"}, timeout=10)
         for _ in range(REFUSED_PER_ROUND)
     ]
     for _ in range(CONNECTION_CAP + 2):
-        held.append(socket.create_connection(("127.0.0.1", envoy.listen_port), timeout=5))
+        held.append(socket.create_connection(("127.0.0.1", envoy.port), timeout=5))
     return replies
 
 
@@ -548,12 +462,6 @@ EXPECTED_PENDING = {
 }
 
 
-def gateway_admin(gateway: Gateway) -> str:
-    match = re.search(r"admin (127\.0\.0\.1:\d+)", gateway.ready_line)
-    assert match, gateway.ready_line
-    return match.group(1)
-
-
 @pytest.fixture(scope="module", params=[1, 2], ids=["1-worker", "2-workers"])
 def evaluated(
     request: pytest.FixtureRequest,
@@ -562,6 +470,8 @@ def evaluated(
     gateways: Gateways,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Evaluated]:
+    servers: Servers = request.getfixturevalue("servers")
+    envoy_pool: Envoys = request.getfixturevalue("envoys")
     workers: int = request.param
     started = time.monotonic()
     logs = tmp_path_factory.mktemp("observability")
@@ -571,19 +481,22 @@ def evaluated(
     with ExitStack() as cleanup:
         upstream = cleanup.enter_context(FakeUpstream(flavour="dynamo", tokenizer_dir=qwen_dir))
         legacy = cleanup.enter_context(FakeLegacy(tokenizer_dir=qwen_dir))
-        spec = GatewaySpec(upstream.url, policy=policy_copy, workers=workers)
-        gateway = cleanup.enter_context(gateways.own(spec, folder=logs))
+        # The shadow set-up starts while the gateway and the Envoys do.
         shadow = start_shadow(legacy.url, upstream.url, qwen_dir, logs, workers)
         cleanup.callback(shadow.process.stop)
-        faults = start_processor_faults(upstream, qwen_dir, qwen_policy, logs)
-        cleanup.callback(faults.envoy.process.stop)
-        cleanup.callback(faults.stop)
-        overloaded = start_overloaded_envoy(upstream, qwen_policy, logs)
-        cleanup.callback(overloaded.process.stop)
+        spec = GatewaySpec(upstream.url, policy=policy_copy, workers=workers)
+        gateway = cleanup.enter_context(gateways.own(spec, folder=logs))
+        faults = cleanup.enter_context(
+            start_processor_faults(upstream, qwen_policy, servers, envoy_pool)
+        )
+        overloaded = cleanup.enter_context(
+            start_overloaded_envoy(upstream, qwen_policy, envoy_pool)
+        )
+        shadow.process.wait_line(READY_SHADOW, READY_TIMEOUT_S)
         held: list[socket.socket] = []
         cleanup.callback(lambda: [sock.close() for sock in held])
         envoys = {
-            "gateway": gateway_admin(gateway),
+            "gateway": gateway.admin_url.removeprefix("http://"),
             "processor-faults": faults.envoy.admin,
             "overloaded": overloaded.admin,
         }
@@ -600,7 +513,7 @@ def evaluated(
             lambda: prometheus.value('count(up{job=~"extproc|extproc-shadow|envoy"} == 1)') == 5,
             SCRAPED_TIMEOUT_S,
             "every target scraped",
-            prometheus.process,
+            [prometheus.process],
         )
 
         statuses: dict[int, int] = {}
@@ -620,17 +533,18 @@ def evaluated(
             sent_to_shadow += shadow_round(shadow)
             fault_replies += faults.round(last=round_number == ROUNDS - 1)
             overload_replies += overload_round(overloaded, held)
-            time.sleep(ROUND_GAP_S)
+            if round_number < ROUNDS - 1:
+                time.sleep(ROUND_GAP_S)
 
         # Everything counted has been scraped: Prometheus agrees with the processes.
-        gateway_metrics = http("GET", f"{gateway.metrics_url}/metrics").body.decode()
+        gateway_metrics = gateway.metrics()
         requests = metric_value(gateway_metrics, "extproc_requests_total")
         refused = metric_value(gateway_metrics, "extproc_admission_rejected_total")
         wait_until(
             lambda: get_json(f"{shadow.http_url}/summary")["pairs"] >= sent_to_shadow,
             SCRAPED_TIMEOUT_S,
             "pairs compared",
-            shadow.process,
+            [shadow.process],
         )
         failed = faults.envoy.series("envoy_http_ext_proc_streams_failed")
         overload_closed = overloaded.series("envoy_http_downstream_rq_overload_close")
@@ -645,7 +559,7 @@ def evaluated(
             ),
             SCRAPED_TIMEOUT_S,
             "final counters scraped",
-            prometheus.process,
+            [prometheus.process],
         )
         results = {query: prometheus.query(query.promql) for query in QUERIES}
         # The rules run every second too: give them a few evaluations on the last scrape.

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import re
 import time
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,9 +21,11 @@ import numpy as np
 import pytest
 import yaml
 
-from tests.conftest import QWEN_MODEL, REPO, SHIPPED_QWEN_POLICY
-from tests.fake_upstream import FakeUpstream
-from tests.harness import Gateway, Reply, start_gateway
+from testing_support.fake_upstream import FakeUpstream
+from testing_support.gateway import Gateway, GatewaySpec
+from testing_support.http import Reply, http
+from testing_support.qwen import QWEN_MODEL, REPO
+from tests.harness import Gateways
 
 TEXTS = ["Seoul is the capital of South Korea.", "Paris is the capital of France."]
 MARKER_IN_TEXT = "The dimensions of the box are 2 by 3."
@@ -62,29 +63,24 @@ def with_access_log(template: Path, log: Path, out: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def gateway(
-    upstream: FakeUpstream, qwen_dir: Path, tmp_path_factory: pytest.TempPathFactory
+    upstream: FakeUpstream, gateways: Gateways, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Gateway]:
     folder = tmp_path_factory.mktemp("one-stream")
     access_log = folder / "access.log"
     template = with_access_log(REPO / "envoy" / "standalone.yaml", access_log, folder / "t.yaml")
-    gw = start_gateway(
-        upstream.url,
-        folder,
-        config=SHIPPED_QWEN_POLICY,
-        tokenizer_overrides=f"{QWEN_MODEL}={qwen_dir}",
-        extra_args=["--envoy-template", str(template)],
-    )
-    gw.extra["access_log"] = access_log
-    yield gw
-    assert gw.stop() == 0, gw.log()
+    with gateways.own(GatewaySpec(upstream.url, shape=template), folder=folder) as gw:
+        gw.extra["access_log"] = access_log
+        yield gw
 
 
 def access_line(gateway: Gateway, request_id: str) -> str:
     """The access log line of the request sent with ``x-test-id: request_id``, without
-    that id (Envoy flushes the log every few seconds)."""
+    that id. Envoy writes its access logs out every 10 s, or when its admin is told to
+    reopen them."""
     path: Path = gateway.extra["access_log"]
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
+        http("POST", f"{gateway.admin_url}/reopen_logs", b"", timeout=5)
         for line in path.read_text().splitlines() if path.exists() else ():
             fields, _, logged_id = line.rpartition(" id=")
             if logged_id == request_id:
@@ -94,11 +90,7 @@ def access_line(gateway: Gateway, request_id: str) -> str:
 
 
 def ext_proc_counters(gateway: Gateway) -> Streams:
-    match = re.search(r"admin 127\.0\.0\.1:(\d+)", gateway.ready_line)
-    assert match, gateway.ready_line
-    url = f"http://127.0.0.1:{match.group(1)}/stats?filter=ext_proc"
-    with urllib.request.urlopen(url, timeout=5) as response:
-        text = response.read().decode()
+    text = http("GET", f"{gateway.admin_url}/stats?filter=ext_proc", timeout=5).body.decode()
     values = dict(re.findall(r"^http\.embeddings\.ext_proc\.(\w+): (\d+)$", text, re.M))
     return Streams(int(values.get("streams_started", 0)), int(values.get("stream_msgs_sent", 0)))
 

@@ -29,8 +29,6 @@ from __future__ import annotations
 
 import copy
 import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -45,20 +43,17 @@ import pytest
 import yaml
 
 from extproc.runtime.envoy_config import LEGACY_CLUSTER, Upstream, legacy_cluster
-from extproc.runtime.envoy_process import envoy_binary
-from tests.conftest import QWEN_MODEL, REPO, SHIPPED_QWEN_POLICY
-from tests.fake_upstream import FakeUpstream
-from tests.harness import Gateways, GatewaySpec, free_port, http
+from testing_support.envoy import EnvoySpec
+from testing_support.fake_upstream import FakeUpstream
+from testing_support.gateway import GatewaySpec
+from testing_support.http import envelope_error
+from testing_support.processes import free_port
+from testing_support.qwen import QWEN_MODEL, REPO
+from testing_support.serve import ServeSpec
+from tests.harness import Envoys, Gateways, Servers
 from tests.hostile_corpus import LEGACY_PATHS, PATH_SPELLINGS, PathOutcome, PathSpelling
 from tests.legacy_stand_in import LegacyStandIn
-from tests.test_deploy_artifacts import (
-    _serving,
-    _stop,
-    _wait,
-    envoy_filters,
-    istio_bootstrap,
-    load_all,
-)
+from tests.test_deploy_artifacts import envoy_filters, istio_bootstrap, load_all
 from tests.test_hostile_input import WireReply, exchange
 
 WAIT_S = 30.0
@@ -87,9 +82,7 @@ class Reply:
     body: bytes
 
     def envelope(self) -> dict[str, Any]:
-        doc = orjson.loads(self.body)
-        assert set(doc) == {"error"} and set(doc["error"]) == {"message", "type", "param", "code"}
-        return dict(doc["error"])
+        return envelope_error(self.body)
 
 
 # -- clients ---------------------------------------------------------------------------
@@ -250,52 +243,26 @@ def dynamo(upstream: FakeUpstream) -> FakeUpstream:
 
 
 @pytest.fixture(scope="module")
-def legacy(legacy_stand_in: LegacyStandIn) -> LegacyStandIn:
-    legacy_stand_in.reset()
-    return legacy_stand_in
+def extproc_server(servers: Servers) -> int:
+    """`extproc serve` with the shipped policy, for the Istio shape: its port."""
+    return servers.shared(ServeSpec()).port
 
 
-@pytest.fixture(scope="module")
-def extproc_server(qwen_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
-    """`extproc serve` with the shipped policy, for the Istio shape."""
-    port = free_port()
-    log = tmp_path_factory.mktemp("extproc") / "extproc.log"
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "extproc", "serve", "--listen", f"127.0.0.1:{port}"]
-            + ["--grace", "1", "--config", str(SHIPPED_QWEN_POLICY)]
-            + ["--tokenizer", f"{QWEN_MODEL}={qwen_dir}"],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        )
-    try:
-        _wait(lambda: _serving(f"127.0.0.1:{port}"), "ext_proc health")
-        yield port
-    finally:
-        _stop(process)
-
-
-def run_envoy(bootstrap: dict[str, Any], folder: Path, admin: int) -> subprocess.Popen[bytes]:
-    config = folder / "envoy.yaml"
-    config.write_text(yaml.safe_dump(bootstrap, sort_keys=False))
-    with (folder / "envoy.log").open("wb") as log:
-        envoy = subprocess.Popen(
-            [envoy_binary(), "-c", str(config), "--use-dynamic-base-id", "-l", "warning"],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        )
-
-    def ready() -> bool:
-        try:
-            return http("GET", f"http://127.0.0.1:{admin}/ready", timeout=2).status == 200
-        except OSError:
-            return envoy.poll() is not None
-
-    _wait(ready, "envoy ready")
-    assert envoy.poll() is None, (folder / "envoy.log").read_text()
-    return envoy
+def istio_envoy(
+    dynamo: str, legacy: str, extproc_port: int, *, patched_paths: bool, name: str
+) -> tuple[EnvoySpec, int]:
+    """The Istio shape's Envoy (:func:`istio_gateway_config`) on free ports, and the
+    port it listens on."""
+    listen, admin = free_port(), free_port()
+    bootstrap = istio_gateway_config(
+        listen=listen,
+        admin=admin,
+        dynamo=dynamo,
+        legacy=legacy,
+        extproc_port=extproc_port,
+        patched_paths=patched_paths,
+    )
+    return EnvoySpec.of(bootstrap, name, concurrency=None), listen
 
 
 @pytest.fixture(scope="module", params=SHAPES)
@@ -310,29 +277,21 @@ def shape(
     folder = tmp_path_factory.mktemp(name)
     if name == "istio-gateway":
         extproc_port = request.getfixturevalue("extproc_server")
-        listen, admin = free_port(), free_port()
-        bootstrap = istio_gateway_config(
-            listen=listen,
-            admin=admin,
-            dynamo=dynamo.url,
-            legacy=legacy.url,
-            extproc_port=extproc_port,
-            patched_paths=True,
+        spec, listen = istio_envoy(
+            dynamo.url, legacy.url, extproc_port, patched_paths=True, name=name
         )
-        envoy = run_envoy(bootstrap, folder, admin)
-        try:
+        envoys: Envoys = request.getfixturevalue("envoys")
+        with envoys.own(spec, folder=folder):
             yield Shape(name, listen)
-        finally:
-            _stop(envoy)
         return
     if name == "envoy-gateway":
         spec = GatewaySpec(dynamo.url, shape=envoy_gateway_template(folder), legacy=legacy.url)
         with gateways.own(spec, folder=folder) as gw:
-            yield Shape(name, int(gw.url.rsplit(":", 1)[1]))
+            yield Shape(name, gw.port)
         return
     # The shipped shapes: the split migration's gateways (tests/test_split_migration.py).
     gw = gateways.shared(GatewaySpec(dynamo.url, shape=name, legacy=legacy.url))
-    yield Shape(name, int(gw.url.rsplit(":", 1)[1]))
+    yield Shape(name, gw.port)
 
 
 @pytest.fixture(autouse=True)
@@ -393,28 +352,19 @@ def test_without_the_patch_istio_sends_an_escaped_slash_to_the_legacy_server(
     dynamo: FakeUpstream,
     legacy: LegacyStandIn,
     extproc_server: int,
-    tmp_path: Path,
+    envoys: Envoys,
 ) -> None:
     """istiod's default normalisation (BASE: normalize_path only) keeps `%2F`: the
     filter's matcher skips `/v1%2Fembeddings` and the catch-all route sends it to the
     legacy server as sent, whose uvicorn would serve it from its /v1/embeddings."""
-    listen, admin = free_port(), free_port()
-    bootstrap = istio_gateway_config(
-        listen=listen,
-        admin=admin,
-        dynamo=dynamo.url,
-        legacy=legacy.url,
-        extproc_port=extproc_server,
-        patched_paths=False,
+    spec, listen = istio_envoy(
+        dynamo.url, legacy.url, extproc_server, patched_paths=False, name="istio-unpatched"
     )
-    envoy = run_envoy(bootstrap, tmp_path, admin)
-    try:
+    with envoys.own(spec):
         reply = send_http1(listen, "POST", "/v1%2Fembeddings", orjson.dumps(QUERY))
         assert reply.status == 404  # the stand-in's answer: it has no such path
         assert [s.target for s in legacy.state.seen] == ["/v1%2Fembeddings"]
         assert dynamo.received == []
-    finally:
-        _stop(envoy)
 
 
 # -- the HTTP codec's refusals, in every shape -----------------------------------------------

@@ -18,7 +18,7 @@ from extproc.core.policy import (
 from extproc.core.policy.presets import presets
 from extproc.core.tokens import load_tokenizer
 from extproc.core.upstreams import Capabilities
-from tests.conftest import QWEN_EOS, QWEN_MODEL, REPO, SHIPPED_QWEN_POLICY
+from testing_support.qwen import QWEN_EOS, QWEN_MODEL, REPO, SHIPPED_QWEN_POLICY
 
 
 def load(text: str, qwen_dir: Path) -> GatewayPolicy:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from extproc.core.policy import GatewayPolicy, load_policy_text
 from extproc.core.policy.changes import SHOWN_PROMPT_CHARS, policy_changes
-from tests.conftest import QWEN_MODEL
+from testing_support.qwen import QWEN_MODEL
 
 LEGACY = f"""
 models:

@@ -14,7 +14,7 @@ import pytest
 from extproc.core.policy import ModelPolicy, PolicyError, load_policy_text
 from extproc.core.policy.presets import load_presets, presets
 from extproc.core.prompts import prompt_prefix
-from tests.conftest import REPO
+from testing_support.qwen import REPO
 
 PRESETS_DIR = REPO / "extproc" / "core" / "policy" / "presets"
 QWEN3_TASK = "Given a web search query, retrieve relevant passages that answer the query"

@@ -54,10 +54,13 @@ from extproc.tools.toolkit.vector_parity import (
     SideSummary,
     compare_vectors,
 )
-from tests.conftest import QWEN_EOS, QWEN_MODEL
+from testing_support.fake_upstream import FakeUpstream
+from testing_support.gateway import Gateway, GatewaySpec
+from testing_support.http import http
+from testing_support.processes import free_port
+from testing_support.qwen import QWEN_EOS, QWEN_MODEL
 from tests.fake_legacy import DEFAULT_TASK, FakeLegacy, qwen3_query
-from tests.fake_upstream import FakeUpstream
-from tests.harness import Gateway, Gateways, GatewaySpec, free_port, http
+from tests.harness import Gateways
 
 EXTERNAL_REF = re.compile(r"""(?:src|href)\s*=\s*["']?\s*(?:https?:)?//""", re.IGNORECASE)
 

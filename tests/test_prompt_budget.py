@@ -15,7 +15,7 @@ from extproc.core.prompts import (
     prompt_budget_problem,
 )
 from extproc.core.tokens import load_tokenizer
-from tests.conftest import QWEN_MODEL, qwen_tokenizer_dir
+from testing_support.qwen import QWEN_MODEL, qwen_tokenizer_dir
 
 QWEN_DIR = qwen_tokenizer_dir()
 QUERY = PolicyPrompt("prompts.query", "the query prompt", "q: ")

@@ -24,6 +24,7 @@ from extproc.core.plan import Encoding, ResponsePlan
 from extproc.core.request_rewrite import Forward, rewrite_request
 from extproc.core.response_rewrite import rewrite_response
 from extproc.core.vectors import decode_rows, encode_base64, truncate_renormalise
+from testing_support.http import envelope_error
 
 MODEL = "Qwen/Qwen3-Embedding-0.6B"
 EOS = 151643
@@ -31,7 +32,6 @@ LIMIT = 1024
 QUERY_PREFIX = (
     "Instruct: Given a web search query, retrieve relevant passages that answer the query\nQuery:"
 )
-ENVELOPE_KEYS = {"message", "type", "param", "code"}
 
 
 def cfg(max_examples: int) -> settings:
@@ -58,8 +58,7 @@ def check_request(body: bytes, contract: Contract) -> Forward | None:
         forward = rewrite_request(body, contract.policy, contract.tokenizers)
     except ApiError as exc:
         assert 400 <= exc.status < 500, repr(exc)
-        envelope = orjson.loads(exc.envelope())
-        assert set(envelope["error"]) == ENVELOPE_KEYS
+        envelope_error(exc.envelope())
         return None
     assert isinstance(forward, Forward)
     if forward.upstream_body is not None:
@@ -314,10 +313,7 @@ def test_any_upstream_answer_is_handled(plan_index: int, status: int, body: byte
         orjson.loads(answer.body)
         return
     assert answer.status >= 400
-    doc = orjson.loads(answer.body)
-    assert list(doc) == ["error"]
-    assert set(doc["error"]) == ENVELOPE_KEYS
-    assert isinstance(doc["error"]["message"], str)
+    envelope_error(answer.body)
     if plan is not None and status >= 500:
         assert answer.status >= 500
     if not 200 <= status < 300 and status >= 400 and plan is None:

@@ -67,10 +67,12 @@ from extproc.service.reload import (
     after_race,
     policy_stamp,
 )
-from extproc.service.server import serve
-from tests.conftest import QWEN_MODEL
-from tests.fake_upstream import FakeUpstream
-from tests.harness import Gateway, Gateways, GatewaySpec, http, metric_value
+from testing_support.fake_upstream import FakeUpstream
+from testing_support.gateway import Gateway, GatewaySpec
+from testing_support.http import metric_value
+from testing_support.qwen import QWEN_MODEL
+from tests.ext_proc_server import serving
+from tests.harness import Gateways
 from tests.recorded_metrics import RecordedPolicyReloads, RecordedServerMetrics
 from tests.test_policy_reading import NOT_REGULAR_FILES
 
@@ -105,12 +107,8 @@ def write_in_place(path: Path, text: str) -> None:
         f.write(text)
 
 
-def metrics(gw: Gateway) -> str:
-    return http("GET", f"{gw.metrics_url}/metrics").body.decode()
-
-
 def reloads(gw: Gateway, outcome: str) -> float:
-    return metric_value(metrics(gw), "extproc_policy_reloads_total", outcome=outcome)
+    return metric_value(gw.metrics(), "extproc_policy_reloads_total", outcome=outcome)
 
 
 def workers(gw: Gateway) -> int:
@@ -167,7 +165,7 @@ def rejected_lines(gw: Gateway) -> list[str]:
 
 
 def not_applied(gw: Gateway) -> dict[str, float]:
-    text = metrics(gw)
+    text = gw.metrics()
     return {
         setting: metric_value(text, "extproc_policy_settings_not_applied", setting=setting)
         for setting in NOT_APPLIED_SETTINGS
@@ -484,30 +482,15 @@ async def reloading_server(qwen_dir: Path, tmp_path: Path) -> AsyncIterator[Relo
     started_from = policy_stamp(config)
     contract = load_contract(load_policy_file(config, tokenizer_overrides=overrides))
     metrics = RecordedServerMetrics()
-    stop = asyncio.Event()
-    ready: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-    task = asyncio.create_task(
-        serve(
-            contract,
-            address="127.0.0.1:0",
-            metrics_address=None,
-            grace_seconds=1.0,
-            stop=stop,
-            metrics=metrics,
-            on_ready=ready.set_result,
-            reload=ReloadSettings(
-                config, overrides, interval_s=0.1, settle_s=0.3, started_from=started_from
-            ),
-        )
+    reload = ReloadSettings(
+        config, overrides, interval_s=0.1, settle_s=0.3, started_from=started_from
     )
-    await asyncio.wait_for(asyncio.shield(ready), 60)
-    channel = grpc.aio.insecure_channel(f"127.0.0.1:{ready.result()}")
-    try:
-        yield ReloadingServer(channel, config, metrics)
-    finally:
-        await channel.close()
-        stop.set()
-        await asyncio.wait_for(task, 30)
+    async with serving(contract, metrics, reload=reload) as port:
+        channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+        try:
+            yield ReloadingServer(channel, config, metrics)
+        finally:
+            await channel.close()
 
 
 def _headers() -> ep.ProcessingRequest:
@@ -713,7 +696,7 @@ def test_a_policy_needing_larger_envoy_limits_is_flagged(
     count = reloads(gw, "reloaded")
     volume.update(policy_yaml(QWEN_MODEL, limits="limits: {max_request_bytes: 67108864}"))
     wait_for_count(gw, "reloaded", count)
-    assert metric_value(metrics(gw), "extproc_policy_envoy_limits_stale") == 1
+    assert metric_value(gw.metrics(), "extproc_policy_envoy_limits_stale") == 1
     assert not_applied(gw) == {
         "request_body_buffer": 1,
         "response_buffer": 0,
@@ -726,7 +709,7 @@ def test_a_policy_needing_larger_envoy_limits_is_flagged(
         assert "request body buffer 67108864 bytes > 8388608" in warning, warning
     volume.update(policy_yaml(QWEN_MODEL))
     wait_for_count(gw, "reloaded", count + workers(gw))
-    assert metric_value(metrics(gw), "extproc_policy_envoy_limits_stale") == 0
+    assert metric_value(gw.metrics(), "extproc_policy_envoy_limits_stale") == 0
     assert set(not_applied(gw).values()) == {0}
 
 
@@ -750,7 +733,7 @@ def test_sighup_reloads_an_unwatched_file(
         assert embed(gw, ADDED) == 404
         assert reloads(gw, "reloaded") == 0
         sent = time.monotonic()
-        gw.process.send_signal(signal.SIGHUP)  # to `extproc run`: it reaches every worker
+        gw.process.signal(signal.SIGHUP)  # to `extproc run`: it reaches every worker
         latency = wait_until_answered(gw, ADDED, sent)
         print(f"reload latency (SIGHUP -> new model answers): {latency:.2f} s")
         wait_for_count(gw, "reloaded", 0)
@@ -805,7 +788,8 @@ def test_a_path_that_is_no_regular_file_is_refused_once_and_blocks_nothing(
     latency; the next regular file is loaded as usual."""
     gw, volume = watched
     make, phrase = NOT_REGULAR_FILES[kind]
-    serve_file(gw, volume.path, policy_yaml(QWEN_MODEL, ADDED))
+    if embed(gw, ADDED) != 200:  # a policy that serves ADDED (the kind before left one)
+        serve_file(gw, volume.path, policy_yaml(QWEN_MODEL, ADDED))
     body = {"model": ADDED, "input": "hello"}
     with Traffic(gw, body) as before:
         time.sleep(1.5)
@@ -822,7 +806,7 @@ def test_a_path_that_is_no_regular_file_is_refused_once_and_blocks_nothing(
         for line in new_lines:
             assert f"{volume.path}: <file>: " in line and phrase in line, line
         sent = time.monotonic()
-        gw.process.send_signal(signal.SIGHUP)
+        gw.process.signal(signal.SIGHUP)
         wait_for_count(gw, "rejected", rejected + workers(gw))
         answered = time.monotonic() - sent
     assert during.statuses.keys() == {200}, during.statuses
@@ -835,10 +819,11 @@ def test_a_path_that_is_no_regular_file_is_refused_once_and_blocks_nothing(
     assert answered < 2.0
     assert statistics.median(during.seconds) < 3 * usual + 0.05
     assert worst < 2.0
-    count = reloads(gw, "reloaded")
-    volume.update(policy_yaml(QWEN_MODEL))
+    count, after = reloads(gw, "reloaded"), f"qwen-after-{kind}"
+    assert embed(gw, after) == 404
+    volume.update(policy_yaml(QWEN_MODEL, ADDED, after))
     wait_for_count(gw, "reloaded", count)
-    assert embed(gw, ADDED) == 404
+    assert embed(gw, after) == 200
 
 
 def test_sighup_with_a_fifo_returns_at_once_and_the_gateway_still_stops(
@@ -852,7 +837,7 @@ def test_sighup_with_a_fifo_returns_at_once_and_the_gateway_still_stops(
         (tmp_path / "link").symlink_to(tmp_path / "fifo")
         os.replace(tmp_path / "link", config)  # the policy path now leads to a FIFO
         sent = time.monotonic()
-        gw.process.send_signal(signal.SIGHUP)
+        gw.process.signal(signal.SIGHUP)
         while "SIGHUP: reloading" not in gw.log():
             assert time.monotonic() - sent < 5, gw.log()
             time.sleep(0.01)

@@ -14,10 +14,12 @@ import pytest
 import tokenizers
 from tokenizers import models, pre_tokenizers, processors
 
-from tests.conftest import QWEN_MODEL, SHIPPED_QWEN_POLICY
+from testing_support.fake_upstream import FakeUpstream
+from testing_support.gateway import Gateway, GatewaySpec
+from testing_support.http import http
+from testing_support.qwen import QWEN_MODEL, SHIPPED_QWEN_POLICY
 from tests.fake_rerank import FakeLegacyRerank, FakeRerankUpstream
-from tests.fake_upstream import FakeUpstream
-from tests.harness import Gateway, Gateways, GatewaySpec, http
+from tests.harness import Gateways
 from tests.learning import assert_same_rerank_answer
 
 MAX_TOKENS = 64

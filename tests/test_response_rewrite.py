@@ -17,10 +17,10 @@ import pytest
 
 from extproc.core.plan import Encoding, ResponsePlan
 from extproc.core.response_rewrite import ClientAnswer, needs_response_body, rewrite_response
+from testing_support.http import envelope_error
 
 MODEL = "Qwen/Qwen3-Embedding-0.6B"
 NATIVE = 1024
-ENVELOPE_KEYS = {"message", "type", "param", "code"}
 
 F32 = npt.NDArray[np.float32]
 
@@ -108,14 +108,8 @@ def client_vectors(doc: dict[str, Any], encoding: Encoding) -> npt.NDArray[Any]:
 def assert_envelope(answer: ClientAnswer | None, status: int, type_: str) -> dict[str, Any]:
     assert answer is not None
     assert answer.status == status, answer
-    doc = orjson.loads(answer.body)
-    assert list(doc) == ["error"], doc
-    error = doc["error"]
-    assert set(error) == ENVELOPE_KEYS, error
+    error = envelope_error(answer.body)
     assert error["type"] == type_
-    assert isinstance(error["message"], str) and error["message"]
-    assert error["param"] is None or isinstance(error["param"], str)
-    assert error["code"] is None or isinstance(error["code"], str)
     return dict(error)
 
 

@@ -24,7 +24,7 @@ import pytest
 from envoy.config.core.v3 import base_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
 
-from tests.test_shadow_envoy import start_comparator
+from tests.harness import start_comparator
 
 pytestmark = pytest.mark.alone  # the pairs per second one comparator sustains
 
@@ -121,7 +121,7 @@ def test_pairs_per_second_one_comparator_sustains(tmp_path: Path) -> None:
             time.sleep(0.05)
         took = time.perf_counter() - started
     finally:
-        comparator.proc.stop()
+        comparator.process.stop()
     assert summary["pairs"] == PAIRS and summary["expired_halves"] == 0
     assert summary["inputs"]["document"]["compared"] == PAIRS * BATCH
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import copy
-import subprocess
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -25,7 +24,6 @@ from extproc.core.policy import GatewayPolicy
 from extproc.core.status import status_class
 from extproc.runtime.envoy_config import DEFAULT_TEMPLATE as STANDALONE_TEMPLATE
 from extproc.runtime.envoy_config import Upstream, dump, load_template
-from extproc.runtime.envoy_process import envoy_binary
 from extproc.tools.parity import Thresholds
 from extproc.tools.shadow import (
     Half,
@@ -56,6 +54,7 @@ from extproc.tools.shadow.envoy_render import (
 from extproc.tools.shadow.half import digest
 from extproc.tools.shadow.shadow_report import render_report
 from extproc.tools.shadow.tap import TapStream
+from testing_support.envoy import envoy_validate
 
 RNG = np.random.default_rng(7)
 
@@ -557,13 +556,7 @@ def without_shadow(config: dict[str, Any]) -> dict[str, Any]:
 
 def validate(config: dict[str, Any], path: Path) -> None:
     path.write_text(dump(config))
-    result = subprocess.run(
-        [envoy_binary(), "--mode", "validate", "-c", str(path), "-l", "error"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    result = envoy_validate(path)
     assert result.returncode == 0, result.stdout + result.stderr
 
 

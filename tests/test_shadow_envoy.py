@@ -23,8 +23,7 @@ import statistics
 import subprocess
 import sys
 import time
-import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,24 +31,24 @@ from typing import Any
 
 import numpy as np
 import pytest
-import yaml
 
 from extproc.core.policy import GatewayPolicy
 from extproc.runtime.envoy_config import DEFAULT_TEMPLATE as STANDALONE_TEMPLATE
 from extproc.runtime.envoy_config import Upstream, load_template
-from extproc.runtime.envoy_process import envoy_binary
 from extproc.tools.shadow.envoy_render import (
     REVERSE_TEMPLATE,
     SHADOW_TEMPLATE,
     ShadowEnvoySettings,
     render_shadow,
 )
-from tests.conftest import QWEN_MODEL, REPO, SHIPPED_QWEN_POLICY
-from tests.fake_upstream import FakeUpstream
-from tests.harness import Reply, free_port, http
+from testing_support.envoy import Envoy, EnvoySpec
+from testing_support.fake_upstream import FakeUpstream
+from testing_support.http import Reply, http
+from testing_support.processes import Process, free_port, wait_until
+from testing_support.qwen import QWEN_MODEL, REPO
+from testing_support.serve import ServeSpec
+from tests.harness import Comparator, Envoys, Servers, start_comparator, start_stand_in
 from tests.test_shadow_core import without_rewrite, without_shadow
-
-pytestmark = pytest.mark.alone  # the latency the shadow adds, the primary path not waiting
 
 READY_TIMEOUT_S = 60.0
 PAIRS_TIMEOUT_S = 30.0
@@ -60,170 +59,8 @@ LATENCY_REQUESTS = 200
 # --------------------------------------------------------------------------- processes
 
 
-class Proc:
-    """A subprocess with its output in a log file, stopped by its own PID."""
-
-    def __init__(self, argv: list[str], log_path: Path, env: dict[str, str] | None = None) -> None:
-        self.log_path = log_path
-        with log_path.open("wb") as log_file:
-            self.process = subprocess.Popen(
-                argv, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env
-            )
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def wait_line(self, prefix: str, timeout: float = READY_TIMEOUT_S) -> str:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            for line in self.log().splitlines():
-                if line.startswith(prefix):
-                    return line
-            if self.process.poll() is not None:
-                raise RuntimeError(f"exited with {self.process.returncode}:\n{self.log()}")
-            time.sleep(0.05)
-        raise TimeoutError(f"no {prefix!r} line in {timeout} s:\n{self.log()}")
-
-    def signal(self, sig: signal.Signals) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(sig)
-
-    def stop(self, timeout: float = 15.0) -> int:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGCONT)  # in case it was paused
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(5)
-        return int(self.process.returncode)
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise TimeoutError(f"timed out after {timeout} s waiting for {what}")
-
-
-def get_json(url: str) -> Any:
-    with urllib.request.urlopen(url, timeout=10) as response:
-        return json.loads(response.read())
-
-
-FAKE_SERVER = """
-import signal, sys, threading
-from pathlib import Path
-kind, tokenizer_dir = sys.argv[1], Path(sys.argv[2])
-if kind == "legacy":
-    from tests.fake_legacy import FakeLegacy
-    server = FakeLegacy(tokenizer_dir=tokenizer_dir)
-else:
-    from tests.fake_upstream import FakeUpstream
-    server = FakeUpstream(flavour="dynamo", tokenizer_dir=tokenizer_dir)
-stop = threading.Event()
-signal.signal(signal.SIGTERM, lambda *_: stop.set())
-server.start()
-print("fake ready:", server.url, flush=True)
-stop.wait()
-server.stop()
-"""
-
-
-def launch_fake(kind: str, qwen_dir: Path, log_dir: Path) -> Proc:
-    """A fake server in its own process (its CPU work must not hold this process's GIL
-    while the test times the primary path); its URL is on its "fake ready:" line."""
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return Proc(
-        [sys.executable, "-c", FAKE_SERVER, kind, str(qwen_dir)],
-        log_dir / f"fake-{kind}-{time.monotonic_ns()}.log",
-        env=env,
-    )
-
-
-def fake_url(proc: Proc) -> str:
-    return proc.wait_line("fake ready:").split()[-1]
-
-
-def launch_rewrite_server(qwen_dir: Path, log_dir: Path) -> tuple[Proc, int]:
-    """`extproc serve` with the shipped policy: the candidate's contract gateway."""
-    port = free_port()
-    proc = Proc(
-        [
-            sys.executable,
-            "-m",
-            "extproc",
-            "serve",
-            "--listen",
-            f"127.0.0.1:{port}",
-            "--config",
-            str(SHIPPED_QWEN_POLICY),
-            "--tokenizer",
-            f"{QWEN_MODEL}={qwen_dir}",
-            "--grace",
-            "1",
-        ],
-        log_dir / f"extproc-serve-{port}.log",
-    )
-    return proc, port
-
-
-def wait_rewrite_server(proc: Proc) -> None:
-    wait_for(lambda: "ext_proc serving on port" in proc.log(), READY_TIMEOUT_S, "extproc serve")
-
-
-class Comparator:
-    def __init__(self, proc: Proc, grpc_port: int, http_port: int) -> None:
-        self.proc = proc
-        self.grpc_port = grpc_port
-        self.http_port = http_port
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.http_port}"
-
-    def summary(self) -> dict[str, Any]:
-        doc: dict[str, Any] = get_json(f"{self.url}/summary")
-        return doc
-
-    def metrics(self) -> str:
-        with urllib.request.urlopen(f"{self.url}/metrics", timeout=10) as response:
-            return str(response.read().decode())
-
-
-def start_comparator(log_dir: Path, *, extra: list[str] | None = None) -> Comparator:
-    grpc_port, http_port = free_port(), free_port()
-    listen, http = f"127.0.0.1:{grpc_port}", f"127.0.0.1:{http_port}"
-    options = ["--listen", listen, "--http", http, "--ttl", "20", "--grace", "1", *(extra or [])]
-    argv = [sys.executable, "-m", "extproc", "shadow-compare", *options]
-    comparator = Comparator(Proc(argv, log_dir / f"compare-{grpc_port}.log"), grpc_port, http_port)
-    comparator.proc.wait_line("shadow-compare ready")
-    return comparator
-
-
-def start_envoy(config: dict[str, Any], log_dir: Path, name: str) -> Proc:
-    path = log_dir / f"envoy-{name}.yaml"
-    path.write_text(yaml.safe_dump(config, sort_keys=False))
-    admin_port = config["admin"]["address"]["socket_address"]["port_value"]
-    proc = Proc(
-        [envoy_binary(), "-c", str(path), "--use-dynamic-base-id", "-l", "warning"],
-        log_dir / f"envoy-{name}.log",
-    )
-
-    def live() -> bool:
-        if proc.process.poll() is not None:
-            raise RuntimeError(f"envoy exited:\n{proc.log()}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{admin_port}/ready", timeout=1) as r:
-                return bool(r.status == 200)
-        except OSError:
-            return False
-
-    wait_for(live, READY_TIMEOUT_S, f"envoy {name}")
-    return proc
+def shadow_envoy(config: dict[str, Any], name: str) -> EnvoySpec:
+    return EnvoySpec.of(config, name, concurrency=None)
 
 
 def settings_for(
@@ -371,19 +208,16 @@ class World:
 
 
 @pytest.fixture(scope="module")
-def world(qwen_dir: Path, qwen_policy: GatewayPolicy, logs: Path) -> Iterator[World]:
-    """FakeLegacy and fake Dynamo in their own processes, and `extproc serve`: started
-    together, then waited for."""
-    legacy = launch_fake("legacy", qwen_dir, logs)
-    dynamo = launch_fake("dynamo", qwen_dir, logs)
-    rewrite, rewrite_port = launch_rewrite_server(qwen_dir, logs)
-    try:
-        baseline, candidate = fake_url(legacy), fake_url(dynamo)
-        wait_rewrite_server(rewrite)
-        yield World(baseline, candidate, rewrite_port, qwen_policy, logs)
-    finally:
-        for proc in (rewrite, dynamo, legacy):
-            proc.stop()
+def world(
+    qwen_dir: Path, qwen_policy: GatewayPolicy, logs: Path, servers: Servers
+) -> Iterator[World]:
+    """FakeLegacy and fake Dynamo in processes of their own, and `extproc serve`."""
+    with (
+        start_stand_in("legacy", qwen_dir, logs) as baseline,
+        start_stand_in("dynamo", qwen_dir, logs) as candidate,
+    ):
+        rewrite = servers.shared(ServeSpec())
+        yield World(baseline, candidate, rewrite.port, qwen_policy, logs)
 
 
 @pytest.fixture(scope="module")
@@ -393,7 +227,7 @@ def reference(world: World) -> list[Reply]:
 
 
 class Stack:
-    def __init__(self, settings: ShadowEnvoySettings, envoy: Proc, comparator: Comparator) -> None:
+    def __init__(self, settings: ShadowEnvoySettings, envoy: Envoy, comparator: Comparator) -> None:
         self.settings = settings
         self.envoy = envoy
         self.comparator = comparator
@@ -411,21 +245,20 @@ class Stack:
             return int(summary["pairs"]) >= n and summary["pending_halves"] == 0
 
         try:
-            wait_for(done, PAIRS_TIMEOUT_S, f"{n} pairs")
+            wait_until(done, PAIRS_TIMEOUT_S, f"{n} pairs")
         except TimeoutError:
             raise AssertionError(json.dumps(summary, indent=1)[:4000]) from None
         return summary
 
 
 @pytest.fixture(scope="module")
-def stack(world: World) -> Iterator[Stack]:
+def stack(world: World, envoys: Envoys) -> Iterator[Stack]:
     """Config A with the rewrite on, one comparator behind the tap cluster."""
     with ExitStack() as cleanup:
         comparator = start_comparator(world.logs)
-        cleanup.callback(comparator.proc.stop)
+        cleanup.callback(comparator.process.stop)
         settings = world.settings(comparator.grpc_port)
-        envoy = start_envoy(world.config(settings), world.logs, "shadow")
-        cleanup.callback(envoy.stop)
+        envoy = cleanup.enter_context(envoys.own(shadow_envoy(world.config(settings), "shadow")))
         yield Stack(settings, envoy, comparator)
 
 
@@ -472,17 +305,16 @@ def test_parity_with_the_rewrite_on(stack: Stack, reference: list[Reply]) -> Non
     print("\n" + result.stdout)
 
 
-def test_the_silent_failure_is_caught_with_the_rewrite_off(world: World) -> None:
+def test_the_silent_failure_is_caught_with_the_rewrite_off(world: World, envoys: Envoys) -> None:
     """Candidate = raw fake Dynamo on the shadow listener (no rewrite filter): what a
     plain address swap gives. A second baseline replica (here: the same baseline,
     mirrored to the noise listener) gives the noise; it explains none of this."""
     with ExitStack() as cleanup:
         comparator = start_comparator(world.logs, extra=["--noise"])
-        cleanup.callback(comparator.proc.stop)
+        cleanup.callback(comparator.process.stop)
         settings = world.settings(comparator.grpc_port, noise=world.baseline)
         config = without_rewrite(world.config(settings))
-        envoy = start_envoy(config, world.logs, "no-rewrite")
-        cleanup.callback(envoy.stop)
+        envoy = cleanup.enter_context(envoys.own(shadow_envoy(config, "no-rewrite")))
         stack = Stack(settings, envoy, comparator)
 
         requests = workload()
@@ -518,8 +350,9 @@ def report_from(summary: dict[str, Any]) -> str:
     return render_report(summary)
 
 
+@pytest.mark.alone  # the mirrored half settles between two polls
 def test_reverse_config_after_the_cut_over_half_shadowed(
-    world: World, reference: list[Reply]
+    world: World, reference: list[Reply], envoys: Envoys
 ) -> None:
     """Config B: clients get the candidate through the gateway (here the optimised
     envoy/standalone.yaml gateway, adopted with --gateway-template); the legacy server
@@ -527,11 +360,10 @@ def test_reverse_config_after_the_cut_over_half_shadowed(
     At 50 %, only the shadowed half is tapped: every tapped request has its pair."""
     with ExitStack() as cleanup:
         comparator = start_comparator(world.logs)
-        cleanup.callback(comparator.proc.stop)
+        cleanup.callback(comparator.process.stop)
         settings = world.settings(comparator.grpc_port, reverse=True, percent=50)
         config = world.config(settings, reverse=True, gateway=STANDALONE_TEMPLATE)
-        envoy = start_envoy(config, world.logs, "reverse")
-        cleanup.callback(envoy.stop)
+        cleanup.enter_context(envoys.own(shadow_envoy(config, "reverse")))
 
         requests = workload() * 3
         replies = answers(primary_url(settings), requests)
@@ -545,7 +377,7 @@ def test_reverse_config_after_the_cut_over_half_shadowed(
             last[:] = now
             return done and now[0] == now[1] == now[2]
 
-        wait_for(settled, PAIRS_TIMEOUT_S, "the shadowed half to pair")
+        wait_until(settled, PAIRS_TIMEOUT_S, "the shadowed half to pair", interval=0.1)
         time.sleep(0.5)
         summary = comparator.summary()
 
@@ -559,8 +391,9 @@ def test_reverse_config_after_the_cut_over_half_shadowed(
     assert summary["verdict"]["verdict"] == "ready", summary["verdict"]
 
 
+@pytest.mark.alone  # the primary path's bound while the candidate sleeps
 def test_a_dead_or_hung_comparator_and_a_slow_or_dead_candidate_change_nothing(
-    world: World, qwen_dir: Path, reference: list[Reply]
+    world: World, qwen_dir: Path, reference: list[Reply], envoys: Envoys
 ) -> None:
     requests = workload()
     with ExitStack() as cleanup:
@@ -568,10 +401,9 @@ def test_a_dead_or_hung_comparator_and_a_slow_or_dead_candidate_change_nothing(
         slow.fault = "slow"
         slow.slow_seconds = 3.0
         comparator = start_comparator(world.logs)
-        cleanup.callback(comparator.proc.stop)
+        cleanup.callback(comparator.process.stop)
         settings = world.settings(comparator.grpc_port, candidate=slow.url)
-        envoy = start_envoy(world.config(settings), world.logs, "faults")
-        cleanup.callback(envoy.stop)
+        envoy = cleanup.enter_context(envoys.own(shadow_envoy(world.config(settings), "faults")))
         url = primary_url(settings)
 
         def check(situation: str) -> None:
@@ -584,13 +416,13 @@ def test_a_dead_or_hung_comparator_and_a_slow_or_dead_candidate_change_nothing(
 
         # 1. The comparator is hung (SIGSTOP: it accepts connections, reads nothing)
         #    and the candidate answers after 3 s.
-        comparator.proc.signal(signal.SIGSTOP)
+        comparator.process.signal(signal.SIGSTOP)
         check("hung comparator, slow candidate")
         # 2. The comparator is gone and the candidate too.
-        comparator.proc.stop()
+        comparator.process.stop()
         slow.stop()
         check("dead comparator, dead candidate")
-        assert envoy.process.poll() is None
+        assert envoy.process.alive()
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -631,7 +463,8 @@ def describe_latency(label: str, timings: dict[str, list[float]]) -> str:
     )
 
 
-def test_latency_added_to_the_primary_path(stack: Stack, world: World) -> None:
+@pytest.mark.alone  # the latency the shadow adds
+def test_latency_added_to_the_primary_path(stack: Stack, world: World, envoys: Envoys) -> None:
     """Batch-8 document requests, one at a time, through the shadow config (tap +
     100 % mirror to the rewrite and fake Dynamo, the comparator) and through the same
     config without tap and mirror (same baseline). Paced (50 ms apart, alternating
@@ -643,8 +476,7 @@ def test_latency_added_to_the_primary_path(stack: Stack, world: World) -> None:
     plain_config = without_shadow(world.config(plain_settings))
     docs = [d["text"] for d in corpus() if d.get("kind") == "document"]
     body = {"model": QWEN_MODEL, "input": docs[:8]}
-    plain = start_envoy(plain_config, world.logs, "plain")
-    try:
+    with envoys.own(shadow_envoy(plain_config, "plain")):
         urls = {"shadow": stack.url, "plain": primary_url(plain_settings)}
         before = stack.wait_pairs(0)["pairs"]
         for url in urls.values():  # warm up connections and caches
@@ -652,8 +484,6 @@ def test_latency_added_to_the_primary_path(stack: Stack, world: World) -> None:
                 assert http("POST", url, body).status == 200
         paced = _timed(urls, body, LATENCY_REQUESTS // 2, pause_s=0.05)
         back_to_back = _timed(urls, body, LATENCY_REQUESTS, block=20)
-    finally:
-        plain.stop()
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     lines = [
         f"primary-path latency ({os.cpu_count()} CPUs, load average {load}; "
@@ -674,7 +504,7 @@ def test_extproc_shadow_launcher(world: World, qwen_dir: Path, workers: int) -> 
     """`extproc shadow` (here `python -m extproc shadow`): one command, one line; the
     gateway's ext_proc server in it, or two workers behind its Envoy."""
     listen, http_port = free_port(), free_port()
-    proc = Proc(
+    proc = Process.start(
         [
             sys.executable,
             "-m",
@@ -696,16 +526,17 @@ def test_extproc_shadow_launcher(world: World, qwen_dir: Path, workers: int) -> 
             str(workers),
         ],
         world.logs / f"launcher-{workers}.log",
+        name="extproc shadow",
     )
     try:
-        line = proc.wait_line("extproc shadow ready:")
+        line = proc.wait_line("extproc shadow ready:", READY_TIMEOUT_S)
         assert f"http://127.0.0.1:{listen}/v1/embeddings -> baseline {world.baseline}" in line
         assert "/summary" in line
         requests = workload()[:6]
         for body in requests:
             assert http("POST", f"http://127.0.0.1:{listen}/v1/embeddings", body).status == 200
         comparator = Comparator(proc, 0, http_port)
-        wait_for(lambda: comparator.summary()["pairs"] >= len(requests), PAIRS_TIMEOUT_S, "pairs")
+        wait_until(lambda: comparator.summary()["pairs"] >= len(requests), PAIRS_TIMEOUT_S, "pairs")
         result = report(comparator.url)
         assert result.returncode == 0, result.stdout + result.stderr
         assert proc.log().count(" started (pid ") == (workers if workers > 1 else 0)

@@ -2,7 +2,7 @@
 configs and the shipped Qwen3 policy (its default limits).
 
 Twenty-four clients declare a body (of each twelve, ten ``Content-Length: 8388608``,
-two of unknown length), one every 0.3 s, and send one byte of it a second for the 20 s
+two of unknown length), one every 0.3 s, and send one byte of it a second for the 12 s
 that a steady stream of ordinary requests (seed-sized, and 2 MB batches) runs. Each
 one's reservation at the request headers lapses after its hold (8 MiB at the policy's
 floor upload rate): the ordinary requests are all served, no slower than without the
@@ -29,11 +29,13 @@ import h2.events
 import orjson
 import pytest
 
-from bench.burst import post, request_body
 from extproc.core.policy.model import DEFAULT_ADMISSION_UPLOAD_BYTES_PER_S
-from tests.conftest import QWEN_MODEL
-from tests.fake_upstream import FakeUpstream
-from tests.harness import SHAPES, Gateway, Gateways, GatewaySpec, http, metric_value
+from testing_support.fake_upstream import FakeUpstream
+from testing_support.gateway import SHAPES, Gateway, GatewaySpec
+from testing_support.http import metric_value, post, request_body
+from testing_support.processes import wait_until
+from testing_support.qwen import QWEN_MODEL
+from tests.harness import Gateways
 
 pytestmark = pytest.mark.alone  # a latency bound under slow uploads
 
@@ -42,8 +44,9 @@ SLOW_DECLARED: list[int | None] = [8_388_608] * 10 + [None] * 2  # None: chunked
 # HTTP/1.1 and h2c in turn (each kind's own every 0.6 s, h2c's 0.3 s after HTTP/1.1's).
 SLOW_EVERY_S = 0.3
 SLOW_KINDS = ("http1", "h2c")
-ATTACK_S = 20.0
-BASELINE_S = 10.0
+# Long enough for every slow client to come (7.5 s) and its hold to lapse (0.5 s).
+ATTACK_S = 12.0
+BASELINE_S = 6.0
 SEEDS = [
     orjson.dumps(
         {
@@ -235,21 +238,20 @@ def baseline(gateway: Gateway) -> list[Outcome]:
     return outcomes
 
 
-def scrape(gateway: Gateway) -> str:
-    return http("GET", f"{gateway.metrics_url}/metrics").body.decode()
-
-
 def latencies(outcomes: list[Outcome], kind: str) -> list[float]:
     return sorted(o.seconds for o in outcomes if o.kind == kind)
 
 
 def test_slow_uploads_hold_back_no_one(gateway: Gateway, baseline: list[Outcome]) -> None:
-    port = int(gateway.url.rsplit(":", 1)[1])
-    rejected_before = scrape(gateway)
+    port = gateway.port
+    rejected_before = gateway.metrics()
     with SlowClients(port, "http1") as http1, SlowClients(port, "h2c") as h2c:  # SLOW_KINDS
         outcomes = ordinary_traffic(gateway, ATTACK_S)
-        # The traffic is over and the slow clients still send: they hold no work.
-        text = scrape(gateway)
+        # The traffic is over and the slow clients still send: they hold no work (the
+        # last ordinary request's stream may end just after its answer came).
+        in_flight = "extproc_admission_in_flight_bytes"
+        wait_until(lambda: metric_value(gateway.metrics(), in_flight) == 0, 5, "no work held")
+        text = gateway.metrics()
         still_waiting = {"http1": http1.waiting, "h2c": h2c.waiting}
     slow = {"http1": http1, "h2c": h2c}
     for clients in slow.values():
@@ -274,7 +276,7 @@ def test_slow_uploads_hold_back_no_one(gateway: Gateway, baseline: list[Outcome]
     )
     assert statuses.count(200) == len(statuses), sorted(set(statuses))
     assert summary["seed"][0] >= 20 and summary["batch"][0] >= 3, summary
-    assert metric_value(text, "extproc_admission_in_flight_bytes") == 0
+    assert metric_value(text, in_flight) == 0
     # The attack was real: slow uploads were let through and kept sending to the end.
     # The others got the 503 at their headers: they came while two live reservations
     # (the slow uploads before them) filled the budget for their whole wait, as the

@@ -33,9 +33,11 @@ from extproc.runtime.envoy_config import (
     render,
     with_legacy,
 )
-from tests.conftest import QWEN_MODEL, REPO
-from tests.fake_upstream import FakeUpstream
-from tests.harness import SHAPES, Gateway, Gateways, GatewaySpec, free_port
+from testing_support.fake_upstream import FakeUpstream
+from testing_support.gateway import SHAPES, Gateway, GatewaySpec
+from testing_support.processes import free_port
+from testing_support.qwen import QWEN_MODEL, REPO
+from tests.harness import Gateways
 from tests.legacy_stand_in import (
     LEGACY_422,
     LEGACY_500,
@@ -93,12 +95,6 @@ def multipart_audio(size: int) -> tuple[bytes, str]:
 @pytest.fixture(scope="module")
 def dynamo(upstream: FakeUpstream) -> FakeUpstream:
     return upstream
-
-
-@pytest.fixture(scope="module")
-def legacy(legacy_stand_in: LegacyStandIn) -> LegacyStandIn:
-    legacy_stand_in.reset()
-    return legacy_stand_in
 
 
 @pytest.fixture(scope="module", params=SHAPES)

@@ -29,9 +29,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.conftest import QWEN_MODEL
-from tests.fake_upstream import FakeUpstream
-from tests.harness import SHAPES, Gateway, Gateways, GatewaySpec
+from testing_support.fake_upstream import FakeUpstream
+from testing_support.gateway import SHAPES, Gateway, GatewaySpec
+from testing_support.qwen import QWEN_MODEL
+from tests.harness import Gateways
 
 FORGED_PLAN = json.dumps([QWEN_MODEL, 1, 1024, "dynamo", "float", "float", 64])
 # Headers that name the gateway's metadata, plan or route, or Envoy's own controls.

@@ -32,6 +32,8 @@ from extproc.service.stream import (
     Shape,
     TransitionError,
 )
+from testing_support.http import envelope_error
+from tests.ext_proc_server import set_headers
 from tests.recorded_metrics import RecordedStreamMetrics
 
 MODEL = "Qwen/Qwen3-Embedding-0.6B"
@@ -43,7 +45,6 @@ QUERY_PROMPT = (
     "Instruct: Given a web search query, retrieve relevant passages that answer the query\n"
     "Query:What is the capital city of France?"
 )
-ENVELOPE_KEYS = {"message", "type", "param", "code"}
 
 
 # -- message builders -------------------------------------------------------------------
@@ -104,28 +105,12 @@ def response_body(body: bytes, *, eos: bool = True) -> ep.ProcessingRequest:
     return ep.ProcessingRequest(response_body=ep.HttpBody(body=body, end_of_stream=eos))
 
 
-def set_headers(mutation: ep.HeaderMutation) -> dict[str, bytes]:
-    out: dict[str, bytes] = {}
-    for option in mutation.set_headers:
-        header = option.header
-        assert header.value == "", f"{header.key} set with `value`; Envoy needs raw_value"
-        out[header.key] = header.raw_value
-    return out
-
-
-def envelope(body: bytes) -> dict[str, Any]:
-    doc = orjson.loads(body)
-    assert list(doc) == ["error"]
-    assert set(doc["error"]) == ENVELOPE_KEYS
-    return dict(doc["error"])
-
-
 def assert_immediate(reply: ep.ProcessingResponse, status: int) -> dict[str, Any]:
     assert reply.WhichOneof("response") == "immediate_response", reply
     immediate = reply.immediate_response
     assert immediate.status.code == status
     assert set_headers(immediate.headers)["content-type"] == b"application/json"
-    return envelope(immediate.body)
+    return envelope_error(immediate.body)
 
 
 AWAITING = (Phase.AWAIT_REQUEST, Phase.AWAIT_RESPONSE_HEADERS, Phase.AWAIT_RESPONSE_BODY)
@@ -551,7 +536,7 @@ def test_response_body_error_enveloped(
     headers = set_headers(common.header_mutation)
     assert headers[":status"] == str(client_status).encode()
     assert headers["content-length"] == str(len(common.body_mutation.body)).encode()
-    error = envelope(common.body_mutation.body)
+    error = envelope_error(common.body_mutation.body)
     assert error["type"] == error_type
     assert "Internal server error" in error["message"]
 
@@ -1092,7 +1077,7 @@ def test_skipped_headers_error_enveloped_status_as_metadata(
     body = b'{"message":"Internal server error","type":"Internal Server Error","code":500}'
     reply = stream.handle(skipped_headers_body(body, upstream))
     assert status_metadata(reply) == client
-    envelope(reply.response_body.response.body_mutation.body)
+    envelope_error(reply.response_body.response.body_mutation.body)
 
 
 def test_skipped_headers_bad_vectors_become_502(stream: ExtProcStream) -> None:
@@ -1100,7 +1085,7 @@ def test_skipped_headers_bad_vectors_become_502(stream: ExtProcStream) -> None:
     rows = unit_rows(3)  # the request had 2 inputs
     reply = stream.handle(skipped_headers_body(b64_body(rows), 200))
     assert status_metadata(reply) == "502"
-    assert envelope(reply.response_body.response.body_mutation.body)["type"] == "server_error"
+    assert envelope_error(reply.response_body.response.body_mutation.body)["type"] == "server_error"
 
 
 def test_skipped_headers_local_reply_left_alone(stream: ExtProcStream) -> None:

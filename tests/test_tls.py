@@ -44,7 +44,6 @@ from extproc.runtime.envoy_config import (
     render,
     with_extproc_tls,
 )
-from extproc.service.server import serve
 from extproc.service.tls import (
     CertificateReloader,
     ReloadState,
@@ -58,11 +57,14 @@ from extproc.service.tls import (
     plan_reload,
     settings_from_flags,
 )
-from tests.conftest import QWEN_MODEL, REPO, SHIPPED_QWEN_POLICY
-from tests.fake_upstream import FakeUpstream
-from tests.harness import Gateways, GatewaySpec, http
+from testing_support.envoy import envoy_validate
+from testing_support.fake_upstream import FakeUpstream
+from testing_support.gateway import GatewaySpec
+from testing_support.http import http
+from testing_support.qwen import QWEN_MODEL, REPO, SHIPPED_QWEN_POLICY
+from tests.ext_proc_server import serving
+from tests.harness import Gateways
 from tests.recorded_metrics import RecordedServerMetrics, RecordedTlsReloads
-from tests.test_envoy_configs import validate
 
 OPENSSL_TIMEOUT_S = 30
 RPC_TIMEOUT_S = 5.0
@@ -157,25 +159,8 @@ def replace_file(source: Path, target: Path) -> None:
 async def running_server(
     contract: Contract, tls: TlsSettings | None, metrics: RecordedServerMetrics
 ) -> AsyncIterator[int]:
-    stop = asyncio.Event()
-    ready: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-    task = asyncio.create_task(
-        serve(
-            contract,
-            address="127.0.0.1:0",
-            metrics_address=None,
-            grace_seconds=0,
-            stop=stop,
-            metrics=metrics,
-            on_ready=ready.set_result,
-            tls=tls,
-        )
-    )
-    try:
-        yield await asyncio.wait_for(asyncio.shield(ready), 30)
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, 30)
+    async with serving(contract, metrics, grace_seconds=0, tls=tls) as port:
+        yield port
 
 
 def credentials(ca: Path | None = None, client: Pair | None = None) -> grpc.ChannelCredentials:
@@ -435,7 +420,7 @@ def test_tls_transformed_config_passes_envoy_validate(
     config = with_extproc_tls(rendered, tls)
     out = tmp_path / "envoy.yaml"
     out.write_text(dump(config))
-    result = validate(out)
+    result = envoy_validate(out)
     assert result.returncode == 0, result.stdout + result.stderr
 
     names = extproc_cluster_names(config)
@@ -454,7 +439,7 @@ def test_tls_transformed_config_passes_envoy_validate(
     # Envoy really reads the files: a missing CA makes the same config invalid.
     broken = with_extproc_tls(rendered, ExtProcTls(tmp_path / "missing-ca.pem"))
     out.write_text(dump(broken))
-    assert validate(out).returncode != 0
+    assert envoy_validate(out).returncode != 0
 
 
 def test_the_snippet_in_docs_tls_md_is_what_the_transformation_produces() -> None:

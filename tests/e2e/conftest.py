@@ -11,7 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import Gateway, Gateways, GatewaySpec, free_port, http
+from testing_support.gateway import Gateway, GatewaySpec
+from testing_support.http import http
+from testing_support.processes import free_port
+from tests.harness import Gateways
 from tests.real_upstream import (
     SERVED_MODEL,
     RealEnv,

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 from transformers import AutoTokenizer
 
-from tests.harness import Gateway, Reply, http
+from testing_support.gateway import Gateway
+from testing_support.http import Reply, http
 from tests.real_upstream import MAX_MODEL_LEN, SERVED_MODEL, RealEnv, Stack
 
 REPO = Path(__file__).resolve().parents[2]

@@ -13,7 +13,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from tests.harness import Gateway, Reply, http
+from testing_support.gateway import Gateway
+from testing_support.http import Reply, http
 from tests.real_upstream import SERVED_MODEL, Stack
 
 REPO = Path(__file__).resolve().parents[2]

@@ -24,7 +24,8 @@ from extproc.commands.cli import _parser
 from extproc.core.error_envelope import ErrorClass, ErrorShape
 from extproc.core.policy import load_policy_file
 from extproc.core.policy.model import EncodingProfile, InstructionUse, Leniency, Matryoshka
-from tests.harness import Gateways, GatewaySpec
+from testing_support.gateway import GatewaySpec
+from tests.harness import Gateways
 from tests.learning import assert_client_sees_the_same, battery
 from tests.real_upstream import SERVED_MODEL, RealEnv, Stack
 

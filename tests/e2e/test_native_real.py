@@ -21,8 +21,10 @@ import numpy as np
 import pytest
 import yaml
 
+from testing_support.gateway import Gateway, GatewaySpec
+from testing_support.http import Reply, http, metric_value
 from tests.e2e.conftest import MATRYOSHKA_POLICY, minilm
-from tests.harness import Gateway, Gateways, GatewaySpec, Reply, http, metric_value
+from tests.harness import Gateways
 from tests.real_upstream import SERVED_MODEL, RealEnv, Stack
 
 REPO = Path(__file__).resolve().parents[2]

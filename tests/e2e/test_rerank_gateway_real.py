@@ -17,7 +17,9 @@ import pytest
 from extproc.commands import learn as learn_command
 from extproc.commands.cli import _parser
 from extproc.core.policy import load_policy_file
-from tests.harness import Gateways, GatewaySpec, http
+from testing_support.gateway import GatewaySpec
+from testing_support.http import http
+from tests.harness import Gateways
 from tests.learning import assert_same_rerank_answer
 from tests.real_upstream import RERANKER_MODEL, RealEnv, Stack
 

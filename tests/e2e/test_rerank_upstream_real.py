@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests.harness import Reply, http
+from testing_support.http import Reply, http
 from tests.real_upstream import RERANKER_MODEL, Stack
 
 REPO = Path(__file__).resolve().parents[2]

