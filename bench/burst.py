@@ -1,10 +1,11 @@
 """Memory under a burst of large batches, and what every client got.
 
 ``python -m bench.burst`` starts the fake Dynamo upstream (testing_support/fake_upstream.py) and
-``extproc run`` in front of it (default policy unless ``--config``), sends
-``--concurrency`` simultaneous requests of ``--inputs`` short inputs with
-``dimensions`` (the rewrite path: the upstream answers base64, the gateway cuts and
-re-normalises), samples the RSS of the ext_proc process and of Envoy every 50 ms, and
+``extproc run`` in front of it (default policy unless ``--config``; ``--workers``, by
+default its own: the usable CPUs), sends ``--concurrency`` simultaneous requests of
+``--inputs`` short inputs with ``dimensions`` (the rewrite path: the upstream answers
+base64, the gateway cuts and re-normalises), samples the RSS of the ext_proc processes
+(`extproc run` and its workers, together) and of Envoy every 50 ms, and
 prints one line of figures: idle, peak and 5 s after the burst, plus the answers by
 status, and Envoy's counters of its own answers and resets over the burst. Every
 request must get a 200 or a 503 envelope with Retry-After (or its proper 4xx);
@@ -27,10 +28,11 @@ from pathlib import Path
 
 import orjson
 
+from extproc.runtime.cpu_count import cpus_available
 from testing_support.fake_upstream import FakeUpstream
 from testing_support.gateway import Gateway, start_gateway
 from testing_support.http import http, metric_value, post, request_body
-from testing_support.processes import rss_mb
+from testing_support.processes import rss_mb, tree_memory_mb
 from testing_support.qwen import QWEN_MODEL, SHIPPED_QWEN_POLICY, qwen_tokenizer_dir
 
 SAMPLE_EVERY_S = 0.05
@@ -63,9 +65,10 @@ class BurstResult:
         (ei, vi), (ep, vp), (ea, va) = self.idle_mb, self.peak_mb, self.after_mb
         answers = ", ".join(f"{k}: {v}" for k, v in sorted(self.answers.items()))
         return (
-            f"ext_proc RSS idle {ei:.0f} MB, peak {ep:.0f} MB, {SETTLE_S:.0f} s after "
-            f"{ea:.0f} MB ({ea / ei:.2f}x idle); Envoy idle {vi:.0f} MB, peak {vp:.0f} MB, "
-            f"after {va:.0f} MB; answers in {self.seconds:.1f} s: {answers}; "
+            f"ext_proc RSS (all its processes) idle {ei:.0f} MB, peak {ep:.0f} MB, "
+            f"{SETTLE_S:.0f} s after {ea:.0f} MB ({ea / ei:.2f}x idle); "
+            f"Envoy idle {vi:.0f} MB, peak {vp:.0f} MB, after {va:.0f} MB; "
+            f"answers in {self.seconds:.1f} s: {answers}; "
             f"extproc_admission_rejected_total {self.rejected_metric:.0f}; Envoy "
             + (", ".join(f"{k} {v}" for k, v in self.envoy_counters.items() if v) or "-")
         )
@@ -97,19 +100,24 @@ def envoy_counters(admin_url: str) -> dict[str, int]:
     return totals
 
 
+def tree_rss(ext_pid: int, envoy_pid: int) -> float:
+    """RSS of every ext_proc process: `extproc run` and its workers, not Envoy."""
+    return tree_memory_mb(ext_pid, leave_out=envoy_pid)[0]
+
+
 def burst(gateway: Gateway, *, concurrency: int, body: bytes) -> BurstResult:
     ext_pid, envoy_pid, admin_url = gateway.process.pid, gateway.envoy_pid, gateway.admin_url
     # Warm up: tokenizer and first allocations are part of "idle".
     gateway.embeddings({"model": QWEN_MODEL, "input": "x"})
     time.sleep(1.0)
-    idle = (rss_mb(ext_pid), rss_mb(envoy_pid))
+    idle = (tree_rss(ext_pid, envoy_pid), rss_mb(envoy_pid))
     counters_before = envoy_counters(admin_url)
     peak = list(idle)
     stop = threading.Event()
 
     def sample() -> None:
         while not stop.is_set():
-            peak[0] = max(peak[0], rss_mb(ext_pid))
+            peak[0] = max(peak[0], tree_rss(ext_pid, envoy_pid))
             peak[1] = max(peak[1], rss_mb(envoy_pid))
             time.sleep(SAMPLE_EVERY_S)
 
@@ -130,7 +138,7 @@ def burst(gateway: Gateway, *, concurrency: int, body: bytes) -> BurstResult:
     time.sleep(SETTLE_S)
     stop.set()
     sampler.join(5)
-    after = (rss_mb(ext_pid), rss_mb(envoy_pid))
+    after = (tree_rss(ext_pid, envoy_pid), rss_mb(envoy_pid))
     metrics = http("GET", f"{gateway.metrics_url}/metrics").body.decode()
     counters = envoy_counters(admin_url)
     return BurstResult(
@@ -151,6 +159,12 @@ def main() -> None:
     parser.add_argument("--dimensions", type=int, default=256, help="0: no dimensions")
     parser.add_argument("--input-bytes", type=int, default=36, help="size of each input")
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=cpus_available(),
+        help="ext_proc workers (default: extproc run's, the usable CPUs)",
+    )
     parser.add_argument("--config", type=Path, default=SHIPPED_QWEN_POLICY)
     parser.add_argument(
         "--envoy-template",
@@ -170,9 +184,16 @@ def main() -> None:
             config=args.config,
             tokenizer_overrides=f"{QWEN_MODEL}={qwen_dir}",
             extra_args=["--envoy-template", str(ENVOY_DIR / f"{args.envoy_template}.yaml")],
+            workers=args.workers,
         )
         try:
             body = request_body(args.inputs, args.dimensions, args.input_bytes)
+            rss, pss = tree_memory_mb(gateway.process.pid, leave_out=gateway.envoy_pid)
+            print(
+                f"ext_proc at start, {args.workers} worker(s): RSS {rss:.0f} MB, PSS {pss:.0f} MB "
+                "(`extproc run` and its workers)",
+                flush=True,
+            )
             print(
                 f"{args.concurrency} concurrent requests of {len(body):,} bytes "
                 f"through envoy/{args.envoy_template}.yaml",

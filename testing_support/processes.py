@@ -231,3 +231,30 @@ def memory_kb(pid: int) -> dict[str, int]:
 
 def rss_mb(pid: int) -> float:
     return memory_kb(pid).get("VmRSS", 0) / 1024
+
+
+def children(pid: int) -> list[int]:
+    """The direct children of a process (empty if it is gone)."""
+    try:
+        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    except OSError:
+        return []
+    return [int(child) for child in text.split()]
+
+
+def tree_memory_mb(pid: int, *, leave_out: int = 0) -> tuple[float, float]:
+    """(RSS, PSS) in MB of a process and its children (an ext_proc launcher and its
+    workers), leaving out ``leave_out`` (its Envoy). PSS shares each page among the
+    processes that map it, so it adds up to what the tree really holds."""
+    rss = pss = 0
+    for member in [pid, *children(pid)]:
+        if member == leave_out:
+            continue
+        with contextlib.suppress(OSError):
+            for line in Path(f"/proc/{member}/smaps_rollup").read_text().splitlines():
+                key, _, value = line.partition(":")
+                if key == "Rss":
+                    rss += int(value.split()[0])
+                elif key == "Pss":
+                    pss += int(value.split()[0])
+    return rss / 1024, pss / 1024
