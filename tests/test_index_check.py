@@ -20,11 +20,11 @@ import pytest
 
 from extproc.commands import index_check as index_check_command
 from extproc.commands.cli import _parser
+from testing_support.beir_sample import write_sample
 from testing_support.fake_upstream import FakeUpstream
 from testing_support.gateway import Gateway, GatewaySpec
 from testing_support.processes import free_port
 from testing_support.qwen import QWEN_MODEL, SHIPPED_QWEN_POLICY
-from testing_support.beir_sample import write_sample
 from tests.fake_legacy import FakeLegacy
 from tests.harness import Gateways
 
