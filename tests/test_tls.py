@@ -45,7 +45,6 @@ from extproc.runtime.envoy_config import (
     with_extproc_tls,
 )
 from extproc.service.tls import (
-    CertificateReloader,
     ReloadState,
     TlsError,
     TlsMaterial,
@@ -57,6 +56,7 @@ from extproc.service.tls import (
     plan_reload,
     settings_from_flags,
 )
+from extproc.service.tls_credentials import CertificateReloader
 from testing_support.envoy import envoy_validate
 from testing_support.fake_upstream import FakeUpstream
 from testing_support.gateway import GatewaySpec

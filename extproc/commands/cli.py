@@ -41,7 +41,6 @@ from extproc.service.reload import FileStamp, ReloadSettings, policy_stamp
 from extproc.service.tls import (
     TlsError,
     TlsSettings,
-    channel_credentials,
     check_ca,
     check_key_pair,
     load_material,
@@ -274,7 +273,8 @@ def envoy_tls_from_flags(args: argparse.Namespace, server: TlsSettings | None) -
 
 def _serve(args: argparse.Namespace) -> int:
     from extproc.service.metrics import process_metrics
-    from extproc.service.server import serve, stop_on_signals
+    from extproc.service.server import serve
+    from extproc.service.stop_signals import stop_on_signals
 
     ok, tls = server_tls_or_report(args)
     if not ok:
@@ -486,6 +486,8 @@ def _health(args: argparse.Namespace) -> int:
     credentials = None
     if args.tls_ca or args.tls_cert or args.tls_key:
         try:
+            from extproc.service.tls_credentials import channel_credentials
+
             credentials = channel_credentials(args.tls_ca, args.tls_cert, args.tls_key)
         except TlsError as exc:
             print(f"error: TLS: {exc}", file=sys.stderr)

@@ -111,7 +111,7 @@ def _threshold_args(parser: argparse.ArgumentParser) -> None:
 
 
 def run_compare(args: argparse.Namespace) -> int:
-    from extproc.service.server import stop_on_signals
+    from extproc.service.stop_signals import stop_on_signals
     from extproc.tools.shadow.comparator_server import serve_compare
 
     options = _compare_options(args, args.listen, noise=args.noise)

@@ -13,7 +13,7 @@ import gc
 import signal
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from extproc.core.contract import Contract
 from extproc.runtime.envoy_config import with_extproc_workers
@@ -21,8 +21,10 @@ from extproc.runtime.worker_pool import WorkerHooks, WorkerPool, WorkerSettings
 from extproc.service.memory import fix_mmap_threshold, trim_heap
 from extproc.service.net import free_port
 from extproc.service.reload import ReloadSettings
-from extproc.service.server import ServerMetrics, serve
 from extproc.service.tls import TlsSettings
+
+if TYPE_CHECKING:
+    from extproc.service.server import ServerMetrics
 
 
 def launcher_contract(load: Callable[[], Contract | None], workers: int) -> Contract | None:
@@ -55,6 +57,9 @@ async def start_server(
 ) -> tuple[asyncio.Task[None], int]:
     """The ext_proc server on a free loopback port, as a task serving until ``stop``
     is set, and that port, once it listens. Raises why it could not start."""
+    # Imported here: a launcher of workers never serves, and stays without grpc.
+    from extproc.service.server import serve
+
     ready: asyncio.Future[int] = asyncio.get_running_loop().create_future()
     server = asyncio.create_task(
         serve(

@@ -37,7 +37,7 @@ from extproc.runtime.worker_pool import WorkerSettings, WorkerStartError
 from extproc.service.metrics import process_metrics
 from extproc.service.net import free_port, split_host_port
 from extproc.service.reload import ReloadSettings
-from extproc.service.server import stop_on_signals
+from extproc.service.stop_signals import stop_on_signals
 from extproc.service.tls import TlsSettings
 
 log = logging.getLogger("extproc.runtime.gateway_launcher")

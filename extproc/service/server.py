@@ -34,7 +34,8 @@ from extproc.service.reload import (
 )
 from extproc.service.servicer import ExternalProcessor
 from extproc.service.stream_metrics import StreamMetrics
-from extproc.service.tls import TlsReloadMetrics, TlsSettings, server_credentials
+from extproc.service.tls import TlsReloadMetrics, TlsSettings
+from extproc.service.tls_credentials import server_credentials
 
 log = logging.getLogger("extproc.service.server")
 
@@ -157,12 +158,3 @@ async def serve(
             await asyncio.sleep(0.05)
         await server.stop(max(deadline - loop.time(), 0.0))
         log.info("stopped")
-
-
-def stop_on_signals() -> asyncio.Event:
-    """An event set by SIGTERM or SIGINT (call from inside the running loop)."""
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    return stop

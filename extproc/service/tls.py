@@ -13,8 +13,9 @@ the check and the current certificate stays in use until the files are consisten
 the next handshake tries again.
 
 The decisions are pure functions over a :class:`ReloadState` (``plan_reload``,
-``after_load``); :class:`CertificateReloader` is the thin shell that does the I/O and
-reports each outcome to the :class:`TlsReloadMetrics` it is given.
+``after_load``); extproc/service/tls_credentials.py is the thin grpc shell that does
+the I/O and reports each outcome to the :class:`TlsReloadMetrics` it is given. This
+module does not import grpc, so `extproc run`'s launcher checks TLS flags without it.
 """
 
 from __future__ import annotations
@@ -22,13 +23,9 @@ from __future__ import annotations
 import logging
 import os
 import ssl
-import threading
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, cast
-
-import grpc
+from typing import Protocol
 
 from extproc.core.regular_file import FileRefusedError, read_regular_file
 
@@ -248,82 +245,3 @@ def after_load(
     if loaded == state.material:  # touched, or rewritten with the same bytes
         return ReloadOutcome(ReloadState(stamp, state.material), None)
     return ReloadOutcome(ReloadState(stamp, loaded), loaded)
-
-
-# -- grpc ---------------------------------------------------------------------------
-
-
-def certificate_configuration(material: TlsMaterial) -> grpc.ServerCertificateConfiguration:
-    return grpc.ssl_server_certificate_configuration(
-        [(material.private_key, material.certificate_chain)],
-        root_certificates=material.client_ca,
-    )
-
-
-class CertificateReloader:
-    """grpc's certificate_configuration_fetcher: called before each new handshake,
-    possibly from several gRPC core threads at once (hence the lock)."""
-
-    def __init__(
-        self, settings: TlsSettings, state: ReloadState, metrics: TlsReloadMetrics
-    ) -> None:
-        self._settings = settings
-        self._state = state
-        self._metrics = metrics
-        self._lock = threading.Lock()
-
-    def __call__(self) -> grpc.ServerCertificateConfiguration | None:
-        with self._lock:
-            stamp = file_stamp(self._settings.files())
-            if stamp is None or not plan_reload(self._state, stamp):
-                return None
-            loaded: TlsMaterial | TlsError
-            try:
-                loaded = load_material(self._settings)
-            except TlsError as exc:
-                loaded = exc
-            outcome = after_load(self._state, stamp, loaded)
-            self._state = outcome.state
-        if outcome.warning:
-            self._metrics.rejected()
-            log.warning(
-                "TLS files changed but cannot be used, keeping the current ones: %s",
-                outcome.warning,
-            )
-        if outcome.new_material is None:
-            return None
-        self._metrics.reloaded()
-        log.info("TLS certificate reloaded from %s", self._settings.cert_file)
-        return certificate_configuration(outcome.new_material)
-
-
-def server_credentials(settings: TlsSettings, metrics: TlsReloadMetrics) -> grpc.ServerCredentials:
-    """Credentials that reload the files on change, reporting to ``metrics``; raises
-    :class:`TlsError`."""
-    stamp = file_stamp(settings.files())  # before reading: a change in between reloads
-    material = load_material(settings)
-    # types-grpcio types the fetcher as never returning None; grpc documents (and
-    # its Cython wrapper handles) None as "unchanged".
-    fetcher = cast(
-        Callable[[], grpc.ServerCertificateConfiguration],
-        CertificateReloader(settings, ReloadState(stamp, material), metrics),
-    )
-    return grpc.dynamic_ssl_server_credentials(
-        certificate_configuration(material), fetcher, require_client_authentication=settings.mutual
-    )
-
-
-def channel_credentials(
-    ca_file: Path | None, cert_file: Path | None = None, key_file: Path | None = None
-) -> grpc.ChannelCredentials:
-    """Client side (``extproc health``, tests): trust ``ca_file`` (None = the system
-    roots); present the certificate pair when both are given (mTLS)."""
-    if (cert_file is None) != (key_file is None):
-        raise TlsError("a client certificate and its key go together")
-    if cert_file is not None and key_file is not None:
-        check_key_pair(cert_file, key_file)
-    return grpc.ssl_channel_credentials(
-        root_certificates=read_file(ca_file, "certificate") if ca_file else None,
-        private_key=read_file(key_file, "private key") if key_file else None,
-        certificate_chain=read_file(cert_file, "certificate") if cert_file else None,
-    )

@@ -26,7 +26,7 @@ from extproc.runtime.gateway_launcher import run_to_exit_status
 from extproc.runtime.worker_pool import WorkerSettings
 from extproc.service.metrics import process_metrics
 from extproc.service.net import free_port, split_host_port
-from extproc.service.server import stop_on_signals
+from extproc.service.stop_signals import stop_on_signals
 from extproc.tools.shadow.comparator_server import CompareOptions, serve_compare
 from extproc.tools.shadow.envoy_render import ShadowEnvoySettings, render_shadow, template_path
 
