@@ -78,9 +78,6 @@ class RecordedStreamMetrics(Recorded):
 class RecordedPolicyReloads(Recorded):
     """A PolicyReloadMetrics."""
 
-    def watching(self) -> None:
-        self.events.append(("watching",))
-
     def reloaded(self) -> None:
         self.events.append(("reloaded",))
 

@@ -8,11 +8,12 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
+from envoy.service.ext_proc.v3.external_processor_pb2 import ProcessingRequest
 from prometheus_client import CollectorRegistry
 
 from extproc.core.plan import RequestStats
 from extproc.service.metrics import PrometheusServerMetrics
-from extproc.service.stream_metrics import StreamMetrics
+from extproc.service.stream_metrics import ANOMALY_KINDS, StreamMetrics
 
 
 @pytest.fixture
@@ -144,13 +145,11 @@ def test_the_gauges_follow_streams_and_admitted_work(metrics: PrometheusServerMe
     assert sample(metrics, "extproc_admission_in_flight_bytes") == 0
 
 
-def test_policy_reloads_count_from_the_start_of_the_watch(
+def test_policy_reloads_count_from_0(
     metrics: PrometheusServerMetrics,
 ) -> None:
     reloads = metrics.policy_reloads
     name = "extproc_policy_reloads_total"
-    assert sample(metrics, name, outcome="reloaded") is None
-    reloads.watching()
     assert sample(metrics, name, outcome="reloaded") == 0
     assert sample(metrics, name, outcome="rejected") == 0
     reloads.reloaded()
@@ -158,6 +157,34 @@ def test_policy_reloads_count_from_the_start_of_the_watch(
     reloads.rejected()
     assert sample(metrics, name, outcome="reloaded") == 1
     assert sample(metrics, name, outcome="rejected") == 2
+
+
+def test_every_series_with_known_labels_is_there_at_0_before_anything_counts(
+    metrics: PrometheusServerMetrics,
+) -> None:
+    expected = {
+        "extproc_requests_total": ("outcome", ["passthrough", "rewritten", "rejected"]),
+        "extproc_rewrites_total": (
+            "kind",
+            ["instruction", "truncation", "dimensions", "fields_stripped"],
+        ),
+        "extproc_upstream_responses_total": ("status_class", ["2xx", "4xx", "5xx", "local"]),
+        "extproc_responses_rewritten_total": ("kind", ["vectors", "error_envelope"]),
+        "extproc_stream_anomalies_total": ("message", ["internal_error", "request_body"]),
+        "extproc_admission_rejected_total": ("stage", ["headers", "request", "response"]),
+        "extproc_tls_reloads_total": ("outcome", ["reloaded", "rejected"]),
+        "extproc_policy_reloads_total": ("outcome", ["reloaded", "rejected"]),
+        "extproc_processing_seconds_count": ("phase", ["request", "response"]),
+    }
+    for name, (label, values) in expected.items():
+        for value in values:
+            assert sample(metrics, name, **{label: value}) == 0, (name, value)
+    assert sample(metrics, "extproc_rejections_total", status="400", param="input") is None
+
+
+def test_anomaly_kinds_name_every_message_kind_envoy_sends() -> None:
+    oneof = ProcessingRequest.DESCRIPTOR.oneofs_by_name["request"]
+    assert {field.name for field in oneof.fields} <= set(ANOMALY_KINDS)
 
 
 def test_settings_not_applied_and_stale_limits_are_0_or_1(
@@ -177,10 +204,10 @@ def test_settings_not_applied_and_stale_limits_are_0_or_1(
     assert sample(metrics, "extproc_policy_envoy_limits_stale") == 0
 
 
-def test_tls_reloads_appear_once_counted(metrics: PrometheusServerMetrics) -> None:
+def test_tls_reloads_count_each_outcome(metrics: PrometheusServerMetrics) -> None:
     name = "extproc_tls_reloads_total"
     metrics.tls_reloads.rejected()
     assert sample(metrics, name, outcome="rejected") == 1
-    assert sample(metrics, name, outcome="reloaded") is None
+    assert sample(metrics, name, outcome="reloaded") == 0
     metrics.tls_reloads.reloaded()
     assert sample(metrics, name, outcome="reloaded") == 1

@@ -436,7 +436,7 @@ async def test_the_reloader_reports_each_reload_and_what_it_cannot_apply(
         ReloadSettings(config, overrides), ContractHolder(start), fixed, metrics
     )
     applied = [("setting_not_applied", setting, False) for setting in NOT_APPLIED_SETTINGS]
-    assert metrics.events == [("watching",), ("envoy_limits_stale", False), *applied]
+    assert metrics.events == [("envoy_limits_stale", False), *applied]
 
     metrics.events.clear()
     config.write_text(policy_yaml(QWEN_MODEL, limits="limits: {max_request_bytes: 67108864}"))

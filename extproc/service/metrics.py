@@ -12,14 +12,19 @@ which takes each metric name once: what `extproc serve`'s /metrics shows and, un
 `extproc run --workers N`, what each worker writes for the launcher to add up.
 
 A labelled child is looked up once: prometheus_client's ``labels()`` takes a lock and
-builds its key on every call, several times per request. A series still appears in
-the output only once it has been counted (or, for the reload outcomes, once a reloader
-watches).
+builds its key on every call, several times per request. prometheus_client exports a
+labelled series only once its child exists, so :meth:`MetricFamilies.known_series`
+creates, at 0, every series whose labels are known before any request: a fresh
+gateway's first scrape has what the dashboard and the alerts name (an absent series
+reads as "No data", not 0, and breaks ratios and ``absent()``). Only
+extproc_rejections_total stays open: its ``param`` label is the field a client got
+wrong.
 """
 
 from __future__ import annotations
 
 import functools
+from typing import get_args
 
 from prometheus_client import (
     REGISTRY,
@@ -31,7 +36,17 @@ from prometheus_client import (
 )
 
 from extproc.core.plan import RequestStats
-from extproc.service.stream_metrics import AdmissionStage, ProcessingPhase, RewriteKind
+from extproc.service.stream_metrics import (
+    ANOMALY_KINDS,
+    AdmissionStage,
+    ProcessingPhase,
+    RewriteKind,
+)
+
+REQUEST_OUTCOMES = ("passthrough", "rewritten", "rejected")
+REQUEST_REWRITES = ("instruction", "truncation", "dimensions", "fields_stripped")
+STATUS_CLASSES = ("2xx", "3xx", "4xx", "5xx", "local")
+RELOAD_OUTCOMES = ("reloaded", "rejected")
 
 
 class MetricFamilies:
@@ -169,6 +184,27 @@ class MetricFamilies:
             registry=registry,
         )
 
+    def known_series(self) -> None:
+        """Create at 0 every series whose labels are known up front (see the module's
+        docstring). Gauges are set by their owners as they start (the reloader)."""
+        for outcome in REQUEST_OUTCOMES:
+            self.requests.labels(outcome)
+        for kind in REQUEST_REWRITES:
+            self.rewrites.labels(kind)
+        for status_class in STATUS_CLASSES:
+            self.upstream_responses.labels(status_class)
+        for kind in get_args(RewriteKind):
+            self.responses_rewritten.labels(kind)
+        for message in ANOMALY_KINDS:
+            self.stream_anomalies.labels(message)
+        for phase in get_args(ProcessingPhase):
+            self.processing_seconds.labels(phase)
+        for stage in get_args(AdmissionStage):
+            self.admission_rejected.labels(stage)
+        for outcome in RELOAD_OUTCOMES:
+            self.tls_reloads.labels(outcome)
+            self.policy_reloads.labels(outcome)
+
 
 class PrometheusStreamMetrics:
     """The stream's and the servicer's events, counted in ``families``."""
@@ -238,17 +274,12 @@ class PrometheusStreamMetrics:
 
 class PrometheusPolicyReloadMetrics:
     """The policy reloader's events, in ``families``' extproc_policy_reloads_total,
-    extproc_policy_settings_not_applied and extproc_policy_envoy_limits_stale. Both
-    outcomes' series exist, at 0, from the start of the watch."""
+    extproc_policy_settings_not_applied and extproc_policy_envoy_limits_stale."""
 
     def __init__(self, families: MetricFamilies) -> None:
         self._reloads = families.policy_reloads
         self._not_applied = families.policy_settings_not_applied
         self._envoy_limits_stale = families.policy_envoy_limits_stale
-
-    def watching(self) -> None:
-        self._reloads.labels("reloaded")
-        self._reloads.labels("rejected")
 
     def reloaded(self) -> None:
         self._reloads.labels("reloaded").inc()
@@ -283,6 +314,7 @@ class PrometheusServerMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
         families = MetricFamilies(registry)
+        families.known_series()
         self.streams = PrometheusStreamMetrics(families)
         self.policy_reloads = PrometheusPolicyReloadMetrics(families)
         self.tls_reloads = PrometheusTlsReloadMetrics(families)

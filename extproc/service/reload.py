@@ -86,9 +86,6 @@ class PolicyReloadMetrics(Protocol):
     """What the policy reloader reports, on the event loop. extproc/service/metrics.py
     keeps it in Prometheus."""
 
-    def watching(self) -> None:
-        """A reloader started: no reload counted yet."""
-
     def reloaded(self) -> None:
         """A policy file was loaded: new streams use it."""
 
@@ -342,7 +339,6 @@ class PolicyReloader:
         self._metrics = metrics
         self._state = WatchState(loaded=None)
         self.hangup = asyncio.Event()
-        metrics.watching()
         metrics.envoy_limits_stale(False)
         for setting in NOT_APPLIED_SETTINGS:
             metrics.setting_not_applied(setting, False)

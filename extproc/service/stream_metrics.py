@@ -12,6 +12,18 @@ from extproc.core.plan import RequestStats
 ProcessingPhase = Literal["request", "response"]
 RewriteKind = Literal["vectors", "error_envelope"]
 AdmissionStage = Literal["headers", "request", "response"]
+# What ``anomaly`` names: a ProcessingRequest's message kind (its ``request`` oneof),
+# ``unknown_message`` (none set), or ``internal_error`` (our own code raised).
+ANOMALY_KINDS = (
+    "request_headers",
+    "request_body",
+    "request_trailers",
+    "response_headers",
+    "response_body",
+    "response_trailers",
+    "unknown_message",
+    "internal_error",
+)
 
 
 class StreamMetrics(Protocol):
