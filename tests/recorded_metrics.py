@@ -50,7 +50,9 @@ class RecordedStreamMetrics(Recorded):
     def upstream_response(self, status: int, *, local: bool) -> None:
         self.events.append(("upstream_response", status, local))
 
-    def response_rewritten(self, kind: RewriteKind) -> None:
+    def response_rewritten(
+        self, kind: RewriteKind, *, status: int, prompt_tokens: int | None = None
+    ) -> None:
         self.events.append(("response_rewritten", kind))
 
     def anomaly(self, message: str) -> None:

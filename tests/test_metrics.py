@@ -84,7 +84,7 @@ def sample(metrics: PrometheusServerMetrics, name: str, **labels: str) -> float 
             id="upstream-local",
         ),
         pytest.param(
-            lambda m: m.response_rewritten("error_envelope"),
+            lambda m: m.response_rewritten("error_envelope", status=502),
             [("extproc_responses_rewritten_total", {"kind": "error_envelope"})],
             id="response-rewritten",
         ),

@@ -115,4 +115,5 @@ class RequestStats:
     truncated_inputs: int = 0
     tokens_cut: int = 0  # at least; see ModelTokenizer.encode_heads
     dimensions_emulated: bool = False
+    dimensions_forwarded: bool = False  # the upstream cuts them itself (native path)
     fields_stripped: int = 0

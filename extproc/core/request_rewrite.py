@@ -100,6 +100,7 @@ def rewrite_request(
         truncated_inputs=fitted.truncated,
         tokens_cut=fitted.tokens_cut,
         dimensions_emulated=emulate,
+        dimensions_forwarded=forwarded is not None,
         fields_stripped=len(stripped),
     )
 

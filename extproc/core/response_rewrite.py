@@ -29,6 +29,7 @@ from extproc.core.vectors import BadVectorsError, encode_base64, truncate, trunc
 class ClientAnswer:
     status: int
     body: bytes
+    prompt_tokens: int | None = None  # the upstream's usage, where its answer was read
 
 
 def needs_response_body(plan: ResponsePlan | None, status: int) -> bool:
@@ -51,7 +52,7 @@ def rewrite_response(
         if not plan.rewrites_vectors:  # check_only: a good answer passes unchanged
             _checked_rows(plan, body)
             return None
-        return ClientAnswer(status, _rewrite_vectors(plan, body))
+        return _rewrite_vectors(plan, status, body)
     except BadVectorsError as exc:
         return _answer(
             ApiError(
@@ -64,7 +65,7 @@ def rewrite_response(
         )
 
 
-def _rewrite_vectors(plan: ResponsePlan, body: bytes) -> bytes:
+def _rewrite_vectors(plan: ResponsePlan, status: int, body: bytes) -> ClientAnswer:
     answer = _checked_rows(plan, body)
     doc, items, matrix = answer.doc, answer.items, answer.vectors
     if plan.dimensions is not None:
@@ -78,11 +79,12 @@ def _rewrite_vectors(plan: ResponsePlan, body: bytes) -> bytes:
     doc["data"] = items
     doc["model"] = plan.model
     try:
-        return orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY)
+        written = orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY)
     except orjson.JSONEncodeError:
         # orjson reads 1,024 nested levels but writes only 254: an extra field nested
         # deeper cannot be re-encoded, and that is the upstream's answer being unusable.
         raise BadVectorsError("it nests arrays or objects too deeply to re-encode") from None
+    return ClientAnswer(status, written, answer.prompt_tokens)
 
 
 def _checked_rows(plan: ResponsePlan, body: bytes) -> EmbeddingsBody:

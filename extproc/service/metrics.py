@@ -250,7 +250,9 @@ class PrometheusStreamMetrics:
     def upstream_response(self, status: int, *, local: bool) -> None:
         self._upstream_responses("local" if local else _status_class(status)).inc()
 
-    def response_rewritten(self, kind: RewriteKind) -> None:
+    def response_rewritten(
+        self, kind: RewriteKind, *, status: int, prompt_tokens: int | None = None
+    ) -> None:
         self._responses_rewritten(kind).inc()
 
     def anomaly(self, message: str) -> None:

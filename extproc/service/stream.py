@@ -351,7 +351,7 @@ class ExtProcStream:
             answer = self._client_answer(status, b"")
             if answer is None:
                 return neutral("response_headers"), Phase.DONE
-            self.metrics.response_rewritten("error_envelope")
+            self.metrics.response_rewritten("error_envelope", status=answer.status)
             return immediate_response(answer.status, answer.body), Phase.DONE
         # An error's body gets the envelope here, and only here.
         reply = response_headers_buffered(enveloped_here=not is_success(status))
@@ -406,7 +406,9 @@ class ExtProcStream:
         if answer is None:
             return neutral("response_body"), Phase.DONE
         kind: RewriteKind = "vectors" if is_success(answer.status) else "error_envelope"
-        self.metrics.response_rewritten(kind)
+        self.metrics.response_rewritten(
+            kind, status=answer.status, prompt_tokens=answer.prompt_tokens
+        )
         # status_as_metadata: Envoy ignores header mutations in this reply (it never
         # had the headers); the status goes to the Lua filter that holds them.
         return response_body_replaced(answer, status_as_metadata=status_as_metadata), Phase.DONE

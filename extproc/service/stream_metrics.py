@@ -43,8 +43,11 @@ class StreamMetrics(Protocol):
         """The response's status was seen; ``local``: Envoy's own reply, not the
         upstream's."""
 
-    def response_rewritten(self, kind: RewriteKind) -> None:
-        """The client gets the gateway's answer instead of the upstream's body."""
+    def response_rewritten(
+        self, kind: RewriteKind, *, status: int, prompt_tokens: int | None = None
+    ) -> None:
+        """The client gets the gateway's answer instead of the upstream's body: with
+        ``status``, and the upstream's token count where its answer was read."""
 
     def anomaly(self, message: str) -> None:
         """A message out of order or unknown was answered neutrally; ``message`` is
