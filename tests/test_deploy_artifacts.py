@@ -1924,7 +1924,8 @@ def dockerfile_rule_errors(text: str) -> list[str]:
     for setting in ("HF_HUB_OFFLINE=1", "HF_HOME=/models"):
         if setting not in env:
             errors.append(f"needs ENV {setting}")
-    if not any(re.search(r"pip install( --[\w-]+)* \.( |$)", line) for line in instructions):
+    project = r"pip install( --[\w-]+)* (\.|'\.\[[\w,]+\]')( |$)"  # itself, or with extras
+    if not any(re.search(project, line) for line in instructions):
         errors.append("must install the project with `pip install .`")
     # The image runs `extproc serve`: the plain install is the lean one (no `run`
     # extra, no Envoy binary), so nothing needs removing afterwards.

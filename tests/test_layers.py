@@ -7,7 +7,7 @@ imports from its own layer and the layers below it, never from one above.
   Envoy protos.
 - service: the ext_proc shell around the core. Its metrics are Protocols it is given;
   only extproc/service/metrics.py, their Prometheus implementation, imports
-  prometheus_client.
+  prometheus_client; only extproc/service/tracing.py imports OpenTelemetry.
 - runtime: what runs the gateway: Envoy and ext_proc processes, the Envoy configs.
 - tools: probe, shadow, learn, and what they share: toolkit and parity. A tool imports
   only its own package and the shared ones, never another tool; the toolkit imports
@@ -127,6 +127,22 @@ def test_only_the_metrics_module_of_service_imports_prometheus(name: str) -> Non
 
 def test_the_prometheus_module_exists() -> None:
     assert PROMETHEUS_MODULE in MODULES
+
+
+TRACING_MODULE = "extproc.service.tracing"
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_only_the_tracing_module_imports_opentelemetry(name: str) -> None:
+    otel = sorted(t for t in imports_of(name) if t.split(".")[0] == "opentelemetry")
+    assert name == TRACING_MODULE or not otel, (
+        f"{name} imports {otel}: OpenTelemetry is optional (the tracing extra) and loaded "
+        f"only with --tracing, through {TRACING_MODULE}"
+    )
+
+
+def test_the_tracing_module_exists() -> None:
+    assert TRACING_MODULE in MODULES
 
 
 # What the tools share, each package allowed to import those after it (and itself).

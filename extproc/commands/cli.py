@@ -28,7 +28,9 @@ from extproc.commands.options import (
     add_server_options,
     add_server_tls_options,
     add_tokenizer_option,
+    add_tracing_option,
     add_workers_option,
+    tracing_unavailable,
 )
 from extproc.core.policy.loader import parse_tokenizer_overrides
 from extproc.core.policy.model import InstructionUse, ModelPolicy
@@ -104,6 +106,7 @@ def _parser() -> argparse.ArgumentParser:
     add_policy_options(serve)
     add_reload_option(serve)
     add_server_options(serve, metrics_env="EXTPROC_METRICS", grace_s=30.0)
+    add_tracing_option(serve)
     add_server_tls_options(serve)
 
     run = sub.add_parser("run", help="ext_proc plus a real Envoy in front of --upstream")
@@ -144,6 +147,7 @@ def _parser() -> argparse.ArgumentParser:
     add_reload_option(run)
     add_server_options(run, metrics_env="EXTPROC_METRICS", grace_s=30.0)
     add_workers_option(run)
+    add_tracing_option(run)
     add_server_tls_options(run)
     envoy_tls = run.add_argument_group("how Envoy talks to the TLS ext_proc port (with --tls-cert)")
     add_file_options(
@@ -272,12 +276,16 @@ def envoy_tls_from_flags(args: argparse.Namespace, server: TlsSettings | None) -
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from extproc.runtime.extproc_servers import otlp_stream_tracer
     from extproc.service.metrics import process_metrics
     from extproc.service.server import serve
     from extproc.service.stop_signals import stop_on_signals
 
     ok, tls = server_tls_or_report(args)
     if not ok:
+        return 2
+    if args.tracing and (why := tracing_unavailable()):
+        print(f"error: {why}", file=sys.stderr)
         return 2
     started_from = policy_stamp(args.config)
     fix_mmap_threshold()  # before the tokenizers load (extproc/service/memory.py)
@@ -296,6 +304,7 @@ def _serve(args: argparse.Namespace) -> int:
             tls=tls,
             reload=reload_settings(args, started_from),
             budget_share=budget_share(),
+            tracer=otlp_stream_tracer() if args.tracing else None,
         )
 
     asyncio.run(go())
@@ -324,6 +333,17 @@ def _run(args: argparse.Namespace) -> int:
     if not args.envoy_template.is_file():
         print(f"error: --envoy-template: no such file {args.envoy_template}", file=sys.stderr)
         return 2
+    if args.tracing and (why := tracing_unavailable()):
+        print(f"error: {why}", file=sys.stderr)
+        return 2
+    if args.tracing:
+        from extproc.runtime.envoy_tracing import collector
+
+        try:
+            collector()
+        except ValueError as exc:
+            print(f"error: the OTLP endpoint (OTEL_EXPORTER_OTLP_ENDPOINT): {exc}", file=sys.stderr)
+            return 2
     ok, server_tls = server_tls_or_report(args)
     if not ok:
         return 2
@@ -358,6 +378,7 @@ def _run(args: argparse.Namespace) -> int:
             envoy_template=args.envoy_template,
             on_ready=on_ready,
             workers=workers,
+            tracing=args.tracing,
         )
         return main_run(contract, options)
 

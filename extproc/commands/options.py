@@ -206,3 +206,30 @@ def _at_least_one(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError("must be at least 1")
     return value
+
+
+TRACING_EXTRA = "pip install 'embeddings-contract-gateway[tracing]'"
+
+
+def add_tracing_option(parser: argparse._ActionsContainer) -> None:
+    parser.add_argument(
+        "--tracing",
+        action="store_true",
+        help="one OpenTelemetry span per ext_proc stream, a child of Envoy's, exported "
+        "over OTLP as the OTEL_* environment says (docs/operations.md, Tracing)",
+    )
+
+
+def tracing_unavailable() -> str | None:
+    """Why --tracing cannot work here (the SDK or its OTLP exporter is missing), or
+    None. Looked up without importing them."""
+    import importlib.util
+
+    for module in ("opentelemetry.sdk.trace", "opentelemetry.exporter.otlp.proto.grpc"):
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except ModuleNotFoundError:
+            found = False
+        if not found:
+            return f"--tracing needs OpenTelemetry ({module} is missing): {TRACING_EXTRA}"
+    return None

@@ -361,17 +361,22 @@ def with_legacy(config: dict[str, Any], legacy: Upstream) -> dict[str, Any]:
 
 def legacy_cluster(legacy: Upstream) -> dict[str, Any]:
     """The ``legacy`` cluster: plain HTTP/1.1 (TLS for https URLs), resolved by DNS."""
+    return dns_cluster(LEGACY_CLUSTER, legacy)
+
+
+def dns_cluster(name: str, target: Upstream) -> dict[str, Any]:
+    """A cluster named ``name`` for one server: resolved by DNS, TLS for https."""
     cluster: dict[str, Any] = {
-        "name": LEGACY_CLUSTER,
+        "name": name,
         "type": "STRICT_DNS",
         "connect_timeout": "5s",
         # No per_connection_buffer_limit_bytes: Envoy's default (1 MiB) is a flow
         # control watermark, not a cap; uploads and answers of any size stream.
-        "load_assignment": {"cluster_name": LEGACY_CLUSTER},
+        "load_assignment": {"cluster_name": name},
     }
-    point_cluster(cluster, [(legacy.host, legacy.port)])
-    if legacy.tls:
-        cluster["transport_socket"] = _upstream_tls(legacy.host)
+    point_cluster(cluster, [(target.host, target.port)])
+    if target.tls:
+        cluster["transport_socket"] = _upstream_tls(target.host)
     return cluster
 
 

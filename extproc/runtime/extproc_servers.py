@@ -25,6 +25,7 @@ from extproc.service.tls import TlsSettings
 
 if TYPE_CHECKING:
     from extproc.service.server import ServerMetrics
+    from extproc.service.stream_tracer import StreamTracer
 
 
 def launcher_contract(load: Callable[[], Contract | None], workers: int) -> Contract | None:
@@ -45,6 +46,14 @@ def launcher_contract(load: Callable[[], Contract | None], workers: int) -> Cont
     return Contract(policy=policy, tokenizers={})
 
 
+def otlp_stream_tracer() -> StreamTracer:
+    """The OpenTelemetry stream tracer: OpenTelemetry is imported only when tracing
+    is on (extproc/service/tracing.py)."""
+    from extproc.service.tracing import OtlpStreamTracer
+
+    return OtlpStreamTracer()
+
+
 async def start_server(
     contract: Contract,
     *,
@@ -54,6 +63,7 @@ async def start_server(
     stop: asyncio.Event,
     tls: TlsSettings | None = None,
     reload: ReloadSettings | None = None,
+    tracer: StreamTracer | None = None,
 ) -> tuple[asyncio.Task[None], int]:
     """The ext_proc server on a free loopback port, as a task serving until ``stop``
     is set, and that port, once it listens. Raises why it could not start."""
@@ -72,6 +82,7 @@ async def start_server(
             on_ready=ready.set_result,
             tls=tls,
             reload=reload,
+            tracer=tracer,
         )
     )
     waiting: set[asyncio.Future[Any]] = {server, ready}
@@ -109,6 +120,7 @@ async def in_process_server(
     grace_seconds: float,
     tls: TlsSettings | None = None,
     reload: ReloadSettings | None = None,
+    tracer: StreamTracer | None = None,
 ) -> AsyncIterator[ExtprocServers]:
     """The ext_proc server in this process until the block ends, then drained."""
     server_stop = asyncio.Event()
@@ -120,6 +132,7 @@ async def in_process_server(
         stop=server_stop,
         tls=tls,
         reload=reload,
+        tracer=tracer,
     )
     try:
         yield ExtprocServers((port,), (server,))

@@ -32,7 +32,13 @@ from extproc.runtime.envoy_config import (
     with_extproc_tls,
 )
 from extproc.runtime.envoy_process import run_envoy
-from extproc.runtime.extproc_servers import ExtprocServers, in_process_server, worker_processes
+from extproc.runtime.envoy_tracing import collector, with_tracing
+from extproc.runtime.extproc_servers import (
+    ExtprocServers,
+    in_process_server,
+    otlp_stream_tracer,
+    worker_processes,
+)
 from extproc.runtime.worker_pool import WorkerSettings, WorkerStartError
 from extproc.service.metrics import process_metrics
 from extproc.service.net import free_port, split_host_port
@@ -67,6 +73,9 @@ class RunOptions:
     # ext_proc server processes: 1 serves in this process, more run as workers
     # (extproc/runtime/worker_pool.py) that load the policy from ``reload``'s file.
     workers: int = 1
+    # One span per ext_proc stream (OTLP, the OTEL_* environment), and Envoy's own
+    # OpenTelemetry tracer sending to the same collector (envoy_tracing.py).
+    tracing: bool = False
 
 
 def worker_settings(options: RunOptions, reload: ReloadSettings | None) -> WorkerSettings:
@@ -82,6 +91,7 @@ def worker_settings(options: RunOptions, reload: ReloadSettings | None) -> Worke
         tls=options.server_tls,
         log_level=logging.getLevelName(logging.getLogger().getEffectiveLevel()).lower(),
         precheck_markers=reload.precheck_markers,
+        tracing=options.tracing,
     )
 
 
@@ -102,6 +112,7 @@ def gateway_servers(
         grace_seconds=options.grace_seconds,
         tls=options.server_tls,
         reload=reload,
+        tracer=otlp_stream_tracer() if options.tracing else None,
     )
 
 
@@ -124,6 +135,8 @@ async def run(contract: Contract, options: RunOptions) -> int:
         config = servers.render_into(config)
         if options.envoy_tls is not None:
             config = with_extproc_tls(config, options.envoy_tls)
+        if options.tracing:
+            config = with_tracing(config, collector())
         shown_host = "127.0.0.1" if listen_host in ("0.0.0.0", "::") else listen_host
 
         def ready_line(envoy_pid: int) -> str:

@@ -85,6 +85,7 @@ class WorkerSettings:
     log_level: str = "info"
     metrics_dir: Path | None = None  # prometheus_client's multiprocess directory
     precheck_markers: tuple[str, ...] | None = None  # what Envoy's precheck searches for
+    tracing: bool = False  # each worker records its streams' spans (--tracing)
 
 
 def worker_argv(settings: WorkerSettings, port: int) -> list[str]:
@@ -94,6 +95,8 @@ def worker_argv(settings: WorkerSettings, port: int) -> list[str]:
     for name, directory in settings.tokenizer_overrides.items():
         argv += ["--tokenizer", f"{name}={directory}"]
     argv += ["--grace", f"{settings.grace_seconds:g}"]
+    if settings.tracing:
+        argv.append("--tracing")
     if not settings.watch:
         argv.append("--no-watch")
     if settings.tls is not None:

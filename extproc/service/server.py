@@ -34,6 +34,7 @@ from extproc.service.reload import (
 )
 from extproc.service.servicer import ExternalProcessor
 from extproc.service.stream_metrics import StreamMetrics
+from extproc.service.stream_tracer import StreamTracer
 from extproc.service.tls import TlsReloadMetrics, TlsSettings
 from extproc.service.tls_credentials import server_credentials
 
@@ -74,6 +75,7 @@ async def serve(
     tls: TlsSettings | None = None,
     reload: ReloadSettings | None = None,
     budget_share: int = 1,
+    tracer: StreamTracer | None = None,
 ) -> None:
     """Serve until ``stop`` is set, reporting to ``metrics`` (published on
     ``metrics_address``, if any). ``on_ready`` gets the bound gRPC port.
@@ -84,6 +86,7 @@ async def serve(
     SIGHUP load a new contract for new streams (extproc/service/reload.py).
     ``budget_share``: how many processes split the policy's admission budget (the
     workers of one host); this one admits that fraction of it.
+    ``tracer``: one span per stream (extproc/service/stream_tracer.py); None: off.
     """
     limit = contract.policy.max_message_bytes()
     server = grpc.aio.server(
@@ -96,7 +99,9 @@ async def serve(
         ]
     )
     contracts = ContractHolder(contract)
-    processor = ExternalProcessor(contracts, metrics.streams, budget_share=budget_share)
+    processor = ExternalProcessor(
+        contracts, metrics.streams, budget_share=budget_share, tracer=tracer
+    )
     ep_grpc.add_ExternalProcessorServicer_to_server(processor, server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
@@ -157,4 +162,6 @@ async def serve(
         while processor.active_streams and loop.time() < deadline:
             await asyncio.sleep(0.05)
         await server.stop(max(deadline - loop.time(), 0.0))
+        if tracer is not None:
+            await asyncio.to_thread(tracer.close)  # sends the spans still batched
         log.info("stopped")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import traceback
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
@@ -34,6 +35,12 @@ from extproc.service.memory import TRIM_AFTER_BYTES, IdleTrim, release_after, tr
 from extproc.service.reload import ContractHolder
 from extproc.service.stream import ExtProcStream, Shape
 from extproc.service.stream_metrics import AdmissionStage, StreamMetrics
+from extproc.service.stream_tracer import (
+    NotingStreamMetrics,
+    StreamFacts,
+    StreamTracer,
+    with_plan,
+)
 
 log = logging.getLogger("extproc.service.servicer")
 
@@ -55,10 +62,16 @@ OFFLOAD_BODY_BYTES = 256 * 1024
 
 class ExternalProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc]
     def __init__(
-        self, contracts: ContractHolder, metrics: StreamMetrics, *, budget_share: int = 1
+        self,
+        contracts: ContractHolder,
+        metrics: StreamMetrics,
+        *,
+        budget_share: int = 1,
+        tracer: StreamTracer | None = None,
     ) -> None:
         self._contracts = contracts
         self._metrics = metrics
+        self._tracer = tracer  # None: tracing off, and nothing below notes anything
         self.active_streams = 0  # read by the server's drain (extproc/service/server.py)
         # The policy's budget is the host's: the processes that share it (the workers
         # of `extproc run`) each admit an equal part, so the host admits the budget.
@@ -78,7 +91,12 @@ class ExternalProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc
         if contract.policy.limits is not self._admission_limits:
             self._follow_admission_limits(contract.policy.limits)
         metrics = self._metrics
-        shape = stream_shape(context.invocation_metadata() or ())
+        metadata = context.invocation_metadata() or ()
+        shape = stream_shape(metadata)
+        noted: NotingStreamMetrics | None = None
+        if self._tracer is not None:
+            started_ns = time.time_ns()
+            metrics = noted = NotingStreamMetrics(metrics)
         stream = ExtProcStream(contract, shape, metrics)
         # The request's share of the admission budget, held until this stream ends:
         # with standalone.yaml the request stream of a rewrite stays open until the
@@ -122,6 +140,18 @@ class ExternalProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc
                 loop.run_in_executor(None, trim_heap)
             metrics.stream_closed()
             self.active_streams -= 1
+            if noted is not None:
+                self._trace(metadata, started_ns, with_plan(noted.facts, stream.plan))
+
+    def _trace(
+        self, metadata: Iterable[tuple[str, Any]], started_ns: int, facts: StreamFacts
+    ) -> None:
+        """The stream's span; a tracer's failure costs the span, never the stream."""
+        assert self._tracer is not None
+        try:
+            self._tracer.record(metadata, started_ns, time.time_ns(), facts)
+        except Exception as exc:
+            log.warning("tracing: the stream's span was not recorded: %s", type(exc).__name__)
 
     def _follow_admission_limits(self, limits: Limits) -> None:
         """A reloaded policy's admission settings apply to the requests that come
@@ -204,7 +234,7 @@ class ExternalProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc
         return admitted
 
     def _overloaded(self, stream: ExtProcStream, stage: AdmissionStage) -> ep.ProcessingResponse:
-        self._metrics.admission_refused(stage)
+        stream.metrics.admission_refused(stage)  # the stream's: its span notes it too
         retry_after_s = self._contracts.current.policy.limits.retry_after_s
         return stream.refuse_overloaded(overloaded_error(retry_after_s), retry_after_s)
 
