@@ -56,6 +56,8 @@ from testing_support.processes import free_port
 from testing_support.qwen import QWEN_MODEL, REPO, SHIPPED_QWEN_POLICY
 from testing_support.serve import Serve, ServeSpec
 from tests.harness import Envoys, Servers
+from tests.hostile_corpus import FRAMING_ERRORS
+from tests.test_hostile_input import FRAMING_CLOSE_BOUND_S, closes_within, exchange
 
 ENVOY_DIR = REPO / "envoy"
 ISTIO_DIR = ENVOY_DIR / "istio"
@@ -310,7 +312,8 @@ def istio_bootstrap(
     """An Envoy bootstrap shaped like an Istio proxy's config for the patched port, with
     every patch of the EnvoyFilter applied: HTTP_FILTER inserted before the router,
     NETWORK_FILTER merged into the HTTP connection manager, LISTENER merged into the
-    listener, CLUSTER merged into the cluster istiod would generate for the match."""
+    listener, VIRTUAL_HOST into its virtual host, CLUSTER merged into the cluster istiod
+    would generate for the match."""
     router = {
         "name": "envoy.filters.http.router",
         "typed_config": {
@@ -367,6 +370,10 @@ def istio_bootstrap(
         elif patch["applyTo"] == "LISTENER":
             assert op == "MERGE"
             proto_merge(listener, value)
+        elif patch["applyTo"] == "VIRTUAL_HOST":
+            assert op == "MERGE"
+            for vhost in hcm["typed_config"]["route_config"]["virtual_hosts"]:
+                proto_merge(vhost, value)
         elif patch["applyTo"] == "CLUSTER":
             assert op == "MERGE"
             c = match["cluster"]
@@ -561,6 +568,36 @@ def istio_sidecar_envoy(servers: Servers, envoys: Envoys) -> Iterator[tuple[str,
     finally:
         upstream.shutdown()
         upstream.server_close()
+
+
+@pytest.mark.parametrize("name,doc", envoy_filters(), ids=[n for n, _ in envoy_filters()])
+def test_istio_codec_refusals_get_the_envelope_single_filter_gives(
+    name: str, doc: dict[str, Any], servers: Servers, envoys: Envoys
+) -> None:
+    """The HTTP codec's refusals have no route: with the ext_proc filter switched on per
+    virtual host, none of them is held, and each gets what the one-filter shape gives
+    (a 400 envelope; broken chunking after the headers closes the connection there
+    too, see tests/hostile_corpus.py)."""
+    if doc["spec"]["configPatches"][0]["match"]["context"] not in ("SIDECAR_INBOUND", "GATEWAY"):
+        pytest.skip("no ext_proc filter in this EnvoyFilter")
+    extproc = servers.shared(ServeSpec())
+    listen = free_port()
+    bootstrap = istio_bootstrap(
+        doc, listen_port=listen, admin_port=free_port(), upstream_port=1, extproc_port=extproc.port
+    )
+    enveloped = 0
+    with envoys.own(EnvoySpec.of(bootstrap, f"istio-codec-{name}", concurrency=None)):
+        for case in FRAMING_ERRORS:
+            if "single-filter" in case.enveloped_in:
+                reply = exchange(listen, case.wire())
+                assert reply.status == case.expected.status, (case.name, reply)
+                error = reply.envelope()
+                assert (error["type"], error["code"]) == (case.expected.type, case.expected.code)
+                enveloped += 1
+            else:
+                reply, closed = closes_within(listen, case.wire(), FRAMING_CLOSE_BOUND_S)
+                assert closed and reply.status is None, (case.name, reply)
+    assert enveloped == 12  # of 14 (docs/deploy.md, Istio)
 
 
 def test_istio_sidecar_filter_runs_on_embeddings_only_and_fails_closed(
