@@ -21,8 +21,8 @@ absolute form) and h2c, in four shapes:
 
 Plus the HTTP codec's refusal of a Transfer-Encoding it cannot read: a 400 with a
 client error code, never Envoy's 501 through a 5xx mapper (the rest of the codec's
-refusals: tests/test_hostile_input.py); in the Istio shape no answer at all (a known
-limit, asserted as measured).
+refusals: tests/test_hostile_input.py and, for the Istio shapes,
+tests/test_deploy_artifacts.py), in every shape.
 """
 
 from __future__ import annotations
@@ -388,13 +388,6 @@ def test_a_transfer_coding_envoy_cannot_read_is_a_client_error(
     ).encode() + (chunked if "chunked" in coding else body)
     reply = exchange(shape.port, wire, timeout=WAIT_S)
     assert dynamo.received == [] and legacy.state.seen == []
-    if shape.name == "istio-gateway":
-        # Known limit, asserted as measured: the EnvoyFilter's ext_proc filter is on
-        # for every request (its matcher can only skip a request whose headers it has
-        # seen), so it holds the codec's local reply and the connection closes
-        # without an answer (docs/deploy.md).
-        assert (reply.status, reply.body) == (None, b""), reply
-        return
     assert reply.status == 400, reply
     error = Reply(reply.status, reply.body).envelope()
     assert (error["type"], error["code"]) == ("invalid_request_error", TRANSFER_ENCODINGS[coding])
