@@ -14,8 +14,7 @@ import pytest
 from testing_support.gateway import Gateway, GatewaySpec
 from testing_support.http import http
 from testing_support.processes import free_port
-from tests.harness import Gateways
-from tests.real_upstream import (
+from testing_support.real_upstream import (
     SERVED_MODEL,
     RealEnv,
     Stack,
@@ -27,6 +26,7 @@ from tests.real_upstream import (
     start_vllm,
     start_vllm_reranker,
 )
+from tests.harness import Gateways
 
 REPO = Path(__file__).resolve().parents[2]
 PLAIN_POLICY = REPO / "extproc" / "policies" / "all-minilm-l6-v2.yaml"

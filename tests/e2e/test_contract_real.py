@@ -16,7 +16,7 @@ from transformers import AutoTokenizer
 
 from testing_support.gateway import Gateway
 from testing_support.http import Reply, http
-from tests.real_upstream import MAX_MODEL_LEN, SERVED_MODEL, RealEnv, Stack
+from testing_support.real_upstream import MAX_MODEL_LEN, SERVED_MODEL, RealEnv, Stack
 
 REPO = Path(__file__).resolve().parents[2]
 ENVELOPE_KEYS = {"message", "type", "param", "code"}

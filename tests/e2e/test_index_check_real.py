@@ -16,9 +16,9 @@ from extproc.commands import index_check as index_check_command
 from extproc.commands.cli import _parser
 from testing_support.beir_sample import write_sample
 from testing_support.gateway import Gateway
+from testing_support.real_upstream import SERVED_MODEL, RealEnv, Stack
 from tests.e2e.conftest import minilm
 from tests.harness import Gateways
-from tests.real_upstream import SERVED_MODEL, RealEnv, Stack
 
 E5_POLICY = """
 models:

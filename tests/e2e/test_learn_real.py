@@ -25,9 +25,9 @@ from extproc.core.error_envelope import ErrorClass, ErrorShape
 from extproc.core.policy import load_policy_file
 from extproc.core.policy.model import EncodingProfile, InstructionUse, Leniency, Matryoshka
 from testing_support.gateway import GatewaySpec
+from testing_support.real_upstream import SERVED_MODEL, RealEnv, Stack
 from tests.harness import Gateways
 from tests.learning import assert_client_sees_the_same, battery
-from tests.real_upstream import SERVED_MODEL, RealEnv, Stack
 
 
 def run_learn(

@@ -23,9 +23,9 @@ import yaml
 
 from testing_support.gateway import Gateway, GatewaySpec
 from testing_support.http import Reply, http, metric_value
+from testing_support.real_upstream import SERVED_MODEL, RealEnv, Stack
 from tests.e2e.conftest import MATRYOSHKA_POLICY, minilm
 from tests.harness import Gateways
-from tests.real_upstream import SERVED_MODEL, RealEnv, Stack
 
 REPO = Path(__file__).resolve().parents[2]
 NATIVE_POLICY = REPO / "extproc" / "policies" / "all-minilm-l6-v2-native.yaml"

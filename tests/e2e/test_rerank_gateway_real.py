@@ -19,9 +19,9 @@ from extproc.commands.cli import _parser
 from extproc.core.policy import load_policy_file
 from testing_support.gateway import GatewaySpec
 from testing_support.http import http
+from testing_support.real_upstream import RERANKER_MODEL, RealEnv, Stack
 from tests.harness import Gateways
 from tests.learning import assert_same_rerank_answer
-from tests.real_upstream import RERANKER_MODEL, RealEnv, Stack
 
 REPO = Path(__file__).resolve().parents[2]
 LONG_TEXT = " ".join(["the harbour lights flickered as the ferry crossed the bay"] * 60)

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from testing_support.http import Reply, http
-from tests.real_upstream import RERANKER_MODEL, Stack
+from testing_support.real_upstream import RERANKER_MODEL, Stack
 
 REPO = Path(__file__).resolve().parents[2]
 TOLERANCE = 1e-4

@@ -16,9 +16,9 @@ from pathlib import Path
 
 from testing_support.http import http
 from testing_support.processes import free_port
+from testing_support.real_upstream import SERVED_MODEL, RealEnv, Stack
 from tests.e2e.conftest import MATRYOSHKA_POLICY, PLAIN_POLICY, minilm
 from tests.harness import Gateways
-from tests.real_upstream import SERVED_MODEL, RealEnv, Stack
 
 REPO = Path(__file__).resolve().parents[2]
 

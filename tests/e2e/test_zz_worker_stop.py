@@ -7,9 +7,9 @@ from __future__ import annotations
 import time
 
 from testing_support.http import http
+from testing_support.real_upstream import SERVED_MODEL, RealEnv, Stack
 from tests.e2e.conftest import PLAIN_POLICY, minilm
 from tests.harness import Gateways
-from tests.real_upstream import SERVED_MODEL, RealEnv, Stack
 
 
 def test_stopped_worker_is_a_5xx_not_a_4xx(dynamo: Stack, env: RealEnv, gateways: Gateways) -> None:
