@@ -28,10 +28,14 @@ COPY envoy/*.yaml ./envoy/
 # Install from the project's own pyproject.toml with a pinned pip, with the tracing
 # extra only (`extproc serve --tracing` joins the mesh's traces): `extproc serve`
 # never starts Envoy, so the Envoy binary of the `run` extra stays out; the Envoy
-# protos the server imports come from xds-protos. The import check fails the build
-# if that ever stops being true.
+# protos the server imports come from xds-protos. xds-protos also ships an older copy
+# of opentelemetry-proto's modules under the same names, and whichever pip writes last
+# wins: opentelemetry-proto is written again so the OTLP exporter gets its own. The
+# import check fails the build if either ever stops being true.
 RUN /opt/extproc/bin/pip install --no-cache-dir pip==26.3 \
  && /opt/extproc/bin/pip install --no-cache-dir '.[tracing]' \
+ && /opt/extproc/bin/pip install --no-cache-dir --force-reinstall --no-deps \
+      "opentelemetry-proto==$(/opt/extproc/bin/python -c 'import importlib.metadata as m; print(m.version("opentelemetry-proto"))')" \
  && /opt/extproc/bin/python -c "import extproc.service.server, extproc.service.tracing, envoy.service.ext_proc.v3.external_processor_pb2_grpc"
 
 FROM python:3.11.14-slim-bookworm

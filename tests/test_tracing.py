@@ -15,6 +15,7 @@ while tracing is off.
 
 from __future__ import annotations
 
+import importlib.metadata
 import subprocess
 import sys
 import threading
@@ -196,6 +197,51 @@ def test_tracing_without_the_sdk_is_exit_2_with_one_line(command: str, tmp_path:
     assert result.stderr.strip().splitlines() == [
         "error: --tracing needs OpenTelemetry (opentelemetry.sdk.trace is missing): "
         "pip install 'embeddings-contract-gateway[tracing]'"
+    ]
+
+
+def _opentelemetry_proto_copy(into: Path) -> Path:
+    """opentelemetry-proto's record and message modules, copied under ``into``; with
+    ``into`` first on the path, the copy is the installed distribution."""
+    dist = importlib.metadata.distribution("opentelemetry-proto")
+    for record in dist.files or ():
+        if record.parts[0].endswith(".dist-info") or record.name.endswith("_pb2.py"):
+            target = into / record
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(record.read_binary())
+    return into / "opentelemetry" / "proto" / "common" / "v1" / "common_pb2.py"
+
+
+def test_an_overwritten_otlp_message_module_is_exit_2_naming_the_fix(tmp_path: Path) -> None:
+    # xds-protos ships an older common_pb2.py under the same name; installed after
+    # opentelemetry-proto, it replaces the module the OTLP exporter imports.
+    common = _opentelemetry_proto_copy(tmp_path)
+    check = "from extproc.commands.options import otlp_protos_overwritten as f; print(f())"
+    env = {"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    intact = subprocess.run(
+        [sys.executable, "-c", check],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        check=False,
+    )
+    assert intact.stdout.strip() == "None", intact.stderr
+    common.write_bytes(common.read_bytes() + b"# another package's copy\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "extproc", "serve", "--tracing"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        check=False,
+    )
+    version = importlib.metadata.version("opentelemetry-proto")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "error: --tracing: opentelemetry/proto/common/v1/common_pb2.py is not "
+        "opentelemetry-proto's own (xds-protos ships an older copy of it); restore it "
+        f"with: pip install --force-reinstall --no-deps 'opentelemetry-proto=={version}'"
     ]
 
 

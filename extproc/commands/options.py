@@ -232,4 +232,34 @@ def tracing_unavailable() -> str | None:
             found = False
         if not found:
             return f"--tracing needs OpenTelemetry ({module} is missing): {TRACING_EXTRA}"
+    return otlp_protos_overwritten()
+
+
+def otlp_protos_overwritten() -> str | None:
+    """Why the OTLP exporter's message modules are not opentelemetry-proto's own, or
+    None. xds-protos (Envoy's API, which the gateway needs) ships an older copy of the
+    same files under the same names; whichever package pip writes last wins, and the
+    older copy makes the exporter fail on import. Each module's hash is checked against
+    the one opentelemetry-proto recorded at install, without importing anything."""
+    import base64
+    import hashlib
+    import importlib.metadata
+
+    try:
+        dist = importlib.metadata.distribution("opentelemetry-proto")
+    except importlib.metadata.PackageNotFoundError:
+        return f"--tracing needs OpenTelemetry (opentelemetry-proto is missing): {TRACING_EXTRA}"
+    for record in dist.files or ():
+        if not record.name.endswith("_pb2.py") or record.hash is None:
+            continue
+        try:
+            digest = hashlib.new(record.hash.mode, record.read_binary()).digest()
+        except (OSError, ValueError):
+            digest = b""
+        if base64.urlsafe_b64encode(digest).rstrip(b"=").decode() != record.hash.value:
+            return (
+                f"--tracing: {record} is not opentelemetry-proto's own (xds-protos ships "
+                "an older copy of it); restore it with: pip install --force-reinstall "
+                f"--no-deps 'opentelemetry-proto=={dist.version}'"
+            )
     return None
