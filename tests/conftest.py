@@ -121,23 +121,56 @@ REAL_ENGINES = ("tests/e2e/", "tests/test_wheel_install.py")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The modules with `alone` tests last, each module's own order kept: an `alone`
-    test waits for the test in progress on the other worker, and an end-to-end test
-    (first out, on one worker) can take minutes. The other modules run beside the
-    end-to-end tier."""
-    alone = {item.path for item in items if item.get_closest_marker("alone")}
-    items.sort(key=lambda item: item.path in alone and not item.nodeid.startswith(REAL_ENGINES))
+    """The `alone` tests last, the order of the rest kept: an `alone` test waits for
+    the test in progress on the other worker, and an end-to-end test (first out, on
+    one worker) can take minutes. Everything else runs beside the end-to-end tier,
+    the ordinary tests of a module that also has `alone` ones included, so that
+    they never wait behind another worker's `alone` test."""
+    items.sort(
+        key=lambda item: (
+            bool(item.get_closest_marker("alone")) and not item.nodeid.startswith(REAL_ENGINES)
+        )
+    )
 
 
 class ModuleScheduling(LoadScopeScheduling):
-    """Each test module whole to one worker, so that its fixtures (its gateways) start
-    once, and whatever starts real engines whole to one worker. They go out in
-    collection order (pytest_collection_modifyitems): the end-to-end tier, the
-    longest, first; the modules with `alone` tests last."""
+    """Each run of one module's tests in collection order whole to one worker, so
+    that its fixtures (its gateways) start once per run, and whatever starts real
+    engines whole to one worker. A module with `alone` tests is two runs: its
+    ordinary tests where the module stands, its `alone` ones at the end
+    (pytest_collection_modifyitems). Runs go out in collection order: the
+    end-to-end tier, the longest, first; the `alone` tests last."""
+
+    _scopes: dict[str, str] | None = None
+
+    def schedule(self) -> None:
+        if self._scopes is None and self.collection_is_completed:
+            self._scopes = runs_of_modules(next(iter(self.registered_collections.values())))
+        super().schedule()
 
     def _split_scope(self, nodeid: str) -> str:
-        path = nodeid.split("::", 1)[0]
-        return "real engines" if path.startswith(REAL_ENGINES) else path
+        assert self._scopes is not None, "scheduled before collection completed"
+        return self._scopes[nodeid]
+
+
+def module_of(nodeid: str) -> str:
+    path = nodeid.split("::", 1)[0]
+    return "real engines" if path.startswith(REAL_ENGINES) else path
+
+
+def runs_of_modules(collection: list[str]) -> dict[str, str]:
+    """Each test's scope: its module, and which of that module's runs (contiguous
+    stretches of the collection) it is in."""
+    scopes: dict[str, str] = {}
+    runs: dict[str, int] = {}
+    previous = None
+    for nodeid in collection:
+        module = module_of(nodeid)
+        if module != previous:
+            runs[module] = runs.get(module, 0) + 1
+            previous = module
+        scopes[nodeid] = f"{module} #{runs[module]}"
+    return scopes
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> ModuleScheduling:

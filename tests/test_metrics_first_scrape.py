@@ -8,8 +8,9 @@ creates it, so without MetricFamilies.known_series a family such as
 extproc_admission_rejected_total was missing until its first refusal: the dashboard
 showed "No data" instead of 0 and ratios and ``absent()`` alerts misread it.
 
-Started here on 127.0.0.1 and stopped by PID: `extproc run --workers 2` (the shipped
-Qwen3 policy, in front of the fake Dynamo, never called) and `extproc serve --metrics`.
+Started here on 127.0.0.1 and stopped by PID: `extproc run --workers 1` and
+`--workers 2` (the shipped Qwen3 policy, in front of the fake Dynamo, never called) and
+`extproc serve --metrics`.
 """
 
 from __future__ import annotations
@@ -94,10 +95,11 @@ def upstream_url(fake_dynamo: FakeUpstream) -> Iterator[str]:
     yield fake_dynamo.url
 
 
-def test_a_fresh_two_worker_gateway_exports_every_named_metric(
-    gateways: Gateways, upstream_url: str
+@pytest.mark.parametrize("workers", [1, 2], ids=["1-worker", "2-workers"])
+def test_a_fresh_gateway_exports_every_named_metric(
+    gateways: Gateways, upstream_url: str, workers: int
 ) -> None:
-    with gateways.own(GatewaySpec(upstream=upstream_url, workers=2)) as gateway:
+    with gateways.own(GatewaySpec(upstream=upstream_url, workers=workers)) as gateway:
         text = gateway.metrics()
     assert missing(text) == []
     samples = scraped(text)
