@@ -39,6 +39,14 @@ from extproc.tools.learn.session import Exchange, Server, shown
 from extproc.tools.toolkit.budgeted_client import RequestBudget
 from extproc.tools.toolkit.long_text import plain_words
 from extproc.tools.toolkit.progress import Progress
+from extproc.tools.toolkit.rerank_answers import (
+    MALFORMED,
+    SCORE_TOLERANCE,
+    UNKNOWN_MODEL,
+    RerankAnswer,
+    read_answer,
+    rerank_request,
+)
 
 QUERY = "how do I reset a forgotten password"
 DOCUMENTS = (
@@ -47,42 +55,6 @@ DOCUMENTS = (
     "Passwords must have at least twelve characters.",
     "The mobile app can scan receipts.",
 )
-SCORE_TOLERANCE = 1e-4
-UNKNOWN_MODEL = "no-such-model-extproc-learn"
-
-
-@dataclass(frozen=True)
-class RerankAnswer:
-    """A rerank answer, read in whatever dialect it came."""
-
-    scores: dict[int, float]  # by document position
-    documents: bool  # the answer carries the documents
-    count: int  # results
-    shape: str  # "tei" (a bare array), "cohere" (meta), "jina" (usage, no meta)
-
-
-def read_answer(body: bytes) -> RerankAnswer | None:
-    try:
-        doc = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return None
-    if isinstance(doc, list):
-        items, shape = doc, "tei"
-    elif isinstance(doc, dict) and isinstance(doc.get("results"), list):
-        items, shape = doc["results"], ("cohere" if "meta" in doc else "jina")
-    else:
-        return None
-    scores: dict[int, float] = {}
-    documents = False
-    for item in items:
-        if not isinstance(item, dict) or type(item.get("index")) is not int:
-            return None
-        score = item.get("score", item.get("relevance_score"))
-        if not isinstance(score, int | float) or isinstance(score, bool):
-            return None
-        scores[item["index"]] = float(score)
-        documents = documents or "text" in item or "document" in item
-    return RerankAnswer(scores, documents, len(items), shape)
 
 
 class RerankSession:
@@ -181,16 +153,6 @@ class LearnedRerank:
         return out
 
 
-def request_for(
-    dialect: Dialect, model: str, documents: tuple[str, ...], **extra: Any
-) -> dict[str, Any]:
-    field_name = "texts" if dialect is Dialect.TEI else "documents"
-    body: dict[str, Any] = {"query": QUERY, field_name: list(documents), **extra}
-    if dialect is not Dialect.TEI:
-        body["model"] = model
-    return body
-
-
 def learn_rerank(
     session: RerankSession, local: LocalModel | None, model: str
 ) -> tuple[LearnedRerank, list[Finding]]:
@@ -198,9 +160,9 @@ def learn_rerank(
     found: list[Finding] = []
     session.progress("learn: the rerank dialect (TEI, Cohere v2, Cohere v1 / Jina)")
     probes = [
-        (Dialect.TEI, request_for(Dialect.TEI, model, DOCUMENTS)),
-        (Dialect.COHERE_V2, request_for(Dialect.COHERE_V2, model, DOCUMENTS)),
-        (Dialect.COHERE_V1, request_for(Dialect.COHERE_V1, model, DOCUMENTS)),
+        (Dialect.TEI, rerank_request(Dialect.TEI, model, QUERY, DOCUMENTS)),
+        (Dialect.COHERE_V2, rerank_request(Dialect.COHERE_V2, model, QUERY, DOCUMENTS)),
+        (Dialect.COHERE_V1, rerank_request(Dialect.COHERE_V1, model, QUERY, DOCUMENTS)),
     ]
     answered: Exchange | None = None
     tried = []
@@ -271,13 +233,13 @@ def learn_rerank(
     # errors
     dialect = learned.dialect
     bad: dict[str, tuple[ErrorClass, dict[str, Any] | bytes]] = {
-        "malformed JSON": (ErrorClass.MALFORMED, b'{"query": '),
-        "no documents": (ErrorClass.INVALID, request_for(dialect, model, ())),
+        "malformed JSON": (ErrorClass.MALFORMED, MALFORMED),
+        "no documents": (ErrorClass.INVALID, rerank_request(dialect, model, QUERY, ())),
     }
     if dialect is not Dialect.TEI:
         bad["unknown model"] = (
             ErrorClass.UNKNOWN_MODEL,
-            request_for(dialect, UNKNOWN_MODEL, DOCUMENTS[:2]),
+            rerank_request(dialect, UNKNOWN_MODEL, QUERY, DOCUMENTS[:2]),
         )
     for label, (kind, bad_body) in bad.items():
         refusals.append((kind, session.post("baseline", learned.path, label, bad_body)))
@@ -321,7 +283,7 @@ def _long_pairs(
     assert learned.dialect is not None
     long_doc = plain_words(limit + 64)
     documents = (DOCUMENTS[0], long_doc)
-    body = request_for(learned.dialect, learned.model, documents)
+    body = rerank_request(learned.dialect, learned.model, QUERY, documents)
     exchange = session.post("baseline", learned.path, "a pair over the limit", body)
     answer = session.answer(exchange)
     if answer is None:

@@ -1,0 +1,162 @@
+"""Rerank requests in a legacy dialect, and two servers' answers to one compared as a
+client sees them (pure): the status, an error body's shape, and for an answer the
+number of results, whether the documents come back, the order and every score
+(within :data:`SCORE_TOLERANCE`). learn's verification and probe's rerank run share
+it, so both call the same things a difference.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from extproc.core.rerank.dialects import Dialect
+from extproc.core.upstream_errors import parse_upstream_error
+from extproc.tools.toolkit.long_text import plain_words
+from extproc.tools.toolkit.report_format import cell, table
+
+# Scores a client would call equal: float32 logits through two engines, or their sigmoid.
+SCORE_TOLERANCE = 1e-4
+UNKNOWN_MODEL = "no-such-model-extproc"
+MALFORMED = b'{"query": '
+
+
+@dataclass(frozen=True)
+class RerankAnswer:
+    """A rerank answer, read in whatever dialect it came."""
+
+    scores: dict[int, float]  # by document position
+    order: tuple[int, ...]  # document positions, as answered
+    documents: bool  # the answer carries the documents
+    shape: str  # "tei" (a bare array), "cohere" (meta), "jina" (usage, no meta)
+
+    @property
+    def count(self) -> int:
+        return len(self.order)
+
+
+def read_answer(body: bytes) -> RerankAnswer | None:
+    """The answer in ``body``, or None when it is not a rerank answer of any dialect."""
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    if isinstance(doc, list):
+        items, shape = doc, "tei"
+    elif isinstance(doc, dict) and isinstance(doc.get("results"), list):
+        items, shape = doc["results"], ("cohere" if "meta" in doc else "jina")
+    else:
+        return None
+    scores: dict[int, float] = {}
+    order: list[int] = []
+    documents = False
+    for item in items:
+        if not isinstance(item, dict) or type(item.get("index")) is not int:
+            return None
+        score = item.get("score", item.get("relevance_score"))
+        if not isinstance(score, int | float) or isinstance(score, bool):
+            return None
+        scores[item["index"]] = float(score)
+        order.append(item["index"])
+        documents = documents or "text" in item or "document" in item
+    return RerankAnswer(scores, tuple(order), documents, shape)
+
+
+def rerank_request(
+    dialect: Dialect, model: str, query: str, documents: Sequence[str], **extra: Any
+) -> dict[str, Any]:
+    """A request in ``dialect``'s fields; TEI's requests name no model."""
+    field_name = "texts" if dialect is Dialect.TEI else "documents"
+    body: dict[str, Any] = {"query": query, field_name: list(documents), **extra}
+    if dialect is not Dialect.TEI:
+        body["model"] = model
+    return body
+
+
+def contract_requests(
+    dialect: Dialect,
+    model: str,
+    query: str,
+    documents: Sequence[str],
+    max_tokens: int | None = None,
+) -> dict[str, dict[str, Any] | bytes]:
+    """What a client of ``dialect`` can send, by label: a plain request, the dialect's
+    options, the client mistakes and, given the limit, a pair over it."""
+    docs = list(documents)
+    bodies: dict[str, dict[str, Any] | bytes] = {
+        "plain": rerank_request(dialect, model, query, docs),
+        "malformed JSON": MALFORMED,
+        "no documents": rerank_request(dialect, model, query, ()),
+    }
+    if dialect is Dialect.TEI:
+        bodies["raw scores"] = rerank_request(dialect, model, query, docs, raw_scores=True)
+        bodies["with text"] = rerank_request(dialect, model, query, docs, return_text=True)
+    else:
+        bodies["top_n 2"] = rerank_request(dialect, model, query, docs, top_n=2)
+        bodies["unknown model"] = rerank_request(dialect, UNKNOWN_MODEL, query, docs[:2])
+        if dialect is not Dialect.COHERE_V2:
+            bodies["documents back"] = rerank_request(
+                dialect, model, query, docs, return_documents=True
+            )
+    if max_tokens is not None:
+        long = (docs[0], plain_words(max_tokens + 64))
+        bodies["a pair over the limit"] = rerank_request(dialect, model, query, long)
+        if dialect is Dialect.TEI:
+            bodies["a pair over the limit, truncate"] = rerank_request(
+                dialect, model, query, long, truncate=True
+            )
+    return bodies
+
+
+@dataclass(frozen=True)
+class AnswerRow:
+    label: str
+    baseline: str  # what each side answered, for people
+    candidate: str
+    problem: str  # "" when a client sees the same
+    worst_score_difference: float | None = None  # both answered the same documents
+
+
+def compare_replies(label: str, old: tuple[int, bytes], new: tuple[int, bytes]) -> AnswerRow:
+    """Baseline's (status, body) against the candidate's, as a client sees them."""
+    (status_a, body_a), (status_b, body_b) = old, new
+    a = read_answer(body_a) if 200 <= status_a < 300 else None
+    b = read_answer(body_b) if 200 <= status_b < 300 else None
+    said_a, said_b = _said(status_a, body_a, a), _said(status_b, body_b, b)
+    worst = None
+    if a is not None and b is not None and set(a.scores) == set(b.scores) and a.scores:
+        worst = max(abs(a.scores[i] - b.scores[i]) for i in a.scores)
+    problem = ""
+    if status_a != status_b:
+        problem = f"status {status_a} vs {status_b}"
+    elif a is None or b is None:
+        shapes = parse_upstream_error(body_a).shape, parse_upstream_error(body_b).shape
+        if (a is None) != (b is None) or shapes[0] != shapes[1]:
+            problem = f"error body {shapes[0]} vs {shapes[1]}"
+    elif a.shape != b.shape or a.count != b.count or a.documents != b.documents:
+        problem = f"{a.count} {a.shape} results vs {b.count} {b.shape}"
+    elif a.order != b.order:
+        problem = "another order"
+    elif worst is not None and worst > SCORE_TOLERANCE:
+        problem = f"scores differ by {worst:.2e}"
+    return AnswerRow(label, said_a, said_b, problem, worst)
+
+
+def _said(status: int, body: bytes, answer: RerankAnswer | None) -> str:
+    if status <= 0:
+        return "no answer"
+    if answer is None:
+        error = parse_upstream_error(body)
+        return f"{status}, {error.shape}: {(error.message or '')[:60]}"
+    return f"{status}, {answer.count} results"
+
+
+def rows_table(rows: Sequence[AnswerRow], candidate: str) -> list[str]:
+    """The rows as a Markdown table, the candidate's column named ``candidate``."""
+    return table(
+        ["request", "baseline", candidate, ""],
+        [[r.label, cell(r.baseline), cell(r.candidate), cell(r.problem) or "same"] for r in rows],
+    )
