@@ -34,12 +34,34 @@ import math
 import socket
 import threading
 import uuid
+from collections.abc import Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 import numpy as np
 import orjson
+import tokenizers
+from tokenizers import models, pre_tokenizers, processors
+
+from testing_support.beir_sample import WORDS
+
+
+def write_word_tokenizer(folder: Path, words: Sequence[str] = WORDS) -> Path:
+    """The made-up model's tokenizer into ``folder``: a token a word of ``words`` (any
+    other word [UNK]), [CLS] a [SEP] b [SEP] for a pair; returns ``folder``."""
+    vocab = {"[UNK]": 0, "[CLS]": 1, "[SEP]": 2, **{w: i + 3 for i, w in enumerate(words)}}
+    tok = tokenizers.Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]",
+        pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", 1), ("[SEP]", 2)],
+    )
+    folder.mkdir(parents=True, exist_ok=True)
+    tok.save(str(folder / "tokenizer.json"))
+    return folder
 
 
 def logit(query: str, document: str) -> float:

@@ -10,8 +10,6 @@ from typing import Any
 
 import orjson
 import pytest
-import tokenizers
-from tokenizers import models, pre_tokenizers, processors
 
 from extproc.core.contract import Contract, load_contract
 from extproc.core.error_envelope import ApiError
@@ -21,6 +19,7 @@ from extproc.core.rerank.rerank_rewrite import (
     rewrite_rerank_request,
     rewrite_rerank_response,
 )
+from tests.fake_rerank import write_word_tokenizer
 
 WORDS = [f"w{i}" for i in range(400)]
 
@@ -28,17 +27,7 @@ WORDS = [f"w{i}" for i in range(400)]
 @pytest.fixture(scope="module")
 def pair_tokenizer(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A BERT-style tokenizer ([CLS] a [SEP] b [SEP]), a word per token."""
-    folder = tmp_path_factory.mktemp("pair-tokenizer")
-    vocab = {"[UNK]": 0, "[CLS]": 1, "[SEP]": 2, **{w: i + 3 for i, w in enumerate(WORDS)}}
-    tok = tokenizers.Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tok.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]",
-        pair="[CLS] $A [SEP] $B:1 [SEP]:1",
-        special_tokens=[("[CLS]", 1), ("[SEP]", 2)],
-    )
-    tok.save(str(folder / "tokenizer.json"))
-    return folder
+    return write_word_tokenizer(tmp_path_factory.mktemp("pair-tokenizer"), WORDS)
 
 
 def policy(entries: str, tokenizer: Path | None = None, top: str = "") -> Contract:

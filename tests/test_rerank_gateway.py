@@ -10,49 +10,23 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
-import tokenizers
-from tokenizers import models, pre_tokenizers, processors
 
 from testing_support.fake_upstream import FakeUpstream
 from testing_support.gateway import Gateway, GatewaySpec
 from testing_support.http import http
 from testing_support.qwen import QWEN_MODEL, SHIPPED_QWEN_POLICY
-from tests.fake_rerank import FakeLegacyRerank, FakeRerankUpstream
+from tests.fake_rerank import FakeLegacyRerank, FakeRerankUpstream, write_word_tokenizer
 from tests.harness import Gateways
 from tests.learning import assert_same_rerank_answer
 
 MAX_TOKENS = 64
-WORDS = [
-    "river",
-    "stone",
-    "garden",
-    "bridge",
-    "morning",
-    "light",
-    "boat",
-    "water",
-    "child",
-    "house",
-    "road",
-    "market",
-]
 
 
 @pytest.fixture(scope="module")
 def word_tokenizer(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The made-up model's tokenizer: a token a word, [CLS] a [SEP] b [SEP] for a pair."""
-    folder = tmp_path_factory.mktemp("rerank-tokenizer")
-    vocab = {"[UNK]": 0, "[CLS]": 1, "[SEP]": 2, **{w: i + 3 for i, w in enumerate(WORDS)}}
-    tok = tokenizers.Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tok.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]",
-        pair="[CLS] $A [SEP] $B:1 [SEP]:1",
-        special_tokens=[("[CLS]", 1), ("[SEP]", 2)],
-    )
-    tok.save(str(folder / "tokenizer.json"))
-    return folder
+    return write_word_tokenizer(tmp_path_factory.mktemp("rerank-tokenizer"))
 
 
 TEI_POLICY = """
@@ -212,3 +186,105 @@ def test_learn_writes_the_rerank_policy_ready(
     for key, value in expected.items():
         assert entry[key] == value, (key, md)
     assert reranker.max_tokens == MAX_TOKENS and reranker.scores.name == "SIGMOID"
+
+
+RERANK_CORPUS = [
+    *({"id": f"d{i}", "kind": "document", "text": text} for i, text in enumerate(DOCS[:4])),
+    {"id": "d4", "kind": "document", "text": "the child crossed the bridge to the market"},
+    {"id": "d5", "kind": "document", "text": "light on the stone road"},
+    {"id": "q0", "kind": "query", "text": QUERY},
+    {"id": "q1", "kind": "query", "text": "stone bridge garden"},
+    {"id": "q2", "kind": "query", "text": "child market"},
+]
+
+
+def probe_rerank(tmp_path: Path, *args: str) -> tuple[int, dict[str, Any]]:
+    """`extproc probe --task rerank` with the small word corpus; its exit code and its
+    report.json (empty when none was written)."""
+    from extproc.commands import probe as probe_command
+    from extproc.commands.cli import _parser
+
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_bytes(b"\n".join(orjson.dumps(item) for item in RERANK_CORPUS))
+    out = tmp_path / "report"
+    argv = ["probe", "--task", "rerank", "--corpus", str(corpus), "--out", str(out), *args]
+    code = probe_command.run(_parser().parse_args(argv))
+    report = out / "report.json"
+    return code, orjson.loads(report.read_bytes()) if report.exists() else {}
+
+
+@pytest.mark.parametrize(
+    ("fixture", "dialect"), [("tei", "tei"), ("cohere", "cohere-v1")], ids=["tei", "cohere"]
+)
+def test_probe_finds_the_gateway_answers_as_the_legacy_server(
+    fixture: str, dialect: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    gateway, legacy = request.getfixturevalue(fixture)
+    before = len(legacy.received)
+    code, report = probe_rerank(
+        tmp_path,
+        *("--dialect", dialect, "--model", "reranker", "--max-tokens", str(MAX_TOKENS)),
+        *("--baseline", legacy.url, "--candidate", gateway.url),
+    )
+    assert code == 0, report
+    rows = report["rows"]
+    assert [r["problem"] for r in rows] == [""] * len(rows)
+    queries = [r for r in rows if r["label"].startswith("query ")]
+    assert len(queries) == 3 and all(r["baseline_answered"] for r in queries)
+    assert all(r["worst_score_difference"] <= 1e-4 for r in queries)
+    assert any(r["label"] == "contract: a pair over the limit" for r in rows)
+    # the probe's requests to the gateway reached the rerank upstream, not the legacy server
+    assert len(legacy.received) == before + len(rows)
+
+
+def test_probe_names_what_the_raw_upstream_answers_differently(
+    cohere: Any, upstreams: Any, tmp_path: Path
+) -> None:
+    """The Cohere legacy server against vLLM's /rerank itself (the URL names the path):
+    another answer shape for every query (vLLM always returns the documents), exit 1,
+    each difference named."""
+    _, legacy = cohere
+    code, report = probe_rerank(
+        tmp_path,
+        *("--dialect", "cohere-v1", "--model", "reranker"),
+        *("--baseline", legacy.url, "--candidate", f"{upstreams[1].url}/rerank"),
+    )
+    assert code == 1, report
+    assert report["candidate"] == f"{upstreams[1].url}/rerank"
+    queries = [r for r in report["rows"] if r["label"].startswith("query ")]
+    assert len(queries) == 3
+    for row in queries:
+        count = row["baseline"].split()[1]
+        assert row["problem"] == f"{count} cohere results vs {count} jina", row
+    assert (tmp_path / "report" / "report.html").read_text().count('class="fail"') >= 3
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ((), "error: --task rerank needs --dialect"),
+        (("--dialect", "cohere-v2"), "error: --dialect cohere-v2 sends a model: give --model"),
+        (("--dialect", "tei", "--max-tokens", "0"), "error: --max-tokens must be within"),
+    ],
+)
+def test_probe_rerank_arguments_are_one_line_and_exit_2(
+    args: tuple[str, ...], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, report = probe_rerank(
+        tmp_path, *args, "--baseline", "http://127.0.0.1:9", "--candidate", "http://127.0.0.1:9"
+    )
+    assert (code, report) == (2, {})
+    assert capsys.readouterr().err.startswith(message)
+
+
+def test_probe_rerank_in_another_dialect_is_inconclusive(tei: Any, tmp_path: Path) -> None:
+    """The TEI legacy server asked in Cohere's dialect answers no query (404): exit 2,
+    saying what to check."""
+    gateway, legacy = tei
+    code, report = probe_rerank(
+        tmp_path,
+        *("--dialect", "cohere-v1", "--model", "reranker"),
+        *("--baseline", legacy.url, "--candidate", gateway.url),
+    )
+    assert code == 2 and report["verdict"] == "inconclusive"
+    assert "check --dialect" in report["reason"]

@@ -5,7 +5,8 @@ clean environment (no PYTHONPATH, no ENVOY_BIN).
 The plain install is the lean one: `extproc serve` answers its health check and
 `extproc run` stops at once saying how to get Envoy. With the `run` extra added
 (its one package, the Envoy binary), `extproc run` serves a Matryoshka request in
-front of the fake Dynamo (testing_support/fake_upstream.py). One environment serves both: each
+front of the fake Dynamo (testing_support/fake_upstream.py) and a TEI rerank request
+in front of a vLLM-shaped reranker (tests/fake_rerank.py). One environment serves both: each
 test puts it in the state it needs (`lean`: the extra's package uninstalled;
 `with_run_extra`: the extra installed), so that each runs alone or in any order, and
 the install is done once. Dependencies come from the package index (pip's cache
@@ -28,9 +29,11 @@ import pytest
 
 from testing_support.fake_upstream import FakeUpstream
 from testing_support.gateway import GatewaySpec, start_gateway
+from testing_support.http import http
 from testing_support.processes import Process, free_port
 from testing_support.qwen import QWEN_MODEL, REPO, SHIPPED_QWEN_POLICY
 from testing_support.serve import ServeSpec, start_serve
+from tests.fake_rerank import FakeRerankUpstream, logit, sigmoid, write_word_tokenizer
 
 BUILD_TIMEOUT_S = 300.0
 INSTALL_TIMEOUT_S = 600.0
@@ -206,38 +209,68 @@ def test_the_plain_install_is_lean(lean: Venv, qwen_dir: Path, tmp_path: Path) -
     assert f"(models: {QWEN_MODEL})" in log, log  # the shipped policy, from the package
 
 
-def test_the_run_extra_serves_a_matryoshka_request(
+RERANKER = """
+rerankers:
+  - name: reranker
+    dialect: TEI
+    max_tokens: 64
+    tokenizer: {path: unused}
+    upstream: {kind: vllm}
+"""
+
+
+def test_the_run_extra_serves_a_matryoshka_request_and_a_rerank_request(
     with_run_extra: Venv, upstream: FakeUpstream, qwen_dir: Path, tmp_path: Path
 ) -> None:
+    """The shipped policy with a TEI reranker entry added: a Matryoshka request to the
+    fake Dynamo, and a TEI rerank request to a vLLM-shaped reranker (tests/fake_rerank.py)
+    answered in TEI's shape, best first, with the sigmoid of its logits."""
     venv = with_run_extra
     policy = venv.workdir / "policy.yaml"
-    shutil.copy2(SHIPPED_QWEN_POLICY, policy)
-    spec = GatewaySpec(
-        upstream.url,
-        policy=Path("policy.yaml"),  # relative: resolved in the working directory
-        tokenizers=None,
-        args=("--tokenizer", f"{QWEN_MODEL}={qwen_dir}"),
-    )
-    gateway = start_gateway(
-        spec, tmp_path, extproc=(venv.extproc,), env=venv.clean_env(), cwd=venv.workdir
-    )
-    try:
-        # The Envoy binary is the one the `run` extra installed into the venv.
-        envoy_pid = re.search(r"envoy pid (\d+)", gateway.ready_line)
-        assert envoy_pid, gateway.ready_line
-        envoy = Path(f"/proc/{envoy_pid[1]}/exe").resolve()
-        assert envoy.is_relative_to(venv.root.resolve()), envoy
-        texts = ["Seoul is the capital of South Korea.", "Matryoshka vectors nest."]
-        reply = gateway.embeddings({"model": QWEN_MODEL, "input": texts, "dimensions": 256})
-        assert reply.status == 200, reply.body
-        data = reply.json()["data"]
-        assert [len(item["embedding"]) for item in data] == [256, 256]
-        for item in data:
-            assert abs(np.linalg.norm(np.asarray(item["embedding"])) - 1.0) < 1e-6
-        (received,) = upstream.received
-        assert "dimensions" not in received.json
-    finally:
-        assert gateway.stop() == 0, gateway.log()
+    policy.write_text(SHIPPED_QWEN_POLICY.read_text(encoding="utf-8") + RERANKER)
+    words = write_word_tokenizer(tmp_path / "word-tokenizer")
+    tokenizers = f"{QWEN_MODEL}={qwen_dir},reranker={words}"
+    with FakeRerankUpstream() as reranker:
+        spec = GatewaySpec(
+            upstream.url,
+            policy=Path("policy.yaml"),  # relative: resolved in the working directory
+            tokenizers=None,
+            args=("--tokenizer", tokenizers, "--rerank-upstream", reranker.url),
+        )
+        gateway = start_gateway(
+            spec, tmp_path, extproc=(venv.extproc,), env=venv.clean_env(), cwd=venv.workdir
+        )
+        try:
+            # The Envoy binary is the one the `run` extra installed into the venv.
+            envoy_pid = re.search(r"envoy pid (\d+)", gateway.ready_line)
+            assert envoy_pid, gateway.ready_line
+            envoy = Path(f"/proc/{envoy_pid[1]}/exe").resolve()
+            assert envoy.is_relative_to(venv.root.resolve()), envoy
+            texts = ["Seoul is the capital of South Korea.", "Matryoshka vectors nest."]
+            reply = gateway.embeddings({"model": QWEN_MODEL, "input": texts, "dimensions": 256})
+            assert reply.status == 200, reply.body
+            data = reply.json()["data"]
+            assert [len(item["embedding"]) for item in data] == [256, 256]
+            for item in data:
+                assert abs(np.linalg.norm(np.asarray(item["embedding"])) - 1.0) < 1e-6
+            (received,) = upstream.received
+            assert "dimensions" not in received.json
+
+            query, documents = "river boat", ["stone road", "a boat on the river", "garden"]
+            ranked = http("POST", f"{gateway.url}/rerank", {"query": query, "texts": documents})
+            assert ranked.status == 200, ranked.body
+            expected = sorted(
+                ({"index": i, "score": sigmoid(logit(query, d))} for i, d in enumerate(documents)),
+                key=lambda item: -item["score"],
+            )
+            got = ranked.json()
+            assert [item["index"] for item in got] == [item["index"] for item in expected]
+            for mine, theirs in zip(got, expected, strict=True):
+                assert set(mine) == {"index", "score"}
+                assert abs(mine["score"] - theirs["score"]) < 1e-6
+            assert reranker.paths() == ["/rerank"]
+        finally:
+            assert gateway.stop() == 0, gateway.log()
 
 
 @pytest.mark.e2e

@@ -5,6 +5,11 @@ two live servers, writes report.md, report.html and report.json into --out, prin
 Markdown, and exits 0 when the candidate is ready to replace the baseline, 1 when a
 threshold fails, 2 when the probe could not reach a verdict (bad arguments, unreadable
 corpus, or a baseline that does not answer).
+
+With --task rerank it compares rerank answers instead: the corpus's queries against
+its documents and the dialect's contract requests, in the legacy --dialect, sent to
+both servers at the dialect's path (or the URL's); a row per request: status, error
+body, results, documents, order, scores within 1e-4.
 """
 
 from __future__ import annotations
@@ -27,11 +32,21 @@ from extproc.commands.options import (
     add_tool_parser,
     headers_from,
 )
+from extproc.core.rerank.dialects import DEFAULT_PATHS, Dialect
+from extproc.runtime.blocking_http import split_url
 from extproc.tools.parity import ExitCode, Thresholds
 from extproc.tools.probe.html_report import to_html
 from extproc.tools.probe.latency import QUICK_PLAN, LatencyPlan, Request, run_latency
 from extproc.tools.probe.probe_report import Meta, ProbeReport, to_json, to_markdown
 from extproc.tools.probe.probe_verdict import decide
+from extproc.tools.probe.rerank_probe import (
+    RerankProbeOptions,
+    RerankTarget,
+    run_rerank_probe,
+)
+from extproc.tools.probe.rerank_probe import to_html as rerank_html
+from extproc.tools.probe.rerank_probe import to_json as rerank_json
+from extproc.tools.probe.rerank_probe import to_markdown as rerank_markdown
 from extproc.tools.toolkit.contract_table import default_probes, run_contract
 from extproc.tools.toolkit.corpus import Corpus, CorpusError, batches, load_corpus
 from extproc.tools.toolkit.embeddings_client import EmbeddingsClient, endpoint_url
@@ -76,7 +91,31 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="JSON lines {id, kind: document|query, text} (default: the shipped corpus)",
     )
     p.add_argument(
-        "--model", default=DEFAULT_MODEL, help=f"model name sent (default {DEFAULT_MODEL})"
+        "--task",
+        choices=("embeddings", "rerank"),
+        default="embeddings",
+        help="what to compare: the embeddings endpoint (default) or reranking",
+    )
+    p.add_argument(
+        "--model",
+        default=None,
+        help=f"model name sent (embeddings default {DEFAULT_MODEL}; rerank: needed by every "
+        "dialect but TEI)",
+    )
+    p.add_argument(
+        "--dialect",
+        choices=[d.value.replace("_", "-") for d in Dialect],
+        default=None,
+        help="--task rerank: the legacy server's rerank dialect; requests go to its path "
+        "(tei /rerank, cohere-v1 and jina /v1/rerank, cohere-v2 /v2/rerank) unless the URLs "
+        "name one",
+    )
+    p.add_argument(
+        "--max-tokens",
+        type=int,
+        default=None,
+        metavar="N",
+        help="--task rerank: the legacy server's limit per pair, to send a pair over it",
     )
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, metavar="DIR", help="report directory")
     p.add_argument(
@@ -105,6 +144,8 @@ def options_from(args: argparse.Namespace) -> Options:
     """Validate the arguments; raises ValueError with a message for the user."""
     baseline = endpoint_url(args.baseline)
     candidate = endpoint_url(args.candidate)
+    if args.dialect is not None or args.max_tokens is not None:
+        raise ValueError("--dialect and --max-tokens go with --task rerank")
     if not -1.0 <= args.min_cosine <= 1.0:
         raise ValueError("--min-cosine must be within -1..1")
     if not 0 < args.timeout <= 3600:
@@ -118,7 +159,7 @@ def options_from(args: argparse.Namespace) -> Options:
     return Options(
         baseline=baseline,
         candidate=candidate,
-        model=args.model,
+        model=args.model or DEFAULT_MODEL,
         corpus=args.corpus,
         out=args.out,
         thresholds=Thresholds(min_cosine=args.min_cosine),
@@ -217,19 +258,68 @@ def latency_skipped(baseline_errors: Sequence[str], candidate_embedded: int) -> 
     return None
 
 
-def write_probe_report(report: ProbeReport, out: Path) -> str:
-    """Write report.md, report.html and report.json; returns the Markdown."""
-    markdown = to_markdown(report)
-    files: dict[str, str | bytes] = {
-        "report.md": markdown,
-        "report.html": to_html(report),
-        "report.json": to_json(report),
-    }
-    write_report(out, files)
-    return markdown
+def publish(out: Path, markdown: str, html: str, json: bytes, code: int) -> int:
+    """Write report.md, report.html and report.json into ``out`` and print the Markdown;
+    ``code``, or INCONCLUSIVE when the report cannot be written."""
+    try:
+        write_report(out, {"report.md": markdown, "report.html": html, "report.json": json})
+    except OSError as exc:
+        print(markdown)
+        print(f"error: cannot write the report to {out}: {exc}", file=sys.stderr)
+        return int(ExitCode.INCONCLUSIVE)
+    print(markdown, end="")
+    print(f"report: {out / 'report.md'}, {out / 'report.html'}", file=sys.stderr)
+    return code
+
+
+def rerank_options_from(args: argparse.Namespace) -> RerankProbeOptions:
+    """Validate the arguments of --task rerank; raises ValueError with a message."""
+    if args.dialect is None:
+        raise ValueError("--task rerank needs --dialect (tei, cohere-v1, cohere-v2 or jina)")
+    dialect = Dialect(args.dialect.replace("-", "_"))
+    if dialect is not Dialect.TEI and not args.model:
+        raise ValueError(f"--dialect {args.dialect} sends a model: give --model")
+    if args.max_tokens is not None and not 1 <= args.max_tokens <= 1_000_000:
+        raise ValueError("--max-tokens must be within 1..1000000")
+    if not 0 < args.timeout <= 3600:
+        raise ValueError("--timeout must be within (0, 3600] seconds")
+
+    def target(url: str, flag: str) -> RerankTarget:
+        try:
+            server, path = split_url(url)
+        except ValueError as exc:
+            raise ValueError(f"{flag}: {exc}") from None
+        return RerankTarget(server, DEFAULT_PATHS[dialect] if path == "/" else path)
+
+    return RerankProbeOptions(
+        baseline=target(args.baseline, "--baseline"),
+        candidate=target(args.candidate, "--candidate"),
+        dialect=dialect,
+        model=args.model or "",
+        max_tokens=args.max_tokens,
+        timeout_s=args.timeout,
+        headers=headers_from(args.header),
+    )
+
+
+def run_rerank(args: argparse.Namespace) -> int:
+    try:
+        options = rerank_options_from(args)
+        corpus = load_corpus(args.corpus)
+    except CorpusError as exc:
+        print(f"error: corpus: {exc}", file=sys.stderr)
+        return int(ExitCode.INCONCLUSIVE)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return int(ExitCode.INCONCLUSIVE)
+    report = run_rerank_probe(options, corpus)
+    markdown, html, json = rerank_markdown(report), rerank_html(report), rerank_json(report)
+    return publish(args.out, markdown, html, json, int(report.exit_code))
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.task == "rerank":
+        return run_rerank(args)
     try:
         options = options_from(args)
     except ValueError as exc:
@@ -241,12 +331,5 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: corpus: {exc}", file=sys.stderr)
         return int(ExitCode.INCONCLUSIVE)
     report = probe(options, corpus)
-    try:
-        markdown = write_probe_report(report, options.out)
-    except OSError as exc:
-        print(to_markdown(report))
-        print(f"error: cannot write the report to {options.out}: {exc}", file=sys.stderr)
-        return int(ExitCode.INCONCLUSIVE)
-    print(markdown, end="")
-    print(f"report: {options.out / 'report.md'}, {options.out / 'report.html'}", file=sys.stderr)
-    return int(report.verdict.exit_code)
+    markdown, html, json = to_markdown(report), to_html(report), to_json(report)
+    return publish(options.out, markdown, html, json, int(report.verdict.exit_code))

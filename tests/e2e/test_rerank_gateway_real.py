@@ -4,7 +4,7 @@ each legacy dialect (tests/e2e/legacy_rerank_app.py, TEI's `/rerank` and Cohere 
 same weights, writes a `rerankers` entry READY; and the real gateway with that entry,
 in front of vLLM, answers a client as the legacy server did (status, error shape,
 order, scores within 1e-4, fields, documents), with none of it reaching the legacy
-server."""
+server; `extproc probe --task rerank` on the shipped corpus finds it READY too."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from extproc.commands import learn as learn_command
+from extproc.commands import probe as probe_command
 from extproc.commands.cli import _parser
 from extproc.core.policy import load_policy_file
 from testing_support.gateway import GatewaySpec
@@ -125,6 +126,17 @@ def test_learned_rerank_policy_is_ready_and_imitates_the_legacy_server(
             old = http("POST", legacy.url + path, body, timeout=120)
             new = http("POST", gateway.url + path, body, timeout=120)
             assert_same_rerank_answer(old, new, f"{dialect}: {label}")
+        # The probe's rerank run on the shipped corpus finds the same.
+        probe_dialect = {"tei": "tei", "cohere": "cohere-v1"}[dialect]
+        argv = ["probe", "--task", "rerank", "--dialect", probe_dialect]
+        argv += ["--model", RERANKER_MODEL, "--max-tokens", "256", "--timeout", "120"]
+        argv += ["--baseline", legacy.url, "--candidate", gateway.url]
+        argv += ["--out", str(tmp_path / "probe")]
+        probed = probe_command.run(_parser().parse_args(argv))
+        probe_report = (tmp_path / "probe" / "report.md").read_text(encoding="utf-8")
+        assert probed == 0, probe_report
+        assert "**Verdict: READY** (exit code 0)" in probe_report
+        assert "8 queries: 8 answered the same;" in probe_report  # the shipped corpus's 8
         if dialect == "tei":
             # A cut from the left, which vLLM cannot make as the tokenizer does: the
             # legacy server cut it, the gateway says it will not (as TEI refuses a

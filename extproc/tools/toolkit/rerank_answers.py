@@ -117,6 +117,7 @@ class AnswerRow:
     baseline: str  # what each side answered, for people
     candidate: str
     problem: str  # "" when a client sees the same
+    baseline_answered: bool = False  # the baseline gave a rerank answer
     worst_score_difference: float | None = None  # both answered the same documents
 
 
@@ -142,7 +143,7 @@ def compare_replies(label: str, old: tuple[int, bytes], new: tuple[int, bytes]) 
         problem = "another order"
     elif worst is not None and worst > SCORE_TOLERANCE:
         problem = f"scores differ by {worst:.2e}"
-    return AnswerRow(label, said_a, said_b, problem, worst)
+    return AnswerRow(label, said_a, said_b, problem, a is not None, worst)
 
 
 def _said(status: int, body: bytes, answer: RerankAnswer | None) -> str:
