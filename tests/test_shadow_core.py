@@ -55,6 +55,7 @@ from extproc.tools.shadow.half import digest
 from extproc.tools.shadow.shadow_report import render_report
 from extproc.tools.shadow.tap import TapStream
 from testing_support.envoy import envoy_validate
+from testing_support.qwen import SHIPPED_QWEN_POLICY
 
 RNG = np.random.default_rng(7)
 
@@ -779,3 +780,117 @@ async def test_one_comparator_pairs_tap_streams_and_serves_summary_and_metrics()
     finally:
         stop.set()
         await asyncio.wait_for(server, 20)
+
+
+# --------------------------------------------------------------------------- rerank pairs
+
+TEI_ANSWER = b'[{"index": 1, "score": 0.9}, {"index": 0, "score": 0.2}]'
+
+
+def rerank_half(answer: bytes, *, role: Role, status: int = 200, path: str = "/rerank") -> Half:
+    raw = RawHalf(role, "r1", b'{"query": "q", "texts": ["a", "b"]}', status, answer, 0.01)
+    return extract_half(RawHalf(**{**vars(raw), "path": path}))
+
+
+@pytest.mark.parametrize(
+    ("path", "kind"),
+    [
+        ("/rerank", InputKind.RERANK),
+        ("/v2/rerank?x=1", InputKind.RERANK),
+        ("/v1/embeddings", InputKind.DOCUMENT),
+        ("/embeddings?api-version=1", InputKind.DOCUMENT),
+        ("", InputKind.DOCUMENT),  # a tap that sent no path: the embeddings endpoint's
+    ],
+)
+def test_a_tapped_path_that_is_not_the_embeddings_endpoint_is_a_rerank_half(
+    path: str, kind: InputKind
+) -> None:
+    made = rerank_half(TEI_ANSWER, role=Role.BASELINE, path=path)
+    assert made.kind is kind
+    if kind is InputKind.RERANK:
+        assert made.rerank is not None and made.rerank.answer is not None
+        assert made.rerank.answer.order == (1, 0) and not made.answer.problem
+
+
+def test_the_tap_stream_keeps_the_path() -> None:
+    stream = TapStream(Role.BASELINE, max_body_bytes=1 << 20)
+    raws = [stream.feed(m, 0) for m in envoy_messages(request(), 200, body(unit_rows(1)))]
+    assert raws[-1] is not None and raws[-1].path == "/"
+
+
+@pytest.mark.parametrize(
+    ("candidate", "status", "difference"),
+    [
+        (TEI_ANSWER, 200, None),
+        (b'[{"index": 0, "score": 0.95}, {"index": 1, "score": 0.2}]', 200, "another order"),
+        (b'[{"index": 1, "score": 0.7}, {"index": 0, "score": 0.2}]', 200, "scores differ"),
+        (b'{"results": [{"index": 1, "relevance_score": 0.9}]}', 200, "results"),
+        (b'{"error": {"message": "no", "type": "x", "param": null, "code": 404}}', 404, "status"),
+    ],
+)
+def test_rerank_pairs_are_compared_whole_tallied_and_judged(
+    candidate: bytes, status: int, difference: str | None
+) -> None:
+    pair = compare_pair(
+        rerank_half(TEI_ANSWER, role=Role.BASELINE),
+        rerank_half(candidate, role=Role.CANDIDATE, status=status),
+    )
+    assert pair.rerank is not None and pair.rerank_mismatch == (difference is not None)
+    tally = Tally()
+    tally.add_pair(pair)
+    summary = summarize(tally)
+    rerank = summary["rerank"]
+    assert rerank["pairs"] == 1 and rerank["same"] == (difference is None)
+    assert rerank["differences"] == ({difference: 1} if difference else {})
+    assert summary["inputs"]["document"]["requests"] == 0  # not counted as embeddings
+    (check,) = [c for c in judge(summary).checks if c.name == "rerank answers"]
+    assert check.ok == (difference is None), check
+    if difference:
+        assert rerank["examples"][0]["request_id"] == "r1"
+        assert "## Reranking" in render_report(summary)
+
+
+def test_without_rerank_pairs_the_verdict_has_no_rerank_check() -> None:
+    summary = summarize(Tally())
+    assert all(c.name != "rerank answers" for c in judge(summary).checks)
+
+
+@pytest.mark.parametrize("template", [SHADOW_TEMPLATE, REVERSE_TEMPLATE], ids=["A", "B"])
+@pytest.mark.parametrize("legacy", [None, "http://legacy.example:9000"], ids=["", "legacy"])
+def test_a_rerank_candidate_shadows_the_policys_rerank_paths(
+    template: Path, legacy: str | None, qwen_policy: GatewayPolicy, tmp_path: Path
+) -> None:
+    """The clients' listener taps and mirrors the policy's rerank paths (the same share);
+    the gateway's listener sends them to the candidate's reranker; the legacy side is the
+    legacy server given, else the baseline."""
+    from extproc.core.policy import load_policy_text
+
+    text = SHIPPED_QWEN_POLICY.read_text(encoding="utf-8")
+    text += "rerankers:\n  - {name: r, dialect: TEI, upstream: {kind: vllm}}\n"
+    policy = load_policy_text(text, source="policy.yaml")
+    settings = shadow_settings(
+        rerank_candidate=Upstream.from_url("http://reranker.example:8002"),
+        legacy=Upstream.from_url(legacy) if legacy else None,
+    )
+    config = render_shadow(load_template(template), settings, policy)
+    validate(config, tmp_path / "rerank.yaml")
+    listeners = {item["name"]: item for item in config["static_resources"]["listeners"]}
+    routes = {r["name"]: r for r in routes_of(hcm_of(listeners["primary"]))}
+    shadowed = routes["rerank-shadowed"]
+    reverse = template == REVERSE_TEMPLATE
+    legacy_side = "legacy" if legacy else "baseline"
+    assert shadowed["route"]["cluster"] == ("candidate_gateway" if reverse else legacy_side)
+    assert shadowed["route"]["request_mirror_policies"] == [{"cluster": "shadow_listener"}]
+    assert shadowed["match"]["runtime_fraction"]["runtime_key"] == "shadow.percent"
+    assert "typed_per_filter_config" not in shadowed  # tapped
+    names = list(routes)
+    assert names.index("rerank-shadowed") == names.index("passthrough") - 1
+    gateway = listeners["candidate" if reverse else "shadow"]
+    (rerank,) = [r for r in routes_of(hcm_of(gateway)) if r["name"] == "rerank"]
+    assert rerank["route"]["cluster"] == "rerank_upstream"
+    if reverse:
+        (back,) = [r for r in routes_of(hcm_of(listeners["shadow"])) if r["name"] == "rerank"]
+        assert back["route"]["cluster"] == legacy_side
+    clusters = {c["name"]: c for c in config["static_resources"]["clusters"]}
+    endpoint = clusters["rerank_upstream"]["load_assignment"]["endpoints"][0]["lb_endpoints"][0]
+    assert endpoint["endpoint"]["address"]["socket_address"]["address"] == "reranker.example"

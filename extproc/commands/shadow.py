@@ -69,6 +69,13 @@ def add_parsers(subparsers: Any) -> None:
         help="split migration: every path but the embeddings one goes to this server, "
         "untouched (default: the baseline in forward mode, the candidate's gateway in reverse)",
     )
+    arg(
+        "--rerank-candidate",
+        default=None,
+        metavar="URL",
+        help="the candidate's reranker (a vLLM serving the cross-encoder): the policy's "
+        "rerank paths are shadowed too, their pairs compared whole",
+    )
     arg("--listen", default="127.0.0.1:8080", help="where clients connect")
     arg("--percent", type=float, default=100.0, help="share mirrored (0-100, default 100)")
     arg("--reverse", action="store_true", help="after the cut-over: the baseline is the shadow")
@@ -161,6 +168,7 @@ def run_shadow(args: argparse.Namespace) -> int:
         candidate = Upstream.from_url(args.candidate)
         noise = Upstream.from_url(args.noise) if args.noise else None
         legacy = Upstream.from_url(args.legacy) if args.legacy else None
+        reranker = Upstream.from_url(args.rerank_candidate) if args.rerank_candidate else None
         if not 0 <= args.percent <= 100:
             raise ValueError("--percent must be within 0..100")
     except ValueError as exc:
@@ -176,11 +184,15 @@ def run_shadow(args: argparse.Namespace) -> int:
     )
     if contract is None:
         return 2
+    if reranker is not None and not contract.policy.rerank_paths():
+        print(f"error: --rerank-candidate: {args.config} has no rerankers", file=sys.stderr)
+        return 2
     options = ShadowRunOptions(
         baseline=baseline,
         candidate=candidate,
         noise=noise,
         legacy=legacy,
+        rerank_candidate=reranker,
         listen=args.listen,
         percent=args.percent,
         reverse=args.reverse,

@@ -171,10 +171,29 @@ def render_rerank(config: dict[str, Any], policy: GatewayPolicy, upstream: Upstr
     goes to a ``rerank_upstream`` cluster at ``upstream``. Any other rerank path stays
     on the pass-through route (the legacy server's, with ``--legacy``). Nothing
     changes for a policy without rerankers."""
-    paths = sorted(policy.rerank_paths())
-    if not paths:
+    add_rerank_route(_route_config(config), config, policy, upstream, base_cluster="upstream")
+
+
+def rerank_path_pattern(policy: GatewayPolicy) -> str:
+    """A regex (RE2, matched whole against the path) for the policy's rerank paths;
+    "" for a policy without rerankers."""
+    return "|".join(re.escape(path) for path in sorted(policy.rerank_paths()))
+
+
+def add_rerank_route(
+    route_config: dict[str, Any],
+    config: dict[str, Any],
+    policy: GatewayPolicy,
+    upstream: Upstream,
+    *,
+    base_cluster: str,
+) -> None:
+    """:func:`render_rerank` on one gateway listener's ``route_config`` of ``config``,
+    the ``rerank_upstream`` cluster made from ``base_cluster``'s settings."""
+    pattern = rerank_path_pattern(policy)
+    if not pattern:
         return
-    (vhost,) = _route_config(config)["virtual_hosts"]
+    (vhost,) = route_config["virtual_hosts"]
     routes: list[dict[str, Any]] = vhost["routes"]
     index = next(i for i, r in enumerate(routes) if r.get("name") == PASSTHROUGH_ROUTE)
     passthrough = routes[index]
@@ -192,7 +211,6 @@ def render_rerank(config: dict[str, Any], policy: GatewayPolicy, upstream: Upstr
             "grpc_initial_metadata": [{"key": WHOLE_EXCHANGE_METADATA, "value": "1"}],
         },
     }
-    pattern = "|".join(re.escape(path) for path in paths)
     routes.insert(
         index,
         {
@@ -220,7 +238,7 @@ def render_rerank(config: dict[str, Any], policy: GatewayPolicy, upstream: Upstr
         },
     )
     clusters: list[dict[str, Any]] = config["static_resources"]["clusters"]
-    base = next(c for c in clusters if c["name"] == "upstream")
+    base = next(c for c in clusters if c["name"] == base_cluster)
     cluster = copy.deepcopy(base)
     cluster["name"] = RERANK_CLUSTER
     cluster["load_assignment"]["cluster_name"] = RERANK_CLUSTER

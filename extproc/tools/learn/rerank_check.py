@@ -23,6 +23,7 @@ from extproc.tools.learn.verify import upstream_root, with_gateway
 from extproc.tools.toolkit.report_format import cell, table
 from extproc.tools.toolkit.rerank_answers import (
     AnswerRow,
+    RerankReply,
     compare_replies,
     contract_requests,
     rows_table,
@@ -53,7 +54,11 @@ def verify_rerank(
                 session.budgets["candidate"].take()
                 new = gateway.post(path, raw)
                 mine = session.replies[old.id]
-                rows.append(compare_replies(label, mine, (new.status, new.body)))
+                rows.append(
+                    compare_replies(
+                        label, RerankReply.read(*mine), RerankReply.read(new.status, new.body)
+                    )
+                )
         finally:
             gateway.close()
         return rows

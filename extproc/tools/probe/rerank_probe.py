@@ -37,6 +37,7 @@ from extproc.tools.toolkit.report_format import cell
 from extproc.tools.toolkit.rerank_answers import (
     SCORE_TOLERANCE,
     AnswerRow,
+    RerankReply,
     compare_replies,
     contract_requests,
     rerank_request,
@@ -144,7 +145,13 @@ def run_rerank_probe(options: RerankProbeOptions, corpus: Corpus) -> RerankProbe
             raw = body if isinstance(body, bytes) else orjson.dumps(body)
             old = baseline.post(options.baseline.path, raw)
             new = candidate.post(options.candidate.path, raw)
-            rows.append(compare_replies(label, (old.status, old.body), (new.status, new.body)))
+            rows.append(
+                compare_replies(
+                    label,
+                    RerankReply.read(old.status, old.body),
+                    RerankReply.read(new.status, new.body),
+                )
+            )
     finally:
         baseline.close()
         candidate.close()

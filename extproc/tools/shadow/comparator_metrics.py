@@ -81,6 +81,13 @@ class ShadowMetrics:
             "Candidate latency / baseline latency per 2xx pair.",
             RATIO_BUCKETS,
         )
+        self.rerank_pairs = counter(
+            "rerank_pairs_total",
+            "Rerank pairs compared whole: same, or different (as a client sees them).",
+            ("result",),
+        )
+        for result in ("same", "different"):
+            self.rerank_pairs.labels(result)
         self.halves = counter("halves_total", "Halves received from the taps.", ("role",))
         self.halves_dropped = counter(
             "halves_dropped_total",
@@ -105,6 +112,9 @@ class ShadowMetrics:
         self.status_mismatches.inc(result.status_mismatch)
         self.count_mismatches.inc(result.compared.count_mismatch)
         self.request_mismatches.inc(result.request_mismatch)
+        if result.rerank is not None:
+            self.rerank_pairs.labels("different" if result.rerank_mismatch else "same").inc()
+            return
         kind = result.kind.value
         for item in result.inputs:
             if item.cosine is not None:

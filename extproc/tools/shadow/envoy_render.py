@@ -4,7 +4,8 @@ The shipped files are complete configs that validate on their own; here they are
 loaded and only addresses, the shadowed share (the ``runtime_fraction`` of the
 primary listener's ``embeddings-shadowed`` route), the noise replica's share,
 timeouts and size limits are patched, by listener, cluster and route names, so what
-runs is what CI validated.
+runs is what CI validated; with a rerank candidate, the policy's rerank routes are
+added (``rerank-shadowed``, and the gateway's rerank route).
 """
 
 from __future__ import annotations
@@ -20,8 +21,10 @@ from extproc.runtime.envoy_config import (
     LEGACY_CLUSTER,
     PASSTHROUGH_ROUTE,
     Upstream,
+    add_rerank_route,
     legacy_cluster,
     point_cluster,
+    rerank_path_pattern,
 )
 
 ENVOY_DIR: Final = DEFAULT_TEMPLATE.parent
@@ -31,6 +34,7 @@ REVERSE_TEMPLATE: Final = ENVOY_DIR / "shadow-reverse.yaml"
 # (tests/test_shadow_core.py checks it): one ext_proc filter, as meshes use it.
 EMBEDDED_GATEWAY: Final = ENVOY_DIR / "single-filter.yaml"
 TAP_FILTER: Final = "shadow.tap"
+RERANK_SHADOWED_ROUTE: Final = "rerank-shadowed"
 _EXT_PROC: Final = ".ext_proc.v3.ExternalProcessor"
 _BUFFER: Final = ".buffer.v3.Buffer"
 _TLS_CONTEXT: Final = (
@@ -60,6 +64,9 @@ class ShadowEnvoySettings:
     upstream_timeout_s: float = 300.0
     # Split migration: the clients' non-embeddings paths go to this server untouched.
     legacy: Upstream | None = None
+    # The candidate's reranker: the policy's rerank paths are shadowed too, the legacy
+    # side answered by the server that answers them today (``legacy``, else baseline).
+    rerank_candidate: Upstream | None = None
 
 
 def adopt_gateway(config: dict[str, Any], gateway: dict[str, Any]) -> dict[str, Any]:
@@ -182,7 +189,69 @@ def render_shadow(
     point_cluster(clusters["shadow_compare"], settings.compare)
     if settings.legacy is not None:
         _route_primary_passthrough_to_legacy(config, listeners["primary"], settings.legacy)
+    if settings.rerank_candidate is not None:
+        _shadow_rerank(config, listeners, policy, settings, reverse=reverse)
     return config
+
+
+def _shadow_rerank(
+    config: dict[str, Any],
+    listeners: dict[str, dict[str, Any]],
+    policy: GatewayPolicy,
+    settings: ShadowEnvoySettings,
+    *,
+    reverse: bool,
+) -> None:
+    """The policy's rerank paths (POST) shadowed as the embeddings endpoint is: on the
+    clients' listener a ``rerank-shadowed`` route (the same ``shadow.percent`` share,
+    tapped, mirrored to the shadow listener) before the pass-through, which takes the
+    rest as before; the gateway's listener gets its rerank route to the candidate's
+    reranker; in the reverse config the shadow listener sends the mirror to the legacy
+    side, tapped."""
+    pattern = rerank_path_pattern(policy)
+    assert settings.rerank_candidate is not None
+    if not pattern:
+        return
+    legacy_side = LEGACY_CLUSTER if settings.legacy is not None else "baseline"
+    gateway = listeners["candidate" if reverse else "shadow"]
+    add_rerank_route(
+        hcm_of(gateway)["route_config"],
+        config,
+        policy,
+        settings.rerank_candidate,
+        base_cluster="candidate",
+    )
+    match = {
+        "safe_regex": {"regex": pattern},
+        "headers": [{"name": ":method", "string_match": {"exact": "POST"}}],
+    }
+    routes = routes_of(hcm_of(listeners["primary"]))
+    passthrough = next(r for r in routes if r.get("name") == PASSTHROUGH_ROUTE)
+    (vhost,) = hcm_of(listeners["primary"])["route_config"]["virtual_hosts"]
+    vhost["routes"].insert(
+        vhost["routes"].index(passthrough),
+        {
+            "name": RERANK_SHADOWED_ROUTE,
+            "match": {
+                **match,
+                "runtime_fraction": {
+                    "default_value": _fraction(settings.percent),
+                    "runtime_key": "shadow.percent",
+                },
+            },
+            "route": {
+                "cluster": "candidate_gateway" if reverse else legacy_side,
+                "timeout": passthrough["route"]["timeout"],
+                "request_mirror_policies": [{"cluster": "shadow_listener"}],
+            },
+            "request_body_buffer_limit": policy.limits.max_request_bytes,
+        },
+    )
+    if reverse:
+        (shadow_vhost,) = hcm_of(listeners["shadow"])["route_config"]["virtual_hosts"]
+        timeout = shadow_vhost["routes"][0]["route"]["timeout"]
+        route = {"cluster": legacy_side, "timeout": timeout}
+        shadow_vhost["routes"].append({"name": "rerank", "match": match, "route": route})
 
 
 def _route_primary_passthrough_to_legacy(

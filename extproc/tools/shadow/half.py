@@ -10,7 +10,10 @@ of the request; never the raw bodies, and the input texts only when asked to
 
 Input kind (per request, so per input): a query when ``input_type`` is in the
 query vocabulary (:data:`extproc.core.prompts.QUERY_TYPES`) or an ``instruction`` is
-present, else a document.
+present, else a document; a rerank request when its path is not an embeddings path
+(only the embeddings and the policy's rerank paths are tapped). A rerank half keeps
+its reply as the toolkit reads it (order, scores, documents, or the error body's
+shape): the pair is compared whole, as a client sees it.
 """
 
 from __future__ import annotations
@@ -24,9 +27,11 @@ import orjson
 
 from extproc.core.prompts import QUERY_TYPES
 from extproc.tools.parity import Answer
+from extproc.tools.toolkit.rerank_answers import RerankReply
 
 TEXT_CHARS: Final = 200  # --keep-text keeps at most this much of each input
 _OVERHEAD_BYTES: Final = 512  # a Half's size beyond its vectors and texts, roughly
+_SCORE_BYTES: Final = 200  # a rerank result kept: its index and score in two dict slots
 
 
 class Role(enum.Enum):
@@ -40,6 +45,10 @@ class Role(enum.Enum):
 class InputKind(enum.Enum):
     DOCUMENT = "document"
     QUERY = "query"
+    RERANK = "rerank"  # a rerank request: its answer is compared whole
+
+
+VECTOR_KINDS: Final = (InputKind.DOCUMENT, InputKind.QUERY)
 
 
 @dataclass(frozen=True)
@@ -53,6 +62,7 @@ class RawHalf:
     response_body: bytes
     latency_s: float
     upstream_s: float | None = None  # Envoy's x-envoy-upstream-service-time
+    path: str = ""  # the request's :path as the tap saw it ("" when not sent)
 
 
 @dataclass(frozen=True)
@@ -66,20 +76,41 @@ class Half:
     request_digest: int
     texts: tuple[str, ...] = ()
     upstream_s: float | None = None  # Envoy's x-envoy-upstream-service-time
+    rerank: RerankReply | None = None  # a rerank request's reply
 
     @property
     def nbytes(self) -> int:
         """Roughly what keeping this half costs, for the store's memory bound."""
         vectors = 0 if self.answer.vectors is None else int(self.answer.vectors.nbytes)
-        return vectors + sum(len(t) for t in self.texts) + _OVERHEAD_BYTES
+        answer = self.rerank.answer if self.rerank is not None else None
+        scores = _SCORE_BYTES * (answer.count if answer is not None else 0)
+        return vectors + scores + sum(len(t) for t in self.texts) + _OVERHEAD_BYTES
 
 
 def digest(body: bytes) -> int:
     return int.from_bytes(hashlib.blake2b(body, digest_size=8).digest(), "big")
 
 
+def is_rerank_path(path: str) -> bool:
+    """A tapped path that is not the embeddings endpoint's: the policy's rerank paths."""
+    bare = path.split("?", 1)[0].rstrip("/").lower()
+    return bool(bare) and not bare.endswith("/embeddings")
+
+
 def extract_half(raw: RawHalf, *, keep_text: bool = False) -> Half:
     """Pure: the comparable essence of one side's exchange."""
+    if is_rerank_path(raw.path):
+        return Half(
+            request_id=raw.request_id,
+            role=raw.role,
+            answer=Answer(raw.status),
+            latency_s=raw.latency_s,
+            kind=InputKind.RERANK,
+            inputs=None,
+            request_digest=digest(raw.request_body),
+            upstream_s=raw.upstream_s,
+            rerank=RerankReply.read(raw.status, raw.response_body),
+        )
     kind, inputs, texts = _read_request(raw.request_body)
     return Half(
         request_id=raw.request_id,

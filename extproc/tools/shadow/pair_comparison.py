@@ -1,7 +1,9 @@
 """Compare a baseline half with a candidate half (and, optionally, a noise half).
 
 The answers are compared by the parity package (status classes, vector count,
-cosine, dimensions and norm per input, ``usage.prompt_tokens``); shadow mode adds
+cosine, dimensions and norm per input, ``usage.prompt_tokens``), a rerank pair's
+whole by the toolkit's rerank comparison (status, error body shape, results,
+documents, order, scores); shadow mode adds
 the noise rule, the latency ratio and whether both taps saw the same request. Pure.
 
 Latency: Envoy's own measure of each upstream (``x-envoy-upstream-service-time``,
@@ -25,6 +27,7 @@ from extproc.core.status import is_success
 from extproc.tools import parity
 from extproc.tools.parity import Answer, Comparison, InputComparison, compare_answers
 from extproc.tools.shadow.half import Half, InputKind
+from extproc.tools.toolkit.rerank_answers import AnswerRow, compare_replies
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,12 @@ class PairResult:
     latency_source: str  # "envoy" (both upstream times known) or "tap"
     request_mismatch: bool  # the two taps saw different request bytes
     texts: tuple[str, ...] = ()
+    rerank: AnswerRow | None = None  # a rerank pair, compared whole
+
+    @property
+    def rerank_mismatch(self) -> bool:
+        """A rerank pair a client would tell apart."""
+        return self.rerank is not None and bool(self.rerank.problem)
 
     @property
     def status_mismatch(self) -> bool:
@@ -103,6 +112,11 @@ def compare_pair(
         latency_source=source,
         request_mismatch=baseline.request_digest != candidate.request_digest,
         texts=baseline.texts or candidate.texts,
+        rerank=(
+            compare_replies(baseline.request_id, baseline.rerank, candidate.rerank)
+            if baseline.rerank is not None and candidate.rerank is not None
+            else None
+        ),
     )
 
 

@@ -40,6 +40,7 @@ class ShadowRunOptions:
     reverse: bool = False
     noise: Upstream | None = None
     legacy: Upstream | None = None  # split migration: every other path goes here
+    rerank_candidate: Upstream | None = None  # the policy's rerank paths shadowed too
     compare: CompareOptions = field(default_factory=lambda: CompareOptions(listen="127.0.0.1:0"))
     metrics_address: str | None = None  # the gateway server's Prometheus
     grace_seconds: float = 5.0
@@ -118,6 +119,7 @@ async def run_shadow(contract: Contract, options: ShadowRunOptions) -> int:
                 candidate_gateway_port=free_port() if options.reverse else 0,
                 upstream_timeout_s=options.upstream_timeout_s,
                 legacy=options.legacy,
+                rerank_candidate=options.rerank_candidate,
             )
             template = options.template or template_path(reverse=options.reverse)
             gateway_config = (
@@ -149,6 +151,8 @@ def _ready_line(
     candidate = f"candidate {options.candidate.url} through the gateway"
     primary, shadow = (candidate, baseline) if options.reverse else (baseline, candidate)
     noise = f" and noise {options.noise.url}" if options.noise else ""
+    if options.rerank_candidate is not None:
+        noise += f"; rerank paths too (candidate reranker {options.rerank_candidate.url})"
     http = f"http://127.0.0.1:{http_port}" if http_port else "(no HTTP)"
     return (
         f"extproc shadow ready: http://{shown}:{settings.listen_port}/v1/embeddings -> "

@@ -2,7 +2,7 @@
 
 The tables follow a cut-over study's: vectors (dimension,
 vector length, token sums, cosine per document and per query), the contract
-(status classes side by side), the worst inputs, latency; then the verdict,
+(status classes side by side), the worst inputs, rerank pairs, latency; then the verdict,
 re-judged here against the report's own thresholds. Rendering is pure.
 """
 
@@ -16,7 +16,7 @@ import orjson
 from extproc.runtime.blocking_http import request_once
 from extproc.tools.parity import Thresholds
 from extproc.tools.shadow.summary import judge
-from extproc.tools.toolkit.report_format import fmt_ratio, table, table_row
+from extproc.tools.toolkit.report_format import cell, fmt_ratio, table, table_row
 
 _THRESHOLDS = Thresholds()
 
@@ -50,13 +50,34 @@ def render_report(summary: Mapping[str, Any], thresholds: Thresholds = _THRESHOL
     if worst:
         lines += ["", "## Worst inputs (lowest cosine, not explained by noise)", ""]
         lines += _worst_table(worst)
-    lines += ["", "## Latency (2xx pairs)", ""]
+    rerank = summary.get("rerank") or {}
+    if rerank.get("pairs"):
+        lines += ["", "## Reranking (each pair compared whole)", ""]
+        lines += _rerank_lines(rerank)
+    lines += ["", "## Latency (2xx embeddings pairs)", ""]
     lines += _latency_table(summary)
     lines += ["", "## Halves", ""]
     lines += _halves_lines(summary)
     lines += ["", f"Verdict: {verdict.label}"]
     lines += [f"  [{'ok' if c.ok else 'FAIL'}] {c.name}: {c.detail}" for c in verdict.checks]
     return "\n".join(lines) + "\n"
+
+
+def _rerank_lines(rerank: Mapping[str, Any]) -> list[str]:
+    worst = rerank.get("max_score_difference")
+    kinds = ", ".join(f"{k} x{n:,}" for k, n in sorted(rerank.get("differences", {}).items()))
+    lines = [
+        f"{rerank['pairs']:,} pairs, {rerank.get('same', 0):,} the same as a client sees them "
+        f"(status, error body, results, documents, order, scores within 1e-4); "
+        f"largest score difference {'-' if worst is None else f'{worst:.2e}'}"
+        + (f"; different: {kinds}" if kinds else ""),
+    ]
+    examples = rerank.get("examples") or []
+    if examples:
+        keys = ("request_id", "baseline", "candidate", "problem")
+        rows = [[cell(str(e.get(key, ""))) for key in keys] for e in examples]
+        lines += ["", *table(["request id", "baseline", "candidate", "difference"], rows)]
+    return lines
 
 
 def _vectors_table(summary: Mapping[str, Any]) -> list[str]:

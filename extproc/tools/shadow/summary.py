@@ -10,7 +10,7 @@ from ddsketch import DDSketch
 
 from extproc.tools.parity import Check, Thresholds, Verdict, cosine_check
 from extproc.tools.shadow.pair_comparison import Tolerances
-from extproc.tools.shadow.tally import KindTally, Tally, TokenTally
+from extproc.tools.shadow.tally import KindTally, RerankTally, Tally, TokenTally
 
 FORMAT: Final = 2
 DROP_REASONS: Final = ("expired", "evicted", "duplicate", "late")
@@ -54,6 +54,7 @@ def summarize(
             "unusable_bodies": dict(tally.unusable_bodies),
         },
         "request_mismatches": tally.request_mismatches,
+        "rerank": _rerank(tally.rerank),
         "tokens": _tokens([kind.tokens for kind in kinds]),
         "latency": {
             "pairs": int(tally.latency_ratio.count),
@@ -115,6 +116,17 @@ def judge(summary: Mapping[str, Any], thresholds: Thresholds = _THRESHOLDS) -> V
         ),
         Check("same requests", same == 0, f"{same} pairs whose taps saw different request bytes"),
     ]
+    rerank = summary.get("rerank") or {}
+    if int(rerank.get("pairs", 0)):
+        pairs, differ = int(rerank["pairs"]), int(rerank["pairs"]) - int(rerank.get("same", 0))
+        kinds = ", ".join(f"{k} x{n}" for k, n in sorted(rerank.get("differences", {}).items()))
+        checks.append(
+            Check(
+                "rerank answers",
+                differ == 0,
+                f"{differ} of {pairs} rerank pairs a client would tell apart ({kinds or 'none'})",
+            )
+        )
     return Verdict(tuple(checks))
 
 
@@ -142,6 +154,16 @@ def _kind(kind: KindTally) -> dict[str, Any]:
             "candidate": list(kind.candidate_norm) if kind.candidate_norm else None,
         },
         "tokens": _tokens([kind.tokens]),
+    }
+
+
+def _rerank(tally: RerankTally) -> dict[str, Any]:
+    return {
+        "pairs": tally.pairs,
+        "same": tally.same,
+        "differences": dict(sorted(tally.differences.items())),
+        "max_score_difference": tally.max_score_difference,
+        "examples": list(tally.examples),
     }
 
 

@@ -1,10 +1,11 @@
 """Running totals of compared pairs: bounded, whatever the traffic.
 
 The comparator keeps one :class:`Tally`; it only grows by counts, bounded maps
-(status-class pairs, vector sizes), quantile sketches (DataDog's DDSketch: 1 %
-relative error, memory bounded by the range of the values, not their number) and
-a fixed-size list of the worst inputs. :func:`extproc.tools.shadow.summary.summarize`
-turns it into the JSON summary.
+(status-class pairs, vector sizes, kinds of rerank difference), quantile sketches
+(DataDog's DDSketch: 1 % relative error, memory bounded by the range of the values,
+not their number) and fixed-size lists of the worst inputs and the latest rerank
+differences. :func:`extproc.tools.shadow.summary.summarize` turns it into the JSON
+summary.
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ from typing import Any, Final
 
 from ddsketch import DDSketch
 
-from extproc.tools.shadow.half import InputKind
+from extproc.tools.shadow.half import VECTOR_KINDS
 from extproc.tools.shadow.pair_comparison import InputResult, PairResult
+from extproc.tools.toolkit.rerank_answers import AnswerRow
 
 WORST_SIZE: Final = 20
 EXAMPLES_SIZE: Final = 20
@@ -88,12 +90,45 @@ class KindTally:
 
 
 @dataclass
+class RerankTally:
+    """Rerank pairs, each compared whole."""
+
+    pairs: int = 0
+    same: int = 0
+    differences: Counter[str] = field(default_factory=Counter)  # "another order" -> n
+    max_score_difference: float | None = None  # over pairs with the same documents
+    examples: list[dict[str, Any]] = field(default_factory=list)  # the latest differences
+
+    def add(self, request_id: str, row: AnswerRow) -> None:
+        self.pairs += 1
+        if row.worst_score_difference is not None:
+            worst = row.worst_score_difference
+            self.max_score_difference = max(worst, self.max_score_difference or 0.0)
+        if not row.problem:
+            self.same += 1
+            return
+        self.differences[difference_kind(row.problem)] += 1
+        example = {"request_id": request_id, "problem": row.problem}
+        self.examples.append({**example, "baseline": row.baseline, "candidate": row.candidate})
+        del self.examples[:-EXAMPLES_SIZE]
+
+
+def difference_kind(problem: str) -> str:
+    """A rerank difference without its figures: a bounded label set."""
+    for kind in ("status", "error body", "another order", "scores differ"):
+        if problem.startswith(kind):
+            return kind
+    return "results"
+
+
+@dataclass
 class Tally:
     pairs: int = 0
     pairs_with_noise: int = 0
     kinds: dict[str, KindTally] = field(
-        default_factory=lambda: {kind.value: KindTally() for kind in InputKind}
+        default_factory=lambda: {kind.value: KindTally() for kind in VECTOR_KINDS}
     )
+    rerank: RerankTally = field(default_factory=RerankTally)
     status_pairs: Counter[str] = field(default_factory=Counter)  # "2xx/5xx" -> n
     status_mismatches: Counter[str] = field(default_factory=Counter)  # unexplained only
     status_explained_by_noise: int = 0
@@ -134,6 +169,11 @@ class Tally:
             if answer.problem:
                 self.unusable_bodies[role] += 1
 
+        if result.rerank is not None:
+            self.rerank.add(result.request_id, result.rerank)
+            return
+        if result.kind.value not in self.kinds:
+            return  # a rerank request without both replies: its statuses are counted above
         kind = self.kinds[result.kind.value]
         kind.requests += 1
         for item in result.inputs:

@@ -4,7 +4,7 @@ Rules (Envoy 1.40, verified against a live Envoy; docs/shadow.md, "How it works"
 
 1. The tap filter runs with ``observability_mode: true``: Envoy sends and never
    waits for a reply, so nothing is ever answered on this stream.
-2. Per HTTP request, in order: request_headers (``x-request-id``), request_body
+2. Per HTTP request, in order: request_headers (``x-request-id``, ``:path``), request_body
    chunks (STREAMED; the last one has ``end_of_stream``, often empty),
    response_headers (``:status``, and ``x-envoy-upstream-service-time``: Envoy's
    own measure of the upstream, immune to the comparator's load), response_body chunks ending with
@@ -49,6 +49,7 @@ class TapStream:
     max_body_bytes: int
     phase: TapPhase = TapPhase.REQUEST
     request_id: str = ""
+    path: str = ""
     status: int = 0
     upstream_s: float | None = None
     problem: str = ""  # why the stream was abandoned
@@ -65,6 +66,7 @@ class TapStream:
         if kind == "request_headers":
             headers = _headers(message.request_headers.headers)
             self.request_id = headers.get(REQUEST_ID_HEADER, "")
+            self.path = headers.get(":path", "")
             if not self.request_id:
                 self._abandon("no_request_id")
         elif kind == "request_body":
@@ -118,6 +120,7 @@ class TapStream:
             response_body=bytes(self.response_body),
             latency_s=max(0.0, now - started),
             upstream_s=self.upstream_s,
+            path=self.path,
         )
 
 

@@ -121,38 +121,47 @@ class AnswerRow:
     worst_score_difference: float | None = None  # both answered the same documents
 
 
-def compare_replies(label: str, old: tuple[int, bytes], new: tuple[int, bytes]) -> AnswerRow:
-    """Baseline's (status, body) against the candidate's, as a client sees them."""
-    (status_a, body_a), (status_b, body_b) = old, new
-    a = read_answer(body_a) if 200 <= status_a < 300 else None
-    b = read_answer(body_b) if 200 <= status_b < 300 else None
-    said_a, said_b = _said(status_a, body_a, a), _said(status_b, body_b, b)
+@dataclass(frozen=True)
+class RerankReply:
+    """One server's reply to a rerank request, kept as the comparison needs it (the
+    answer, or an error body's shape), never the raw body."""
+
+    status: int  # <= 0: no answer
+    answer: RerankAnswer | None  # a 2xx rerank answer
+    error_shape: str  # an error body's shape ("" for an answer)
+    said: str  # for people: "200, 4 results", "422, fastapi: ..."
+
+    @classmethod
+    def read(cls, status: int, body: bytes) -> RerankReply:
+        answer = read_answer(body) if 200 <= status < 300 else None
+        if status <= 0:
+            return cls(status, None, "", "no answer")
+        if answer is not None:
+            return cls(status, answer, "", f"{status}, {answer.count} results")
+        error = parse_upstream_error(body)
+        said = f"{status}, {error.shape}: {(error.message or '')[:60]}"
+        return cls(status, None, error.shape, said)
+
+
+def compare_replies(label: str, old: RerankReply, new: RerankReply) -> AnswerRow:
+    """The baseline's reply against the candidate's, as a client sees them."""
+    a, b = old.answer, new.answer
     worst = None
     if a is not None and b is not None and set(a.scores) == set(b.scores) and a.scores:
         worst = max(abs(a.scores[i] - b.scores[i]) for i in a.scores)
     problem = ""
-    if status_a != status_b:
-        problem = f"status {status_a} vs {status_b}"
+    if old.status != new.status:
+        problem = f"status {old.status} vs {new.status}"
     elif a is None or b is None:
-        shapes = parse_upstream_error(body_a).shape, parse_upstream_error(body_b).shape
-        if (a is None) != (b is None) or shapes[0] != shapes[1]:
-            problem = f"error body {shapes[0]} vs {shapes[1]}"
+        if (a is None) != (b is None) or old.error_shape != new.error_shape:
+            problem = f"error body {old.error_shape or 'answer'} vs {new.error_shape or 'answer'}"
     elif a.shape != b.shape or a.count != b.count or a.documents != b.documents:
         problem = f"{a.count} {a.shape} results vs {b.count} {b.shape}"
     elif a.order != b.order:
         problem = "another order"
     elif worst is not None and worst > SCORE_TOLERANCE:
         problem = f"scores differ by {worst:.2e}"
-    return AnswerRow(label, said_a, said_b, problem, a is not None, worst)
-
-
-def _said(status: int, body: bytes, answer: RerankAnswer | None) -> str:
-    if status <= 0:
-        return "no answer"
-    if answer is None:
-        error = parse_upstream_error(body)
-        return f"{status}, {error.shape}: {(error.message or '')[:60]}"
-    return f"{status}, {answer.count} results"
+    return AnswerRow(label, old.said, new.said, problem, a is not None, worst)
 
 
 def rows_table(rows: Sequence[AnswerRow], candidate: str) -> list[str]:
