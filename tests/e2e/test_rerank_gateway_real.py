@@ -4,11 +4,14 @@ each legacy dialect (tests/e2e/legacy_rerank_app.py, TEI's `/rerank` and Cohere 
 same weights, writes a `rerankers` entry READY; and the real gateway with that entry,
 in front of vLLM, answers a client as the legacy server did (status, error shape,
 order, scores within 1e-4, fields, documents), with none of it reaching the legacy
-server; `extproc probe --task rerank` on the shipped corpus finds it READY too."""
+server; `extproc probe --task rerank` on the shipped corpus finds it READY too, and
+`extproc shadow --rerank-candidate` on live traffic."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +23,9 @@ from extproc.commands.cli import _parser
 from extproc.core.policy import load_policy_file
 from testing_support.gateway import GatewaySpec
 from testing_support.http import http
+from testing_support.processes import Process, free_port, wait_until
 from testing_support.real_upstream import RERANKER_MODEL, RealEnv, Stack
-from tests.harness import Gateways
+from tests.harness import Comparator, Gateways
 from tests.learning import assert_same_rerank_answer
 
 REPO = Path(__file__).resolve().parents[2]
@@ -148,3 +152,51 @@ def test_learned_rerank_policy_is_ready_and_imitates_the_legacy_server(
             assert refused.status == 422, refused.body
             error = refused.json()
             assert error["error_type"] == "Validation" and "right" in error["error"], error
+
+
+@pytest.mark.parametrize("dialect", ["tei", "cohere"])
+def test_shadow_compares_live_rerank_traffic_on_the_real_reranker(
+    dialect: str,
+    *,
+    request: pytest.FixtureRequest,
+    vllm_reranker: Stack,
+    env: RealEnv,
+    tmp_path: Path,
+) -> None:
+    """`extproc shadow --rerank-candidate` with the learned entry: clients of the legacy
+    server get its answers, each request mirrored through the gateway to the real vLLM
+    reranker, and the comparator finds every pair the same: READY."""
+    legacy: Stack = request.getfixturevalue(f"legacy_{dialect}_rerank")
+    code, report = learn_rerank(legacy, vllm_reranker, env, tmp_path)
+    assert code == 0, report
+    path, bodies = CASES[dialect]
+    listen, http_port = free_port(), free_port()
+    argv = [sys.executable, "-m", "extproc", "shadow", "--config", str(tmp_path / "policy.yaml")]
+    argv += ["--baseline", legacy.url, "--candidate", vllm_reranker.url]
+    argv += ["--rerank-candidate", vllm_reranker.url, "--workers", "1", "--grace", "1"]
+    argv += ["--listen", f"127.0.0.1:{listen}", "--http", f"127.0.0.1:{http_port}"]
+    argv += ["--tokenizer", f"{RERANKER_MODEL}={env.reranker_dir}"]
+    process = Process.start(argv, tmp_path / "shadow.log", name="extproc shadow")
+    try:
+        process.wait_line("extproc shadow ready:", 120)
+        for label, body in bodies.items():
+            got = http("POST", f"http://127.0.0.1:{listen}{path}", body, timeout=120)
+            want = http("POST", legacy.url + path, body, timeout=120)
+            assert got.status == want.status, (label, got.body)
+        comparator = Comparator(process, 0, http_port)
+        wait_until(
+            lambda: comparator.summary()["rerank"]["pairs"] >= len(bodies), 120, "rerank pairs"
+        )
+        rerank = comparator.summary()["rerank"]
+        assert (rerank["pairs"], rerank["same"]) == (len(bodies), len(bodies)), rerank
+        assert rerank["max_score_difference"] < 1e-4, rerank
+        shown = subprocess.run(
+            [sys.executable, "-m", "extproc", "shadow-report", "--url", comparator.url],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert shown.returncode == 0, shown.stdout + shown.stderr
+    finally:
+        assert process.stop() == 0, process.log()
