@@ -288,3 +288,16 @@ def test_probe_rerank_in_another_dialect_is_inconclusive(tei: Any, tmp_path: Pat
     )
     assert code == 2 and report["verdict"] == "inconclusive"
     assert "check --dialect" in report["reason"]
+
+
+def test_rerank_options_without_task_rerank_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from extproc.commands import probe as probe_command
+    from extproc.commands.cli import _parser
+
+    argv = ["probe", "--baseline", "http://127.0.0.1:9", "--candidate", "http://127.0.0.1:9"]
+    argv += ["--dialect", "tei", "--out", str(tmp_path / "report")]
+    assert probe_command.run(_parser().parse_args(argv)) == 2
+    assert capsys.readouterr().err == "error: --dialect and --max-tokens go with --task rerank\n"
+    assert not (tmp_path / "report").exists()
