@@ -14,10 +14,10 @@ imports from its own layer and the layers below it, never from one above.
   parity, and parity no other tools package.
 - commands: the command line.
 
-A module's layer is the package under ``extproc`` it sits in, with one rule beside it:
-a ``__main__`` module is a command line (``python -m extproc.tools.shadow``), so it is
-in the commands layer wherever it sits. The root modules (``extproc/__init__.py``,
-``extproc/__main__.py``) are in no layer, and no layer imports them.
+A module's layer is the package under ``extproc`` it sits in, with no exception: the
+command line is ``extproc`` (``python -m extproc``) alone. The root modules
+(``extproc/__init__.py``, ``extproc/__main__.py``) are in no layer, and no layer imports
+them.
 
 No module imports itself back through a cycle.
 """
@@ -83,8 +83,6 @@ def layer(name: str) -> str:
     parts = name.split(".")
     if len(parts) == 1 or (len(parts) == 2 and parts[1] == "__main__"):
         return "root"
-    if parts[-1] == "__main__":
-        return "commands"
     return parts[1]
 
 

@@ -170,7 +170,7 @@ def start_shadow(
     policy_path.write_text(yaml.safe_dump(policy))
     listen, http_port = free_port(), free_port()
     argv = [
-        *(sys.executable, "-m", "extproc.tools.shadow", "shadow"),
+        *(sys.executable, "-m", "extproc", "shadow"),
         *("--baseline", baseline, "--candidate", candidate),
         *("--listen", f"127.0.0.1:{listen}", "--http", f"127.0.0.1:{http_port}"),
         *("--config", str(policy_path), "--tokenizer", f"{QWEN_MODEL}={qwen_dir}"),

@@ -264,7 +264,7 @@ def stack(world: World, envoys: Envoys) -> Iterator[Stack]:
 
 def report(url: str, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "extproc.tools.shadow", "shadow-report", "--url", url, *args],
+        [sys.executable, "-m", "extproc", "shadow-report", "--url", url, *args],
         capture_output=True,
         text=True,
         timeout=60,
