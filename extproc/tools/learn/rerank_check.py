@@ -53,12 +53,8 @@ def verify_rerank(
                 old = session.post("baseline", path, f"verify: {label}", body)
                 session.budgets["candidate"].take()
                 new = gateway.post(path, raw)
-                mine = session.replies[old.id]
-                rows.append(
-                    compare_replies(
-                        label, RerankReply.read(*mine), RerankReply.read(new.status, new.body)
-                    )
-                )
+                theirs = RerankReply.read(new.status, new.body)
+                rows.append(compare_replies(label, session.replies[old.id], theirs))
         finally:
             gateway.close()
         return rows

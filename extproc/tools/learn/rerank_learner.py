@@ -44,7 +44,7 @@ from extproc.tools.toolkit.rerank_answers import (
     SCORE_TOLERANCE,
     UNKNOWN_MODEL,
     RerankAnswer,
-    read_answer,
+    RerankReply,
     rerank_request,
 )
 
@@ -75,8 +75,7 @@ class RerankSession:
             s: HttpClient(url, timeout_s=timeout_s, headers=headers) for s, url in urls.items()
         }
         self.exchanges: list[Exchange] = []
-        self.answers: dict[int, RerankAnswer | None] = {}  # by exchange id
-        self.replies: dict[int, tuple[int, bytes]] = {}  # by exchange id: status, body
+        self.replies: dict[int, RerankReply] = {}  # by exchange id
         self.progress = progress
         self._lock = threading.Lock()
 
@@ -84,7 +83,8 @@ class RerankSession:
         self.budgets[server].take()
         raw = body if isinstance(body, bytes) else orjson.dumps(body)
         result: HttpResult = self.clients[server].post(path, raw)
-        answer = read_answer(result.body) if 200 <= result.status < 300 else None
+        reply = RerankReply.read(result.status, result.body)
+        answer = reply.answer
         error = parse_upstream_error(result.body)
         with self._lock:
             exchange = Exchange(
@@ -97,12 +97,12 @@ class RerankSession:
                 envelope="" if answer else error.shape,
             )
             self.exchanges.append(exchange)
-            self.answers[exchange.id] = answer
-            self.replies[exchange.id] = (result.status, result.body)
+            self.replies[exchange.id] = reply
         return exchange
 
     def answer(self, exchange: Exchange) -> RerankAnswer | None:
-        return self.answers.get(exchange.id)
+        reply = self.replies.get(exchange.id)
+        return reply.answer if reply is not None else None
 
     def close(self) -> None:
         for client in self.clients.values():

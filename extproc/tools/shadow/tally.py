@@ -107,18 +107,10 @@ class RerankTally:
         if not row.problem:
             self.same += 1
             return
-        self.differences[difference_kind(row.problem)] += 1
+        self.differences[row.difference] += 1
         example = {"request_id": request_id, "problem": row.problem}
         self.examples.append({**example, "baseline": row.baseline, "candidate": row.candidate})
         del self.examples[:-EXAMPLES_SIZE]
-
-
-def difference_kind(problem: str) -> str:
-    """A rerank difference without its figures: a bounded label set."""
-    for kind in ("status", "error body", "another order", "scores differ"):
-        if problem.startswith(kind):
-            return kind
-    return "results"
 
 
 @dataclass

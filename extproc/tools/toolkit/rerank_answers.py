@@ -1,8 +1,8 @@
 """Rerank requests in a legacy dialect, and two servers' answers to one compared as a
 client sees them (pure): the status, an error body's shape, and for an answer the
 number of results, whether the documents come back, the order and every score
-(within :data:`SCORE_TOLERANCE`). learn's verification and probe's rerank run share
-it, so both call the same things a difference.
+(within :data:`SCORE_TOLERANCE`). learn's verification, probe's rerank run and the
+shadow comparator share it, so all three call the same things a difference.
 """
 
 from __future__ import annotations
@@ -116,7 +116,10 @@ class AnswerRow:
     label: str
     baseline: str  # what each side answered, for people
     candidate: str
-    problem: str  # "" when a client sees the same
+    problem: str  # "" when a client sees the same; else for people, with its figures
+    # the problem's kind, one of a fixed set (a metric's or a count's label): "status",
+    # "error body", "results", "another order", "scores differ"; "" when the same
+    difference: str = ""
     baseline_answered: bool = False  # the baseline gave a rerank answer
     worst_score_difference: float | None = None  # both answered the same documents
 
@@ -149,19 +152,20 @@ def compare_replies(label: str, old: RerankReply, new: RerankReply) -> AnswerRow
     worst = None
     if a is not None and b is not None and set(a.scores) == set(b.scores) and a.scores:
         worst = max(abs(a.scores[i] - b.scores[i]) for i in a.scores)
-    problem = ""
+    problem, difference = "", ""
     if old.status != new.status:
-        problem = f"status {old.status} vs {new.status}"
+        problem, difference = f"status {old.status} vs {new.status}", "status"
     elif a is None or b is None:
         if (a is None) != (b is None) or old.error_shape != new.error_shape:
-            problem = f"error body {old.error_shape or 'answer'} vs {new.error_shape or 'answer'}"
+            shapes = f"{old.error_shape or 'answer'} vs {new.error_shape or 'answer'}"
+            problem, difference = f"error body {shapes}", "error body"
     elif a.shape != b.shape or a.count != b.count or a.documents != b.documents:
-        problem = f"{a.count} {a.shape} results vs {b.count} {b.shape}"
+        problem, difference = f"{a.count} {a.shape} results vs {b.count} {b.shape}", "results"
     elif a.order != b.order:
-        problem = "another order"
+        problem, difference = "another order", "another order"
     elif worst is not None and worst > SCORE_TOLERANCE:
-        problem = f"scores differ by {worst:.2e}"
-    return AnswerRow(label, old.said, new.said, problem, a is not None, worst)
+        problem, difference = f"scores differ by {worst:.2e}", "scores differ"
+    return AnswerRow(label, old.said, new.said, problem, difference, a is not None, worst)
 
 
 def rows_table(rows: Sequence[AnswerRow], candidate: str) -> list[str]:
