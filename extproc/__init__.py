@@ -2,16 +2,18 @@
 vLLM embeddings frontend answer like the legacy server (or OpenAI) it replaces."""
 
 from extproc.core.contract import Contract, load_contract
+from extproc.core.endpoint import ClientAnswer, Endpoint, Forward
 from extproc.core.error_envelope import ApiError
 from extproc.core.plan import Encoding, RequestStats, ResponsePlan
-from extproc.core.request_rewrite import Forward, rewrite_request
-from extproc.core.response_rewrite import ClientAnswer, rewrite_response
+from extproc.core.request_rewrite import rewrite_request
+from extproc.core.response_rewrite import rewrite_response
 
 __all__ = [
     "ApiError",
     "ClientAnswer",
     "Contract",
     "Encoding",
+    "Endpoint",
     "Forward",
     "RequestStats",
     "ResponsePlan",

@@ -456,4 +456,4 @@ def test_refused_stream_answers_503_overloaded_with_retry_after(
         "param": None,
         "code": "overloaded",
     }
-    assert stream.phase is Phase.DONE and stream.decided and not stream.response_follows
+    assert stream.phase is Phase.DONE and stream.decided

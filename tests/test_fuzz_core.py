@@ -42,14 +42,15 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from extproc.core.contract import Contract
-from extproc.core.error_envelope import ApiError
+from extproc.core.dialects import OPENAI
+from extproc.core.endpoint import Endpoint, Forward
+from extproc.core.error_envelope import OPENAI_ERRORS, ApiError
 from extproc.core.plan import Encoding, ResponsePlan
 from extproc.core.policy import load_policy_text
 from extproc.core.policy.model import EncodingProfile, ModelPolicy
 from extproc.core.prompts import DOCUMENT_TYPES, QUERY_TYPES
-from extproc.core.request_headers import check_content_type, check_declared_length
-from extproc.core.request_rewrite import Forward, rewrite_request
-from extproc.core.response_rewrite import rewrite_response
+from extproc.core.request_headers import UPSTREAM_PATH, check_content_type, check_declared_length
+from extproc.core.request_rewrite import rewrite_request
 from extproc.core.tokens import load_tokenizer
 from extproc.core.upstreams import ADAPTERS
 from testing_support.http import envelope_error
@@ -121,6 +122,9 @@ REQUEST_PARAMS = {
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 F32Row = npt.NDArray[np.float32]
+
+# The embeddings endpoint as the stream holds it (OpenAI dialect and errors).
+EMBEDDINGS = Endpoint(UPSTREAM_PATH, OPENAI, UPSTREAM_PATH, OPENAI_ERRORS)
 
 
 def cfg(max_examples: int) -> settings:
@@ -833,7 +837,7 @@ def test_any_2xx_answer(data: st.DataObject) -> None:
 
 
 def check_2xx(plan: ResponsePlan, status: int, body: bytes) -> None:
-    answer = rewrite_response(plan, status, body)
+    answer = EMBEDDINGS.answer(plan, status, body)
     if not plan.rewrites_vectors:
         assert answer is None
         return
@@ -954,7 +958,7 @@ error_bodies = st.one_of(
 @example(plan=_P1, status=10**6, body=b"")  # was answered with status 1000000
 @example(plan=None, status=400, body=b'{"error":{"message":" "}}')  # message was " "
 def test_any_error_answer(plan: ResponsePlan | None, status: int, body: bytes) -> None:
-    answer = rewrite_response(plan, status, body)
+    answer = EMBEDDINGS.answer(plan, status, body)
     assert answer is not None
     assert 400 <= answer.status < 600, answer
     error = check_envelope(answer.body)

@@ -19,7 +19,9 @@ from hypothesis.extra import numpy as hnp
 from tokenizers import Tokenizer
 
 from extproc.core.contract import Contract
-from extproc.core.error_envelope import ApiError
+from extproc.core.dialects import OPENAI
+from extproc.core.endpoint import Endpoint
+from extproc.core.error_envelope import OPENAI_ERRORS, ApiError
 from extproc.core.plan import Encoding, ResponsePlan
 from extproc.core.request_rewrite import Forward, rewrite_request
 from extproc.core.response_rewrite import rewrite_response
@@ -306,7 +308,8 @@ error_bodies = st.one_of(
 )
 def test_any_upstream_answer_is_handled(plan_index: int, status: int, body: bytes) -> None:
     plan = PLANS[plan_index]
-    answer = rewrite_response(plan, status, body)
+    endpoint = Endpoint("/v1/embeddings", OPENAI, "/v1/embeddings", OPENAI_ERRORS)
+    answer = endpoint.answer(plan, status, body)
     if answer is None:
         assert 200 <= status < 300
         return

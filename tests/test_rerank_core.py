@@ -14,11 +14,9 @@ import pytest
 from extproc.core.contract import Contract, load_contract
 from extproc.core.error_envelope import ApiError
 from extproc.core.policy import PolicyError, load_policy_text
-from extproc.core.rerank.rerank_rewrite import (
-    RerankForward,
-    rewrite_rerank_request,
-    rewrite_rerank_response,
-)
+from extproc.core.endpoint import ClientAnswer, Forward
+from extproc.core.request_headers import unknown_path
+from extproc.core.tasks.rerank import RerankPlan
 from tests.fake_rerank import write_word_tokenizer
 
 WORDS = [f"w{i}" for i in range(400)]
@@ -49,9 +47,27 @@ COHERE = """
 """
 
 
-def ask(c: Contract, path: str, body: dict[str, Any] | bytes) -> RerankForward:
+def ask(c: Contract, path: str, body: dict[str, Any] | bytes) -> Forward[RerankPlan]:
     raw = body if isinstance(body, bytes) else orjson.dumps(body)
-    return rewrite_rerank_request(raw, c.policy, path, c.tokenizers)
+    endpoint = c.routes.at(path)
+    if endpoint is None:  # as the stream answers a path no endpoint serves
+        raise unknown_path()
+    forward: Forward[RerankPlan] = endpoint.forward(raw, c)
+    return forward
+
+
+def upstream_path(c: Contract, path: str) -> str:
+    endpoint = c.routes.at(path)
+    assert endpoint is not None, path
+    return endpoint.upstream_path
+
+
+def respond(c: Contract, path: str, plan: RerankPlan, status: int, body: bytes) -> ClientAnswer:
+    endpoint = c.routes.at(path)
+    assert endpoint is not None, path
+    answer = endpoint.answer(plan, status, body)
+    assert answer is not None
+    return answer
 
 
 def refused(c: Contract, path: str, body: dict[str, Any] | bytes) -> tuple[int, Any]:
@@ -82,10 +98,10 @@ DOCS = ["a b", "c", "d e f", "g"]
 def test_tei_request_and_answer() -> None:
     c = policy(TEI)
     forward = ask(c, "/rerank", {"query": "q", "texts": DOCS})
-    assert forward.upstream_path == "/rerank"
+    assert upstream_path(c, "/rerank") == "/rerank"
     sent = orjson.loads(forward.upstream_body)
     assert sent == {"model": "ranker", "query": "q", "documents": DOCS, "use_activation": False}
-    answer = rewrite_rerank_response(forward.plan, 200, vllm_answer(LOGITS), c.policy.errors)
+    answer = respond(c, "/rerank", forward.plan, 200, vllm_answer(LOGITS))
     got = orjson.loads(answer.body)
     # best first; the tie (0.5) to the earlier document; the sigmoid (TEI's default)
     assert [r["index"] for r in got] == [2, 0, 3, 1]
@@ -94,9 +110,7 @@ def test_tei_request_and_answer() -> None:
     )
     assert all(set(r) == {"index", "score"} for r in got)
     raw = ask(c, "/rerank", {"query": "q", "texts": DOCS, "raw_scores": True, "return_text": True})
-    got = orjson.loads(
-        rewrite_rerank_response(raw.plan, 200, vllm_answer(LOGITS), c.policy.errors).body
-    )
+    got = orjson.loads(respond(c, "/rerank", raw.plan, 200, vllm_answer(LOGITS)).body)
     assert [r["score"] for r in got] == [2.0, 0.5, 0.5, -1.25]
     assert [r["text"] for r in got] == ["d e f", "a b", "g", "c"]
 
@@ -106,9 +120,7 @@ def test_cohere_request_and_answer() -> None:
     body = {"model": "ranker", "query": "q", "documents": ["a b", {"text": "c"}, "d e f", "g"]}
     forward = ask(c, "/v1/rerank", {**body, "return_documents": True})
     assert orjson.loads(forward.upstream_body)["model"] == "up-ranker"
-    got = orjson.loads(
-        rewrite_rerank_response(forward.plan, 200, vllm_answer(LOGITS), c.policy.errors).body
-    )
+    got = orjson.loads(respond(c, "/v1/rerank", forward.plan, 200, vllm_answer(LOGITS)).body)
     assert set(got) == {"id", "results", "meta"} and got["meta"] == {
         "api_version": {"version": "1"}
     }
@@ -120,9 +132,7 @@ def test_cohere_request_and_answer() -> None:
         "document": {"text": "d e f"},
     }
     top1 = ask(c, "/v1/rerank", {**body, "top_n": 1})
-    got = orjson.loads(
-        rewrite_rerank_response(top1.plan, 200, vllm_answer(LOGITS), c.policy.errors).body
-    )
+    got = orjson.loads(respond(c, "/v1/rerank", top1.plan, 200, vllm_answer(LOGITS)).body)
     assert [r["index"] for r in got["results"]] == [2] and "document" not in got["results"][0]
 
 
@@ -136,16 +146,12 @@ def test_raw_legacy_scores_and_jina_and_v2() -> None:
     )
     body = {"model": "ranker", "query": "q", "documents": DOCS}
     forward = ask(c, "/v1/rerank", body)
-    got = orjson.loads(
-        rewrite_rerank_response(forward.plan, 200, vllm_answer(LOGITS), c.policy.errors).body
-    )
+    got = orjson.loads(respond(c, "/v1/rerank", forward.plan, 200, vllm_answer(LOGITS)).body)
     assert set(got) == {"model", "usage", "results"} and got["usage"] == {"total_tokens": 42}
     assert [r["relevance_score"] for r in got["results"]] == [2.0, 0.5, 0.5]  # raw, top 3
     assert got["results"][0]["document"] == {"text": "d e f"}  # Jina returns them by default
     v2 = ask(c, "/v2/rerank", {"model": "v2ranker", "query": "q", "documents": DOCS})
-    got = orjson.loads(
-        rewrite_rerank_response(v2.plan, 200, vllm_answer(LOGITS), c.policy.errors).body
-    )
+    got = orjson.loads(respond(c, "/v2/rerank", v2.plan, 200, vllm_answer(LOGITS)).body)
     assert got["meta"]["api_version"]["version"] == "2" and len(got["results"]) == 4
     # Cohere v2's per-document cut is the upstream's; nonsense is the client's mistake.
     cut = {"model": "v2ranker", "query": "q", "documents": DOCS, "max_tokens_per_doc": 3}
@@ -166,10 +172,10 @@ def test_dynamos_bare_array() -> None:
     back into logits for a client that wants them."""
     c = policy(TEI.replace("kind: vllm", "kind: dynamo"))
     forward = ask(c, "/rerank", {"query": "q", "texts": DOCS, "raw_scores": True})
-    assert forward.upstream_path == "/v1/rerank"
+    assert upstream_path(c, "/rerank") == "/v1/rerank"
     assert orjson.loads(forward.upstream_body)["return_documents"] is False
     bare = orjson.dumps([{"index": i, "score": sig(x)} for i, x in enumerate(LOGITS)])
-    got = orjson.loads(rewrite_rerank_response(forward.plan, 200, bare, c.policy.errors).body)
+    got = orjson.loads(respond(c, "/rerank", forward.plan, 200, bare).body)
     assert [r["score"] for r in got] == pytest.approx([2.0, 0.5, 0.5, -1.25], abs=1e-9)
 
 
@@ -218,7 +224,7 @@ def test_upstream_errors_and_bad_answers() -> None:
         (200, b"[]", 502),
         (200, b"not json", 502),
     ):
-        answer = rewrite_rerank_response(plan, status, body, c.policy.errors)
+        answer = respond(c, "/rerank", plan, status, body)
         assert answer.status == want, (status, body)
         assert set(orjson.loads(answer.body)) == {"error", "error_type"}
 
@@ -234,7 +240,7 @@ def test_long_pairs_cut_or_refused(pair_tokenizer: Path) -> None:
     assert status == 413 and "20" in got["error"]["message"]
     at_limit = {"query": "w1 w2", "texts": [" ".join(WORDS[:15])]}  # 2 + 15 + 3 = 20
     assert "truncate_prompt_tokens" not in orjson.loads(ask(c, "/rerank", at_limit).upstream_body)
-    refusing = policy(entry + "    cut_long_pairs: false\n", pair_tokenizer)
+    refusing = policy(entry + "    truncation: {refuse: true}\n", pair_tokenizer)
     assert refused(refusing, "/rerank", long)[0] == 413
     assert "truncate_prompt_tokens" in orjson.loads(
         ask(refusing, "/rerank", {**long, "truncate": True}).upstream_body
@@ -243,7 +249,7 @@ def test_long_pairs_cut_or_refused(pair_tokenizer: Path) -> None:
     status, got = refused(c, "/rerank", {**long, "truncation_direction": "Left"})
     assert status == 400 and got["error"]["param"] == "truncation_direction"
     assert "from the right" in got["error"]["message"]
-    assert ask(c, "/rerank", {**short, "truncation_direction": "Left"}).plan.count == 2
+    assert ask(c, "/rerank", {**short, "truncation_direction": "Left"}).plan.input_count == 2
 
 
 @pytest.mark.parametrize(

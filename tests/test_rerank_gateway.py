@@ -34,7 +34,7 @@ rerankers:
   - name: reranker
     dialect: TEI
     max_tokens: 64
-    cut_long_pairs: false
+    truncation: {refuse: true}
     tokenizer: {path: unused}
     upstream: {kind: vllm}
     errors: {shape: TEI, status: {malformed: 422, invalid: 422}}
@@ -161,7 +161,7 @@ def test_other_paths_still_reach_the_legacy_server(tei: Any, upstreams: Any) -> 
 
 @pytest.mark.parametrize(
     ("dialect", "expected"),
-    [("tei", {"dialect": "TEI", "cut_long_pairs": False}), ("cohere", {"dialect": "COHERE_V1"})],
+    [("tei", {"dialect": "tei", "refuse": True}), ("cohere", {"dialect": "cohere_v1"})],
 )
 def test_learn_writes_the_rerank_policy_ready(
     dialect: str, expected: dict[str, Any], upstreams: Any, word_tokenizer: Path, tmp_path: Path
@@ -182,7 +182,7 @@ def test_learn_writes_the_rerank_policy_ready(
     assert code == 0, md
     assert "**Result: READY** (exit code 0)" in md
     (reranker,) = load_policy_file(tmp_path / "policy.yaml").rerankers
-    entry = {"dialect": reranker.dialect.name, "cut_long_pairs": reranker.cut_long_pairs}
+    entry = {"dialect": reranker.dialect, "refuse": reranker.truncation.refuse}
     for key, value in expected.items():
         assert entry[key] == value, (key, md)
     assert reranker.max_tokens == MAX_TOKENS and reranker.scores.name == "SIGMOID"
@@ -255,7 +255,7 @@ def test_probe_names_what_the_raw_upstream_answers_differently(
     assert len(queries) == 3
     for row in queries:
         count = row["baseline"].split()[1]
-        assert row["problem"] == f"{count} cohere results vs {count} jina", row
+        assert row["problem"] == f"{count} cohere_v1 results vs {count} jina", row
     assert (tmp_path / "report" / "report.html").read_text().count('class="fail"') >= 3
 
 

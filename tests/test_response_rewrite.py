@@ -16,13 +16,24 @@ import orjson
 import pytest
 
 from extproc.core.plan import Encoding, ResponsePlan
-from extproc.core.response_rewrite import ClientAnswer, needs_response_body, rewrite_response
+from extproc.core.dialects import OPENAI
+from extproc.core.endpoint import ClientAnswer, Endpoint, needs_response_body
+from extproc.core.error_envelope import OPENAI_ERRORS, ErrorDialect
 from testing_support.http import envelope_error
 
 MODEL = "Qwen/Qwen3-Embedding-0.6B"
 NATIVE = 1024
 
 F32 = npt.NDArray[np.float32]
+
+
+def client_answer(
+    the_plan: ResponsePlan | None, status: int, body: bytes, errors: ErrorDialect = OPENAI_ERRORS
+) -> ClientAnswer | None:
+    """The embeddings endpoint's answer (the OpenAI dialect), as the stream asks it."""
+    return Endpoint("/v1/embeddings", OPENAI, "/v1/embeddings", errors).answer(
+        the_plan, status, body
+    )
 
 
 def plan(
@@ -150,7 +161,7 @@ def test_needs_response_body(the_plan: ResponsePlan | None, status: int, needed:
 )
 def test_success_without_rewrite_passes_through(the_plan: ResponsePlan | None) -> None:
     body = embeddings_body(unit_rows(3), encoding=Encoding.FLOAT)
-    assert rewrite_response(the_plan, 200, body) is None
+    assert client_answer(the_plan, 200, body) is None
 
 
 # -- vectors -------------------------------------------------------------------------
@@ -166,7 +177,7 @@ def test_matryoshka_prefix_renormalised(
 ) -> None:
     rows = unit_rows(4, seed=dimensions)
     body = embeddings_body(rows, encoding=upstream)
-    answer = rewrite_response(
+    answer = client_answer(
         plan(count=4, dimensions=dimensions, client=client, upstream=upstream), 200, body
     )
     doc = answer_json(answer)
@@ -182,12 +193,12 @@ def test_float_and_base64_answers_carry_the_same_float32_bits() -> None:
     rows = unit_rows(3, seed=11)
     body = embeddings_body(rows, encoding=Encoding.BASE64)
     as_float = client_vectors(
-        answer_json(rewrite_response(plan(dimensions=256, upstream=Encoding.BASE64), 200, body)),
+        answer_json(client_answer(plan(dimensions=256, upstream=Encoding.BASE64), 200, body)),
         Encoding.FLOAT,
     ).astype(np.float32)
     as_b64 = client_vectors(
         answer_json(
-            rewrite_response(
+            client_answer(
                 plan(dimensions=256, upstream=Encoding.BASE64, client=Encoding.BASE64), 200, body
             )
         ),
@@ -202,12 +213,12 @@ def test_reencoding_without_dimensions_is_bit_exact() -> None:
     rows[0, :4] = [-0.0, 1.4e-45, 3.4028235e38, -1.1754944e-38]  # -0, subnormal, max, min normal
     # float upstream -> base64 client: base64 holds exactly the upstream float32s
     body = embeddings_body(rows, encoding=Encoding.FLOAT)
-    doc = answer_json(rewrite_response(plan(client=Encoding.BASE64), 200, body))
+    doc = answer_json(client_answer(plan(client=Encoding.BASE64), 200, body))
     got = client_vectors(doc, Encoding.BASE64)
     np.testing.assert_array_equal(got.view(np.uint32), rows.view(np.uint32))
     # base64 upstream -> float client: each float parses back to the same float32
     body = embeddings_body(rows, encoding=Encoding.BASE64)
-    doc = answer_json(rewrite_response(plan(upstream=Encoding.BASE64), 200, body))
+    doc = answer_json(client_answer(plan(upstream=Encoding.BASE64), 200, body))
     back = client_vectors(doc, Encoding.FLOAT).astype(np.float32)
     np.testing.assert_array_equal(back.view(np.uint32), rows.view(np.uint32))
 
@@ -225,7 +236,7 @@ def test_items_come_back_ordered_by_index(order: list[int]) -> None:
     rows = unit_rows(n, seed=3)
     body = embeddings_body(rows, encoding=Encoding.BASE64, order=order)
     doc = answer_json(
-        rewrite_response(plan(count=n, dimensions=128, upstream=Encoding.BASE64), 200, body)
+        client_answer(plan(count=n, dimensions=128, upstream=Encoding.BASE64), 200, body)
     )
     assert [item["index"] for item in doc["data"]] == list(range(n))
     np.testing.assert_allclose(
@@ -238,7 +249,7 @@ def test_other_body_fields_are_kept() -> None:
     extra = {"id": "embd-123", "created": 1700000000, "x_vendor": {"a": [1, 2]}}
     body = embeddings_body(rows, encoding=Encoding.BASE64, extra=extra)
     doc = answer_json(
-        rewrite_response(plan(count=2, dimensions=64, upstream=Encoding.BASE64), 200, body)
+        client_answer(plan(count=2, dimensions=64, upstream=Encoding.BASE64), 200, body)
     )
     assert doc["object"] == "list"
     assert doc["usage"] == {"prompt_tokens": 28, "total_tokens": 28}
@@ -255,7 +266,7 @@ def test_zero_vector_stays_zero_and_finite() -> None:
     rows[1, :64] = 0.0
     body = embeddings_body(rows, encoding=Encoding.BASE64)
     doc = answer_json(
-        rewrite_response(plan(count=2, dimensions=64, upstream=Encoding.BASE64), 200, body)
+        client_answer(plan(count=2, dimensions=64, upstream=Encoding.BASE64), 200, body)
     )
     got = client_vectors(doc, Encoding.FLOAT)
     assert np.isfinite(got).all()
@@ -369,16 +380,14 @@ BAD_SUCCESS_BODIES: list[Any] = [
     "client", [Encoding.FLOAT, Encoding.BASE64], ids=["client-float", "client-b64"]
 )
 def test_invalid_success_body_is_502(body: bytes, client: Encoding) -> None:
-    answer = rewrite_response(
-        plan(dimensions=256, upstream=Encoding.BASE64, client=client), 200, body
-    )
+    answer = client_answer(plan(dimensions=256, upstream=Encoding.BASE64, client=client), 200, body)
     error = assert_envelope(answer, 502, "server_error")
     assert "upstream" in error["message"].lower()
 
 
 @pytest.mark.parametrize(("body", "says"), BAD_SUCCESS_BODIES)
 def test_invalid_success_body_message_names_the_problem(body: bytes, says: tuple[str, ...]) -> None:
-    answer = rewrite_response(plan(dimensions=256, upstream=Encoding.BASE64), 200, body)
+    answer = client_answer(plan(dimensions=256, upstream=Encoding.BASE64), 200, body)
     message = assert_envelope(answer, 502, "server_error")["message"].lower()
     for fragment in says:
         assert fragment in message, (fragment, message)
@@ -386,7 +395,7 @@ def test_invalid_success_body_message_names_the_problem(body: bytes, says: tuple
 
 def test_float_array_overflowing_float32_is_502() -> None:
     data = [{"index": i, "embedding": [1e39] + [0.0] * (NATIVE - 1)} for i in range(3)]
-    answer = rewrite_response(plan(dimensions=256, upstream=Encoding.FLOAT), 200, _doc(data))
+    answer = client_answer(plan(dimensions=256, upstream=Encoding.FLOAT), 200, _doc(data))
     assert_envelope(answer, 502, "server_error")
 
 
@@ -443,7 +452,7 @@ def expected_status_and_type(status: int, validated: bool) -> tuple[int, str]:
 @pytest.mark.parametrize("shape", list(BODIES))
 def test_upstream_error_is_enveloped(shape: str, status: int, validated: bool) -> None:
     the_plan = plan(dimensions=256, upstream=Encoding.BASE64) if validated else None
-    answer = rewrite_response(the_plan, status, BODIES[shape](status))
+    answer = client_answer(the_plan, status, BODIES[shape](status))
     want_status, want_type = expected_status_and_type(status, validated)
     error = assert_envelope(answer, want_status, want_type)
     if shape in CARRIES_MESSAGE:
@@ -460,7 +469,7 @@ def test_upstream_error_is_enveloped(shape: str, status: int, validated: bool) -
 @pytest.mark.parametrize("status", [400, 404, 415, 500, 503])
 def test_upstream_html_error_text_is_kept(status: int, validated: bool) -> None:
     the_plan = plan() if validated else None
-    answer = rewrite_response(the_plan, status, html_body(status))
+    answer = client_answer(the_plan, status, html_body(status))
     want_status, want_type = expected_status_and_type(status, validated)
     error = assert_envelope(answer, want_status, want_type)
     assert "Upstream Trouble" in error["message"]
@@ -468,12 +477,12 @@ def test_upstream_html_error_text_is_kept(status: int, validated: bool) -> None:
 
 def test_dynamo_generic_500_stays_500() -> None:
     body = b'{"message":"Internal server error","type":"Internal Server Error","code":500}'
-    error = assert_envelope(rewrite_response(plan(), 500, body), 500, "server_error")
+    error = assert_envelope(client_answer(plan(), 500, body), 500, "server_error")
     assert "Internal server error" in error["message"]
 
 
 def test_dynamo_empty_404_after_worker_gone_is_503() -> None:
-    error = assert_envelope(rewrite_response(plan(), 404, b""), 503, "server_error")
+    error = assert_envelope(client_answer(plan(), 404, b""), 503, "server_error")
     assert MODEL in error["message"]
     assert "404" in error["message"]
 
@@ -489,7 +498,7 @@ def test_vllm_matryoshka_400_keeps_status_and_message() -> None:
             }
         }
     )
-    error = assert_envelope(rewrite_response(plan(), 400, body), 400, "invalid_request_error")
+    error = assert_envelope(client_answer(plan(), 400, body), 400, "invalid_request_error")
     assert "Matryoshka" in error["message"]
     assert error["param"] is None
 
@@ -506,12 +515,12 @@ def test_vllm_matryoshka_400_keeps_status_and_message() -> None:
     ],
 )
 def test_status_classes(status: int, want_type: str) -> None:
-    assert_envelope(rewrite_response(plan(), status, dynamo_body(status)), status, want_type)
+    assert_envelope(client_answer(plan(), status, dynamo_body(status)), status, want_type)
 
 
 @pytest.mark.parametrize("status", [100, 101, 300, 301, 302, 304, 307])
 def test_non_success_non_error_status_is_502(status: int) -> None:
-    assert_envelope(rewrite_response(plan(), status, b"moved"), 502, "server_error")
+    assert_envelope(client_answer(plan(), status, b"moved"), 502, "server_error")
 
 
 @pytest.mark.parametrize(
@@ -528,5 +537,5 @@ def test_non_success_non_error_status_is_502(status: int) -> None:
 @pytest.mark.parametrize("status", [400, 500])
 def test_odd_error_bodies_still_enveloped(body: bytes, status: int) -> None:
     want_type = "server_error" if status >= 500 else "invalid_request_error"
-    error = assert_envelope(rewrite_response(plan(), status, body), status, want_type)
+    error = assert_envelope(client_answer(plan(), status, body), status, want_type)
     assert len(error["message"]) <= 1200

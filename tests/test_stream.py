@@ -26,7 +26,9 @@ from extproc.service.stream import (
     PROCESSOR_FAILURE,
     REPLY_SENT,
     TRANSITIONS,
+    Admission,
     ExtProcStream,
+    Outcome,
     Overloaded,
     Phase,
     Shape,
@@ -113,7 +115,13 @@ def assert_immediate(reply: ep.ProcessingResponse, status: int) -> dict[str, Any
     return envelope_error(immediate.body)
 
 
-AWAITING = (Phase.AWAIT_REQUEST, Phase.AWAIT_RESPONSE_HEADERS, Phase.AWAIT_RESPONSE_BODY)
+AWAITING = (
+    Phase.AWAIT_REQUEST,
+    Phase.AWAIT_REQUEST_BODY,
+    Phase.AWAIT_RESPONSE,
+    Phase.AWAIT_ANSWER,
+    Phase.AWAIT_RESPONSE_BODY,
+)
 
 
 def assert_finished(stream: ExtProcStream) -> None:
@@ -180,7 +188,7 @@ def test_good_body_is_rewritten_with_its_content_length(stream: ExtProcStream) -
     assert headers["content-length"] == str(len(body)).encode()
     assert headers["content-type"] == b"application/json"
     assert stream.plan is not None and stream.plan.model == MODEL
-    assert stream.phase is Phase.AWAIT_RESPONSE_HEADERS
+    assert stream.phase is Phase.AWAIT_RESPONSE
     assert stream.request_id == "req-1"
 
 
@@ -191,7 +199,7 @@ def test_unchanged_body_passes_with_an_empty_reply(stream: ExtProcStream) -> Non
     assert not common.HasField("body_mutation")
     assert len(common.header_mutation.set_headers) == 0
     assert stream.plan is not None and stream.plan.input_count == 2
-    assert stream.phase is Phase.AWAIT_RESPONSE_HEADERS
+    assert stream.phase is Phase.AWAIT_RESPONSE
 
 
 def plan_metadata(reply: ep.ProcessingResponse) -> dict[str, Any]:
@@ -219,7 +227,7 @@ def test_a_rewrite_on_the_one_stream_route_gets_only_the_cue(qwen_contract: Cont
     reply = stream.handle(request_body(DIMS))
     assert plan_metadata(reply) == {"respond": "rewrite"}
     assert not reply.request_body.response.clear_route_cache
-    assert stream.response_follows
+    assert stream.phase is Phase.AWAIT_ANSWER
     # The answer on the same stream is the one the second stream would give.
     rows = unit_rows(2)
     answer = stream.handle(skipped_headers_body(b64_body(rows), 200))
@@ -261,7 +269,7 @@ def test_no_metadata_when_the_response_needs_nothing(qwen_contract: Contract) ->
         reply = stream.handle(request_body(QUERY))
         assert not reply.HasField("dynamic_metadata")
         assert not reply.request_body.response.clear_route_cache
-        assert not stream.response_follows
+        assert stream.phase is Phase.AWAIT_RESPONSE
 
 
 @pytest.mark.parametrize(
@@ -360,7 +368,7 @@ def test_request_headers(
         mutation = reply.request_headers.response.header_mutation
         assert set_headers(mutation) == {"accept-encoding": b"identity"}
         assert list(mutation.remove_headers) == []
-        assert stream.phase is Phase.AWAIT_REQUEST
+        assert stream.phase is Phase.AWAIT_REQUEST_BODY
         follow = stream.handle(request_body(PLAIN, content_type=None))
         assert follow.WhichOneof("response") == "request_body"
     else:
@@ -644,8 +652,9 @@ LATE_MESSAGES = {
     "response_trailers": _trailers_resp,
 }
 
-# (setup, message) pairs neutral but expected: no anomaly
-UNCOUNTED = {("after-passthrough-done", "response_body")}
+# (setup, message) pairs neutral but expected: no anomaly. A response left as it is
+# ends its stream once the reply is sent, so a later body is an anomaly too.
+UNCOUNTED: set[tuple[str, str]] = set()
 
 # (setup, message) pairs that are legitimately processed rather than neutral
 PROCESSED = {
@@ -672,9 +681,9 @@ def test_out_of_order_message_gets_a_neutral_reply(
     assert reply == NEUTRAL[kind], reply
     assert stream.phase is phase_before
     assert stream.plan is plan_before
-    # Counted as an anomaly unless the message is expected: trailers, or a body after
-    # the response was left as it is (a config that always buffers it).
-    expected = "trailers" in kind or (setup, kind) in UNCOUNTED
+    # Counted as an anomaly unless the message is expected: trailers, while the
+    # stream awaits a message at all.
+    expected = ("trailers" in kind and phase_before in AWAITING) or (setup, kind) in UNCOUNTED
     counted = recorded(stream).named("anomaly")[anomalies_before:]
     assert counted == ([] if expected else [("anomaly", kind)])
 
@@ -686,7 +695,7 @@ def test_request_body_twice(stream: ExtProcStream) -> None:
     second = stream.handle(request_body({"model": MODEL, "input": "other", "dimensions": 64}))
     assert second == NEUTRAL["request_body"]
     assert stream.plan is plan
-    assert stream.phase is Phase.AWAIT_RESPONSE_HEADERS
+    assert stream.phase is Phase.AWAIT_RESPONSE
 
 
 def test_response_body_first(stream: ExtProcStream) -> None:
@@ -699,6 +708,9 @@ def stream_state(stream: ExtProcStream) -> dict[str, Any]:
     """Everything the stream holds but its metrics (where an anomaly is counted)."""
     state = dict(vars(stream))
     del state["metrics"]
+    # What admission control does after this message, not the stream's state: a
+    # message taking no transition asks for nothing.
+    del state["admission"]
     return state
 
 
@@ -742,12 +754,12 @@ def test_a_message_left_unprocessed_changes_nothing(
 
 def _accepted_headers(stream: ExtProcStream) -> None:
     stream.handle(request_headers({**POST_JSON, ":path": "/v1/embeddings"}))
-    assert stream.awaits_request_body
+    assert stream.admission is Admission.RESERVE_BODY
 
 
 def _forwarded_for_a_rewrite(stream: ExtProcStream) -> None:
     stream.handle(request_body(DIMS))
-    assert stream.response_follows
+    assert stream.admission is Admission.RESERVE_ANSWER
 
 
 def _error_to_envelope(stream: ExtProcStream) -> None:
@@ -761,8 +773,10 @@ def _after_response_headers(stream: ExtProcStream) -> None:
 
 
 REACHING: dict[Phase, list[Callable[[ExtProcStream], None]]] = {
-    Phase.AWAIT_REQUEST: [_fresh, _accepted_headers],
-    Phase.AWAIT_RESPONSE_HEADERS: [_after_request_body, _forwarded_for_a_rewrite],
+    Phase.AWAIT_REQUEST: [_fresh],
+    Phase.AWAIT_REQUEST_BODY: [_accepted_headers],
+    Phase.AWAIT_RESPONSE: [_after_request_body],
+    Phase.AWAIT_ANSWER: [_forwarded_for_a_rewrite],
     Phase.AWAIT_RESPONSE_BODY: [_error_to_envelope, _after_response_headers],
     Phase.PASS_THROUGH: [_after_passthrough],
     Phase.DONE: [_after_reject, _after_response_body],
@@ -815,11 +829,13 @@ def test_every_row_is_driven_by_some_message() -> None:
 @pytest.mark.parametrize(
     ("phase", "kind"), list(TRANSITIONS), ids=[f"{p.value}-{k}" for p, k in TRANSITIONS]
 )
-def test_each_handler_returns_only_the_phases_its_row_allows(
+def test_each_handler_reports_exactly_the_outcomes_its_row_lists(
     phase: Phase, kind: str, qwen_contract: Contract
 ) -> None:
-    handler, next_phases = TRANSITIONS[(phase, kind)]
-    returned: set[Phase] = set()
+    """Each outcome a row lists is reported by some message in some shape, and no
+    other: the table lists what happens, not what might."""
+    handler, targets = TRANSITIONS[(phase, kind)]
+    reported: set[Outcome] = set()
     for shape in Shape:
         for reach in REACHING[phase]:
             for sample in SAMPLES[kind]:
@@ -827,8 +843,8 @@ def test_each_handler_returns_only_the_phases_its_row_allows(
                 reach(stream)
                 assert stream.phase is phase, reach
                 message = sample()
-                reply, next_phase = handler(stream, message)
-                assert next_phase in next_phases, (reach, message)
+                reply, outcome = handler(stream, message)
+                assert outcome in targets, (reach, message)
                 if isinstance(message, ep.ProcessingRequest):
                     assert message.WhichOneof("request") == kind
                     assert reply.WhichOneof("response") in (kind, "immediate_response")
@@ -836,17 +852,54 @@ def test_each_handler_returns_only_the_phases_its_row_allows(
                     assert reply is None
                 else:
                     assert reply.WhichOneof("response") == EVENT_REPLIES[kind]
-                returned.add(next_phase)
-    assert returned == next_phases
+                reported.add(outcome)
+    assert reported == set(targets)
 
 
-def test_the_servicers_events_have_a_row_in_every_phase_and_no_message_of_envoys() -> None:
-    fields = ep.ProcessingRequest.DESCRIPTOR.oneofs_by_name["request"].fields
-    kinds = {field.name for field in fields}
-    assert {kind for _, kind in TRANSITIONS} - {OVERLOADED, PROCESSOR_FAILURE, REPLY_SENT} <= kinds
+ENVOY_KINDS = {f.name for f in ep.ProcessingRequest.DESCRIPTOR.oneofs_by_name["request"].fields}
+
+
+def test_every_row_is_reachable() -> None:
+    """From a new stream, the table's own transitions reach every row: an Envoy
+    message's row in a phase a stream rests in between messages (a reply sent and
+    the stream still open), an event's row in a phase the servicer feeds it in (a
+    message being handled: before its transition, or right after it)."""
+    resting = {Phase.AWAIT_REQUEST} | {
+        target.phase
+        for (_, kind), row in TRANSITIONS.items()
+        if kind == REPLY_SENT
+        for outcome, target in row.targets.items()
+        if outcome is Outcome.STAYS
+    }
+    handled = resting | {
+        target.phase
+        for (phase, kind), row in TRANSITIONS.items()
+        if kind in ENVOY_KINDS and phase in resting
+        for target in row.targets.values()
+    }
+    for phase, kind in TRANSITIONS:
+        where = resting if kind in ENVOY_KINDS or kind == PROCESSOR_FAILURE else handled
+        assert phase in where, (phase, kind)
+    # Every phase a transition can take a stream to has its reply's row.
+    for row in TRANSITIONS.values():
+        for target in row.targets.values():
+            assert (target.phase, REPLY_SENT) in TRANSITIONS
+
+
+def test_the_servicers_events_are_no_message_of_envoys() -> None:
+    assert {kind for _, kind in TRANSITIONS} - {OVERLOADED, PROCESSOR_FAILURE, REPLY_SENT} <= (
+        ENVOY_KINDS
+    )
     for event in (OVERLOADED, PROCESSOR_FAILURE, REPLY_SENT):
-        assert event not in kinds
-        assert all((phase, event) in TRANSITIONS for phase in Phase)
+        assert event not in ENVOY_KINDS
+    assert all((phase, REPLY_SENT) in TRANSITIONS for phase in Phase)
+    assert all((phase, PROCESSOR_FAILURE) in TRANSITIONS for phase in AWAITING)
+
+
+def test_every_transition_into_done_gives_the_room_back() -> None:
+    for row in TRANSITIONS.values():
+        for target in row.targets.values():
+            assert (target.phase is Phase.DONE) is (target.admission is Admission.RELEASE)
 
 
 @pytest.mark.parametrize("shape", list(Shape))
@@ -854,7 +907,7 @@ def test_a_stream_ends_after_a_reply_by_the_rule_of_its_shape(
     shape: Shape, qwen_contract: Contract
 ) -> None:
     """A decided stream ends; a whole-exchange stream carries everything until then;
-    a one-message stream ends unless its request body, or the response it holds open
+    a one-message stream ends unless its request body, or the answer it holds open
     for, is still to come."""
     for reaching in REACHING.values():
         for reach in reaching:
@@ -862,23 +915,22 @@ def test_a_stream_ends_after_a_reply_by_the_rule_of_its_shape(
             reach(stream)
             ends = stream.decided or (
                 shape is not Shape.WHOLE_EXCHANGE
-                and not stream.awaits_request_body
-                and not stream.response_follows
+                and stream.phase not in (Phase.AWAIT_REQUEST_BODY, Phase.AWAIT_ANSWER)
             )
             phase = stream.phase
             assert stream.reply_sent() is ends, (reach, phase)
             assert stream.phase is (Phase.DONE if ends else phase)
 
 
-def test_a_phase_the_row_does_not_allow_is_refused(
+def test_an_outcome_the_row_does_not_list_is_refused(
     stream: ExtProcStream, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The transition, not the handler, moves the stream: a handler that returns
-    another phase than its row allows fails (the servicer's 500), the phase unmoved."""
+    """The table, not the handler, moves the stream: a handler that reports an outcome
+    its row does not list fails (the servicer's 500), the phase unmoved."""
     row = TRANSITIONS[(Phase.AWAIT_REQUEST, "request_trailers")]
 
     def wanders(stream: ExtProcStream, request: ep.ProcessingRequest) -> Any:
-        return ep.ProcessingResponse(), Phase.PASS_THROUGH
+        return ep.ProcessingResponse(), Outcome.LEFT_ALONE
 
     monkeypatch.setitem(
         TRANSITIONS, (Phase.AWAIT_REQUEST, "request_trailers"), row._replace(handler=wanders)
@@ -901,7 +953,7 @@ def test_request_body_before_trailers_is_rewritten(stream: ExtProcStream) -> Non
         set_headers(common.header_mutation)["content-length"]
         == str(len(common.body_mutation.body)).encode()
     )
-    assert stream.phase is Phase.AWAIT_RESPONSE_HEADERS
+    assert stream.phase is Phase.AWAIT_RESPONSE
 
 
 def test_bad_request_body_before_trailers_is_refused(stream: ExtProcStream) -> None:
@@ -936,7 +988,7 @@ def test_decoded_body_goes_through_the_contract(stream: ExtProcStream) -> None:
     reply = stream.handle(decoded_body(QUERY, "gzip", 90))
     common = reply.request_body.response
     assert orjson.loads(common.body_mutation.body)["input"] in ([QUERY_PROMPT], QUERY_PROMPT)
-    assert stream.phase is Phase.AWAIT_RESPONSE_HEADERS
+    assert stream.phase is Phase.AWAIT_RESPONSE
 
 
 @pytest.mark.parametrize(
@@ -1156,12 +1208,14 @@ def test_a_response_left_alone_reports_the_stream_time_once(qwen_contract: Contr
     stream = ExtProcStream(qwen_contract, Shape.RESPONSE_ON_SECOND_STREAM, metrics)
     stream.handle(request_body(PLAIN))
     stream.handle(response_headers(200))
-    stream.handle(response_body(b"{}"))  # a config that buffers every response
+    assert stream.reply_sent()  # left alone: the stream ends with its reply
+    stream.handle(response_body(b"{}"))  # nothing after that is processed
     assert event_names(metrics) == [
         "forwarded",
         "phase_seconds",
         "upstream_response",
         "stream_seconds",
+        "anomaly",
     ]
     assert metrics.events[0][2] is False  # forwarded as sent
 
@@ -1326,7 +1380,7 @@ def test_the_servicer_answers_an_exception_with_a_500_and_ends_the_stream(
     def broken(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("a bug")
 
-    monkeypatch.setattr("extproc.service.stream.rewrite_request", broken)
+    monkeypatch.setattr("extproc.core.tasks.embed.plan_request", broken)
     metrics = RecordedStreamMetrics()
     messages = [request_body(PLAIN), response_headers(200)]
     got = asyncio.run(_process(qwen_contract, (), messages, metrics))

@@ -32,7 +32,7 @@ from extproc.commands.options import (
     add_tool_parser,
     headers_from,
 )
-from extproc.core.rerank.dialects import DEFAULT_PATHS, Dialect
+from extproc.core.dialects import RERANK_DIALECTS
 from extproc.runtime.blocking_http import split_url
 from extproc.tools.parity import ExitCode, Thresholds
 from extproc.tools.probe.html_report import to_html
@@ -104,7 +104,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     p.add_argument(
         "--dialect",
-        choices=[d.value.replace("_", "-") for d in Dialect],
+        choices=[name.replace("_", "-") for name in RERANK_DIALECTS],
         default=None,
         help="--task rerank: the legacy server's rerank dialect; requests go to its path "
         "(tei /rerank, cohere-v1 and jina /v1/rerank, cohere-v2 /v2/rerank) unless the URLs "
@@ -276,8 +276,8 @@ def rerank_options_from(args: argparse.Namespace) -> RerankProbeOptions:
     """Validate the arguments of --task rerank; raises ValueError with a message."""
     if args.dialect is None:
         raise ValueError("--task rerank needs --dialect (tei, cohere-v1, cohere-v2 or jina)")
-    dialect = Dialect(args.dialect.replace("-", "_"))
-    if dialect is not Dialect.TEI and not args.model:
+    dialect = RERANK_DIALECTS[args.dialect.replace("-", "_")]
+    if dialect.names_model and not args.model:
         raise ValueError(f"--dialect {args.dialect} sends a model: give --model")
     if args.max_tokens is not None and not 1 <= args.max_tokens <= 1_000_000:
         raise ValueError("--max-tokens must be within 1..1000000")
@@ -289,7 +289,7 @@ def rerank_options_from(args: argparse.Namespace) -> RerankProbeOptions:
             server, path = split_url(url)
         except ValueError as exc:
             raise ValueError(f"{flag}: {exc}") from None
-        return RerankTarget(server, DEFAULT_PATHS[dialect] if path == "/" else path)
+        return RerankTarget(server, dialect.paths[0] if path == "/" else path)
 
     return RerankProbeOptions(
         baseline=target(args.baseline, "--baseline"),

@@ -1,14 +1,17 @@
-"""The loaded contract: a policy plus a ready tokenizer for each of its models."""
+"""The loaded contract: a policy, a ready tokenizer for each of its models, and its
+route table."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from extproc.core.policy.errors import PolicyError
 from extproc.core.policy.model import GatewayPolicy, ModelPolicy, SpecialTokens, TokenizerSource
 from extproc.core.prompts import policy_prompts, prompt_budget_problem
+from extproc.core.routes import Routes, routes_of
 from extproc.core.tokens import ModelTokenizer, load_tokenizer
 
 
@@ -19,6 +22,11 @@ class Contract:
     # Per model (and per reranker, by RerankPolicy.key), what its tokenizer was loaded
     # from (tokenizer_key): a reload reuses it.
     tokenizer_keys: Mapping[str, Hashable] = field(default_factory=dict)
+
+    @cached_property
+    def routes(self) -> Routes:
+        """Which endpoint serves each path (made once per contract)."""
+        return routes_of(self.policy)
 
 
 def tokenizer_key(source: TokenizerSource, special: SpecialTokens) -> Hashable:

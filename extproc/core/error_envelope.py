@@ -18,7 +18,7 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 import orjson
 
@@ -45,48 +45,6 @@ def quoted(value: str, limit: int = MAX_QUOTED_CHARS) -> str:
     if len(value) <= limit:
         return repr(value)
     return repr(value[:limit]) + "..."
-
-
-class ApiError(Exception):
-    """An answer for the client in OpenAI's error envelope."""
-
-    def __init__(
-        self,
-        status: int,
-        message: str,
-        *,
-        type: str,  # the envelope's own field name
-        param: str | None = None,
-        code: str | None = None,
-    ) -> None:
-        if len(message) > MAX_MESSAGE_CHARS:
-            message = message[: MAX_MESSAGE_CHARS - 3] + "..."
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.type = type
-        self.param = param
-        self.code = code
-
-    def envelope(self) -> bytes:
-        """The OpenAI envelope (the default dialect's body)."""
-        return orjson.dumps({"error": _fields(self)})
-
-    def __repr__(self) -> str:
-        return (
-            f"ApiError({self.status}, {self.message!r}, type={self.type!r}, param={self.param!r})"
-        )
-
-
-def invalid_request(message: str, *, param: str | None = None, code: str | None = None) -> ApiError:
-    return ApiError(400, message, type=INVALID_REQUEST, param=param, code=code)
-
-
-def type_for_status(status: int) -> str:
-    """The OpenAI error ``type`` clients expect for an HTTP status."""
-    if status >= 500:
-        return SERVER_ERROR
-    return {401: AUTHENTICATION, 403: PERMISSION, 429: RATE_LIMIT}.get(status, INVALID_REQUEST)
 
 
 class ErrorShape(enum.Enum):
@@ -117,6 +75,127 @@ MALFORMED_CODE: Final = "invalid_json"
 UNKNOWN_MODEL_CODE: Final = "model_not_found"
 TOO_LONG_CODE: Final = "context_length_exceeded"
 UPSTREAM_CODE: Final = "upstream_error"  # the upstream's own refusal, passed on
+
+
+class ApiError(Exception):
+    """An answer for the client in OpenAI's error envelope. A client mistake whose
+    status a legacy server chose is raised as one of the subclasses below, which
+    name their :class:`ErrorClass` where they are raised: the class decides the status
+    a policy's dialect gives it, so it is never worked out afterwards from codes."""
+
+    error_class: ClassVar[ErrorClass | None] = None  # None: not a client mistake
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        type: str = INVALID_REQUEST,  # the envelope's own field name
+        param: str | None = None,
+        code: str | None = None,
+    ) -> None:
+        if len(message) > MAX_MESSAGE_CHARS:
+            message = message[: MAX_MESSAGE_CHARS - 3] + "..."
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.type = type
+        self.param = param
+        self.code = code
+
+    def envelope(self) -> bytes:
+        """The OpenAI envelope (the default dialect's body)."""
+        return orjson.dumps({"error": _fields(self)})
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}({self.status}, {self.message!r}, type={self.type!r}, "
+            f"param={self.param!r})"
+        )
+
+
+class ServerError(ApiError):
+    """A fault, never the client's: its 5xx stays the same in every dialect."""
+
+    def __init__(self, status: int, message: str, *, code: str) -> None:
+        super().__init__(status, message, type=SERVER_ERROR, code=code)
+
+
+class ClientError(ApiError):
+    """A client mistake of one :class:`ErrorClass`, with OpenAI's status for it."""
+
+    default_status: ClassVar[int] = 400
+    default_param: ClassVar[str | None] = None
+    default_code: ClassVar[str | None] = None
+
+    def __init__(self, message: str, *, param: str | None = None, code: str | None = None) -> None:
+        super().__init__(
+            self.default_status,
+            message,
+            param=param or self.default_param,
+            code=code or self.default_code,
+        )
+
+
+class MalformedBodyError(ClientError):
+    """The body is not a JSON object (bad JSON, empty, a byte order mark refused)."""
+
+    error_class = ErrorClass.MALFORMED
+    default_code = MALFORMED_CODE
+
+
+class InvalidFieldError(ClientError):
+    """A field is missing, of the wrong type or out of range."""
+
+    error_class = ErrorClass.INVALID
+
+
+class UnknownModelError(ClientError):
+    """The ``model`` is not one this endpoint serves."""
+
+    error_class = ErrorClass.UNKNOWN_MODEL
+    default_status = 404
+    default_param = "model"
+    default_code = UNKNOWN_MODEL_CODE
+
+
+class TooLargeError(ClientError):
+    """The body, its inputs or their tokenization are over a size limit."""
+
+    error_class = ErrorClass.TOO_LARGE
+    default_status = 413
+    default_code = "request_too_large"
+
+
+class DimensionsError(ClientError):
+    """A ``dimensions`` the model does not take."""
+
+    error_class = ErrorClass.DIMENSIONS
+    default_param = "dimensions"
+
+
+class TooLongError(ClientError):
+    """An input over ``max_tokens``, where the policy refuses such inputs."""
+
+    error_class = ErrorClass.TOO_LONG
+    default_param = "input"
+    default_code = TOO_LONG_CODE
+
+
+class InstructionError(ClientError):
+    """An ``instruction`` the policy refuses, or one it cannot apply."""
+
+    error_class = ErrorClass.INSTRUCTION
+    default_param = "instruction"
+
+
+def type_for_status(status: int) -> str:
+    """The OpenAI error ``type`` clients expect for an HTTP status."""
+    if status >= 500:
+        return SERVER_ERROR
+    return {401: AUTHENTICATION, 403: PERMISSION, 429: RATE_LIMIT}.get(status, INVALID_REQUEST)
+
+
 # Classes that default to INVALID's status when the dialect gives them none.
 _NARROWER: Final = (ErrorClass.DIMENSIONS, ErrorClass.TOO_LONG, ErrorClass.INSTRUCTION)
 # What a FastAPI server's request model refuses (pydantic: JSON, types, ranges, extra
@@ -124,28 +203,6 @@ _NARROWER: Final = (ErrorClass.DIMENSIONS, ErrorClass.TOO_LONG, ErrorClass.INSTR
 VALIDATED: Final = frozenset(
     {ErrorClass.MALFORMED, ErrorClass.INVALID, ErrorClass.DIMENSIONS, ErrorClass.INSTRUCTION}
 )
-
-
-def error_class(error: ApiError) -> ErrorClass | None:
-    """The kind of client mistake ``error`` is; None for anything else (a wrong path,
-    method or content type, an overload, an upstream fault)."""
-    if error.code == UPSTREAM_CODE:
-        return None
-    if error.code == UNKNOWN_MODEL_CODE:
-        return ErrorClass.UNKNOWN_MODEL
-    if error.status == 413:
-        return ErrorClass.TOO_LARGE
-    if error.status != 400:
-        return None
-    if error.code == MALFORMED_CODE:
-        return ErrorClass.MALFORMED
-    if error.code == TOO_LONG_CODE:
-        return ErrorClass.TOO_LONG
-    if error.param == "dimensions":
-        return ErrorClass.DIMENSIONS
-    if error.param == "instruction":
-        return ErrorClass.INSTRUCTION
-    return ErrorClass.INVALID
 
 
 @dataclass(frozen=True)
@@ -161,7 +218,7 @@ class ErrorDialect:
         return self.shape is ErrorShape.OPENAI and not self.statuses
 
     def status_of(self, error: ApiError) -> int:
-        kind = error_class(error)
+        kind = error.error_class
         if kind is None:
             return error.status
         status = self.statuses.get(kind)
@@ -184,9 +241,9 @@ class ErrorDialect:
             return orjson.dumps(_fields(error))
         if self.shape is ErrorShape.TEI:
             return orjson.dumps({"error": error.message, "error_type": _tei_type(status)})
-        if error_class(error) not in VALIDATED:
+        if error.error_class not in VALIDATED:
             return orjson.dumps({"detail": error.message})
-        kind = "json_invalid" if error.code == MALFORMED_CODE else "value_error"
+        kind = "json_invalid" if error.error_class is ErrorClass.MALFORMED else "value_error"
         loc = ["body", error.param] if error.param else ["body"]
         item = {"type": kind, "loc": loc, "msg": error.message, "input": None}
         return orjson.dumps({"detail": [item]})

@@ -18,6 +18,12 @@ class Encoding(enum.Enum):
     BASE64 = "base64"
 
 
+# Bytes per vector component as the upstream or the client sees it: base64 of a
+# float32 is 16/3 bytes; a float32 written as JSON (`-0.012345678,`) about 12.
+_BYTES_PER_VALUE = {Encoding.BASE64: 16 / 3, Encoding.FLOAT: 12.0}
+_BYTES_PER_ITEM = 96  # `{"object":"embedding","index":N,"embedding":...}`
+
+
 @dataclass(frozen=True)
 class ResponsePlan:
     """The contract the client expects back, and what the upstream was asked for.
@@ -47,6 +53,14 @@ class ResponsePlan:
     def needs_response(self) -> bool:
         """The gateway must see a 2xx body: to rewrite its vectors, or to check them."""
         return self.rewrites_vectors or self.check_only
+
+    def answer_bytes(self) -> int:
+        """The upstream's answer and the client's, both held while it is rewritten."""
+        items = self.input_count
+        upstream = items * (self.native_dimensions * _BYTES_PER_VALUE[self.upstream_encoding])
+        client_dims = self.dimensions or self.native_dimensions
+        client = items * (client_dims * _BYTES_PER_VALUE[self.client_encoding])
+        return int(upstream + client) + 2 * items * _BYTES_PER_ITEM
 
     def to_json(self) -> str:
         """Compact form carried from the request's ext_proc stream to the response's

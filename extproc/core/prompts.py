@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-from extproc.core.error_envelope import ApiError, invalid_request, quoted
+from extproc.core.error_envelope import ApiError, InstructionError, InvalidFieldError, quoted
 from extproc.core.policy.model import InstructionUse, PromptTemplates
 
 QUERY_TYPES: Final = frozenset({"query", "search_query", "retrieval.query", "question"})
@@ -33,7 +33,7 @@ def prompt_prefix(
     never passes an instruction the policy ignores.
     """
     if instruction is not None and templates.instruction is InstructionUse.REFUSED:
-        raise invalid_request(
+        raise InstructionError(
             "`instruction` is not supported for this model; leave it out.", param="instruction"
         )
     if input_type is None:
@@ -51,7 +51,7 @@ def prompt_prefix(
             return instruction
     elif input_type in DOCUMENT_TYPES:
         if instruction is not None:
-            raise invalid_request(
+            raise InstructionError(
                 "`instruction` applies to queries only; drop it or send input_type 'query'.",
                 param="instruction",
             )
@@ -67,7 +67,7 @@ def prompt_prefix(
 
 def _unknown_input_type(templates: PromptTemplates, input_type: str) -> ApiError:
     accepted = sorted(templates.input_types or QUERY_TYPES | DOCUMENT_TYPES | set(templates.extra))
-    return invalid_request(
+    return InvalidFieldError(
         f"Unsupported input_type {quoted(input_type)}; accepted values: {', '.join(accepted)}.",
         param="input_type",
     )

@@ -30,7 +30,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from extproc.core.error_envelope import ApiError, invalid_request
+from extproc.core.error_envelope import (
+    ApiError,
+    InvalidFieldError,
+    MalformedBodyError,
+    TooLargeError,
+)
 
 METADATA_NAMESPACE: Final = "embgw.request"
 # How many times its size as sent Envoy's decoder lets a body grow before it stops:
@@ -80,26 +85,19 @@ class BodyCoding:
         size = len(body)
         ratio = MAX_INFLATE_RATIO[self.coding]
         if self.sent_bytes is not None and size > ratio * self.sent_bytes:
-            raise ApiError(
-                413,
+            raise TooLargeError(
                 f"The request body ({self._sent()}) expands more than {ratio}-fold, past "
                 "what the gateway decodes (a decompression bomb, or a very repetitive "
-                "body); send it uncompressed.",
-                type="invalid_request_error",
-                code="request_too_large",
+                "body); send it uncompressed."
             )
         if size > limit:
-            raise ApiError(
-                413,
-                f"Request body is {size} bytes once decoded ({self._sent()}); the limit is "
-                f"{limit}.",
-                type="invalid_request_error",
-                code="request_too_large",
+            raise TooLargeError(
+                f"Request body is {size} bytes once decoded ({self._sent()}); the limit is {limit}."
             )
         if self.gzip_trailer is not None:
             crc, length = struct.unpack("<II", self.gzip_trailer)
             if zlib.crc32(body) != crc or size % 2**32 != length:
-                raise invalid_request(
+                raise InvalidFieldError(
                     f"The request body ({self._sent()}) decoded to {_bytes(size)} that do not "
                     "match the CRC-32 and length at the end of the gzip data: it is not gzip, "
                     "is corrupt or cut short, or holds more than one gzip member or bytes "
@@ -111,11 +109,11 @@ class BodyCoding:
         """The decoded body holds nothing (``size`` bytes of whitespace at most)."""
         what = "nothing" if size == 0 else f"{_bytes(size)} of whitespace"
         if self.gzip_trailer is not None:  # checked: the gzip data holds just that
-            return invalid_request(
+            return MalformedBodyError(
                 f"The request body ({self._sent()}) holds {what} once decoded; send a JSON object.",
                 code="invalid_json",
             )
-        return invalid_request(
+        return InvalidFieldError(
             f"The request body ({self._sent()}) decoded to {what}: it is not {self.coding} "
             "data, or holds no JSON.",
             code=INVALID_COMPRESSED_BODY,
@@ -124,11 +122,11 @@ class BodyCoding:
     def not_json(self, size: int, detail: str) -> ApiError:
         """The decoded body (``size`` bytes) is not JSON: ``detail`` is the parser's."""
         if self.gzip_trailer is not None:  # checked: the JSON itself is malformed
-            return invalid_request(
+            return MalformedBodyError(
                 f"The request body ({self._sent()}) is not valid JSON once decoded: {detail}.",
                 code="invalid_json",
             )
-        return invalid_request(
+        return InvalidFieldError(
             f"The request body ({self._sent()}) decoded to {_bytes(size)}, not valid JSON "
             f"({detail}): the {self.coding} data is corrupt or cut short, or holds "
             "malformed JSON.",

@@ -6,13 +6,14 @@ matchers send it every request that names the endpoint in any spelling. These
 checks decide, from the request line and headers alone, whether such a request
 goes through the contract and what the upstream is told:
 
-- the endpoint has two spellings, ``/v1/embeddings`` and its alias ``/embeddings``
-  (some OpenAI-compatible servers serve it too), with or without a query string;
-  the upstream always gets :data:`UPSTREAM_PATH` (the endpoint takes no query
+- a path is compared as a route (:func:`route_of`: no query string, repeated slashes
+  as one, as Envoy's ``merge_slashes`` counts them) against the contract's route
+  table (extproc/core/routes.py): the embeddings endpoint's two spellings,
+  ``/v1/embeddings`` and its alias ``/embeddings``, and the policy's rerank paths.
+  The upstream gets the endpoint's own path (the embeddings endpoint takes no query
   parameters, and an upstream that 404s on an unknown one would read as a lost
-  model). Repeated slashes count as one, as Envoy's ``merge_slashes`` counts them.
-  Every other spelling that reached the gateway (another case, ``;params``, a
-  path below the endpoint) is a 404: no such endpoint, never forwarded raw.
+  model). Every other path that reached the gateway (another case, ``;params``, a
+  path below the endpoint) is a 404 (:func:`unknown_path`), never forwarded raw.
 - only ``POST`` is an embeddings request (405), and a POST whose headers end the
   request has no body to embed (400).
 - a compressed body is refused (415), never read as text nor forwarded
@@ -34,11 +35,10 @@ from __future__ import annotations
 import re
 from typing import Final
 
-from extproc.core.error_envelope import ApiError, invalid_request, quoted
+from extproc.core.error_envelope import ApiError, MalformedBodyError, TooLargeError, quoted
 from extproc.core.policy.model import Limits
 
 UPSTREAM_PATH: Final = "/v1/embeddings"
-_ENDPOINT_PATHS: Final = frozenset({UPSTREAM_PATH, "/embeddings"})
 _SLASHES: Final = re.compile("/{2,}")
 _JSON_TYPES: Final = ("application/json", "text/json")
 
@@ -48,19 +48,11 @@ def route_of(path: str) -> str:
     return _SLASHES.sub("/", path.split("?", 1)[0])
 
 
-def upstream_path(path: str) -> str:
-    """The path the upstream gets for a request to ``path`` (as Envoy hands it over,
-    query string included), or a 404 :class:`ApiError` when ``path`` is not a
-    spelling of the endpoint."""
-    route = route_of(path)
-    if route not in _ENDPOINT_PATHS:
-        raise ApiError(
-            404,
-            "Unknown path; the embeddings endpoint is POST /v1/embeddings.",
-            type="invalid_request_error",
-            code="unknown_url",
-        )
-    return UPSTREAM_PATH
+def unknown_path() -> ApiError:
+    """The 404 for a path no endpoint serves (extproc/core/routes.py)."""
+    return ApiError(
+        404, "Unknown path; the embeddings endpoint is POST /v1/embeddings.", code="unknown_url"
+    )
 
 
 def check_method(method: str) -> None:
@@ -68,7 +60,6 @@ def check_method(method: str) -> None:
         raise ApiError(
             405,
             "Use POST for /v1/embeddings.",
-            type="invalid_request_error",
             code="method_not_allowed",
         )
 
@@ -81,7 +72,6 @@ def check_content_encoding(content_encoding: str | None) -> None:
         415,
         "Compressed request bodies are not accepted; send the JSON body uncompressed "
         "(no Content-Encoding).",
-        type="invalid_request_error",
         code="unsupported_content_encoding",
     )
 
@@ -89,7 +79,9 @@ def check_content_encoding(content_encoding: str | None) -> None:
 def check_has_body(end_of_stream: bool) -> None:
     """A POST whose headers end the request has no body to embed."""
     if end_of_stream:
-        raise invalid_request("The request body is empty; send a JSON object.", code="invalid_json")
+        raise MalformedBodyError(
+            "The request body is empty; send a JSON object.", code="invalid_json"
+        )
 
 
 def check_content_type(content_type: str | None) -> None:
@@ -102,7 +94,6 @@ def check_content_type(content_type: str | None) -> None:
     raise ApiError(
         415,
         f"Unsupported Content-Type {quoted(media)}; send the request as application/json.",
-        type="invalid_request_error",
         code="unsupported_media_type",
     )
 
@@ -130,9 +121,6 @@ def check_declared_length(content_length: str | None, limits: Limits) -> None:
 def check_body_size(size: int, limits: Limits) -> None:
     """The body-size limit (413), for a declared size and for a received body alike."""
     if size > limits.max_request_bytes:
-        raise ApiError(
-            413,
-            f"Request body is {size} bytes; the limit is {limits.max_request_bytes}.",
-            type="invalid_request_error",
-            code="request_too_large",
+        raise TooLargeError(
+            f"Request body is {size} bytes; the limit is {limits.max_request_bytes}."
         )

@@ -27,7 +27,15 @@ from typing import Any, Final
 
 import orjson
 
-from extproc.core.error_envelope import ApiError, invalid_request, quoted
+from extproc.core.error_envelope import (
+    ApiError,
+    DimensionsError,
+    InstructionError,
+    InvalidFieldError,
+    MalformedBodyError,
+    UnknownModelError,
+    quoted,
+)
 from extproc.core.lax import integral_float_int, lax_int
 from extproc.core.plan import Encoding
 from extproc.core.policy.model import GatewayPolicy, InstructionUse, ModelPolicy
@@ -109,7 +117,7 @@ def read_request(
     model = _model(request, policy)
     to_int = int_reader(model)
     if bom and not model.leniency.bom:
-        raise invalid_request(
+        raise MalformedBodyError(
             "The request body starts with a byte order mark; send plain UTF-8 JSON.",
             code="invalid_json",
         )
@@ -117,7 +125,7 @@ def read_request(
 
     raw_input = request.get("input", _MISSING)
     if raw_input is _MISSING:
-        raise invalid_request("Missing required parameter: 'input'.", param="input")
+        raise InvalidFieldError("Missing required parameter: 'input'.", param="input")
     texts, id_lists, ids_converted = _inputs(
         raw_input, limits.max_inputs, tokenizer.vocab_size, to_int
     )
@@ -133,7 +141,7 @@ def read_request(
     if model.prompts.instruction is not InstructionUse.IGNORED:
         instruction = _optional_str(request, "instruction")
         if instruction is not None and not instruction.strip():
-            raise invalid_request("`instruction` must not be empty.", param="instruction")
+            raise InstructionError("`instruction` must not be empty.", param="instruction")
     truncate = _truncate_prompt_tokens(request.get("truncate_prompt_tokens"), model, to_int)
     # OpenAI's end-user id is forwarded as sent; Dynamo and vLLM both refuse a
     # non-string with their own 400 - after it reached them. Answered here instead.
@@ -165,17 +173,19 @@ def _parse_object(body: bytes, coding: BodyCoding | None = None) -> dict[str, An
     if not body.strip():
         if coding is not None:
             raise coding.empty(len(body))
-        raise invalid_request("The request body is empty; send a JSON object.", code="invalid_json")
+        raise MalformedBodyError(
+            "The request body is empty; send a JSON object.", code="invalid_json"
+        )
     try:
         request = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
         if coding is not None:
             raise coding.not_json(len(body), str(exc)) from None
-        raise invalid_request(
+        raise MalformedBodyError(
             f"The request body is not valid JSON: {exc}.", code="invalid_json"
         ) from None
     if not isinstance(request, dict):
-        raise invalid_request(
+        raise MalformedBodyError(
             f"The request body must be a JSON object, not {_json_type(request)}.",
             code="invalid_json",
         )
@@ -217,14 +227,14 @@ def _check_repeated_keys(body: bytes, request: dict[str, Any]) -> None:
         raise _too_deep("The request body") from None
     top = repeats[-1] if repeats else None  # the outermost object closes last
     if top is not None and top in INTERPRETED_FIELDS:
-        raise invalid_request(
+        raise InvalidFieldError(
             f"'{top}' appears more than once in the request body; send each field once.",
             param=top,
         )
     repeated = next((key for key in reversed(repeats) if key is not None), None)
     if repeated is not None:
         # Not a param: metrics labels come from fixed sets, and this key is the client's.
-        raise invalid_request(
+        raise MalformedBodyError(
             f"The key {repeated[:40]!r} appears more than once in a JSON object of the "
             "request body; send each key once.",
             code="invalid_json",
@@ -270,7 +280,7 @@ def _check_uninterpreted_fields(request: dict[str, Any]) -> None:
 
 
 def _too_deep(what: str) -> ApiError:
-    return invalid_request(
+    return MalformedBodyError(
         f"{what} nests arrays or objects too deeply (at most 253 levels below the body).",
         code="invalid_json",
     )
@@ -279,19 +289,15 @@ def _too_deep(what: str) -> ApiError:
 def _model(request: dict[str, Any], policy: GatewayPolicy) -> ModelPolicy:
     name = request.get("model")
     if name is None:
-        raise invalid_request("Missing required parameter: 'model'.", param="model")
+        raise InvalidFieldError("Missing required parameter: 'model'.", param="model")
     if not isinstance(name, str):
-        raise invalid_request(f"'model' must be a string, not {_json_type(name)}.", param="model")
+        raise InvalidFieldError(f"'model' must be a string, not {_json_type(name)}.", param="model")
     model = policy.model(name)
     if model is None:
-        raise ApiError(
-            404,
+        raise UnknownModelError(
             f"The model {quoted(name)} does not exist; this gateway serves: "
             + ", ".join(sorted(policy.models))
-            + ".",
-            type="invalid_request_error",
-            param="model",
-            code="model_not_found",
+            + "."
         )
     return model
 
@@ -310,12 +316,12 @@ def _inputs(
     if isinstance(raw, str):
         return [raw], None, False
     if not isinstance(raw, list):
-        raise invalid_request(
+        raise InvalidFieldError(
             f"'input' must be a string, an array of strings, or token ids; got {_json_type(raw)}.",
             param="input",
         )
     if not raw:
-        raise invalid_request("'input' must not be an empty array.", param="input")
+        raise InvalidFieldError("'input' must not be an empty array.", param="input")
     first = raw[0]
     if isinstance(first, list):
         nested = True
@@ -327,7 +333,7 @@ def _inputs(
     elif isinstance(first, str):
         nested = False  # strings, then something else: refused below
     else:
-        raise invalid_request(
+        raise InvalidFieldError(
             f"input[0] must be a string, a token id or an array of token ids, "
             f"not {_json_type(first)}.",
             param="input",
@@ -337,7 +343,7 @@ def _inputs(
         # its ids never count against max_inputs.
         if isinstance(first, str) and to_int(first) is None:
             index = next(i for i, item in enumerate(raw) if not isinstance(item, str))
-            raise invalid_request(
+            raise InvalidFieldError(
                 f"input[{index}] must be a string like the other items, "
                 f"not {_json_type(raw[index])}.",
                 param="input",
@@ -351,7 +357,7 @@ def _inputs(
 
 def _check_input_count(count: int, max_inputs: int) -> None:
     if count > max_inputs:
-        raise invalid_request(
+        raise InvalidFieldError(
             f"'input' has {count} items; at most {max_inputs} are allowed per request.",
             param="input",
         )
@@ -366,19 +372,19 @@ def _token_ids(
     raw: Any, where: str, vocab_size: int, to_int: Callable[[Any], int | None]
 ) -> list[int]:
     if not isinstance(raw, list):
-        raise invalid_request(f"{where} must be an array of token ids.", param="input")
+        raise InvalidFieldError(f"{where} must be an array of token ids.", param="input")
     if not raw:
-        raise invalid_request(f"{where} must not be an empty array of token ids.", param="input")
+        raise InvalidFieldError(f"{where} must not be an empty array of token ids.", param="input")
     ids: list[int] = []
     for index, item in enumerate(raw):
         token = to_int(item)
         if token is None:
-            raise invalid_request(
+            raise InvalidFieldError(
                 f"{where}[{index}] must be an integer token id, not {_json_type(item)}.",
                 param="input",
             )
         if not 0 <= token < vocab_size:
-            raise invalid_request(
+            raise InvalidFieldError(
                 f"{where}[{index}] = {token} is not a token id of this model "
                 f"(valid: 0 to {vocab_size - 1}).",
                 param="input",
@@ -392,7 +398,7 @@ def _client_encoding(raw: Any, model: ModelPolicy) -> Encoding:
         return Encoding.FLOAT
     if raw not in ("float", "base64"):
         shown = raw if isinstance(raw, str) else _json_type(raw)
-        raise invalid_request(
+        raise InvalidFieldError(
             f"Unsupported encoding_format {str(shown)[:40]!r}; use 'float' or 'base64'.",
             param="encoding_format",
         )
@@ -406,11 +412,11 @@ def _dimensions(raw: Any, model: ModelPolicy, to_int: IntReader) -> int | None:
         return None
     dimensions = to_int(raw)
     if dimensions is None:
-        raise invalid_request(
+        raise DimensionsError(
             f"'dimensions' must be an integer, not {_json_type(raw)}.", param="dimensions"
         )
     if not model.accepts_dimensions(dimensions):
-        raise invalid_request(
+        raise DimensionsError(
             f"'dimensions' must be {model.dimensions_rule()} for model {model.name!r}; "
             f"got {_shown(raw)}.",
             param="dimensions",
@@ -422,7 +428,7 @@ def _optional_str(request: dict[str, Any], field: str) -> str | None:
     value = request.get(field)
     if value is None or isinstance(value, str):
         return value
-    raise invalid_request(f"'{field}' must be a string, not {_json_type(value)}.", param=field)
+    raise InvalidFieldError(f"'{field}' must be a string, not {_json_type(value)}.", param=field)
 
 
 def _truncate_prompt_tokens(raw: Any, model: ModelPolicy, to_int: IntReader) -> int | None:
@@ -431,14 +437,14 @@ def _truncate_prompt_tokens(raw: Any, model: ModelPolicy, to_int: IntReader) -> 
     if raw is None:
         return None
     if not model.upstream.native.truncate_prompt_tokens:
-        raise invalid_request(
+        raise InvalidFieldError(
             "'truncate_prompt_tokens' is not supported for this model; leave it out "
             f"(inputs over {model.max_tokens} tokens are cut to that limit anyway).",
             param="truncate_prompt_tokens",
         )
     value = to_int(raw)
     if value is None or not (value == -1 or 1 <= value <= model.max_tokens):
-        raise invalid_request(
+        raise InvalidFieldError(
             f"'truncate_prompt_tokens' must be -1 or an integer from 1 to {model.max_tokens}.",
             param="truncate_prompt_tokens",
         )

@@ -23,14 +23,14 @@ gets the value read.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Final
 
+from extproc.core.endpoint import Forward
 from extproc.core.plan import Encoding, RequestStats, ResponsePlan
 from extproc.core.policy.model import GatewayPolicy
 from extproc.core.prompts import prompt_prefix
 from extproc.core.request_coding import BodyCoding
-from extproc.core.request_json import LEGACY_ONLY_FIELDS, read_request
+from extproc.core.request_json import LEGACY_ONLY_FIELDS, EmbeddingsRequest, read_request
 from extproc.core.tokens import ModelTokenizer
 from extproc.core.truncation import fit_inputs
 from extproc.core.upstreams import UpstreamAsk, adapter_for
@@ -39,25 +39,22 @@ from extproc.core.upstreams import UpstreamAsk, adapter_for
 _PROMPT_FIELDS: Final = frozenset({"input_type", "instruction"})
 
 
-@dataclass(frozen=True)
-class Forward:
-    """Send the request upstream (rewritten when ``upstream_body`` is set)."""
-
-    upstream_body: bytes | None
-    plan: ResponsePlan
-    stats: RequestStats
-
-
 def rewrite_request(
     body: bytes,
     policy: GatewayPolicy,
     tokenizers: Mapping[str, ModelTokenizer],
     *,
     coding: BodyCoding | None = None,
-) -> Forward:
-    """Validate and rewrite one ``POST /v1/embeddings`` body (``coding`` as for
+) -> Forward[ResponsePlan]:
+    """Validate and rewrite one OpenAI ``POST /v1/embeddings`` body (``coding`` as for
     :func:`read_request`); raise ApiError for the client."""
-    request = read_request(body, policy, tokenizers, coding=coding)
+    return plan_request(read_request(body, policy, tokenizers, coding=coding), policy, tokenizers)
+
+
+def plan_request(
+    request: EmbeddingsRequest, policy: GatewayPolicy, tokenizers: Mapping[str, ModelTokenizer]
+) -> Forward[ResponsePlan]:
+    """What the upstream is asked for a checked request, and the plan for its answer."""
     model = request.model
     prefix = prompt_prefix(model.prompts, request.input_type, request.instruction)
     fitted = fit_inputs(

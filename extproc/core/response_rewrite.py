@@ -11,66 +11,67 @@ that is not a valid embeddings answer for this request (wrong count, wrong size,
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
 
 import orjson
 
 from extproc.core.embeddings_body import EmbeddingsBody
-from extproc.core.error_envelope import OPENAI_ERRORS, ApiError, ErrorDialect
+from extproc.core.endpoint import ClientAnswer
+from extproc.core.error_envelope import OPENAI_ERRORS, ApiError, ErrorDialect, ServerError
 from extproc.core.plan import Encoding, ResponsePlan
 from extproc.core.status import is_success
-from extproc.core.upstream_errors import parse_upstream_error
 from extproc.core.upstreams import adapter_for
-from extproc.core.upstreams.adapter import client_error
-from extproc.core.vectors import BadVectorsError, encode_base64, truncate, truncate_renormalise
+from extproc.core.vectors import (
+    BadVectorsError,
+    FloatMatrix,
+    encode_base64,
+    truncate,
+    truncate_renormalise,
+)
 
-
-@dataclass(frozen=True)
-class ClientAnswer:
-    status: int
-    body: bytes
-    prompt_tokens: int | None = None  # the upstream's usage, where its answer was read
-
-
-def needs_response_body(plan: ResponsePlan | None, status: int) -> bool:
-    """Decided on the response headers: must the gateway see (and buffer) the body?"""
-    if not is_success(status):
-        return True
-    return plan is not None and plan.needs_response
+# Writes the client's 2xx body: the plan, the upstream's checked answer and the
+# vectors the client gets (cut where the plan says).
+AnswerWriter = Callable[[ResponsePlan, EmbeddingsBody, FloatMatrix], bytes]
 
 
 def rewrite_response(
-    plan: ResponsePlan | None, status: int, body: bytes, errors: ErrorDialect = OPENAI_ERRORS
+    plan: ResponsePlan,
+    status: int,
+    body: bytes,
+    errors: ErrorDialect = OPENAI_ERRORS,
+    write: AnswerWriter | None = None,
 ) -> ClientAnswer | None:
     """The client's answer; ``None`` means pass the upstream's answer on unchanged.
-    Errors are written in ``errors``' shape (their status is the upstream's)."""
+    Errors are written in ``errors``' shape (their status is the upstream's); a 2xx
+    by ``write`` (default: OpenAI's shape, the upstream's own)."""
     if not is_success(status):
-        return _answer(_error_answer(plan, status, body), errors)
-    if plan is None or not plan.needs_response:
+        error = adapter_for(plan.upstream_kind).client_error(status, body, plan.model)
+        return _answer(error, errors)
+    if not plan.needs_response:
         return None
     try:
+        answer = _checked_rows(plan, body)
         if not plan.rewrites_vectors:  # check_only: a good answer passes unchanged
-            _checked_rows(plan, body)
             return None
-        return _rewrite_vectors(plan, status, body)
+        matrix = answer.vectors
+        if plan.dimensions is not None:
+            cut = truncate_renormalise if plan.renormalise else truncate
+            matrix = cut(matrix, plan.dimensions)
+        written = (write or write_openai_answer)(plan, answer, matrix)
     except BadVectorsError as exc:
-        return _answer(
-            ApiError(
-                502,
-                f"The upstream returned an invalid embeddings response: {exc}.",
-                type="server_error",
-                code="bad_upstream_response",
-            ),
-            errors,
+        fault = ServerError(
+            502,
+            f"The upstream returned an invalid embeddings response: {exc}.",
+            code="bad_upstream_response",
         )
+        return _answer(fault, errors)
+    return ClientAnswer(status, written, answer.prompt_tokens)
 
 
-def _rewrite_vectors(plan: ResponsePlan, status: int, body: bytes) -> ClientAnswer:
-    answer = _checked_rows(plan, body)
-    doc, items, matrix = answer.doc, answer.items, answer.vectors
-    if plan.dimensions is not None:
-        cut = truncate_renormalise if plan.renormalise else truncate
-        matrix = cut(matrix, plan.dimensions)
+def write_openai_answer(plan: ResponsePlan, answer: EmbeddingsBody, matrix: FloatMatrix) -> bytes:
+    """OpenAI's body: the upstream's own, its vectors replaced (cut, re-encoded) and
+    ``model`` the client's name; every other field kept."""
+    doc, items = answer.doc, answer.items
     for item, row in zip(items, matrix, strict=True):
         if plan.client_encoding is Encoding.BASE64:
             item["embedding"] = encode_base64(row)
@@ -79,12 +80,11 @@ def _rewrite_vectors(plan: ResponsePlan, status: int, body: bytes) -> ClientAnsw
     doc["data"] = items
     doc["model"] = plan.model
     try:
-        written = orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY)
+        return orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY)
     except orjson.JSONEncodeError:
         # orjson reads 1,024 nested levels but writes only 254: an extra field nested
         # deeper cannot be re-encoded, and that is the upstream's answer being unusable.
         raise BadVectorsError("it nests arrays or objects too deeply to re-encode") from None
-    return ClientAnswer(status, written, answer.prompt_tokens)
 
 
 def _checked_rows(plan: ResponsePlan, body: bytes) -> EmbeddingsBody:
@@ -92,14 +92,6 @@ def _checked_rows(plan: ResponsePlan, body: bytes) -> EmbeddingsBody:
     return adapter_for(plan.upstream_kind).parse_success(
         body, input_count=plan.input_count, dimensions=plan.native_dimensions
     )
-
-
-def _error_answer(plan: ResponsePlan | None, status: int, body: bytes) -> ApiError:
-    # Without a plan the gateway never matched the request to a model, so which
-    # upstream kind answered is unknown: the tolerant parser reads every kind's shape.
-    if plan is None:
-        return client_error(status, parse_upstream_error(body), None)
-    return adapter_for(plan.upstream_kind).client_error(status, body, plan.model)
 
 
 def _answer(error: ApiError, errors: ErrorDialect) -> ClientAnswer:

@@ -20,7 +20,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from extproc.core.error_envelope import TOO_LONG_CODE, ApiError, invalid_request
+from extproc.core.error_envelope import (
+    TOO_LONG_CODE,
+    ApiError,
+    InvalidFieldError,
+    TooLargeError,
+    TooLongError,
+)
 from extproc.core.policy.model import CutSide, Limits, Truncation
 from extproc.core.tokens import (
     MAX_PREFIX_BYTES,
@@ -110,7 +116,7 @@ class _Cut:
 
     def refuse(self, index: int) -> ApiError:
         where = "'input'" if self.single else f"input[{index}]"
-        return invalid_request(
+        return TooLongError(
             f"{where} is longer than the model's {self.limit} tokens (prompt and special "
             "tokens included); send it shorter.",
             param="input",
@@ -131,7 +137,7 @@ def _check_text_sizes(
     if lengths and max(lengths) > limits.max_input_chars:
         index = next(i for i, n in enumerate(lengths) if n > limits.max_input_chars)
         where = "'input'" if single else f"input[{index}]"
-        raise invalid_request(
+        raise InvalidFieldError(
             f"{where} has {lengths[index]} characters; at most {limits.max_input_chars} "
             "are allowed per input.",
             param="input",
@@ -140,13 +146,10 @@ def _check_text_sizes(
     total = sum(lengths) + count * len(prefix)
     if total > limits.max_total_chars:
         prompts = f", {count} x {len(prefix)} of them the prompt" if prefix else ""
-        raise ApiError(
-            413,
+        raise TooLargeError(
             f"The inputs have {total} characters{prompts}; at most "
             f"{limits.max_total_chars} are allowed per request.",
-            type="invalid_request_error",
             param="input",
-            code="request_too_large",
         )
 
 
@@ -170,9 +173,7 @@ def _over_budget(exc: TokenizeBudgetError, limits: Limits, max_tokens: int) -> A
             f"over {max_tokens} tokens, and then the whole batch). Send fewer or "
             "shorter inputs per request."
         )
-    return ApiError(
-        413, message, type="invalid_request_error", param="input", code="request_too_large"
-    )
+    return TooLargeError(message, param="input")
 
 
 def _fit(

@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from extproc.core.error_envelope import INVALID_REQUEST, ApiError, ErrorDialect, ErrorShape
+from extproc.core.error_envelope import ErrorDialect, ErrorShape, TooLargeError
 from extproc.core.policy.model import GatewayPolicy
 
 _TLS_CONTEXT = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext"
@@ -257,7 +257,7 @@ def render_error_bodies(config: dict[str, Any], errors: ErrorDialect) -> None:
     status. Envoy's formatters in the texts stay."""
     if errors.is_openai:
         return
-    too_large = errors.status_of(ApiError(413, "", type=INVALID_REQUEST, code="request_too_large"))
+    too_large = errors.status_of(TooLargeError(""))
     for owner in _dicts(config):
         body = owner.get("json_format")
         inner = body.get("error") if isinstance(body, dict) else None

@@ -72,15 +72,8 @@ import heapq
 import math
 from dataclasses import dataclass, field
 
-from extproc.core.error_envelope import SERVER_ERROR, ApiError
-from extproc.core.plan import Encoding, ResponsePlan
-from extproc.core.rerank.rerank_rewrite import RerankPlan
-
-# Bytes per vector component as the upstream or the client sees it: base64 of a
-# float32 is 16/3 bytes; a float32 written as JSON (`-0.012345678,`) about 12.
-_BYTES_PER_VALUE = {Encoding.BASE64: 16 / 3, Encoding.FLOAT: 12.0}
-_BYTES_PER_ITEM = 96  # `{"object":"embedding","index":N,"embedding":...}`
-
+from extproc.core.endpoint import Plan
+from extproc.core.error_envelope import ServerError
 
 # A body's work: its bytes, the parsed inputs and, for inputs long enough to be
 # tokenized, their token ids and the rewritten body. Counted three times, a body
@@ -94,28 +87,17 @@ def request_work_bytes(body_bytes: int) -> int:
     return body_bytes * REQUEST_WORK_PER_BODY_BYTE
 
 
-def response_work_bytes(plan: ResponsePlan | RerankPlan) -> int:
+def response_work_bytes(plan: Plan) -> int:
     """Bytes the response phase holds at once for this plan: the upstream's body and
     the client's, both alive while the answer is rewritten. 0 when the answer is
     left to stream past the gateway."""
-    if isinstance(plan, RerankPlan):
-        return plan.answer_bytes
-    if not plan.needs_response:
-        return 0
-    items = plan.input_count
-    upstream = items * (plan.native_dimensions * _BYTES_PER_VALUE[plan.upstream_encoding])
-    client_dims = plan.dimensions or plan.native_dimensions
-    client = items * (client_dims * _BYTES_PER_VALUE[plan.client_encoding])
-    return int(upstream + client) + 2 * items * _BYTES_PER_ITEM
+    return plan.answer_bytes() if plan.needs_response else 0
 
 
-def overloaded_error(retry_after_s: int) -> ApiError:
+def overloaded_error(retry_after_s: int) -> ServerError:
     """The refused request's answer (sent with a ``Retry-After`` header)."""
-    return ApiError(
-        503,
-        f"The gateway is at capacity; retry after {retry_after_s} s.",
-        type=SERVER_ERROR,
-        code="overloaded",
+    return ServerError(
+        503, f"The gateway is at capacity; retry after {retry_after_s} s.", code="overloaded"
     )
 
 

@@ -16,10 +16,10 @@ from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
 from google.protobuf import struct_pb2
 
+from extproc.core.endpoint import ClientAnswer
 from extproc.core.error_envelope import ApiError, ErrorDialect
 from extproc.core.plan import ResponsePlan
 from extproc.core.request_coding import METADATA_NAMESPACE, BodyCoding
-from extproc.core.response_rewrite import ClientAnswer
 
 ATTRIBUTES_KEY = "envoy.filters.http.ext_proc"
 PLAN_NAMESPACE = "embgw"  # dynamic metadata namespace shared by the two filters
@@ -166,12 +166,12 @@ def request_headers_accepted(
 def request_body_forwarded(
     upstream_body: bytes | None,
     *,
-    plan_to_second_stream: ResponsePlan | None = None,
+    plan_to_second_stream: str | None = None,
     cue_response_on_stream: bool = False,
 ) -> ep.ProcessingResponse:
     """The reply to a forwarded request body: ``upstream_body`` in place of the client's,
-    with its length (None: the body goes as sent); the plan handed to the response's
-    own stream, or the cue that the response body follows on this one."""
+    with its length (None: the body goes as sent); the plan (as text) handed to the
+    response's own stream, or the cue that the response body follows on this one."""
     reply = ep.ProcessingResponse()
     reply.request_body.SetInParent()  # an empty reply must still name its kind
     if upstream_body is not None:
@@ -234,11 +234,11 @@ def _set_header(mutation: ep.HeaderMutation, key: str, value: str) -> None:
 
 
 def _route_to_response_filter(
-    reply: ep.ProcessingResponse, plan: ResponsePlan, *, body_replaced: bool
+    reply: ep.ProcessingResponse, plan: str, *, body_replaced: bool
 ) -> None:
     """Hand the plan to the second stream as metadata, and have Envoy re-route the
     request to where that stream's filter runs (standalone.yaml, step 3)."""
-    reply.dynamic_metadata.update({PLAN_NAMESPACE: {"respond": "rewrite", "plan": plan.to_json()}})
+    reply.dynamic_metadata.update({PLAN_NAMESPACE: {"respond": "rewrite", "plan": plan}})
     common = reply.request_body.response
     common.clear_route_cache = True
     if not body_replaced:

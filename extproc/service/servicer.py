@@ -33,7 +33,7 @@ from extproc.service.admission import (
 )
 from extproc.service.memory import TRIM_AFTER_BYTES, IdleTrim, release_after, trim_heap
 from extproc.service.reload import ContractHolder
-from extproc.service.stream import ExtProcStream, Shape
+from extproc.service.stream import Admission, ExtProcStream, Shape
 from extproc.service.stream_metrics import AdmissionStage, StreamMetrics
 from extproc.service.stream_tracer import (
     NotingStreamMetrics,
@@ -116,6 +116,8 @@ class ExternalProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc
                     reply = await self._admit_headers(stream, request, ticket)
                 else:
                     reply = await self._handle(stream, request, size)
+                if stream.admission is Admission.RELEASE:
+                    self._release(ticket)  # decided: its room goes back with the reply
                 yield reply
                 del reply, request  # sent: let a huge body and its answer go (trim below)
                 largest_body = max(largest_body, size)
@@ -126,8 +128,7 @@ class ExternalProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc
                     await _close(requests)
                     break
         finally:
-            self._idle_trim.note(ticket.cost)
-            self._admission.release(ticket)
+            self._release(ticket)
             metrics.admission_in_flight(self._admission.in_flight)
             # After a very large body, or once idle after a burst (memory.py). Once the
             # ticket is back (the collection holds the interpreter lock), and not
@@ -142,6 +143,11 @@ class ExternalProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc
             self.active_streams -= 1
             if noted is not None:
                 self._trace(metadata, started_ns, with_plan(noted.facts, stream.plan))
+
+    def _release(self, ticket: Ticket) -> None:
+        """The request's room back to the budget (again: nothing more to give)."""
+        self._idle_trim.note(ticket.cost)
+        self._admission.release(ticket)
 
     def _trace(
         self, metadata: Iterable[tuple[str, Any]], started_ns: int, facts: StreamFacts
@@ -184,7 +190,7 @@ class ExternalProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc
         Refused: a 503 ``overloaded`` instead, so the body never reaches this
         process."""
         reply = await self._handle(stream, request, 0)
-        if not stream.awaits_request_body:  # answered already (404, 405, 413, 415...)
+        if stream.admission is not Admission.RESERVE_BODY:  # answered (404, 405, 415...)
             return reply
         declared = stream.declared_length
         if declared is None:
@@ -220,7 +226,7 @@ class ExternalProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc
             if not admitted:
                 return self._overloaded(stream, "request")
         reply = await self._handle(stream, request, size)
-        if stream.response_follows and stream.plan is not None:
+        if stream.admission is Admission.RESERVE_ANSWER and stream.plan is not None:
             extra = response_work_bytes(stream.plan)
             if not await self._admit(ticket, extra, max(deadline - loop.time(), 0.0)):
                 return self._overloaded(stream, "response")

@@ -16,8 +16,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from extproc.core.plan import RequestStats, ResponsePlan
-from extproc.core.rerank.rerank_rewrite import RerankPlan
+from extproc.core.endpoint import Plan
+from extproc.core.plan import RequestStats
 from extproc.service.stream_metrics import (
     AdmissionStage,
     ProcessingPhase,
@@ -135,13 +135,10 @@ class NotingStreamMetrics:
         self.inner.admission_in_flight(work_bytes)
 
 
-def with_plan(facts: StreamFacts, plan: ResponsePlan | RerankPlan | None) -> StreamFacts:
+def with_plan(facts: StreamFacts, plan: Plan | None) -> StreamFacts:
     """``facts`` with the model and input count of the stream's plan, where it has one
     (a response stream knows them only from its plan)."""
-    if isinstance(plan, ResponsePlan):
+    if plan is not None:
         facts.model = plan.model
         facts.inputs = plan.input_count
-    elif isinstance(plan, RerankPlan):
-        facts.model = plan.reranker.name
-        facts.inputs = plan.count
     return facts

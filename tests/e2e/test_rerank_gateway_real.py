@@ -111,10 +111,10 @@ def test_learned_rerank_policy_is_ready_and_imitates_the_legacy_server(
     (entry,) = load_policy_file(tmp_path / "policy.yaml").rerankers
     path, bodies = CASES[dialect]
     expected = {
-        "tei": ("TEI", "/rerank", False, None),
-        "cohere": ("COHERE_V1", "/v1/rerank", True, None),
+        "tei": ("tei", "/rerank", True, None),
+        "cohere": ("cohere_v1", "/v1/rerank", False, None),
     }[dialect]
-    got = (entry.dialect.name, entry.path, entry.cut_long_pairs, entry.top_n)
+    got = (entry.dialect, entry.path, entry.truncation.refuse, entry.top_n)
     assert got == expected, report
     assert entry.scores.name == "SIGMOID" and entry.max_tokens == 256, report
 

@@ -21,6 +21,7 @@ import yaml
 from google.protobuf import json_format
 from google.protobuf.message import Message
 
+from extproc.core.dialects import RERANK_DIALECTS
 from extproc.core.error_envelope import ErrorClass, ErrorDialect, ErrorShape
 from extproc.core.policy.errors import PolicyError
 from extproc.core.policy.model import (
@@ -53,8 +54,6 @@ from extproc.core.policy.presets import presets
 from extproc.core.policy.reading import PolicyFileChangedError, read_policy_file
 from extproc.core.policy.v1 import policy_pb2 as pb
 from extproc.core.prompts import DOCUMENT_TYPES, QUERY_TYPES
-from extproc.core.rerank.dialects import DEFAULT_PATHS, DEFAULT_RETURN_DOCUMENTS, Dialect
-from extproc.core.rerank.rerank_upstreams import RERANK_UPSTREAMS
 from extproc.core.upstreams import ADAPTERS, Capabilities, UnknownUpstreamError, adapter_for
 
 # Largest allowed request: 2048 inputs is OpenAI's cap; 64 MiB bounds Envoy's buffer.
@@ -152,14 +151,6 @@ def load_policy_text(
     )
 
 
-_DIALECTS = {
-    pb.RerankPolicy.TEI: Dialect.TEI,
-    pb.RerankPolicy.COHERE_V1: Dialect.COHERE_V1,
-    pb.RerankPolicy.COHERE_V2: Dialect.COHERE_V2,
-    pb.RerankPolicy.JINA: Dialect.JINA,
-}
-
-
 def _rerankers(source: str, raw: Any, overrides: Mapping[str, Path]) -> tuple[RerankPolicy, ...]:
     if not isinstance(raw, list):
         raise PolicyError(source, "rerankers", "expected a list of reranker entries")
@@ -172,19 +163,34 @@ def _rerankers(source: str, raw: Any, overrides: Mapping[str, Path]) -> tuple[Re
 
         if not isinstance(item, dict):
             raise PolicyError(source, where, "expected a mapping")
+        if "cut_long_pairs" in item:
+            raise fail(
+                "cut_long_pairs",
+                "is now `truncation: {refuse: true}` (refuse a long pair; the default cuts it)",
+            )
         entry = pb.RerankPolicy()
         _parse(source, where, item, entry)
         if not entry.name:
             raise fail("name", "required")
-        dialect = _DIALECTS.get(entry.dialect)
+        dialect_name = pb.RerankPolicy.Dialect.Name(entry.dialect).lower()
+        dialect = RERANK_DIALECTS.get(dialect_name)
         if dialect is None:
-            raise fail("dialect", "required: TEI, COHERE_V1, COHERE_V2 or JINA")
-        path = entry.path if entry.HasField("path") else DEFAULT_PATHS[dialect]
+            known = ", ".join(sorted(d.upper() for d in RERANK_DIALECTS))
+            raise fail("dialect", f"required: one of {known}")
+        path = entry.path if entry.HasField("path") else dialect.paths[0]
         if not path.startswith("/") or path.rstrip("/") in ("", "/v1/embeddings", "/embeddings"):
             raise fail("path", f"{path!r} is not a rerank path")
         kind = entry.upstream.kind or "vllm"
-        if kind not in RERANK_UPSTREAMS:
-            raise fail("upstream.kind", f"unknown rerank upstream {kind!r} (known: dynamo, vllm)")
+        if kind not in ADAPTERS:
+            known = ", ".join(sorted(ADAPTERS))
+            raise fail("upstream.kind", f"unknown rerank upstream {kind!r} (known: {known})")
+        truncation = _truncation(entry.truncation)
+        if truncation.side is not CutSide.RIGHT or not truncation.keep_special_tokens:
+            raise fail(
+                "truncation",
+                "a long pair is cut from the right with its special tokens kept (the "
+                "upstreams' own pair truncation), or refused: only `refuse` may be set",
+            )
         tokenizer = None
         name_override = overrides.get(entry.name)
         tok = entry.tokenizer
@@ -215,7 +221,7 @@ def _rerankers(source: str, raw: Any, overrides: Mapping[str, Path]) -> tuple[Re
                 upstream_model=entry.upstream_model
                 if entry.HasField("upstream_model")
                 else entry.name,
-                dialect=dialect,
+                dialect=dialect.name,
                 path=path,
                 scores=ScoreScale.RAW
                 if entry.scores == pb.RerankPolicy.RAW
@@ -223,23 +229,23 @@ def _rerankers(source: str, raw: Any, overrides: Mapping[str, Path]) -> tuple[Re
                 top_n=entry.top_n if entry.HasField("top_n") and entry.top_n else None,
                 return_documents=entry.return_documents
                 if entry.HasField("return_documents")
-                else DEFAULT_RETURN_DOCUMENTS[dialect],
+                else dialect.returns_documents,
                 max_tokens=max_tokens,
-                cut_long_pairs=entry.cut_long_pairs if entry.HasField("cut_long_pairs") else True,
+                truncation=truncation,
                 tokenizer=tokenizer,
                 special_tokens=SpecialTokens(from_tokenizer=True),
                 upstream_kind=kind,
                 errors=errors,
             )
         )
-    seen: dict[str, Dialect] = {}
+    seen: dict[str, str] = {}
     names: set[tuple[str, str]] = set()
     for index, r in enumerate(out):
-        if seen.setdefault(r.path, r.dialect) is not r.dialect:
+        if seen.setdefault(r.path, r.dialect) != r.dialect:
             raise PolicyError(
                 source,
                 f"rerankers[{index}].dialect",
-                f"{r.path} already speaks {seen[r.path].name}",
+                f"{r.path} already speaks {seen[r.path].upper()}",
             )
         if (r.path, r.name) in names:
             raise PolicyError(source, f"rerankers[{index}].name", f"{r.name!r} twice on {r.path}")

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Final
 
 from extproc.core.error_envelope import OPENAI_ERRORS, ErrorDialect
-from extproc.core.rerank.dialects import Dialect
 from extproc.core.upstreams import Capabilities
 
 DEFAULT_MAX_REQUEST_BYTES = 8 * 1024 * 1024
@@ -222,16 +221,17 @@ class RerankPolicy:
 
     name: str
     upstream_model: str
-    dialect: Dialect
+    dialect: str  # a rerank dialect's name (extproc.core.dialects.RERANK_DIALECTS)
     path: str
     scores: ScoreScale  # what the legacy server answered by default
     top_n: int | None  # results when the client sends no top_n (None: all)
     return_documents: bool  # when the client does not say
     max_tokens: int | None  # per (query, document) pair, special tokens included
-    cut_long_pairs: bool  # a pair over max_tokens: cut (True) or refused
+    # A pair over max_tokens: cut (the upstream's right cut) or refused (413).
+    truncation: Truncation
     tokenizer: TokenizerSource | None  # counts pairs (needed with max_tokens)
     special_tokens: SpecialTokens
-    upstream_kind: str  # extproc.core.rerank.rerank_upstreams: vllm | dynamo
+    upstream_kind: str  # an upstream adapter's name (extproc.core.upstreams)
     errors: ErrorDialect | None = None  # None: the file's
 
     @property

@@ -1,9 +1,10 @@
-"""Upstream adapters: one module per upstream kind, found by name.
+"""Upstream adapters: one module per upstream kind, found by name, for every task.
 
-A policy names its model's upstream kind (``upstream.kind``); the plan carries the
-name from the request to the response. Adding an upstream is one module exporting
-``ADAPTER`` (an :class:`UpstreamAdapter`), its line in ``ADAPTERS`` and its tests
-(docs/upstreams.md).
+A policy names the upstream kind of each model and reranker (``upstream.kind``); a
+plan carries the name from the request to the response. ``adapter`` holds the base
+class (vLLM's shapes); ``dynamo`` and ``vllm`` are the kinds. Adding an upstream is
+one module exporting ``ADAPTER`` (an :class:`UpstreamAdapter`), its line in
+``ADAPTERS`` and its tests (docs/upstreams.md).
 """
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ from typing import Final
 
 from extproc.core.upstreams import dynamo, vllm
 from extproc.core.upstreams.adapter import (
+    BadRerankAnswerError,
     Capabilities,
     UpstreamAdapter,
     UpstreamAsk,
+    UpstreamScores,
     VectorsEncoding,
 )
 
@@ -39,10 +42,12 @@ def adapter_for(kind: str) -> UpstreamAdapter:
 
 __all__ = [
     "ADAPTERS",
+    "BadRerankAnswerError",
     "Capabilities",
     "UnknownUpstreamError",
     "UpstreamAdapter",
     "UpstreamAsk",
+    "UpstreamScores",
     "VectorsEncoding",
     "adapter_for",
 ]

@@ -1,25 +1,27 @@
 """The base class of the upstream adapters, and what an upstream can do itself.
 
-An adapter holds everything that differs between upstream kinds, in both
-directions: what the upstream is asked (the encoding the gateway asks for when it
-must read the vectors, and how a request - native capabilities included - is
-written in the upstream's body), how its answers are read (success and error
-bodies) and what its errors become for the client (status and envelope), plus which
-parts of the contract the upstream can apply itself. The base class speaks OpenAI's
-shapes; a kind overrides what differs. It imports nothing from the policy or the
-plan, so both can name adapters.
+An adapter holds everything that differs between upstream kinds, for every task
+and in both directions: what the upstream is asked (for embeddings: the encoding
+the gateway asks for when it must read the vectors, and how a request - native
+capabilities included - is written; for reranking: its path, and whether it can
+give raw logits and cut documents), how its answers are read (success and error
+bodies) and what its errors become for the client, plus which parts of the
+contract the upstream can apply itself. The base class speaks vLLM's shapes
+(OpenAI's for embeddings, vLLM's ``/rerank``); a kind overrides what differs. It
+imports nothing from the policy or the plans, so both can name adapters.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 import orjson
 
 from extproc.core.embeddings_body import EmbeddingsBody, parse_embeddings_body
-from extproc.core.error_envelope import UPSTREAM_CODE, ApiError, type_for_status
+from extproc.core.error_envelope import UPSTREAM_CODE, ApiError, ServerError, type_for_status
 from extproc.core.upstream_errors import UpstreamError, parse_upstream_error
 
 VectorsEncoding = Literal["float", "base64"]
@@ -34,6 +36,19 @@ class Capabilities:
     dimensions: bool = False
     # vLLM's `truncate_prompt_tokens`: the upstream keeps that many tokens of each input.
     truncate_prompt_tokens: bool = False
+
+
+class BadRerankAnswerError(ValueError):
+    """The upstream's 2xx answer is not a rerank answer for this request."""
+
+
+@dataclass(frozen=True)
+class UpstreamScores:
+    """One score per document, by the document's position in the request."""
+
+    scores: tuple[float, ...]
+    raw: bool  # logits, or their sigmoid
+    prompt_tokens: int | None
 
 
 @dataclass(frozen=True)
@@ -62,6 +77,12 @@ class UpstreamAdapter:
     # ``encoding_format`` the gateway asks for when it rewrites the vectors (base64
     # wherever the upstream writes it: decoding it beats parsing float JSON).
     vectors_encoding: ClassVar[VectorsEncoding]
+    # Reranking: where the gateway sends a rerank request; whether the upstream can
+    # answer raw logits (else its scores are read as their sigmoid) and cut each
+    # document to a number of tokens itself (`max_tokens_per_doc`).
+    rerank_path: ClassVar[str] = "/rerank"
+    rerank_answers_raw: ClassVar[bool] = True
+    cuts_documents: ClassVar[bool] = True
 
     def write_request(
         self, ask: UpstreamAsk, sent: Mapping[str, Any], *, force: bool
@@ -107,6 +128,45 @@ class UpstreamAdapter:
         ``model`` (which the gateway serves, so a 404 means the upstream lost it)."""
         return client_error(status, self.parse_error(status, body), model)
 
+    # -- reranking -------------------------------------------------------------------
+
+    def write_rerank(
+        self,
+        model: str,
+        query: str,
+        documents: Sequence[str],
+        *,
+        truncate_to: int | None,
+        max_tokens_per_doc: int | None = None,
+    ) -> bytes:
+        """vLLM's ``/rerank`` body: raw logits asked for wherever the upstream gives
+        them (``use_activation: false``), so the gateway picks the client's scale;
+        a pair cut to ``truncate_to`` tokens by the upstream's own pair truncation;
+        each document's token ids cut to ``max_tokens_per_doc`` before the pair is
+        framed (measured, docs/upstreams.md)."""
+        body: dict[str, Any] = {"model": model, "query": query, "documents": list(documents)}
+        body["use_activation"] = False
+        if truncate_to is not None:
+            body["truncate_prompt_tokens"] = truncate_to
+        if max_tokens_per_doc is not None:
+            body["max_tokens_per_doc"] = max_tokens_per_doc
+        return orjson.dumps(body)
+
+    def read_scores(self, body: bytes, count: int) -> UpstreamScores:
+        """vLLM's answer ``{id, model, usage, results: [{index, document,
+        relevance_score}]}``, every document once; BadRerankAnswerError otherwise."""
+        doc = read_json(body)
+        results = doc.get("results") if isinstance(doc, dict) else None
+        if not isinstance(results, list):
+            raise BadRerankAnswerError("it has no 'results' array")
+        scores = scores_in_order(results, "relevance_score", count)
+        usage = doc.get("usage")
+        tokens = None
+        if isinstance(usage, dict):
+            found = usage.get("prompt_tokens", usage.get("total_tokens"))
+            tokens = found if type(found) is int else None
+        return UpstreamScores(scores, self.rerank_answers_raw, tokens)
+
 
 def client_error(status: int, upstream: UpstreamError, model: str | None) -> ApiError:
     """An upstream's non-2xx answer as the client's error (``model``: the one asked
@@ -116,17 +176,15 @@ def client_error(status: int, upstream: UpstreamError, model: str | None) -> Api
     every client mistake itself, so a 5xx is never a 400. Anything else is a 502."""
     detail = upstream.message or "no details given"
     if model is not None and status == 404:
-        return ApiError(
+        return ServerError(
             503,
             f"The upstream does not serve model {model!r} right now (it answered 404: {detail}).",
-            type="server_error",
             code="model_unavailable",
         )
     if 500 <= status < 600:
-        return ApiError(
+        return ServerError(
             status,
             f"The upstream failed to process the request (HTTP {status}: {detail}).",
-            type="server_error",
             code=UPSTREAM_CODE,
         )
     if 400 <= status < 500:
@@ -140,10 +198,9 @@ def client_error(status: int, upstream: UpstreamError, model: str | None) -> Api
     # 1xx/3xx on an embeddings call: nothing a client can use. So is a status HTTP
     # does not have (>= 600, or garbage read as 0), which must never reach the
     # client as its status (Envoy's status is an int32; 10**300 is not).
-    return ApiError(
+    return ServerError(
         502,
         f"The upstream answered HTTP {status}, not an embeddings response.",
-        type="server_error",
         code="bad_upstream_response",
     )
 
@@ -164,3 +221,43 @@ def _same_int(value: Any, expected: int | None) -> bool:
     if expected is None:
         return value is None
     return type(value) is int and value == expected
+
+
+def read_json(body: bytes) -> Any:
+    """A rerank answer's JSON; BadRerankAnswerError when it is not JSON."""
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError:
+        raise BadRerankAnswerError("the body is not JSON") from None
+
+
+def _index(item: Any) -> int:
+    index = item.get("index") if isinstance(item, dict) else None
+    if type(index) is not int:
+        raise BadRerankAnswerError("a result has no integer 'index'")
+    return index
+
+
+def _score(item: dict[str, Any], key: str) -> float:
+    value = item.get(key)
+    if (type(value) is not int and type(value) is not float) or not math.isfinite(value):
+        raise BadRerankAnswerError(f"a result has no finite '{key}'")
+    return float(value)
+
+
+def scores_in_order(results: Any, key: str, count: int) -> tuple[float, ...]:
+    """Scores by document position from a list of ``{index, <key>}`` results: every
+    index 0..count-1 exactly once (a subclass reading another shape uses it)."""
+    if not isinstance(results, list):
+        raise BadRerankAnswerError("it is not an array of results")
+    return _in_order([(_index(r), _score(r, key)) for r in results], count)
+
+
+def _in_order(pairs: list[tuple[int, float]], count: int) -> tuple[float, ...]:
+    """Scores by document position: every index 0..count-1 exactly once."""
+    if sorted(i for i, _ in pairs) != list(range(count)):
+        raise BadRerankAnswerError(f"its results are not documents 0 to {count - 1}, each once")
+    scores = [0.0] * count
+    for index, score in pairs:
+        scores[index] = score
+    return tuple(scores)

@@ -12,14 +12,30 @@ What it answers (docs/upstreams.md): OpenAI-shaped success bodies (no ``id`` or
 bare 500 whose reason is only in the worker's log; an empty 404 once no worker
 serves the model. Valid ``truncate_prompt_tokens`` values reach the worker and are
 applied; ``dimensions`` works only when the worker's model was started Matryoshka.
+
+Reranking: Dynamo 1.6's ``/v1/rerank`` (its SGLang backend, cross-encoders only) is
+asked ``{model, query, documents, return_documents}`` and answers a bare JSON array
+``[{score, index, document?}]``. It has no switch for the activation and no cut:
+its scores are read as the sigmoid (the cross-encoder's usual head), turned back
+into logits where a raw score is wanted.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import ClassVar
 
+import orjson
+
 from extproc.core.upstream_errors import UpstreamError, parse_upstream_error
-from extproc.core.upstreams.adapter import Capabilities, UpstreamAdapter, VectorsEncoding
+from extproc.core.upstreams.adapter import (
+    Capabilities,
+    UpstreamAdapter,
+    UpstreamScores,
+    VectorsEncoding,
+    read_json,
+    scores_in_order,
+)
 
 GENERIC_500_MESSAGE = "Internal server error"
 
@@ -29,6 +45,9 @@ class DynamoAdapter(UpstreamAdapter):
     summary = "NVIDIA Dynamo 1.6.x frontend + vLLM embedding worker"
     defaults = Capabilities(truncate_prompt_tokens=True)
     vectors_encoding: ClassVar[VectorsEncoding] = "base64"
+    rerank_path: ClassVar[str] = "/v1/rerank"
+    rerank_answers_raw: ClassVar[bool] = False
+    cuts_documents: ClassVar[bool] = False
 
     def parse_error(self, status: int, body: bytes) -> UpstreamError:
         error = parse_upstream_error(body)
@@ -40,6 +59,22 @@ class DynamoAdapter(UpstreamAdapter):
                 shape="flat",
             )
         return error
+
+    def write_rerank(
+        self,
+        model: str,
+        query: str,
+        documents: Sequence[str],
+        *,
+        truncate_to: int | None,
+        max_tokens_per_doc: int | None = None,
+    ) -> bytes:
+        # No activation switch and no cut; the documents are never wanted back.
+        body = {"model": model, "query": query, "documents": list(documents)}
+        return orjson.dumps({**body, "return_documents": False})
+
+    def read_scores(self, body: bytes, count: int) -> UpstreamScores:
+        return UpstreamScores(scores_in_order(read_json(body), "score", count), False, None)
 
 
 ADAPTER = DynamoAdapter()

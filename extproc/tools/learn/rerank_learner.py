@@ -27,9 +27,10 @@ from typing import Any
 
 import orjson
 
+from extproc.core.dialects import RERANK_DIALECTS
 from extproc.core.error_envelope import ErrorClass
 from extproc.core.policy.model import TokenizerSource
-from extproc.core.rerank.dialects import DEFAULT_PATHS, DEFAULT_RETURN_DOCUMENTS, Dialect
+from extproc.core.tasks.rerank import RerankDialect
 from extproc.core.upstream_errors import parse_upstream_error
 from extproc.runtime.blocking_http import HttpClient, HttpResult
 from extproc.tools.learn.errors_learner import learn_errors
@@ -114,7 +115,7 @@ class LearnedRerank:
     model: str
     upstream_model: str
     tokenizer: TokenizerSource | None
-    dialect: Dialect | None = None
+    dialect: RerankDialect | None = None
     path: str = ""
     scores: str = "SIGMOID"
     top_n: int | None = None
@@ -128,21 +129,22 @@ class LearnedRerank:
         out: dict[str, Any] = {
             "name": self.model,
             "upstream_model": self.upstream_model,
-            "dialect": self.dialect.name,
+            "dialect": self.dialect.name.upper(),
         }
-        if self.path != DEFAULT_PATHS[self.dialect]:
+        if self.path != self.dialect.paths[0]:
             out["path"] = self.path
         out["scores"] = self.scores
         if self.top_n is not None:
             out["top_n"] = self.top_n
         if (
             self.return_documents is not None
-            and self.return_documents != DEFAULT_RETURN_DOCUMENTS[self.dialect]
+            and self.return_documents != self.dialect.returns_documents
         ):
             out["return_documents"] = self.return_documents
         if self.max_tokens is not None and self.tokenizer is not None:
             out["max_tokens"] = self.max_tokens
-            out["cut_long_pairs"] = self.cut_long_pairs
+            if not self.cut_long_pairs:
+                out["truncation"] = {"refuse": True}
             source = self.tokenizer
             out["tokenizer"] = (
                 {"path": str(source.path)} if source.path else {"hf_id": source.hf_id}
@@ -160,19 +162,18 @@ def learn_rerank(
     found: list[Finding] = []
     session.progress("learn: the rerank dialect (TEI, Cohere v2, Cohere v1 / Jina)")
     probes = [
-        (Dialect.TEI, rerank_request(Dialect.TEI, model, QUERY, DOCUMENTS)),
-        (Dialect.COHERE_V2, rerank_request(Dialect.COHERE_V2, model, QUERY, DOCUMENTS)),
-        (Dialect.COHERE_V1, rerank_request(Dialect.COHERE_V1, model, QUERY, DOCUMENTS)),
+        (d, rerank_request(d, model, QUERY, DOCUMENTS))
+        for d in (RERANK_DIALECTS[n] for n in ("tei", "cohere_v2", "cohere_v1"))
     ]
     answered: Exchange | None = None
     tried = []
     for dialect, body in probes:
-        path = DEFAULT_PATHS[dialect]
+        path = dialect.paths[0]
         exchange = session.post("baseline", path, f"{dialect.name} request", body)
         tried.append(exchange)
         answer = session.answer(exchange)
         if answer is not None:
-            shape_dialect = {"tei": Dialect.TEI, "jina": Dialect.JINA}.get(answer.shape, dialect)
+            shape_dialect = RERANK_DIALECTS["jina"] if answer.shape == "jina" else dialect
             learned.dialect, learned.path, answered = shape_dialect, path, exchange
             break
     if learned.dialect is None or answered is None:
@@ -236,7 +237,7 @@ def learn_rerank(
         "malformed JSON": (ErrorClass.MALFORMED, MALFORMED),
         "no documents": (ErrorClass.INVALID, rerank_request(dialect, model, QUERY, ())),
     }
-    if dialect is not Dialect.TEI:
+    if dialect.names_model:
         bad["unknown model"] = (
             ErrorClass.UNKNOWN_MODEL,
             rerank_request(dialect, UNKNOWN_MODEL, QUERY, DOCUMENTS[:2]),
@@ -258,7 +259,7 @@ def _max_model_len(listing: HttpResult) -> int | None:
     return None
 
 
-def _scale(base: dict[int, float], raw: dict[int, float]) -> tuple[str | None, str]:
+def _scale(base: Mapping[int, float], raw: Mapping[int, float]) -> tuple[str | None, str]:
     if set(base) - set(raw):
         return None, "different documents"
     worst_raw = max(abs(base[i] - raw[i]) for i in base)

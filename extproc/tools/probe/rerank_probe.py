@@ -27,7 +27,7 @@ from typing import Any
 
 import orjson
 
-from extproc.core.rerank.dialects import Dialect
+from extproc.core.tasks.rerank import RerankDialect
 from extproc.runtime.blocking_http import HttpClient
 from extproc.tools.parity import ExitCode
 from extproc.tools.probe.html_report import STYLE
@@ -69,7 +69,7 @@ class RerankTarget:
 class RerankProbeOptions:
     baseline: RerankTarget
     candidate: RerankTarget
-    dialect: Dialect
+    dialect: RerankDialect
     model: str  # sent by every dialect but TEI
     max_tokens: int | None
     timeout_s: float
@@ -99,7 +99,7 @@ class RerankProbeReport:
 
 
 def plan_requests(
-    dialect: Dialect, model: str, corpus: Corpus, max_tokens: int | None
+    dialect: RerankDialect, model: str, corpus: Corpus, max_tokens: int | None
 ) -> dict[str, dict[str, Any] | bytes]:
     """Every request the probe sends, by label (pure)."""
     documents = [d.text for d in corpus.documents]
@@ -159,7 +159,7 @@ def run_rerank_probe(options: RerankProbeOptions, corpus: Corpus) -> RerankProbe
     return RerankProbeReport(
         baseline=options.baseline.url,
         candidate=options.candidate.url,
-        dialect=options.dialect.name,
+        dialect=options.dialect.name.upper(),
         model=options.model,
         corpus=corpus.source,
         started=started_wall,

@@ -7,13 +7,12 @@ shadow comparator share it, so all three call the same things a difference.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
-from extproc.core.rerank.dialects import Dialect
+from extproc.core.dialects import RERANK_DIALECTS
+from extproc.core.tasks.rerank import Ranking, RerankDialect
 from extproc.core.upstream_errors import parse_upstream_error
 from extproc.tools.toolkit.long_text import plain_words
 from extproc.tools.toolkit.report_format import cell, table
@@ -22,62 +21,52 @@ from extproc.tools.toolkit.report_format import cell, table
 SCORE_TOLERANCE = 1e-4
 UNKNOWN_MODEL = "no-such-model-extproc"
 MALFORMED = b'{"query": '
+# The readers tried on an answer of unknown dialect, in turn (Cohere v2 reads as v1).
+_READERS = ("tei", "cohere_v1", "jina")
 
 
 @dataclass(frozen=True)
 class RerankAnswer:
     """A rerank answer, read in whatever dialect it came."""
 
-    scores: dict[int, float]  # by document position
-    order: tuple[int, ...]  # document positions, as answered
-    documents: bool  # the answer carries the documents
-    shape: str  # "tei" (a bare array), "cohere" (meta), "jina" (usage, no meta)
+    ranking: Ranking
+    shape: str  # the name of the dialect whose reader took it
+
+    @property
+    def scores(self) -> Mapping[int, float]:
+        return self.ranking.scores
+
+    @property
+    def order(self) -> tuple[int, ...]:
+        return self.ranking.order
+
+    @property
+    def documents(self) -> bool:
+        return self.ranking.documents
 
     @property
     def count(self) -> int:
-        return len(self.order)
+        return self.ranking.count
 
 
 def read_answer(body: bytes) -> RerankAnswer | None:
-    """The answer in ``body``, or None when it is not a rerank answer of any dialect."""
-    try:
-        doc = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return None
-    if isinstance(doc, list):
-        items, shape = doc, "tei"
-    elif isinstance(doc, dict) and isinstance(doc.get("results"), list):
-        items, shape = doc["results"], ("cohere" if "meta" in doc else "jina")
-    else:
-        return None
-    scores: dict[int, float] = {}
-    order: list[int] = []
-    documents = False
-    for item in items:
-        if not isinstance(item, dict) or type(item.get("index")) is not int:
-            return None
-        score = item.get("score", item.get("relevance_score"))
-        if not isinstance(score, int | float) or isinstance(score, bool):
-            return None
-        scores[item["index"]] = float(score)
-        order.append(item["index"])
-        documents = documents or "text" in item or "document" in item
-    return RerankAnswer(scores, tuple(order), documents, shape)
+    """The answer in ``body``, or None when no rerank dialect reads it."""
+    for name in _READERS:
+        ranking = RERANK_DIALECTS[name].read_answer(body)
+        if ranking is not None:
+            return RerankAnswer(ranking, name)
+    return None
 
 
 def rerank_request(
-    dialect: Dialect, model: str, query: str, documents: Sequence[str], **extra: Any
+    dialect: RerankDialect, model: str, query: str, documents: Sequence[str], **extra: Any
 ) -> dict[str, Any]:
-    """A request in ``dialect``'s fields; TEI's requests name no model."""
-    field_name = "texts" if dialect is Dialect.TEI else "documents"
-    body: dict[str, Any] = {"query": query, field_name: list(documents), **extra}
-    if dialect is not Dialect.TEI:
-        body["model"] = model
-    return body
+    """A request as ``dialect``'s clients write it."""
+    return dialect.write_request(model, query, documents, **extra)
 
 
 def contract_requests(
-    dialect: Dialect,
+    dialect: RerankDialect,
     model: str,
     query: str,
     documents: Sequence[str],
@@ -87,26 +76,20 @@ def contract_requests(
     options, the client mistakes and, given the limit, a pair over it."""
     docs = list(documents)
     bodies: dict[str, dict[str, Any] | bytes] = {
-        "plain": rerank_request(dialect, model, query, docs),
+        "plain": dialect.write_request(model, query, docs),
         "malformed JSON": MALFORMED,
-        "no documents": rerank_request(dialect, model, query, ()),
+        "no documents": dialect.write_request(model, query, ()),
     }
-    if dialect is Dialect.TEI:
-        bodies["raw scores"] = rerank_request(dialect, model, query, docs, raw_scores=True)
-        bodies["with text"] = rerank_request(dialect, model, query, docs, return_text=True)
-    else:
-        bodies["top_n 2"] = rerank_request(dialect, model, query, docs, top_n=2)
-        bodies["unknown model"] = rerank_request(dialect, UNKNOWN_MODEL, query, docs[:2])
-        if dialect is not Dialect.COHERE_V2:
-            bodies["documents back"] = rerank_request(
-                dialect, model, query, docs, return_documents=True
-            )
+    for label, options in dialect.client_options.items():
+        bodies[label] = dialect.write_request(model, query, docs, **options)
+    if dialect.names_model:
+        bodies["unknown model"] = dialect.write_request(UNKNOWN_MODEL, query, docs[:2])
     if max_tokens is not None:
         long = (docs[0], plain_words(max_tokens + 64))
-        bodies["a pair over the limit"] = rerank_request(dialect, model, query, long)
-        if dialect is Dialect.TEI:
-            bodies["a pair over the limit, truncate"] = rerank_request(
-                dialect, model, query, long, truncate=True
+        bodies["a pair over the limit"] = dialect.write_request(model, query, long)
+        if dialect.cut_option is not None:
+            bodies["a pair over the limit, truncate"] = dialect.write_request(
+                model, query, long, **dialect.cut_option
             )
     return bodies
 

@@ -38,7 +38,7 @@ class GatewayPolicy(_message.Message):
     def __init__(self, models: _Optional[_Iterable[_Union[ModelPolicy, _Mapping]]] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., errors: _Optional[_Union[Errors, _Mapping]] = ..., rerankers: _Optional[_Iterable[_Union[RerankPolicy, _Mapping]]] = ...) -> None: ...
 
 class RerankPolicy(_message.Message):
-    __slots__ = ("name", "upstream_model", "dialect", "path", "scores", "top_n", "return_documents", "max_tokens", "cut_long_pairs", "tokenizer", "upstream", "errors")
+    __slots__ = ("name", "upstream_model", "dialect", "path", "scores", "top_n", "return_documents", "max_tokens", "truncation", "tokenizer", "upstream", "errors")
     class Dialect(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         DIALECT_UNSPECIFIED: _ClassVar[RerankPolicy.Dialect]
@@ -67,7 +67,7 @@ class RerankPolicy(_message.Message):
     TOP_N_FIELD_NUMBER: _ClassVar[int]
     RETURN_DOCUMENTS_FIELD_NUMBER: _ClassVar[int]
     MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
-    CUT_LONG_PAIRS_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATION_FIELD_NUMBER: _ClassVar[int]
     TOKENIZER_FIELD_NUMBER: _ClassVar[int]
     UPSTREAM_FIELD_NUMBER: _ClassVar[int]
     ERRORS_FIELD_NUMBER: _ClassVar[int]
@@ -79,11 +79,11 @@ class RerankPolicy(_message.Message):
     top_n: int
     return_documents: bool
     max_tokens: int
-    cut_long_pairs: bool
+    truncation: Truncation
     tokenizer: Tokenizer
     upstream: Upstream
     errors: Errors
-    def __init__(self, name: _Optional[str] = ..., upstream_model: _Optional[str] = ..., dialect: _Optional[_Union[RerankPolicy.Dialect, str]] = ..., path: _Optional[str] = ..., scores: _Optional[_Union[RerankPolicy.Scores, str]] = ..., top_n: _Optional[int] = ..., return_documents: _Optional[bool] = ..., max_tokens: _Optional[int] = ..., cut_long_pairs: _Optional[bool] = ..., tokenizer: _Optional[_Union[Tokenizer, _Mapping]] = ..., upstream: _Optional[_Union[Upstream, _Mapping]] = ..., errors: _Optional[_Union[Errors, _Mapping]] = ...) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., upstream_model: _Optional[str] = ..., dialect: _Optional[_Union[RerankPolicy.Dialect, str]] = ..., path: _Optional[str] = ..., scores: _Optional[_Union[RerankPolicy.Scores, str]] = ..., top_n: _Optional[int] = ..., return_documents: _Optional[bool] = ..., max_tokens: _Optional[int] = ..., truncation: _Optional[_Union[Truncation, _Mapping]] = ..., tokenizer: _Optional[_Union[Tokenizer, _Mapping]] = ..., upstream: _Optional[_Union[Upstream, _Mapping]] = ..., errors: _Optional[_Union[Errors, _Mapping]] = ...) -> None: ...
 
 class Errors(_message.Message):
     __slots__ = ("shape", "status")

@@ -1,0 +1,144 @@
+"""Reading the fields rerank dialects share (pure): the body as a JSON object, the
+query, the documents (strings, or Cohere's and Jina's ``{"text"}`` objects), and
+optional typed fields; and reading an answer's results as a client does. Every
+client mistake is an ApiError here, in the words every dialect gives it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import orjson
+
+from extproc.core.error_envelope import InvalidFieldError, MalformedBodyError
+from extproc.core.tasks.rerank import Ranked, Ranking, RerankRequest
+
+
+def json_object(body: bytes) -> dict[str, Any]:
+    if not body.strip():
+        raise MalformedBodyError("The request body is empty; send a JSON object.")
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise MalformedBodyError(f"The request body is not valid JSON: {exc}.") from None
+    if not isinstance(doc, dict):
+        raise MalformedBodyError("The request body must be a JSON object.")
+    return doc
+
+
+def query(doc: dict[str, Any]) -> str:
+    value = doc.get("query")
+    if value is None:
+        raise InvalidFieldError("Missing required parameter: 'query'.", param="query")
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidFieldError("'query' must be a non-empty string.", param="query")
+    return value
+
+
+def documents(
+    doc: dict[str, Any], field: str, max_documents: int, *, objects: bool
+) -> tuple[str, ...]:
+    raw = doc.get(field)
+    if raw is None:
+        raise InvalidFieldError(f"Missing required parameter: '{field}'.", param=field)
+    if not isinstance(raw, list) or not raw:
+        raise InvalidFieldError(f"'{field}' must be a non-empty array.", param=field)
+    if len(raw) > max_documents:
+        raise InvalidFieldError(
+            f"'{field}' has {len(raw)} items; at most {max_documents} are allowed per request.",
+            param=field,
+        )
+    texts = []
+    for i, entry in enumerate(raw):
+        item = entry.get("text") if objects and isinstance(entry, dict) else entry
+        if not isinstance(item, str):
+            what = "a string or an object with a 'text' string" if objects else "a string"
+            raise InvalidFieldError(f"{field}[{i}] must be {what}.", param=field)
+        texts.append(item)
+    return tuple(texts)
+
+
+def optional(doc: dict[str, Any], field: str, kind: type) -> Any:
+    """``doc[field]`` when it is of ``kind``; None when absent or null."""
+    value = doc.get(field)
+    if value is None:
+        return None
+    if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
+        raise InvalidFieldError(f"'{field}' must be an integer.", param=field)
+    if not isinstance(value, kind):
+        name = {str: "a string", bool: "a boolean", int: "an integer"}[kind]
+        raise InvalidFieldError(f"'{field}' must be {name}.", param=field)
+    return value
+
+
+def positive(doc: dict[str, Any], field: str) -> int | None:
+    """An optional integer of at least 1."""
+    value: int | None = optional(doc, field, int)
+    if value is not None and value < 1:
+        raise InvalidFieldError(f"'{field}' must be at least 1.", param=field)
+    return value
+
+
+def read_json(body: bytes) -> Any:
+    """An answer's JSON, or None when it is not JSON."""
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+
+
+def ranking(items: Any, score_key: str) -> Ranking | None:
+    """An answer's results (``[{index, <score_key>, text or document?}]``) as a client
+    reads them; None when they are not such a list."""
+    if not isinstance(items, list):
+        return None
+    scores: dict[int, float] = {}
+    order: list[int] = []
+    carried = False
+    for item in items:
+        if not isinstance(item, dict) or type(item.get("index")) is not int:
+            return None
+        score = item.get(score_key)
+        if not isinstance(score, int | float) or isinstance(score, bool):
+            return None
+        scores[item["index"]] = float(score)
+        order.append(item["index"])
+        carried = carried or "text" in item or "document" in item
+    return Ranking(scores, tuple(order), carried)
+
+
+def documents_request(
+    body: bytes, max_documents: int, *, model_required: bool, objects: bool, per_doc: bool
+) -> RerankRequest:
+    """A ``{model, query, documents, top_n, ...}`` request (Cohere's and Jina's):
+    ``objects``: a document may be a ``{"text"}`` object; ``per_doc``: Cohere v2's
+    ``max_tokens_per_doc`` (it has no ``return_documents``)."""
+    doc = json_object(body)
+    model = optional(doc, "model", str)
+    if model_required and model is None:
+        raise InvalidFieldError("Missing required parameter: 'model'.", param="model")
+    return RerankRequest(
+        model=model,
+        query=query(doc),
+        documents=documents(doc, "documents", max_documents, objects=objects),
+        top_n=positive(doc, "top_n"),
+        return_documents=None if per_doc else optional(doc, "return_documents", bool),
+        max_tokens_per_doc=positive(doc, "max_tokens_per_doc") if per_doc else None,
+    )
+
+
+def results(ranked: Sequence[Ranked]) -> list[dict[str, Any]]:
+    """``[{index, relevance_score, document?: {text}}]``, best first."""
+    return [
+        {"index": r.index, "relevance_score": r.score}
+        if r.text is None
+        else {"index": r.index, "relevance_score": r.score, "document": {"text": r.text}}
+        for r in ranked
+    ]
+
+
+def documents_request_body(
+    model: str, query_text: str, texts: Sequence[str], options: Mapping[str, Any]
+) -> dict[str, Any]:
+    """A ``{query, documents, model}`` request as Cohere's and Jina's clients write it."""
+    return {"query": query_text, "documents": list(texts), **options, "model": model}

@@ -1,0 +1,60 @@
+"""A policy's route table: which endpoint serves each path (pure).
+
+Every spelling of the embeddings endpoint (``/v1/embeddings``, ``/embeddings``) is
+the OpenAI embeddings dialect, always there; each of the policy's rerank paths is
+the rerank dialect its entries name. A path is compared as Envoy's routes compare
+it (:func:`extproc.core.request_headers.route_of`). A path no entry covers is not
+served: a 404, or, for a path a mesh's filter lets through to the gateway
+(:data:`MESH_PATHS`), the legacy server's own traffic, left untouched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from extproc.core.dialects import OPENAI, RERANK_DIALECTS, rerank_dialect
+from extproc.core.endpoint import Endpoint
+from extproc.core.plan import ResponsePlan
+from extproc.core.policy.model import GatewayPolicy
+from extproc.core.request_headers import UPSTREAM_PATH
+from extproc.core.upstreams import adapter_for
+
+# The paths a mesh's filter sends to the gateway besides the embeddings endpoint's
+# (envoy/istio): every rerank dialect's.
+MESH_PATHS: Final = frozenset(path for d in RERANK_DIALECTS.values() for path in d.paths)
+
+
+@dataclass(frozen=True)
+class Routes:
+    endpoints: Mapping[str, Endpoint[Any]]
+    # What answers a response whose request this stream never read (envoy/
+    # standalone.yaml's response stream, Envoy's own replies): only the embeddings
+    # endpoint's plans travel between streams.
+    embeddings: Endpoint[ResponsePlan]
+
+    def at(self, route: str) -> Endpoint[Any] | None:
+        return self.endpoints.get(route)
+
+    def left_alone(self, route: str) -> bool:
+        """A path a mesh lets through that no entry covers: not the gateway's."""
+        return route in MESH_PATHS and route not in self.endpoints
+
+
+def routes_of(policy: GatewayPolicy) -> Routes:
+    embeddings: Endpoint[ResponsePlan] = Endpoint(
+        OPENAI.paths[0], OPENAI, UPSTREAM_PATH, policy.errors
+    )
+    endpoints: dict[str, Endpoint[Any]] = {
+        path: Endpoint(path, OPENAI, UPSTREAM_PATH, policy.errors) for path in OPENAI.paths
+    }
+    for path in sorted(policy.rerank_paths()):
+        first = policy.rerankers_at(path)[0]  # the loader holds a path to one dialect
+        endpoints[path] = Endpoint(
+            path,
+            rerank_dialect(first.dialect),
+            adapter_for(first.upstream_kind).rerank_path,
+            first.errors or policy.errors,
+        )
+    return Routes(endpoints, embeddings)
