@@ -50,8 +50,8 @@ from extproc.core.prompts import DOCUMENT_TYPES, QUERY_TYPES
 from extproc.core.request_headers import check_content_type, check_declared_length
 from extproc.core.request_rewrite import Forward, rewrite_request
 from extproc.core.response_rewrite import rewrite_response
-from extproc.core.tokens import load_tokenizer
 from extproc.core.upstreams import ADAPTERS
+from extproc.service.tokenizer_files import load_tokenizer
 from testing_support.http import envelope_error
 
 UTF8_BOM = b"\xef\xbb\xbf"

@@ -24,12 +24,13 @@ import tokenizers
 import transformers
 from tokenizers import models, pre_tokenizers, processors
 
-from extproc.core.contract import Contract, load_contract
+from extproc.core.contract import Contract
 from extproc.core.error_envelope import ApiError
 from extproc.core.plan import Encoding, ResponsePlan
 from extproc.core.policy import PolicyError, load_policy_text
 from extproc.core.request_rewrite import Forward, rewrite_request
 from extproc.core.response_rewrite import rewrite_response
+from extproc.service.contract_loading import load_contract
 from testing_support.qwen import QWEN_EOS, QWEN_MODEL
 
 QWEN_QUERY = "Instruct: {instruction}\\nQuery:{text}"

@@ -21,12 +21,13 @@ import numpy as np
 import orjson
 import pytest
 
-from extproc.core.contract import Contract, load_contract
+from extproc.core.contract import Contract
 from extproc.core.error_envelope import ApiError
 from extproc.core.plan import Encoding, ResponsePlan
 from extproc.core.policy import load_policy_text
 from extproc.core.request_rewrite import Forward, rewrite_request
 from extproc.core.response_rewrite import rewrite_response
+from extproc.service.contract_loading import load_contract
 from testing_support.fake_upstream import FakeUpstream
 from testing_support.gateway import Gateway, GatewaySpec
 from testing_support.http import http, metric_value

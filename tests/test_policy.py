@@ -16,8 +16,8 @@ from extproc.core.policy import (
     load_policy_text,
 )
 from extproc.core.policy.presets import presets
-from extproc.core.tokens import load_tokenizer
 from extproc.core.upstreams import Capabilities
+from extproc.service.tokenizer_files import load_tokenizer
 from testing_support.qwen import QWEN_EOS, QWEN_MODEL, REPO, SHIPPED_QWEN_POLICY
 
 

@@ -18,12 +18,13 @@ import orjson
 import pytest
 from tokenizers import Tokenizer
 
-from extproc.core.contract import Contract, load_contract
+from extproc.core.contract import Contract
 from extproc.core.error_envelope import MAX_MESSAGE_CHARS, ApiError
 from extproc.core.plan import Encoding
 from extproc.core.policy import GatewayPolicy, load_policy_text
 from extproc.core.request_rewrite import Forward, rewrite_request
 from extproc.core.tokens import ModelTokenizer
+from extproc.service.contract_loading import load_contract
 
 MODEL = "Qwen/Qwen3-Embedding-0.6B"
 EOS = 151643

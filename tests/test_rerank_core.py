@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 import pytest
 
-from extproc.core.contract import Contract, load_contract
+from extproc.core.contract import Contract
 from extproc.core.error_envelope import ApiError
 from extproc.core.policy import PolicyError, load_policy_text
 from extproc.core.rerank.rerank_rewrite import (
@@ -19,6 +19,7 @@ from extproc.core.rerank.rerank_rewrite import (
     rewrite_rerank_request,
     rewrite_rerank_response,
 )
+from extproc.service.contract_loading import load_contract
 from tests.fake_rerank import write_word_tokenizer
 
 WORDS = [f"w{i}" for i in range(400)]

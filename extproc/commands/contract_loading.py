@@ -6,10 +6,11 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from extproc.core.contract import Contract, load_contract
+from extproc.core.contract import Contract
 from extproc.core.policy import PolicyError, load_policy_file
 from extproc.core.policy.loader import parse_tokenizer_overrides
 from extproc.core.tokens import TokenizerLoadError
+from extproc.service.contract_loading import load_contract
 
 
 def load_contract_or_report(

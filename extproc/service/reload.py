@@ -28,7 +28,7 @@ Rules:
    one warning and one count, once per distinct state (a missing file mid-swap,
    shorter than ``settle_s``, is never reported).
 5. Loading (YAML, schema, tokenizers, the prompt budget check of
-   :func:`~extproc.core.contract.load_contract`) runs in a worker thread. Tokenizers
+   :func:`~extproc.service.contract_loading.load_contract`) runs in a worker thread. Tokenizers
    whose source and file are unchanged are reused (``load_contract(reuse=...)``): the
    tokenizers library holds the interpreter lock while it parses a tokenizer.json,
    which pauses the event loop, so only a new or replaced tokenizer costs that pause.
@@ -60,7 +60,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal, Protocol, get_args
 
-from extproc.core.contract import Contract, load_contract
+from extproc.core.contract import Contract
 from extproc.core.policy import GatewayPolicy, PolicyError, load_policy_text
 from extproc.core.policy.changes import policy_changes
 from extproc.core.policy.reading import (
@@ -71,6 +71,7 @@ from extproc.core.policy.reading import (
 )
 from extproc.core.regular_file import REGULAR, kind_of, not_regular, stat_failure
 from extproc.core.tokens import TokenizerLoadError
+from extproc.service.contract_loading import load_contract
 from extproc.service.memory import trim_heap
 
 log = logging.getLogger("extproc.service.reload")
