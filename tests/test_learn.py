@@ -19,8 +19,9 @@ import pytest
 from extproc.commands import learn as learn_command
 from extproc.commands.cli import _parser
 from extproc.core.error_envelope import ErrorShape
-from extproc.core.policy import load_policy_file, load_policy_text
+from extproc.core.policy import load_policy_text
 from extproc.core.policy.model import EncodingProfile, Matryoshka, TokenizerSource
+from extproc.service.policy_file import load_policy_file
 from extproc.tools.learn.basics_learner import learn_basics
 from extproc.tools.learn.local import LocalModel, Template, templates
 from extproc.tools.learn.session import Session

@@ -32,10 +32,10 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2 as ts
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc as ts_grpc
 
 from extproc.core.plan import RequestStats
-from extproc.core.policy import load_policy_file
 from extproc.runtime.envoy_config import EnvoySettings, Upstream, load_template, render
 from extproc.runtime.envoy_process import envoy_binary
 from extproc.runtime.envoy_tracing import COLLECTOR_CLUSTER, collector, with_tracing
+from extproc.service.policy_file import load_policy_file
 from extproc.service.stream_tracer import NotingStreamMetrics, StreamFacts
 from testing_support.fake_upstream import FakeUpstream
 from testing_support.gateway import Gateway, GatewaySpec

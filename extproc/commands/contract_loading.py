@@ -7,10 +7,11 @@ import sys
 from pathlib import Path
 
 from extproc.core.contract import Contract
-from extproc.core.policy import PolicyError, load_policy_file
+from extproc.core.policy import PolicyError
 from extproc.core.policy.loader import parse_tokenizer_overrides
 from extproc.core.tokens import TokenizerLoadError
 from extproc.service.contract_loading import load_contract
+from extproc.service.policy_file import load_policy_file
 
 
 def load_contract_or_report(

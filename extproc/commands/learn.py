@@ -30,13 +30,14 @@ from extproc.commands.options import (
     check_budget,
     headers_from,
 )
-from extproc.core.policy import PolicyError, load_policy_file
+from extproc.core.policy import PolicyError
 from extproc.core.policy.loader import TOKENIZER_OVERRIDES_ENV, parse_tokenizer_overrides
 from extproc.core.policy.model import TokenizerSource
 from extproc.core.policy.presets import presets
 from extproc.core.tokens import TokenizerLoadError
 from extproc.runtime.envoy_process import envoy_binary
 from extproc.service.contract_loading import load_contract
+from extproc.service.policy_file import load_policy_file
 from extproc.tools.learn.findings import Finding, unknown
 from extproc.tools.learn.learn_report import NO_VERIFY, LearnReport, to_json, to_markdown
 from extproc.tools.learn.local import LocalModel

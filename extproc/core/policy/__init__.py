@@ -1,7 +1,7 @@
 """Policy: what the gateway knows per served model (schema, presets, loader)."""
 
 from extproc.core.policy.errors import PolicyError
-from extproc.core.policy.loader import load_policy_file, load_policy_text
+from extproc.core.policy.loader import load_policy_text
 from extproc.core.policy.model import (
     EncodingProfile,
     GatewayPolicy,
@@ -25,6 +25,5 @@ __all__ = [
     "SpecialTokens",
     "TokenizerSource",
     "UpstreamPolicy",
-    "load_policy_file",
     "load_policy_text",
 ]

@@ -1,4 +1,5 @@
-"""Policy file -> validated :class:`GatewayPolicy`.
+"""Policy text -> validated :class:`GatewayPolicy` (the file is read by
+:mod:`extproc.service.policy_file`).
 
 The file is YAML whose schema is ``protos/extproc/policy/v1/policy.proto``; keys map
 onto the proto with protobuf's JSON mapping, so unknown keys and wrong types are
@@ -11,7 +12,6 @@ from __future__ import annotations
 
 import os
 import re
-import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import MappingProxyType
@@ -50,7 +50,6 @@ from extproc.core.policy.model import (
 )
 from extproc.core.policy.overlay import overlay
 from extproc.core.policy.presets import presets
-from extproc.core.policy.reading import PolicyFileChangedError, read_policy_file
 from extproc.core.policy.v1 import policy_pb2 as pb
 from extproc.core.prompts import DOCUMENT_TYPES, QUERY_TYPES
 from extproc.core.rerank.dialects import DEFAULT_PATHS, DEFAULT_RETURN_DOCUMENTS, Dialect
@@ -76,9 +75,6 @@ MAX_RETRY_AFTER_S = 3600
 MIN_UPLOAD_BYTES_PER_S = 1024 * 1024
 MAX_UPLOAD_BYTES_PER_S = 2**32 - 1
 TOKENIZER_OVERRIDES_ENV = "EXTPROC_TOKENIZER_OVERRIDES"
-# A file being written while read at start is read again after a pause, at most so often.
-READ_ATTEMPTS = 5
-READ_RETRY_S = 0.1
 _FIELD_RE = re.compile(r"\{(\w*)\}")
 
 
@@ -91,24 +87,6 @@ def parse_tokenizer_overrides(spec: str) -> dict[str, Path]:
             raise ValueError(f"tokenizer override {item!r} is not NAME=DIRECTORY")
         out[name.strip()] = Path(path.strip())
     return out
-
-
-def load_policy_file(
-    path: str | os.PathLike[str],
-    *,
-    tokenizer_overrides: Mapping[str, Path] | None = None,
-) -> GatewayPolicy:
-    """The policy in a file, read by :func:`read_policy_file` (a regular file only, one
-    version of it: a write racing the read is read again, a few times)."""
-    for attempt in range(READ_ATTEMPTS):
-        try:
-            version = read_policy_file(path)
-            break
-        except PolicyFileChangedError:
-            if attempt == READ_ATTEMPTS - 1:
-                raise
-            time.sleep(READ_RETRY_S)
-    return load_policy_text(version.text, source=str(path), tokenizer_overrides=tokenizer_overrides)
 
 
 def load_policy_text(
