@@ -1,7 +1,7 @@
 """Reading a policy file: one stable version of a regular file, never blocking, then
 its text loaded (:func:`~extproc.core.policy.loader.load_policy_text`).
 
-The rules are those of :mod:`extproc.core.regular_file` (a regular file only, opened
+The rules are those of :mod:`extproc.service.regular_file` (a regular file only, opened
 so that nothing can block, the bytes of one version), with a policy's own bound
 (:data:`MAX_POLICY_BYTES`: a policy is a few KiB of YAML) and its errors: a
 :class:`PolicyError` naming the file and the field ``<file>``, or its subclass
@@ -21,7 +21,7 @@ from pathlib import Path
 from extproc.core.policy.errors import PolicyError
 from extproc.core.policy.loader import load_policy_text
 from extproc.core.policy.model import GatewayPolicy
-from extproc.core.regular_file import FileChangedError, FileRefusedError, read_regular_file
+from extproc.service.regular_file import FileChangedError, FileRefusedError, read_regular_file
 
 MAX_POLICY_BYTES = 1024 * 1024
 FILE_FIELD = "<file>"

@@ -63,7 +63,6 @@ from typing import Literal, Protocol, get_args
 from extproc.core.contract import Contract
 from extproc.core.policy import GatewayPolicy, PolicyError, load_policy_text
 from extproc.core.policy.changes import policy_changes
-from extproc.core.regular_file import REGULAR, kind_of, not_regular, stat_failure
 from extproc.core.tokens import TokenizerLoadError
 from extproc.service.contract_loading import load_contract
 from extproc.service.memory import trim_heap
@@ -73,6 +72,7 @@ from extproc.service.policy_file import (
     PolicyFileVersion,
     read_policy_file,
 )
+from extproc.service.regular_file import REGULAR, kind_of, not_regular, stat_failure
 
 log = logging.getLogger("extproc.service.reload")
 

@@ -1,9 +1,9 @@
 """A model's tokenizer, loaded from its ``tokenizer.json``: in a directory the policy
 names, or from the Hugging Face hub (its local cache first).
 
-The file is read here, by the rules of :mod:`extproc.core.regular_file`, never by the
-tokenizers library from the path: a FIFO or a device put where the file was must be
-refused, not block the loading thread forever. The text is then parsed into a
+The file is read here, by the rules of :mod:`extproc.service.regular_file`, never by
+the tokenizers library from the path: a FIFO or a device put where the file was must
+be refused, not block the loading thread forever. The text is then parsed into a
 :class:`~extproc.core.tokens.ModelTokenizer`.
 """
 
@@ -14,8 +14,8 @@ from pathlib import Path
 from tokenizers import Tokenizer
 
 from extproc.core.policy.model import SpecialTokens, TokenizerSource
-from extproc.core.regular_file import FileRefusedError, read_regular_file
 from extproc.core.tokens import ModelTokenizer, TokenizerLoadError
+from extproc.service.regular_file import FileRefusedError, read_regular_file
 
 # Far above any real vocabulary's tokenizer.json (a few to a few tens of MB).
 MAX_TOKENIZER_JSON_BYTES = 256 * 1024 * 1024
