@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +19,7 @@ from extproc.core.policy import (
 from extproc.core.policy.presets import presets
 from extproc.core.upstreams import Capabilities
 from extproc.service.tokenizer_files import load_tokenizer
+from extproc.service.tokenizer_overrides import TOKENIZER_OVERRIDES_ENV, tokenizer_overrides
 from testing_support.qwen import QWEN_EOS, QWEN_MODEL, REPO, SHIPPED_QWEN_POLICY
 
 
@@ -248,7 +250,7 @@ def test_specials_from_a_bert_style_post_processor(tmp_path: Path, qwen_dir: Pat
     assert (loaded.prepend_ids, loaded.append_ids) == ((151644,), (151645,))
 
 
-def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "extproc", *args],
         capture_output=True,
@@ -256,6 +258,7 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
         timeout=120,
         check=False,
         cwd=REPO,
+        env=None if env is None else {**os.environ, **env},
     )
 
 
@@ -271,3 +274,32 @@ def test_check_config_cli(tmp_path: Path, qwen_dir: Path) -> None:
     assert result.returncode == 1
     assert f"{bad}: models[0].max_tokens:" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_tokenizer_overrides_come_from_the_environment_and_a_flag_wins(tmp_path: Path) -> None:
+    environ = {TOKENIZER_OVERRIDES_ENV: f"a={tmp_path}/env-a, b={tmp_path}/env-b"}
+    got = tokenizer_overrides([f"a={tmp_path}/flag-a"], environ)
+    assert got == {"a": tmp_path / "flag-a", "b": tmp_path / "env-b"}
+    assert tokenizer_overrides([], {}) == {}
+    with pytest.raises(ValueError, match="'a' is not NAME=DIRECTORY"):
+        tokenizer_overrides(["a"], {})
+    with pytest.raises(PolicyError) as info:
+        tokenizer_overrides([], {TOKENIZER_OVERRIDES_ENV: "b"})
+    assert (info.value.source, info.value.field) == (TOKENIZER_OVERRIDES_ENV, "<env>")
+    assert info.value.reason == "tokenizer override 'b' is not NAME=DIRECTORY"
+
+
+def test_check_config_reads_tokenizer_overrides_from_the_environment(
+    tmp_path: Path, qwen_dir: Path
+) -> None:
+    """The loader reads no environment: the command does, and hands it the overrides."""
+    policy = tmp_path / "p.yaml"
+    policy.write_text("models:\n  - name: m\n    preset: qwen3-embedding-0.6b\n")
+    ok = run_cli("check-config", str(policy), env={TOKENIZER_OVERRIDES_ENV: f"m={qwen_dir}"})
+    assert ok.returncode == 0, ok.stderr
+    assert f"tokenizer {qwen_dir}" in ok.stdout
+    bad = run_cli("check-config", str(policy), env={TOKENIZER_OVERRIDES_ENV: "m"})
+    assert bad.returncode == 1
+    assert bad.stderr.strip() == (
+        f"error: {TOKENIZER_OVERRIDES_ENV}: <env>: tokenizer override 'm' is not NAME=DIRECTORY"
+    )

@@ -32,7 +32,6 @@ from extproc.commands.options import (
     add_workers_option,
     tracing_unavailable,
 )
-from extproc.core.policy.loader import parse_tokenizer_overrides
 from extproc.core.policy.model import InstructionUse, ModelPolicy
 from extproc.core.policy.presets import presets
 from extproc.runtime.cpu_count import cpus_available
@@ -49,6 +48,7 @@ from extproc.service.tls import (
     read_file,
     settings_from_flags,
 )
+from extproc.service.tokenizer_overrides import tokenizer_overrides
 
 if TYPE_CHECKING:
     import grpc
@@ -220,7 +220,7 @@ def reload_settings(args: argparse.Namespace, started_from: FileStamp | None) ->
     markers = os.environ.get(PRECHECK_MARKERS_ENV)  # set for `extproc run`'s workers
     return ReloadSettings(
         config=args.config,
-        tokenizer_overrides=parse_tokenizer_overrides(",".join(args.tokenizer)),
+        tokenizer_overrides=tokenizer_overrides(args.tokenizer),
         watch=not args.no_watch,
         started_from=started_from,
         precheck_markers=None if markers is None else tuple(filter(None, markers.split(","))),

@@ -8,10 +8,10 @@ from pathlib import Path
 
 from extproc.core.contract import Contract
 from extproc.core.policy import PolicyError
-from extproc.core.policy.loader import parse_tokenizer_overrides
 from extproc.core.tokens import TokenizerLoadError
 from extproc.service.contract_loading import load_contract
 from extproc.service.policy_file import load_policy_file
+from extproc.service.tokenizer_overrides import tokenizer_overrides
 
 
 def load_contract_or_report(
@@ -19,7 +19,7 @@ def load_contract_or_report(
 ) -> Contract | None:
     """The policy and its tokenizers, or None after printing file, field and reason."""
     try:
-        overrides = parse_tokenizer_overrides(",".join(tokenizer_flags))
+        overrides = tokenizer_overrides(tokenizer_flags)
         policy = load_policy_file(config, tokenizer_overrides=overrides)
         if not tokenizers:
             return Contract(policy=policy, tokenizers={})

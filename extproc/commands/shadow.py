@@ -174,9 +174,9 @@ def run_shadow(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    from extproc.core.policy.loader import parse_tokenizer_overrides
     from extproc.runtime.cpu_count import cpus_available
     from extproc.runtime.extproc_servers import launcher_contract
+    from extproc.service.tokenizer_overrides import tokenizer_overrides
 
     workers = args.workers or cpus_available()
     contract = launcher_contract(
@@ -205,7 +205,7 @@ def run_shadow(args: argparse.Namespace) -> int:
         gateway_template=args.gateway_template,
         workers=workers,
         policy_file=args.config,
-        tokenizer_overrides=parse_tokenizer_overrides(",".join(args.tokenizer)),
+        tokenizer_overrides=tokenizer_overrides(args.tokenizer),
     )
     return main_shadow(contract, options)
 

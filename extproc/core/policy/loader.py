@@ -10,7 +10,6 @@ unset. Then the semantic checks below run, and any failure is a
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -74,19 +73,7 @@ MAX_RETRY_AFTER_S = 3600
 # seconds; 4 GiB/s - 1 (the field's range) all but turns reservations off.
 MIN_UPLOAD_BYTES_PER_S = 1024 * 1024
 MAX_UPLOAD_BYTES_PER_S = 2**32 - 1
-TOKENIZER_OVERRIDES_ENV = "EXTPROC_TOKENIZER_OVERRIDES"
 _FIELD_RE = re.compile(r"\{(\w*)\}")
-
-
-def parse_tokenizer_overrides(spec: str) -> dict[str, Path]:
-    """``"NAME=DIR,NAME2=DIR2"`` -> mapping; NAME is a model name or a tokenizer hf_id."""
-    out: dict[str, Path] = {}
-    for item in filter(None, (part.strip() for part in spec.split(","))):
-        name, sep, path = item.partition("=")
-        if not sep or not name or not path:
-            raise ValueError(f"tokenizer override {item!r} is not NAME=DIRECTORY")
-        out[name.strip()] = Path(path.strip())
-    return out
 
 
 def load_policy_text(
@@ -95,13 +82,10 @@ def load_policy_text(
     source: str = "<text>",
     tokenizer_overrides: Mapping[str, Path] | None = None,
 ) -> GatewayPolicy:
+    """The policy ``text`` says (``source`` names it in errors). ``tokenizer_overrides``
+    maps a model name or a tokenizer hf_id to the directory its tokenizer.json is read
+    from instead (the caller's: extproc.service.tokenizer_overrides)."""
     overrides = dict(tokenizer_overrides or {})
-    env_spec = os.environ.get(TOKENIZER_OVERRIDES_ENV, "")
-    if env_spec:
-        try:
-            overrides = {**parse_tokenizer_overrides(env_spec), **overrides}
-        except ValueError as exc:
-            raise PolicyError(TOKENIZER_OVERRIDES_ENV, "<env>", str(exc)) from exc
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as exc:
