@@ -18,7 +18,8 @@ from extproc.core.policy import (
 )
 from extproc.core.policy.presets import presets
 from extproc.core.upstreams import Capabilities
-from extproc.service.tokenizer_files import load_tokenizer
+from extproc.service.contract_loading import load_contract
+from extproc.service.tokenizer_files import check_tokenizer_dirs, load_tokenizer
 from extproc.service.tokenizer_overrides import TOKENIZER_OVERRIDES_ENV, tokenizer_overrides
 from testing_support.qwen import QWEN_EOS, QWEN_MODEL, REPO, SHIPPED_QWEN_POLICY
 
@@ -221,13 +222,45 @@ def test_upstream_kind_and_native_capabilities(
     assert model.upstream == want
 
 
-def test_missing_tokenizer_directory_is_reported(tmp_path: Path) -> None:
+MISSING_TOKENIZERS = (
+    "models:\n"
+    "  - {name: a, preset: e5}\n"
+    "  - {name: m, preset: e5, tokenizer: {path: /nonexistent}}\n"
+    "rerankers:\n"
+    "  - {name: r, dialect: TEI, tokenizer: {path: /nowhere}}\n"
+)
+
+
+def test_a_tokenizer_directory_without_tokenizer_json_is_reported_where_tokenizers_load(
+    qwen_dir: Path,
+) -> None:
+    """The loader only reads text; loading the contract looks at the directories first,
+    and names the field of the first one without a tokenizer.json."""
+    policy = load_policy_text(MISSING_TOKENIZERS, source="p.yaml", tokenizer_overrides={})
     with pytest.raises(PolicyError) as info:
-        load_policy_text(
-            "models:\n  - name: m\n    preset: e5\n    tokenizer: {path: /nonexistent}\n",
-            tokenizer_overrides={},
-        )
-    assert info.value.field == "models[0].tokenizer.path"
+        load_contract(policy)
+    assert (info.value.source, info.value.field) == ("p.yaml", "models[1].tokenizer.path")
+    assert info.value.reason == "/nonexistent has no tokenizer.json"
+    # An override's directory is the one looked at, under the entry's own field.
+    overridden = load_policy_text(
+        MISSING_TOKENIZERS, source="p.yaml", tokenizer_overrides={"m": qwen_dir}
+    )
+    with pytest.raises(PolicyError) as info:
+        check_tokenizer_dirs(overridden)
+    assert (info.value.field, info.value.reason) == (
+        "rerankers[0].tokenizer.path",
+        "/nowhere has no tokenizer.json",
+    )
+
+
+def test_check_config_without_tokenizers_still_checks_their_directories(tmp_path: Path) -> None:
+    policy = tmp_path / "p.yaml"
+    policy.write_text(MISSING_TOKENIZERS)
+    result = run_cli("check-config", str(policy), "--no-tokenizers")
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        f"error: {policy}: models[1].tokenizer.path: /nonexistent has no tokenizer.json"
+    )
 
 
 def test_specials_from_a_bert_style_post_processor(tmp_path: Path, qwen_dir: Path) -> None:

@@ -1,5 +1,6 @@
-"""Loading a contract: every tokenizer a policy names, once per source, then the checks
-that need them (:func:`~extproc.core.contract.check_prompt_budgets`)."""
+"""Loading a contract: every tokenizer a policy names (each directory checked first), once
+per source, then the checks that need them
+(:func:`~extproc.core.contract.check_prompt_budgets`)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from collections.abc import Hashable
 from extproc.core.contract import Contract, check_prompt_budgets
 from extproc.core.policy.model import GatewayPolicy, SpecialTokens, TokenizerSource
 from extproc.core.tokens import ModelTokenizer
-from extproc.service.tokenizer_files import load_tokenizer
+from extproc.service.tokenizer_files import check_tokenizer_dirs, load_tokenizer
 
 
 def tokenizer_key(source: TokenizerSource, special: SpecialTokens) -> Hashable:
@@ -28,13 +29,15 @@ def tokenizer_key(source: TokenizerSource, special: SpecialTokens) -> Hashable:
 
 def load_contract(policy: GatewayPolicy, *, reuse: Contract | None = None) -> Contract:
     """Load every model's tokenizer once; models sharing a source share it. Raises
-    PolicyError for a prompt that leaves too little room for inputs
-    (:func:`check_prompt_budgets`: it needs the tokenizer).
+    PolicyError for a tokenizer directory without a tokenizer.json
+    (:func:`check_tokenizer_dirs`), and for a prompt that leaves too little room for
+    inputs (:func:`check_prompt_budgets`: it needs the tokenizer).
 
     With ``reuse``, a model whose :func:`tokenizer_key` is also in that contract gets
     its already-loaded tokenizer: the tokenizers library holds the interpreter lock
     while it loads one, pausing every other thread and the event loop for that long.
     """
+    check_tokenizer_dirs(policy)
     cache: dict[Hashable, ModelTokenizer] = {}
     if reuse is not None:
         for name, tokenizer in reuse.tokenizers.items():

@@ -1,5 +1,6 @@
 """A model's tokenizer, loaded from its ``tokenizer.json``: in a directory the policy
-names, or from the Hugging Face hub (its local cache first).
+names, or from the Hugging Face hub (its local cache first); and the check that each
+directory a policy names holds one (:func:`check_tokenizer_dirs`).
 
 The file is read here, by the rules of :mod:`extproc.service.regular_file`, never by
 the tokenizers library from the path: a FIFO or a device put where the file was must
@@ -13,13 +14,29 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
-from extproc.core.policy.model import SpecialTokens, TokenizerSource
+from extproc.core.policy.errors import PolicyError
+from extproc.core.policy.model import GatewayPolicy, SpecialTokens, TokenizerSource
 from extproc.core.tokens import ModelTokenizer, TokenizerLoadError
 from extproc.service.regular_file import FileRefusedError, read_regular_file
 
 # Far above any real vocabulary's tokenizer.json (a few to a few tens of MB).
 MAX_TOKENIZER_JSON_BYTES = 256 * 1024 * 1024
 _WHAT = "a tokenizer.json"
+
+
+def check_tokenizer_dirs(policy: GatewayPolicy) -> None:
+    """Raise PolicyError naming the file and the field (``models[0].tokenizer.path``,
+    ``rerankers[0].tokenizer.path``) of the first tokenizer directory, as the policy and
+    its overrides name it, that holds no tokenizer.json. Only looks: nothing is read."""
+    named: list[tuple[str, TokenizerSource | None]]
+    named = [(f"models[{i}]", m.tokenizer) for i, m in enumerate(policy.models.values())]
+    named += [(f"rerankers[{i}]", r.tokenizer) for i, r in enumerate(policy.rerankers)]
+    for where, source in named:
+        path = None if source is None else source.path
+        if path is not None and not (path / "tokenizer.json").is_file():
+            raise PolicyError(
+                policy.source, f"{where}.tokenizer.path", f"{path} has no tokenizer.json"
+            )
 
 
 def load_tokenizer(source: TokenizerSource, special: SpecialTokens) -> ModelTokenizer:

@@ -164,12 +164,6 @@ def _rerankers(source: str, raw: Any, overrides: Mapping[str, Path]) -> tuple[Re
         max_tokens = entry.max_tokens if entry.HasField("max_tokens") else None
         if max_tokens is not None and tokenizer is None:
             raise fail("tokenizer", "required with max_tokens (pairs are counted with it)")
-        if (
-            tokenizer is not None
-            and tokenizer.path is not None
-            and not (tokenizer.path / "tokenizer.json").is_file()
-        ):
-            raise fail("tokenizer.path", f"{tokenizer.path} has no tokenizer.json")
         errors = _errors(source, item["errors"]) if "errors" in item else None
         out.append(
             RerankPolicy(
@@ -377,8 +371,6 @@ def _validate_model(
         tok_path, hf_id = override, None
     if hf_id is None and tok_path is None:
         raise fail("tokenizer", "needs hf_id or path (or a preset that names one)")
-    if tok_path is not None and not (tok_path / "tokenizer.json").is_file():
-        raise fail("tokenizer.path", f"{tok_path} has no tokenizer.json")
 
     special = tok.special_tokens
     from_tok = special.from_tokenizer if special.HasField("from_tokenizer") else False
