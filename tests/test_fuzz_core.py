@@ -31,6 +31,7 @@ import binascii
 import copy
 import json
 import math
+import time
 from pathlib import Path
 from typing import Any
 
@@ -308,7 +309,7 @@ def _texts(raw_input: Any) -> list[str] | None:
 def check_request(body: bytes, core: Core) -> Forward | ApiError:
     """Forward (checked against the request) or a 4xx ApiError; anything else propagates."""
     try:
-        forward = rewrite_request(body, core.policy, core.tokenizers)
+        forward = rewrite_request(body, core.policy, core.tokenizers, clock=time.monotonic)
     except ApiError as error:
         assert 400 <= error.status < 500, repr(error)
         envelope = check_envelope(error.envelope())
@@ -538,7 +539,7 @@ def test_valid_requests_are_forwarded(data: st.DataObject, core: Core) -> None:
     body = json.dumps(request, ensure_ascii=data.draw(st.booleans()), allow_nan=False).encode()
     if len(body) > MAX_REQUEST_BYTES:
         with pytest.raises(ApiError) as caught:
-            rewrite_request(body, core.policy, core.tokenizers)
+            rewrite_request(body, core.policy, core.tokenizers, clock=time.monotonic)
         assert caught.value.status == 413
         return
     result = check_request(body, core)

@@ -14,6 +14,7 @@ upstream is asked and what the client gets, checked against an oracle of its own
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +57,7 @@ def qwen_policy(entry: str = "", top: str = "", *, profile: str = "LEGACY") -> s
 
 def send(c: Contract, **fields: Any) -> Forward:
     body = {"model": next(iter(c.policy.models)), **fields}
-    return rewrite_request(orjson.dumps(body), c.policy, c.tokenizers)
+    return rewrite_request(orjson.dumps(body), c.policy, c.tokenizers, clock=time.monotonic)
 
 
 def sent_input(forward: Forward) -> Any:
@@ -259,19 +260,22 @@ def test_base64_honoured_with_lax_integers(qwen_dir: Path) -> None:
     assert forward.plan.client_encoding is Encoding.BASE64 and forward.plan.dimensions == 64
     assert send(c, input="q", dimensions=64.0).plan.dimensions == 64
     body = b"\xef\xbb\xbf" + orjson.dumps({"model": QWEN_MODEL, "input": "q"})
-    assert rewrite_request(body, c.policy, c.tokenizers).plan.input_count == 1
+    assert rewrite_request(body, c.policy, c.tokenizers, clock=time.monotonic).plan.input_count == 1
 
 
 def test_leniency_parts_apart(qwen_dir: Path) -> None:
     """A byte order mark accepted, integers strict; and the other way round."""
     bom = contract(qwen_policy("leniency: {bom: true}", profile="OPENAI"), qwen_dir)
     body = b"\xef\xbb\xbf" + orjson.dumps({"model": QWEN_MODEL, "input": "q"})
-    assert rewrite_request(body, bom.policy, bom.tokenizers).plan.input_count == 1
+    assert (
+        rewrite_request(body, bom.policy, bom.tokenizers, clock=time.monotonic).plan.input_count
+        == 1
+    )
     assert refusal(bom, input="q", dimensions="64")[0] == 400
     ints = contract(qwen_policy("leniency: {integers: true}", profile="OPENAI"), qwen_dir)
     assert send(ints, input="q", dimensions="64").plan.dimensions == 64
     with pytest.raises(ApiError):
-        rewrite_request(body, ints.policy, ints.tokenizers)
+        rewrite_request(body, ints.policy, ints.tokenizers, clock=time.monotonic)
 
 
 # --------------------------------------------------------------------- Matryoshka
@@ -359,7 +363,7 @@ FASTAPI = "errors: {shape: FASTAPI, status: {malformed: 422, invalid: 422, dimen
 
 def raw_refusal(c: Contract, body: bytes) -> tuple[int, Any]:
     with pytest.raises(ApiError) as caught:
-        rewrite_request(body, c.policy, c.tokenizers)
+        rewrite_request(body, c.policy, c.tokenizers, clock=time.monotonic)
     status, out = c.policy.errors.answer(caught.value)
     return status, orjson.loads(out)
 

@@ -82,7 +82,7 @@ def native_openai(qwen_dir: Path) -> Contract:
 
 
 def run(body: Mapping[str, Any], on: Contract) -> Forward:
-    return rewrite_request(orjson.dumps(body), on.policy, on.tokenizers)
+    return rewrite_request(orjson.dumps(body), on.policy, on.tokenizers, clock=time.monotonic)
 
 
 def sent(forward: Forward, body: Mapping[str, Any]) -> dict[str, Any]:

@@ -9,6 +9,7 @@ here from the model card (docs/upstreams.md).
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -98,7 +99,7 @@ def openai_contract(qwen_dir: Path) -> Contract:
 
 def run(body: bytes | Mapping[str, Any], contract: Contract) -> Forward:
     raw = body if isinstance(body, bytes) else orjson.dumps(body)
-    return rewrite_request(raw, contract.policy, contract.tokenizers)
+    return rewrite_request(raw, contract.policy, contract.tokenizers, clock=time.monotonic)
 
 
 def upstream_doc(forward: Forward) -> dict[str, Any]:

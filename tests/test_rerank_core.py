@@ -5,6 +5,7 @@ documents, errors), for vLLM's answer and Dynamo's bare array."""
 from __future__ import annotations
 
 import math
+import time
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +53,7 @@ COHERE = """
 
 def ask(c: Contract, path: str, body: dict[str, Any] | bytes) -> RerankForward:
     raw = body if isinstance(body, bytes) else orjson.dumps(body)
-    return rewrite_rerank_request(raw, c.policy, path, c.tokenizers)
+    return rewrite_rerank_request(raw, c.policy, path, c.tokenizers, clock=time.monotonic)
 
 
 def refused(c: Contract, path: str, body: dict[str, Any] | bytes) -> tuple[int, Any]:

@@ -22,7 +22,7 @@ gets the value read.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
@@ -53,10 +53,12 @@ def rewrite_request(
     policy: GatewayPolicy,
     tokenizers: Mapping[str, ModelTokenizer],
     *,
+    clock: Callable[[], float],
     coding: BodyCoding | None = None,
 ) -> Forward:
     """Validate and rewrite one ``POST /v1/embeddings`` body (``coding`` as for
-    :func:`read_request`); raise ApiError for the client."""
+    :func:`read_request`; ``clock``, seconds on a monotonic clock, times the
+    tokenizing); raise ApiError for the client."""
     request = read_request(body, policy, tokenizers, coding=coding)
     model = request.model
     prefix = prompt_prefix(model.prompts, request.input_type, request.instruction)
@@ -68,6 +70,7 @@ def rewrite_request(
         tokenizer=tokenizers[model.name],
         limits=policy.limits,
         single=request.single_text,
+        clock=clock,
         truncation=model.truncation,
     )
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import enum
 import json
-import time
 import unicodedata
 from collections.abc import Callable, Iterator, Sequence
 
@@ -67,7 +66,7 @@ class TokenizeBudgetError(Exception):
 
 class TokenizeBudget:
     """What one request may still spend on tokenization: bytes of text handed to the
-    tokenizer, and wall-clock time.
+    tokenizer, and time on the ``clock`` its caller gives (seconds, monotonic).
 
     Bytes are the deterministic bound (the same request always gets the same answer)
     and, unlike tokens, are known before the tokenizer runs: work over the budget is
@@ -81,7 +80,7 @@ class TokenizeBudget:
         max_bytes: int,
         max_seconds: float,
         *,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float],
     ) -> None:
         self.max_bytes = max_bytes
         self.max_seconds = max_seconds

@@ -280,6 +280,7 @@ class ExtProcStream:
                 request.request_body.body,
                 self.contract.policy,
                 self.contract.tokenizers,
+                clock=time.monotonic,
                 coding=self.body_coding,
             )
         except ApiError as error:
@@ -312,6 +313,7 @@ class ExtProcStream:
                 self.contract.policy,
                 self.rerank_path,
                 self.contract.tokenizers,
+                clock=time.monotonic,
             )
         except ApiError as error:
             self.metrics.phase_seconds("request", time.perf_counter() - started)

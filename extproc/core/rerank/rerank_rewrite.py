@@ -18,7 +18,7 @@ request is a 502.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from extproc.core.error_envelope import ApiError, ErrorDialect, invalid_request
@@ -74,9 +74,12 @@ def rewrite_rerank_request(
     policy: GatewayPolicy,
     path: str,
     tokenizers: Mapping[str, ModelTokenizer],
+    *,
+    clock: Callable[[], float],
 ) -> RerankForward:
     """Validate and rewrite one rerank request to ``path`` (one of the policy's rerank
-    paths); raise ApiError for the client."""
+    paths; ``clock``, seconds on a monotonic clock, times the tokenizing); raise
+    ApiError for the client."""
     entries = policy.rerankers_at(path)
     if not entries:
         raise ApiError(
@@ -102,7 +105,7 @@ def rewrite_rerank_request(
         cut = True
     truncate_to = None
     if reranker.max_tokens is not None:
-        longest = _longest_pair(request, reranker, tokenizers, policy)
+        longest = _longest_pair(request, reranker, tokenizers, policy, clock)
         if longest > reranker.max_tokens:
             if not cut:
                 raise ApiError(
@@ -205,9 +208,10 @@ def _longest_pair(
     reranker: RerankPolicy,
     tokenizers: Mapping[str, ModelTokenizer],
     policy: GatewayPolicy,
+    clock: Callable[[], float],
 ) -> int:
     limits = policy.limits
-    budget = TokenizeBudget(limits.max_tokenize_bytes, limits.max_tokenize_ms / 1000)
+    budget = TokenizeBudget(limits.max_tokenize_bytes, limits.max_tokenize_ms / 1000, clock=clock)
     try:
         counts = tokenizers[reranker.key].pair_counts(request.query, request.documents, budget)
     except TokenizeBudgetError:
