@@ -216,7 +216,7 @@ def test_an_overwritten_otlp_message_module_is_exit_2_naming_the_fix(tmp_path: P
     # xds-protos ships an older common_pb2.py under the same name; installed after
     # opentelemetry-proto, it replaces the module the OTLP exporter imports.
     common = _opentelemetry_proto_copy(tmp_path)
-    check = "from extproc.commands.options import otlp_protos_overwritten as f; print(f())"
+    check = "from extproc.runtime.server_options import otlp_protos_overwritten as f; print(f())"
     env = {"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"}
     intact = subprocess.run(
         [sys.executable, "-c", check],

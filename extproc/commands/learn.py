@@ -25,7 +25,6 @@ from extproc.commands.options import (
     add_header_option,
     add_servers_options,
     add_timeout_option,
-    add_tokenizer_option,
     add_tool_parser,
     check_budget,
     headers_from,
@@ -35,6 +34,7 @@ from extproc.core.policy.model import TokenizerSource
 from extproc.core.policy.presets import presets
 from extproc.core.tokens import TokenizerLoadError
 from extproc.runtime.envoy_process import envoy_binary
+from extproc.runtime.server_options import add_tokenizer_option
 from extproc.service.contract_loading import load_contract
 from extproc.service.policy_file import load_policy_file
 from extproc.service.tokenizer_overrides import (

@@ -15,8 +15,9 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from extproc.commands.contract_loading import load_contract_or_report
-from extproc.commands.options import add_policy_options, add_server_options, add_workers_option
+from extproc.commands.options import add_workers_option
+from extproc.runtime.server_options import add_policy_options, add_server_options
+from extproc.runtime.starting_contract import load_contract_or_report
 
 if TYPE_CHECKING:
     from extproc.tools.parity import Thresholds

@@ -28,10 +28,11 @@ Rules:
    one warning and one count, once per distinct state (a missing file mid-swap,
    shorter than ``settle_s``, is never reported).
 5. Loading (YAML, schema, tokenizers, the prompt budget check of
-   :func:`~extproc.service.contract_loading.load_contract`) runs in a worker thread. Tokenizers
-   whose source and file are unchanged are reused (``load_contract(reuse=...)``): the
-   tokenizers library holds the interpreter lock while it parses a tokenizer.json,
-   which pauses the event loop, so only a new or replaced tokenizer costs that pause.
+   :func:`~extproc.service.contract_loading.load_contract`) runs in a worker thread.
+   Tokenizers whose source and file are unchanged are reused
+   (``load_contract(reuse=...)``): the tokenizers library holds the interpreter lock
+   while it parses a tokenizer.json, which pauses the event loop, so only a new or
+   replaced tokenizer costs that pause.
    A file that cannot be served is refused with one warning naming file, field and
    reason, and the running contract keeps serving; a refused stamp is not tried again
    until it changes. The :class:`PolicyReloadMetrics` the reloader is given counts both

@@ -1,5 +1,6 @@
-"""Loading a contract for a command: the policy and its tokenizers, or one readable
-error line (file, field and reason) instead of a traceback."""
+"""The contract a command starts from: the policy file, with the tokenizer overrides of
+its flags and environment, and its tokenizers; or one readable error line (file,
+field and reason) instead of a traceback."""
 
 from __future__ import annotations
 
