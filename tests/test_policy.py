@@ -336,3 +336,25 @@ def test_check_config_reads_tokenizer_overrides_from_the_environment(
     assert bad.stderr.strip() == (
         f"error: {TOKENIZER_OVERRIDES_ENV}: <env>: tokenizer override 'm' is not NAME=DIRECTORY"
     )
+
+
+def test_check_config_warns_of_the_older_upstream_spelling(tmp_path: Path) -> None:
+    policy = tmp_path / "p.yaml"
+    policy.write_text(
+        "models:\n"
+        "  - {name: a, preset: e5, upstream_flavour: VLLM}\n"
+        "  - {name: b, preset: e5, upstream_flavour: DYNAMO, upstream: {kind: dynamo}}\n"
+    )
+    result = run_cli("check-config", str(policy), "--no-tokenizers")
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.splitlines() == [
+        f"warning: {policy}: models[0].upstream_flavour: the older spelling of "
+        "upstream.kind; write `upstream: {kind: vllm}` instead",
+        f"warning: {policy}: models[1].upstream_flavour: the older spelling of "
+        "upstream.kind; drop it: upstream.kind says 'dynamo' already",
+    ]
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "extproc" / "policies").glob("*.yaml")))
+def test_shipped_policies_use_no_older_spelling(path: Path) -> None:
+    assert load_policy_text(path.read_text(), source=path.name).older_spellings == ()

@@ -356,6 +356,8 @@ def _check_config(args: argparse.Namespace) -> int:
     if contract is None:
         return 1
     policy = contract.policy
+    for older in policy.older_spellings:
+        print(f"warning: {policy.source}: {older.field}: {older.replacement}", file=sys.stderr)
     limits = policy.limits
     print(
         f"{args.file}: OK, {len(policy.models)} model(s); limits: "

@@ -39,6 +39,7 @@ from extproc.core.policy.model import (
     Limits,
     Matryoshka,
     ModelPolicy,
+    OlderSpelling,
     PromptTemplates,
     RerankPolicy,
     ScoreScale,
@@ -99,9 +100,10 @@ def load_policy_text(
     limits = _limits(source, doc.get("limits", {}))
     errors = _errors(source, doc.get("errors", {}))
     models: dict[str, ModelPolicy] = {}
+    older: list[OlderSpelling] = []
     for index, raw in enumerate(raw_models):
         where = f"models[{index}]"
-        policy = _model(source, where, raw, overrides)
+        policy = _model(source, where, raw, overrides, older)
         if policy.name in models:
             raise PolicyError(source, f"{where}.name", f"duplicate model name {policy.name!r}")
         models[policy.name] = policy
@@ -110,7 +112,12 @@ def load_policy_text(
     if unknown_root:
         raise PolicyError(source, sorted(unknown_root)[0], "unknown top-level key")
     return GatewayPolicy(
-        models=models, limits=limits, source=source, errors=errors, rerankers=rerankers
+        models=models,
+        limits=limits,
+        source=source,
+        errors=errors,
+        rerankers=rerankers,
+        older_spellings=tuple(older),
     )
 
 
@@ -285,7 +292,21 @@ def _errors(source: str, raw: Any) -> ErrorDialect:
     return ErrorDialect(_SHAPES[msg.shape], MappingProxyType(statuses))
 
 
-def _model(source: str, where: str, raw: Any, overrides: Mapping[str, Path]) -> ModelPolicy:
+# The fields that say a model's encoding: a profile, or the parts of its bundle.
+_ENCODING_FIELDS = ("encoding_profile", "base64", "leniency")
+
+
+def _says_encoding(m: pb.ModelPolicy) -> bool:
+    return bool(m.encoding_profile or m.base64 or m.HasField("leniency"))
+
+
+def _model(
+    source: str,
+    where: str,
+    raw: Any,
+    overrides: Mapping[str, Path],
+    older: list[OlderSpelling],
+) -> ModelPolicy:
     if not isinstance(raw, dict):
         raise PolicyError(source, where, "expected a mapping")
     entry = pb.ModelPolicy()
@@ -293,6 +314,7 @@ def _model(source: str, where: str, raw: Any, overrides: Mapping[str, Path]) -> 
     if not entry.name:
         raise PolicyError(source, f"{where}.name", "required")
     merged = pb.ModelPolicy()
+    replaced: EncodingProfile | None = None
     if entry.preset:
         shipped = presets()
         preset = shipped.get(entry.preset)
@@ -303,30 +325,46 @@ def _model(source: str, where: str, raw: Any, overrides: Mapping[str, Path]) -> 
             )
         merged.CopyFrom(preset)
         _upstream_kind_from_flavour(source, f"{where}.preset", merged)
-    _upstream_kind_from_flavour(source, where, entry)
+        if _says_encoding(entry):
+            # The entry's encoding replaces the preset's as a whole: a profile and the
+            # fields that deviate from it are never mixed across the two.
+            replaced = _PROFILES.get(merged.encoding_profile)
+            for name in _ENCODING_FIELDS:
+                merged.ClearField(name)
+    older.extend(_upstream_kind_from_flavour(source, where, entry))
     overlay(merged, entry)
-    return _validate_model(source, where, merged, overrides)
+    return _validate_model(source, where, merged, overrides, replaced)
 
 
 _FLAVOUR_KINDS = {pb.DYNAMO: "dynamo", pb.VLLM: "vllm"}
 
 
-def _upstream_kind_from_flavour(source: str, where: str, m: pb.ModelPolicy) -> None:
+def _upstream_kind_from_flavour(
+    source: str, where: str, m: pb.ModelPolicy
+) -> tuple[OlderSpelling, ...]:
     """Moves the older ``upstream_flavour`` spelling onto ``upstream.kind``, before the
-    entry is laid over its preset: the entry's upstream wins whichever spelling each uses."""
+    entry is laid over its preset: the entry's upstream wins whichever spelling each
+    uses. Returns the spelling read, with how to write it now."""
     if m.upstream_flavour == pb.UPSTREAM_FLAVOUR_UNSPECIFIED:
-        return
+        return ()
+    field = f"{where}.upstream_flavour"
     kind = _FLAVOUR_KINDS.get(m.upstream_flavour)
     if kind is None:
-        raise PolicyError(source, f"{where}.upstream_flavour", "must be DYNAMO or VLLM")
+        raise PolicyError(source, field, "must be DYNAMO or VLLM")
     if m.upstream.kind and m.upstream.kind != kind:
         raise PolicyError(
             source,
-            f"{where}.upstream_flavour",
+            field,
             f"says {kind!r} but upstream.kind says {m.upstream.kind!r}; keep upstream.kind only",
         )
+    replacement = (
+        f"drop it: upstream.kind says {kind!r} already"
+        if m.upstream.kind
+        else f"write `upstream: {{kind: {kind}}}` instead"
+    )
     m.upstream.kind = kind
     m.ClearField("upstream_flavour")
+    return (OlderSpelling(field, f"the older spelling of upstream.kind; {replacement}"),)
 
 
 def _upstream(source: str, where: str, m: pb.ModelPolicy) -> UpstreamPolicy:
@@ -358,7 +396,11 @@ def _upstream(source: str, where: str, m: pb.ModelPolicy) -> UpstreamPolicy:
 
 
 def _validate_model(
-    source: str, where: str, m: pb.ModelPolicy, overrides: Mapping[str, Path]
+    source: str,
+    where: str,
+    m: pb.ModelPolicy,
+    overrides: Mapping[str, Path],
+    replaced: EncodingProfile | None,
 ) -> ModelPolicy:
     def fail(field: str, reason: str) -> PolicyError:
         return PolicyError(source, f"{where}.{field}", reason)
@@ -417,7 +459,7 @@ def _validate_model(
             renormalise=mm.renormalise if mm.HasField("renormalise") else True,
         )
 
-    honours_base64, leniency = _encoding(m, fail)
+    honours_base64, leniency = _encoding(m, fail, replaced)
     upstream = _upstream(source, where, m)
     if matryoshka is not None and not matryoshka.renormalise and upstream.native.dimensions:
         raise fail(
@@ -454,28 +496,68 @@ def _validate_model(
 _PROFILES = {pb.LEGACY: EncodingProfile.LEGACY, pb.OPENAI: EncodingProfile.OPENAI}
 
 
-def _encoding(m: pb.ModelPolicy, fail: Callable[[str, str], PolicyError]) -> tuple[bool, Leniency]:
-    """(base64 honoured, leniency): the profile's bundle, each part overridden by its
-    own field. Without a profile both parts must be set."""
-    profile = _PROFILES.get(m.encoding_profile)
+_BASE64 = {pb.ModelPolicy.HONOURED: True, pb.ModelPolicy.IGNORED: False}
+# The parts of an encoding, as (field, how a value of it is written).
+_PARTS: tuple[tuple[str, Callable[[bool], str]], ...] = (
+    ("base64", lambda honoured: "HONOURED" if honoured else "IGNORED"),
+    ("leniency.integers", lambda on: str(on).lower()),
+    ("leniency.bom", lambda on: str(on).lower()),
+    ("leniency.integral_floats", lambda on: str(on).lower()),
+)
+_REQUIRED_PARTS = ("base64", "leniency.integers", "leniency.bom")
+
+
+def _encoding(
+    m: pb.ModelPolicy,
+    fail: Callable[[str, str], PolicyError],
+    replaced: EncodingProfile | None,
+) -> tuple[bool, Leniency]:
+    """(base64 honoured, leniency), said one way: a profile, whose bundle a field
+    beside it may repeat but never contradict; or, without one, base64,
+    leniency.integers and leniency.bom, all three (leniency.integral_floats optional).
+    ``replaced``: the preset's profile, when the entry's own encoding replaced it."""
     lax = m.leniency
-    complete = (
-        m.base64 != pb.ModelPolicy.BASE64_UNSPECIFIED
-        and lax.HasField("integers")
-        and lax.HasField("bom")
-    )
-    if profile is None and not complete:
-        raise fail(
-            "encoding_profile",
-            "required: LEGACY or OPENAI (or base64, leniency.integers and leniency.bom, all three)",
+    declared: dict[str, bool | None] = {
+        "base64": _BASE64.get(m.base64),
+        "leniency.integers": lax.integers if lax.HasField("integers") else None,
+        "leniency.bom": lax.bom if lax.HasField("bom") else None,
+        "leniency.integral_floats": (
+            lax.integral_floats if lax.HasField("integral_floats") else None
+        ),
+    }
+    profile = _PROFILES.get(m.encoding_profile)
+    if profile is not None:
+        honours, lenient = PROFILE_BUNDLES[profile]
+        bundle = {
+            "base64": honours,
+            "leniency.integers": lenient.integers,
+            "leniency.bom": lenient.bom,
+            "leniency.integral_floats": lenient.integral_floats,
+        }
+        for field, spell in _PARTS:
+            value = declared[field]
+            if value is not None and value != bundle[field]:
+                raise fail(
+                    field,
+                    f"says {spell(value)} but encoding_profile {profile.name} says "
+                    f"{spell(bundle[field])}; keep encoding_profile only, or drop it and "
+                    "set base64, leniency.integers and leniency.bom",
+                )
+        return honours, lenient
+    if any(declared[field] is None for field in _REQUIRED_PARTS):
+        why = (
+            "required: LEGACY or OPENAI (or base64, leniency.integers and leniency.bom, all three)"
         )
-    honours, lenient = PROFILE_BUNDLES[profile] if profile else (True, Leniency())
-    if m.base64 != pb.ModelPolicy.BASE64_UNSPECIFIED:
-        honours = m.base64 == pb.ModelPolicy.HONOURED
-    return honours, Leniency(
-        integers=lax.integers if lax.HasField("integers") else lenient.integers,
-        bom=lax.bom if lax.HasField("bom") else lenient.bom,
-        integral_floats=lax.integral_floats,
+        if replaced is not None:
+            why += (
+                "; the entry's own base64 or leniency replaces its preset's "
+                f"encoding_profile {replaced.name}"
+            )
+        raise fail("encoding_profile", why)
+    return bool(declared["base64"]), Leniency(
+        integers=bool(declared["leniency.integers"]),
+        bom=bool(declared["leniency.bom"]),
+        integral_floats=bool(declared["leniency.integral_floats"]),
     )
 
 
