@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 from bench.workloads import REPO
-from extproc.core.policy import load_policy_file
 from extproc.runtime.envoy_config import (
     EnvoySettings,
     Upstream,
@@ -33,6 +32,7 @@ from extproc.runtime.envoy_config import (
     with_extproc_workers,
 )
 from extproc.service.net import free_port
+from extproc.service.policy_file import load_policy_file
 
 EXT_PROC_FILTER = "envoy.filters.http.ext_proc"
 PRECHECK_FILTER = "precheck"

@@ -43,9 +43,9 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
 from bench.floor_processor import FloorProcessor
 from bench.upstream import SMALL_BATCH, embeddings_body
 from bench.workloads import MODEL, POLICY, request_body
-from extproc.core.contract import load_contract
-from extproc.core.policy import load_policy_file
+from extproc.service.contract_loading import load_contract
 from extproc.service.metrics import process_metrics
+from extproc.service.policy_file import load_policy_file
 from extproc.service.reload import ContractHolder
 from extproc.service.servicer import ExternalProcessor, stream_shape
 from extproc.service.stream import ExtProcStream

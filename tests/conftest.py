@@ -17,8 +17,10 @@ from typing import Any
 import pytest
 from xdist.scheduler import LoadScopeScheduling
 
-from extproc.core.contract import Contract, load_contract
-from extproc.core.policy import GatewayPolicy, load_policy_file
+from extproc.core.contract import Contract
+from extproc.core.policy import GatewayPolicy
+from extproc.service.contract_loading import load_contract
+from extproc.service.policy_file import load_policy_file
 from testing_support.fake_upstream import FakeUpstream
 from testing_support.qwen import QWEN_MODEL, SHIPPED_QWEN_POLICY, qwen_tokenizer_dir
 from tests.harness import Envoys, Gateways, Servers

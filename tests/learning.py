@@ -15,8 +15,9 @@ import pytest
 
 from extproc.commands import learn as learn_command
 from extproc.commands.cli import _parser
-from extproc.core.policy import ModelPolicy, load_policy_file
+from extproc.core.policy import ModelPolicy
 from extproc.core.upstream_errors import parse_upstream_error
+from extproc.service.policy_file import load_policy_file
 from extproc.tools.parity import Answer
 from testing_support.fake_upstream import FakeUpstream
 from testing_support.http import http

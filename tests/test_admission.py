@@ -18,7 +18,6 @@ import pytest
 
 from extproc.core.contract import Contract
 from extproc.core.plan import Encoding, ResponsePlan
-from extproc.core.policy import load_policy_file
 from extproc.core.policy.loader import PolicyError
 from extproc.core.policy.model import (
     DEFAULT_ADMISSION_UPLOAD_BYTES_PER_S,
@@ -34,6 +33,7 @@ from extproc.service.admission import (
     overloaded_error,
     response_work_bytes,
 )
+from extproc.service.policy_file import load_policy_file
 from extproc.service.stream import ExtProcStream, Phase, Shape
 from testing_support.qwen import SHIPPED_QWEN_POLICY
 from tests.recorded_metrics import RecordedStreamMetrics

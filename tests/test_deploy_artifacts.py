@@ -47,9 +47,10 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from extproc.core.policy import load_policy_file, load_policy_text
+from extproc.core.policy import load_policy_text
 from extproc.core.request_coding import MAX_INFLATE_RATIO
 from extproc.runtime.envoy_config import LEGACY_CLUSTER, Upstream, with_legacy
+from extproc.service.policy_file import load_policy_file
 from testing_support.envoy import EnvoySpec, envoy_validate
 from testing_support.http import http
 from testing_support.processes import free_port

@@ -31,6 +31,7 @@ import binascii
 import copy
 import json
 import math
+import time
 from pathlib import Path
 from typing import Any
 
@@ -51,8 +52,8 @@ from extproc.core.policy.model import EncodingProfile, ModelPolicy
 from extproc.core.prompts import DOCUMENT_TYPES, QUERY_TYPES
 from extproc.core.request_headers import UPSTREAM_PATH, check_content_type, check_declared_length
 from extproc.core.request_rewrite import rewrite_request
-from extproc.core.tokens import load_tokenizer
 from extproc.core.upstreams import ADAPTERS
+from extproc.service.tokenizer_files import load_tokenizer
 from testing_support.http import envelope_error
 
 UTF8_BOM = b"\xef\xbb\xbf"
@@ -312,7 +313,7 @@ def _texts(raw_input: Any) -> list[str] | None:
 def check_request(body: bytes, core: Core) -> Forward | ApiError:
     """Forward (checked against the request) or a 4xx ApiError; anything else propagates."""
     try:
-        forward = rewrite_request(body, core.policy, core.tokenizers)
+        forward = rewrite_request(body, core.policy, core.tokenizers, clock=time.monotonic)
     except ApiError as error:
         assert 400 <= error.status < 500, repr(error)
         envelope = check_envelope(error.envelope())
@@ -542,7 +543,7 @@ def test_valid_requests_are_forwarded(data: st.DataObject, core: Core) -> None:
     body = json.dumps(request, ensure_ascii=data.draw(st.booleans()), allow_nan=False).encode()
     if len(body) > MAX_REQUEST_BYTES:
         with pytest.raises(ApiError) as caught:
-            rewrite_request(body, core.policy, core.tokenizers)
+            rewrite_request(body, core.policy, core.tokenizers, clock=time.monotonic)
         assert caught.value.status == 413
         return
     result = check_request(body, core)

@@ -6,6 +6,7 @@ budget and a two-worker host took twice the work."""
 
 from __future__ import annotations
 
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import orjson
@@ -31,7 +32,7 @@ PER_WORKER = 3  # requests of that work each worker's half of the budget holds
 
 
 def work_of_one(contract: Contract) -> int:
-    forward = rewrite_request(BODY, contract.policy, contract.tokenizers)
+    forward = rewrite_request(BODY, contract.policy, contract.tokenizers, clock=time.monotonic)
     return request_work_bytes(len(BODY)) + response_work_bytes(forward.plan)
 
 

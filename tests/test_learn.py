@@ -10,6 +10,8 @@ the policy writer.
 from __future__ import annotations
 
 import argparse
+import itertools
+import json
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -19,10 +21,12 @@ import pytest
 from extproc.commands import learn as learn_command
 from extproc.commands.cli import _parser
 from extproc.core.error_envelope import ErrorShape
-from extproc.core.policy import load_policy_file, load_policy_text
+from extproc.core.policy import load_policy_text
 from extproc.core.policy.model import EncodingProfile, Matryoshka, TokenizerSource
+from extproc.service.policy_file import load_policy_file
 from extproc.tools.learn.basics_learner import learn_basics
 from extproc.tools.learn.local import LocalModel, Template, templates
+from extproc.tools.learn.profile_learner import Encoding
 from extproc.tools.learn.session import Session
 from extproc.tools.learn.truncation_learner import _cut_point
 from extproc.tools.learn.upstream_learner import learn_max_tokens
@@ -289,6 +293,25 @@ def test_prompt_candidates() -> None:
     assert derived and derived[0].prefix("X") == "Instruct: X\nQuery:"
     assert "{text}" in [t.text for t in found]
     assert templates("document", None, files)[0].text == "{text}"
+
+
+@pytest.mark.parametrize(
+    "settings", list(itertools.product(("HONOURED", "IGNORED"), *[(False, True)] * 3))
+)
+def test_the_written_encoding_is_said_one_way_and_loads_as_learned(
+    settings: tuple[str, bool, bool, bool],
+) -> None:
+    """A bundle is written as its profile alone, anything else as its fields without a
+    profile: never both, so the entry loads (over a preset's profile too) as learned."""
+    written = Encoding(*settings).policy()
+    assert ("encoding_profile" in written) != ("base64" in written or "leniency" in written)
+    entry = {"name": "m", "preset": "e5", **written}
+    model = load_policy_text(json.dumps({"models": [entry]})).models["m"]
+    lax = model.leniency
+    assert (model.honours_base64, lax.integers, lax.bom, lax.integral_floats) == (
+        settings[0] == "HONOURED",
+        *settings[1:],
+    )
 
 
 def test_cli_registers_learn() -> None:

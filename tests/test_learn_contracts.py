@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from extproc.core.policy import load_policy_file
 from extproc.core.policy.model import CutSide, InstructionUse, ModelPolicy
+from extproc.service.policy_file import load_policy_file
 from testing_support.fake_upstream import FakeUpstream
 from testing_support.gateway import GatewaySpec
 from tests.fake_legacy import FakeLegacy

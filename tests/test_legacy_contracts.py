@@ -14,6 +14,7 @@ upstream is asked and what the client gets, checked against an oracle of its own
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -24,12 +25,13 @@ import tokenizers
 import transformers
 from tokenizers import models, pre_tokenizers, processors
 
-from extproc.core.contract import Contract, load_contract
+from extproc.core.contract import Contract
 from extproc.core.error_envelope import ApiError
 from extproc.core.plan import Encoding, ResponsePlan
-from extproc.core.policy import PolicyError, load_policy_text
+from extproc.core.policy import EncodingProfile, PolicyError, load_policy_text
 from extproc.core.request_rewrite import Forward, rewrite_request
 from extproc.core.response_rewrite import rewrite_response
+from extproc.service.contract_loading import load_contract
 from testing_support.qwen import QWEN_EOS, QWEN_MODEL
 
 QWEN_QUERY = "Instruct: {instruction}\\nQuery:{text}"
@@ -40,14 +42,14 @@ def contract(text: str, tokenizer_dir: Path, model: str = QWEN_MODEL) -> Contrac
     return load_contract(load_policy_text(text, tokenizer_overrides={model: tokenizer_dir}))
 
 
-def qwen_policy(entry: str = "", top: str = "", *, profile: str = "LEGACY") -> str:
+def qwen_policy(entry: str = "", top: str = "", *, profile: str | None = "LEGACY") -> str:
     lines = [
         top,
         "models:",
         f"  - name: {QWEN_MODEL}",
         "    preset: qwen3-embedding-0.6b",
         "    max_tokens: 64",
-        f"    encoding_profile: {profile}",
+        *([f"    encoding_profile: {profile}"] if profile else []),
         *(f"    {line}" for line in entry.strip().splitlines()),
     ]
     return "\n".join(lines) + "\n"
@@ -55,7 +57,7 @@ def qwen_policy(entry: str = "", top: str = "", *, profile: str = "LEGACY") -> s
 
 def send(c: Contract, **fields: Any) -> Forward:
     body = {"model": next(iter(c.policy.models)), **fields}
-    return rewrite_request(orjson.dumps(body), c.policy, c.tokenizers)
+    return rewrite_request(orjson.dumps(body), c.policy, c.tokenizers, clock=time.monotonic)
 
 
 def sent_input(forward: Forward) -> Any:
@@ -251,26 +253,79 @@ prompts:
 
 def test_base64_honoured_with_lax_integers(qwen_dir: Path) -> None:
     """Neither profile: base64 answered, and "64", 64.0 and a BOM still taken."""
-    c = contract(qwen_policy("base64: HONOURED", profile="LEGACY"), qwen_dir)
+    lax = "base64: HONOURED\nleniency: {integers: true, bom: true}"
+    c = contract(qwen_policy(lax, profile=None), qwen_dir)
     model = c.policy.models[QWEN_MODEL]
     assert model.encoding_profile is None and model.honours_base64 and model.leniency.integers
     forward = send(c, input="q", encoding_format="base64", dimensions="64")
     assert forward.plan.client_encoding is Encoding.BASE64 and forward.plan.dimensions == 64
     assert send(c, input="q", dimensions=64.0).plan.dimensions == 64
     body = b"\xef\xbb\xbf" + orjson.dumps({"model": QWEN_MODEL, "input": "q"})
-    assert rewrite_request(body, c.policy, c.tokenizers).plan.input_count == 1
+    assert rewrite_request(body, c.policy, c.tokenizers, clock=time.monotonic).plan.input_count == 1
 
 
 def test_leniency_parts_apart(qwen_dir: Path) -> None:
     """A byte order mark accepted, integers strict; and the other way round."""
-    bom = contract(qwen_policy("leniency: {bom: true}", profile="OPENAI"), qwen_dir)
+    strict = "base64: HONOURED\nleniency: {integers: false, bom: true}"
+    bom = contract(qwen_policy(strict, profile=None), qwen_dir)
     body = b"\xef\xbb\xbf" + orjson.dumps({"model": QWEN_MODEL, "input": "q"})
-    assert rewrite_request(body, bom.policy, bom.tokenizers).plan.input_count == 1
+    assert (
+        rewrite_request(body, bom.policy, bom.tokenizers, clock=time.monotonic).plan.input_count
+        == 1
+    )
     assert refusal(bom, input="q", dimensions="64")[0] == 400
-    ints = contract(qwen_policy("leniency: {integers: true}", profile="OPENAI"), qwen_dir)
+    lax = "base64: HONOURED\nleniency: {integers: true, bom: false}"
+    ints = contract(qwen_policy(lax, profile=None), qwen_dir)
     assert send(ints, input="q", dimensions="64").plan.dimensions == 64
     with pytest.raises(ApiError):
-        rewrite_request(body, ints.policy, ints.tokenizers)
+        rewrite_request(body, ints.policy, ints.tokenizers, clock=time.monotonic)
+
+
+@pytest.mark.parametrize(
+    ("profile", "entry", "field", "says"),
+    [
+        ("LEGACY", "base64: HONOURED", "base64", "says HONOURED but encoding_profile LEGACY says IGNORED"),
+        ("OPENAI", "leniency: {bom: true}", "leniency.bom", "says true but encoding_profile OPENAI says false"),
+        ("OPENAI", "leniency: {integers: true}", "leniency.integers", "says true but encoding_profile OPENAI says false"),
+        ("LEGACY", "leniency: {integral_floats: true}", "leniency.integral_floats", "says true but encoding_profile LEGACY says false"),
+    ],
+)  # fmt: skip
+def test_a_field_beside_a_profile_may_not_contradict_its_bundle(
+    profile: str, entry: str, field: str, says: str, qwen_dir: Path
+) -> None:
+    """One way to say each thing: a profile is its bundle; a field beside it that says
+    otherwise is refused, as upstream_flavour against upstream.kind is."""
+    with pytest.raises(PolicyError) as info:
+        load_policy_text(qwen_policy(entry, profile=profile), source="p.yaml")
+    assert (info.value.source, info.value.field) == ("p.yaml", f"models[0].{field}")
+    assert info.value.reason == (
+        f"{says}; keep encoding_profile only, or drop it and set base64, leniency.integers "
+        "and leniency.bom"
+    )
+
+
+def test_a_field_beside_a_profile_may_repeat_its_bundle(qwen_dir: Path) -> None:
+    agree = "base64: IGNORED\nleniency: {integers: true, bom: true, integral_floats: false}"
+    model = contract(qwen_policy(agree, profile="LEGACY"), qwen_dir).policy.models[QWEN_MODEL]
+    assert model.encoding_profile is EncodingProfile.LEGACY
+
+
+def test_an_entrys_encoding_replaces_its_presets_as_a_whole(qwen_dir: Path) -> None:
+    """The preset says OPENAI; an entry's own fields replace it, never mix with it."""
+    legacy = "base64: IGNORED\nleniency: {integers: true, bom: true}"
+    model = contract(qwen_policy(legacy, profile=None), qwen_dir).policy.models[QWEN_MODEL]
+    assert model.encoding_profile is EncodingProfile.LEGACY
+    with pytest.raises(PolicyError) as info:
+        load_policy_text(qwen_policy("leniency: {bom: true}", profile=None), source="p.yaml")
+    assert info.value.field == "models[0].encoding_profile"
+    assert info.value.reason == (
+        "required: LEGACY or OPENAI (or base64, leniency.integers and leniency.bom, all "
+        "three); the entry's own base64 or leniency replaces its preset's encoding_profile OPENAI"
+    )
+    # An entry's profile replaces the preset's too, and its fields are read against it.
+    assert contract(qwen_policy(), qwen_dir).policy.models[QWEN_MODEL].encoding_profile is (
+        EncodingProfile.LEGACY
+    )
 
 
 # --------------------------------------------------------------------- Matryoshka
@@ -358,7 +413,7 @@ FASTAPI = "errors: {shape: FASTAPI, status: {malformed: 422, invalid: 422, dimen
 
 def raw_refusal(c: Contract, body: bytes) -> tuple[int, Any]:
     with pytest.raises(ApiError) as caught:
-        rewrite_request(body, c.policy, c.tokenizers)
+        rewrite_request(body, c.policy, c.tokenizers, clock=time.monotonic)
     status, out = c.policy.errors.answer(caught.value)
     return status, orjson.loads(out)
 

@@ -14,6 +14,7 @@ OpenAI's API declare them). For every value of a field, the gateway must:
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any, Literal
 
@@ -54,7 +55,7 @@ BASE: dict[str, Any] = {"model": MODEL, "input": "hello"}
 
 def run(body: bytes, contract: Contract) -> Forward | ApiError:
     try:
-        return rewrite_request(body, contract.policy, contract.tokenizers)
+        return rewrite_request(body, contract.policy, contract.tokenizers, clock=time.monotonic)
     except ApiError as exc:
         return exc
 

@@ -10,6 +10,7 @@ legacy server fed the model.
 
 from __future__ import annotations
 
+import time
 import unicodedata
 from collections.abc import Callable
 from pathlib import Path
@@ -90,7 +91,9 @@ LONG_UNITS: dict[str, str] = {
 
 
 def gateway_ids(contract: Contract, body: dict[str, Any]) -> list[Any]:
-    forward = rewrite_request(orjson.dumps(body), contract.policy, contract.tokenizers)
+    forward = rewrite_request(
+        orjson.dumps(body), contract.policy, contract.tokenizers, clock=time.monotonic
+    )
     assert forward.upstream_body is not None
     sent = orjson.loads(forward.upstream_body)["input"]
     assert isinstance(sent, list)
@@ -167,7 +170,9 @@ def test_short_text_forwarded_as_text(
     body: dict[str, Any] = {"model": MODEL, "input": text}
     if query:
         body["input_type"] = "query"
-    forward = rewrite_request(orjson.dumps(body), qwen_contract.policy, qwen_contract.tokenizers)
+    forward = rewrite_request(
+        orjson.dumps(body), qwen_contract.policy, qwen_contract.tokenizers, clock=time.monotonic
+    )
     prompt = QUERY_PREFIX + text if query else text
     expected = legacy(prompt)
     assert expected == plain(prompt) + [EOS]  # the legacy server did not cut it
@@ -191,5 +196,6 @@ def test_text_of_exactly_the_limit_forwarded_as_text(
         orjson.dumps({"model": MODEL, "input": text}),
         qwen_contract.policy,
         qwen_contract.tokenizers,
+        clock=time.monotonic,
     )
     assert forward.upstream_body is None

@@ -8,6 +8,8 @@ re-normalised, written as floats). Checked here against the real server code.
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import orjson
 
@@ -25,7 +27,9 @@ def test_the_cut_is_the_benchmarks() -> None:
 
 def test_request_work_is_the_servers_rewrite(qwen_contract: Contract) -> None:
     body = request_body("rewrite", SMALL_BATCH)
-    forward = rewrite_request(body, qwen_contract.policy, qwen_contract.tokenizers)
+    forward = rewrite_request(
+        body, qwen_contract.policy, qwen_contract.tokenizers, clock=time.monotonic
+    )
     assert forward.upstream_body is not None
     server = orjson.loads(forward.upstream_body)
     library_body = request_work(body, rewrite=True)
@@ -41,14 +45,18 @@ def test_request_work_is_the_servers_rewrite(qwen_contract: Contract) -> None:
 
 def test_a_plain_request_is_passed_on(qwen_contract: Contract) -> None:
     body = request_body("plain", SMALL_BATCH)
-    forward = rewrite_request(body, qwen_contract.policy, qwen_contract.tokenizers)
+    forward = rewrite_request(
+        body, qwen_contract.policy, qwen_contract.tokenizers, clock=time.monotonic
+    )
     assert forward.upstream_body is None
     assert request_work(body, rewrite=False) is None
 
 
 def test_response_work_is_the_servers_answer(qwen_contract: Contract) -> None:
     request = request_body("rewrite", SMALL_BATCH)
-    plan = rewrite_request(request, qwen_contract.policy, qwen_contract.tokenizers).plan
+    plan = rewrite_request(
+        request, qwen_contract.policy, qwen_contract.tokenizers, clock=time.monotonic
+    ).plan
     answer = embeddings_body(SMALL_BATCH, "base64")
     server = rewrite_response(plan, 200, answer)
     assert server is not None and server.status == 200

@@ -9,6 +9,8 @@ so "nothing was tokenized" is observed, not assumed.
 
 from __future__ import annotations
 
+import itertools
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -80,7 +82,7 @@ def make_contract(qwen_dir: Path, limits: str = "") -> tuple[Contract, CountingT
 
 def run(contract: Contract, **fields: Any) -> Forward:
     body = orjson.dumps({"model": MODEL, **fields})
-    return rewrite_request(body, contract.policy, contract.tokenizers)
+    return rewrite_request(body, contract.policy, contract.tokenizers, clock=time.monotonic)
 
 
 def refused(contract: Contract, **fields: Any) -> ApiError:
@@ -283,6 +285,21 @@ def test_deadline_through_rewrite_request(qwen_dir: Path) -> None:
     assert counter.bytes < 400_000
 
 
+def test_the_deadline_is_kept_on_the_clock_the_caller_gives(qwen_dir: Path) -> None:
+    """The core reads no clock of its own: a clock that stands still never runs out,
+    one that moves 10 s a reading runs out at the first check (the default is 5 s)."""
+    contract, counter = make_contract(qwen_dir)
+    body = orjson.dumps({"model": MODEL, "input": [english(4000, i) for i in range(100)]})
+    still = rewrite_request(body, contract.policy, contract.tokenizers, clock=lambda: 0.0)
+    assert still.stats.inputs == 100
+    readings = itertools.count(0.0, 10.0)
+    tokenized = counter.bytes
+    with pytest.raises(ApiError) as late:
+        rewrite_request(body, contract.policy, contract.tokenizers, clock=lambda: next(readings))
+    assert late.value.status == 413 and "longer than 5000 ms" in late.value.message
+    assert counter.bytes == tokenized  # refused before the first tokenizer call
+
+
 def test_the_default_budget_keeps_long_single_inputs_cheap(qwen_dir: Path) -> None:
     """A 7 MB document (English, Korean) is still cut by its head alone."""
     contract, counter = make_contract(qwen_dir)
@@ -342,17 +359,17 @@ def texts_for_slices() -> Iterator[str]:
 
 def test_sliced_calls_give_the_same_ids(tokenizer: ModelTokenizer) -> None:
     texts = list(texts_for_slices())
-    budget = TokenizeBudget(10**9, 60.0)
+    budget = TokenizeBudget(10**9, 60.0, clock=time.monotonic)
     assert tokenizer.encode(texts, budget) == tokenizer.encode(texts)
     assert budget.spent == sum(utf8_size(t) for t in texts)
     heads = [t * 5 for t in texts[:5]] + texts[:5]
-    assert tokenizer.encode_heads(heads, 1024, TokenizeBudget(10**9, 60.0)) == (
-        tokenizer.encode_heads(heads, 1024)
-    )
+    assert tokenizer.encode_heads(
+        heads, 1024, TokenizeBudget(10**9, 60.0, clock=time.monotonic)
+    ) == (tokenizer.encode_heads(heads, 1024))
 
 
 def test_encode_refuses_what_cannot_fit_before_calling(tokenizer: ModelTokenizer) -> None:
-    budget = TokenizeBudget(10_000, 60.0)
+    budget = TokenizeBudget(10_000, 60.0, clock=time.monotonic)
     with pytest.raises(TokenizeBudgetError):
         tokenizer.encode([english(6000), english(6000)], budget)
     assert budget.spent == 0

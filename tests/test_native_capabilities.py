@@ -21,12 +21,13 @@ import numpy as np
 import orjson
 import pytest
 
-from extproc.core.contract import Contract, load_contract
+from extproc.core.contract import Contract
 from extproc.core.error_envelope import ApiError
 from extproc.core.plan import Encoding, ResponsePlan
 from extproc.core.policy import load_policy_text
 from extproc.core.request_rewrite import Forward, rewrite_request
 from extproc.core.response_rewrite import rewrite_response
+from extproc.service.contract_loading import load_contract
 from testing_support.fake_upstream import FakeUpstream
 from testing_support.gateway import Gateway, GatewaySpec
 from testing_support.http import http, metric_value
@@ -81,7 +82,7 @@ def native_openai(qwen_dir: Path) -> Contract:
 
 
 def run(body: Mapping[str, Any], on: Contract) -> Forward:
-    return rewrite_request(orjson.dumps(body), on.policy, on.tokenizers)
+    return rewrite_request(orjson.dumps(body), on.policy, on.tokenizers, clock=time.monotonic)
 
 
 def sent(forward: Forward, body: Mapping[str, Any]) -> dict[str, Any]:

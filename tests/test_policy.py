@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,8 +17,10 @@ from extproc.core.policy import (
     load_policy_text,
 )
 from extproc.core.policy.presets import presets
-from extproc.core.tokens import load_tokenizer
 from extproc.core.upstreams import Capabilities
+from extproc.service.contract_loading import load_contract
+from extproc.service.tokenizer_files import check_tokenizer_dirs, load_tokenizer
+from extproc.service.tokenizer_overrides import TOKENIZER_OVERRIDES_ENV, tokenizer_overrides
 from testing_support.qwen import QWEN_EOS, QWEN_MODEL, REPO, SHIPPED_QWEN_POLICY
 
 
@@ -219,13 +222,45 @@ def test_upstream_kind_and_native_capabilities(
     assert model.upstream == want
 
 
-def test_missing_tokenizer_directory_is_reported(tmp_path: Path) -> None:
+MISSING_TOKENIZERS = (
+    "models:\n"
+    "  - {name: a, preset: e5}\n"
+    "  - {name: m, preset: e5, tokenizer: {path: /nonexistent}}\n"
+    "rerankers:\n"
+    "  - {name: r, dialect: TEI, tokenizer: {path: /nowhere}}\n"
+)
+
+
+def test_a_tokenizer_directory_without_tokenizer_json_is_reported_where_tokenizers_load(
+    qwen_dir: Path,
+) -> None:
+    """The loader only reads text; loading the contract looks at the directories first,
+    and names the field of the first one without a tokenizer.json."""
+    policy = load_policy_text(MISSING_TOKENIZERS, source="p.yaml", tokenizer_overrides={})
     with pytest.raises(PolicyError) as info:
-        load_policy_text(
-            "models:\n  - name: m\n    preset: e5\n    tokenizer: {path: /nonexistent}\n",
-            tokenizer_overrides={},
-        )
-    assert info.value.field == "models[0].tokenizer.path"
+        load_contract(policy)
+    assert (info.value.source, info.value.field) == ("p.yaml", "models[1].tokenizer.path")
+    assert info.value.reason == "/nonexistent has no tokenizer.json"
+    # An override's directory is the one looked at, under the entry's own field.
+    overridden = load_policy_text(
+        MISSING_TOKENIZERS, source="p.yaml", tokenizer_overrides={"m": qwen_dir}
+    )
+    with pytest.raises(PolicyError) as info:
+        check_tokenizer_dirs(overridden)
+    assert (info.value.field, info.value.reason) == (
+        "rerankers[0].tokenizer.path",
+        "/nowhere has no tokenizer.json",
+    )
+
+
+def test_check_config_without_tokenizers_still_checks_their_directories(tmp_path: Path) -> None:
+    policy = tmp_path / "p.yaml"
+    policy.write_text(MISSING_TOKENIZERS)
+    result = run_cli("check-config", str(policy), "--no-tokenizers")
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        f"error: {policy}: models[1].tokenizer.path: /nonexistent has no tokenizer.json"
+    )
 
 
 def test_specials_from_a_bert_style_post_processor(tmp_path: Path, qwen_dir: Path) -> None:
@@ -248,7 +283,7 @@ def test_specials_from_a_bert_style_post_processor(tmp_path: Path, qwen_dir: Pat
     assert (loaded.prepend_ids, loaded.append_ids) == ((151644,), (151645,))
 
 
-def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "extproc", *args],
         capture_output=True,
@@ -256,6 +291,7 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
         timeout=120,
         check=False,
         cwd=REPO,
+        env=None if env is None else {**os.environ, **env},
     )
 
 
@@ -271,3 +307,54 @@ def test_check_config_cli(tmp_path: Path, qwen_dir: Path) -> None:
     assert result.returncode == 1
     assert f"{bad}: models[0].max_tokens:" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_tokenizer_overrides_come_from_the_environment_and_a_flag_wins(tmp_path: Path) -> None:
+    environ = {TOKENIZER_OVERRIDES_ENV: f"a={tmp_path}/env-a, b={tmp_path}/env-b"}
+    got = tokenizer_overrides([f"a={tmp_path}/flag-a"], environ)
+    assert got == {"a": tmp_path / "flag-a", "b": tmp_path / "env-b"}
+    assert tokenizer_overrides([], {}) == {}
+    with pytest.raises(ValueError, match="'a' is not NAME=DIRECTORY"):
+        tokenizer_overrides(["a"], {})
+    with pytest.raises(PolicyError) as info:
+        tokenizer_overrides([], {TOKENIZER_OVERRIDES_ENV: "b"})
+    assert (info.value.source, info.value.field) == (TOKENIZER_OVERRIDES_ENV, "<env>")
+    assert info.value.reason == "tokenizer override 'b' is not NAME=DIRECTORY"
+
+
+def test_check_config_reads_tokenizer_overrides_from_the_environment(
+    tmp_path: Path, qwen_dir: Path
+) -> None:
+    """The loader reads no environment: the command does, and hands it the overrides."""
+    policy = tmp_path / "p.yaml"
+    policy.write_text("models:\n  - name: m\n    preset: qwen3-embedding-0.6b\n")
+    ok = run_cli("check-config", str(policy), env={TOKENIZER_OVERRIDES_ENV: f"m={qwen_dir}"})
+    assert ok.returncode == 0, ok.stderr
+    assert f"tokenizer {qwen_dir}" in ok.stdout
+    bad = run_cli("check-config", str(policy), env={TOKENIZER_OVERRIDES_ENV: "m"})
+    assert bad.returncode == 1
+    assert bad.stderr.strip() == (
+        f"error: {TOKENIZER_OVERRIDES_ENV}: <env>: tokenizer override 'm' is not NAME=DIRECTORY"
+    )
+
+
+def test_check_config_warns_of_the_older_upstream_spelling(tmp_path: Path) -> None:
+    policy = tmp_path / "p.yaml"
+    policy.write_text(
+        "models:\n"
+        "  - {name: a, preset: e5, upstream_flavour: VLLM}\n"
+        "  - {name: b, preset: e5, upstream_flavour: DYNAMO, upstream: {kind: dynamo}}\n"
+    )
+    result = run_cli("check-config", str(policy), "--no-tokenizers")
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.splitlines() == [
+        f"warning: {policy}: models[0].upstream_flavour: the older spelling of "
+        "upstream.kind; write `upstream: {kind: vllm}` instead",
+        f"warning: {policy}: models[1].upstream_flavour: the older spelling of "
+        "upstream.kind; drop it: upstream.kind says 'dynamo' already",
+    ]
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "extproc" / "policies").glob("*.yaml")))
+def test_shipped_policies_use_no_older_spelling(path: Path) -> None:
+    assert load_policy_text(path.read_text(), source=path.name).older_spellings == ()

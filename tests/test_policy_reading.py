@@ -1,4 +1,4 @@
-"""Reading a policy file (extproc/core/policy/reading.py): only a regular file of at
+"""Reading a policy file (extproc/service/policy_file.py): only a regular file of at
 most 1 MiB, never blocking, one stable version of it.
 
 Every read runs in a thread joined with a deadline: a read that blocked (a FIFO opened
@@ -15,10 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from extproc.core.policy import PolicyError, load_policy_file, reading
-from extproc.core.policy.reading import (
+from extproc.core.policy import PolicyError
+from extproc.service import policy_file
+from extproc.service.policy_file import (
     MAX_POLICY_BYTES,
     PolicyFileChangedError,
+    load_policy_file,
     read_policy_file,
 )
 
@@ -118,7 +120,7 @@ def test_a_fifo_swapped_in_after_the_check_is_refused_without_blocking(
             os.mkfifo(path)
         return real_open(name, flags, *args)
 
-    monkeypatch.setattr(reading.os, "open", swap_then_open)
+    monkeypatch.setattr(policy_file.os, "open", swap_then_open)
     assert "resolves to a FIFO" in refusal(path).reason
 
 
@@ -167,7 +169,7 @@ def test_a_write_racing_the_read_is_never_returned(
                 writer.write("  - {name: half-written")
         return real_read(fd, size)
 
-    monkeypatch.setattr(reading.os, "read", write_then_read)
+    monkeypatch.setattr(policy_file.os, "read", write_then_read)
     got = within_deadline(lambda: read_policy_file(path))
     assert isinstance(got, PolicyFileChangedError), got
 
@@ -186,7 +188,7 @@ def test_start_up_reads_a_file_again_when_a_write_raced_the_first_read(
             path.write_text(TEXT)  # in place: the same inode, new size and times
         return real_read(fd, size)
 
-    monkeypatch.setattr(reading.os, "read", write_once_then_read)
+    monkeypatch.setattr(policy_file.os, "read", write_once_then_read)
     assert list(load_policy_file(path).models) == ["m"]
 
 

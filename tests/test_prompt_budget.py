@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pytest
 
-from extproc.core.contract import load_contract
 from extproc.core.policy import GatewayPolicy, PolicyError, PromptTemplates, load_policy_text
 from extproc.core.prompts import (
     MIN_INPUT_TOKENS,
@@ -14,7 +13,8 @@ from extproc.core.prompts import (
     policy_prompts,
     prompt_budget_problem,
 )
-from extproc.core.tokens import load_tokenizer
+from extproc.service.contract_loading import load_contract
+from extproc.service.tokenizer_files import load_tokenizer
 from testing_support.qwen import QWEN_MODEL, qwen_tokenizer_dir
 
 QWEN_DIR = qwen_tokenizer_dir()

@@ -6,6 +6,7 @@ Example counts are kept modest so the whole file runs in well under a minute.
 from __future__ import annotations
 
 import base64
+import time
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +58,7 @@ def raw_tok(qwen_dir: Path) -> Tokenizer:
 def check_request(body: bytes, contract: Contract) -> Forward | None:
     """The property: a Forward, or an ApiError with a 4xx status - nothing else."""
     try:
-        forward = rewrite_request(body, contract.policy, contract.tokenizers)
+        forward = rewrite_request(body, contract.policy, contract.tokenizers, clock=time.monotonic)
     except ApiError as exc:
         assert 400 <= exc.status < 500, repr(exc)
         envelope_error(exc.envelope())

@@ -42,15 +42,17 @@ import pytest_asyncio
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ep_grpc
 
-from extproc.core.contract import Contract, load_contract
-from extproc.core.policy import load_policy_file, load_policy_text
+from extproc.core.contract import Contract
+from extproc.core.policy import load_policy_text
 from extproc.runtime.envoy_config import (
     DEFAULT_TEMPLATE,
     load_template,
     rendered_precheck_markers,
     template_path,
 )
+from extproc.service.contract_loading import load_contract
 from extproc.service.net import free_port
+from extproc.service.policy_file import load_policy_file
 from extproc.service.reload import (
     NOT_APPLIED_SETTINGS,
     Action,

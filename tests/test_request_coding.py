@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import gzip
+import time
 
 import pytest
 
@@ -92,27 +93,27 @@ def test_a_second_member_is_a_mismatch() -> None:
 def test_rewrite_request_names_the_coding_only_when_told(qwen_contract: Contract) -> None:
     args = (qwen_contract.policy, qwen_contract.tokenizers)
     with pytest.raises(ApiError) as plain:
-        rewrite_request(b"{", *args)
+        rewrite_request(b"{", *args, clock=time.monotonic)
     assert plain.value.code == "invalid_json" and "Content-Encoding" not in plain.value.message
     # br: nothing to check the decoded bytes against.
     with pytest.raises(ApiError) as coded:
-        rewrite_request(b"{", *args, coding=BodyCoding("br", 30))
+        rewrite_request(b"{", *args, coding=BodyCoding("br", 30), clock=time.monotonic)
     assert coded.value.code == "invalid_compressed_body"
     assert "(sent with Content-Encoding: br, 30 bytes) decoded to 1 byte, not valid JSON" in (
         coded.value.message
     )
     # gzip, checked against its trailer: then it is the JSON that is wrong.
     with pytest.raises(ApiError) as checked:
-        rewrite_request(b"{", *args, coding=gzip_coding(b"{"))
+        rewrite_request(b"{", *args, coding=gzip_coding(b"{"), clock=time.monotonic)
     assert checked.value.code == "invalid_json"
     assert "Content-Encoding: gzip" in checked.value.message
     with pytest.raises(ApiError) as empty:
-        rewrite_request(b"", *args, coding=gzip_coding(b""))
+        rewrite_request(b"", *args, coding=gzip_coding(b""), clock=time.monotonic)
     assert empty.value.code == "invalid_json" and "holds nothing once decoded" in (
         empty.value.message
     )
     # A body that decodes to JSON is validated as any other.
     body = b'{"model": 5, "input": "x"}'
     with pytest.raises(ApiError) as field:
-        rewrite_request(body, *args, coding=gzip_coding(body))
+        rewrite_request(body, *args, coding=gzip_coding(body), clock=time.monotonic)
     assert field.value.param == "model"

@@ -9,6 +9,7 @@ here from the model card (docs/upstreams.md).
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,12 +19,13 @@ import orjson
 import pytest
 from tokenizers import Tokenizer
 
-from extproc.core.contract import Contract, load_contract
+from extproc.core.contract import Contract
 from extproc.core.error_envelope import MAX_MESSAGE_CHARS, ApiError
 from extproc.core.plan import Encoding
 from extproc.core.policy import GatewayPolicy, load_policy_text
 from extproc.core.request_rewrite import Forward, rewrite_request
 from extproc.core.tokens import ModelTokenizer
+from extproc.service.contract_loading import load_contract
 
 MODEL = "Qwen/Qwen3-Embedding-0.6B"
 EOS = 151643
@@ -97,7 +99,7 @@ def openai_contract(qwen_dir: Path) -> Contract:
 
 def run(body: bytes | Mapping[str, Any], contract: Contract) -> Forward:
     raw = body if isinstance(body, bytes) else orjson.dumps(body)
-    return rewrite_request(raw, contract.policy, contract.tokenizers)
+    return rewrite_request(raw, contract.policy, contract.tokenizers, clock=time.monotonic)
 
 
 def upstream_doc(forward: Forward) -> dict[str, Any]:

@@ -5,18 +5,20 @@ documents, errors), for vLLM's answer and Dynamo's bare array."""
 from __future__ import annotations
 
 import math
+import time
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 
-from extproc.core.contract import Contract, load_contract
+from extproc.core.contract import Contract
+from extproc.core.endpoint import ClientAnswer, Forward
 from extproc.core.error_envelope import ApiError
 from extproc.core.policy import PolicyError, load_policy_text
-from extproc.core.endpoint import ClientAnswer, Forward
 from extproc.core.request_headers import unknown_path
 from extproc.core.tasks.rerank import RerankPlan
+from extproc.service.contract_loading import load_contract
 from tests.fake_rerank import write_word_tokenizer
 
 WORDS = [f"w{i}" for i in range(400)]
@@ -52,7 +54,7 @@ def ask(c: Contract, path: str, body: dict[str, Any] | bytes) -> Forward[RerankP
     endpoint = c.routes.at(path)
     if endpoint is None:  # as the stream answers a path no endpoint serves
         raise unknown_path()
-    forward: Forward[RerankPlan] = endpoint.forward(raw, c)
+    forward: Forward[RerankPlan] = endpoint.forward(raw, c, clock=time.monotonic)
     return forward
 
 

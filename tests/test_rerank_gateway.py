@@ -170,7 +170,7 @@ def test_learn_writes_the_rerank_policy_ready(
     the policy, verified through the real gateway (READY, exit 0)."""
     from extproc.commands import learn as learn_command
     from extproc.commands.cli import _parser
-    from extproc.core.policy import load_policy_file
+    from extproc.service.policy_file import load_policy_file
 
     _, rerank = upstreams
     with FakeLegacyRerank(dialect=dialect, max_tokens=MAX_TOKENS) as legacy:

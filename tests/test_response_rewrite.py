@@ -15,10 +15,10 @@ import numpy.typing as npt
 import orjson
 import pytest
 
-from extproc.core.plan import Encoding, ResponsePlan
 from extproc.core.dialects import OPENAI
 from extproc.core.endpoint import ClientAnswer, Endpoint, needs_response_body
 from extproc.core.error_envelope import OPENAI_ERRORS, ErrorDialect
+from extproc.core.plan import Encoding, ResponsePlan
 from testing_support.http import envelope_error
 
 MODEL = "Qwen/Qwen3-Embedding-0.6B"

@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 from tokenizers import Tokenizer
 
 from extproc.core.policy.model import SpecialTokens, TokenizerSource
-from extproc.core.tokens import ModelTokenizer, TokenizerLoadError, load_tokenizer
+from extproc.core.tokens import ModelTokenizer, TokenizerLoadError
+from extproc.service.tokenizer_files import load_tokenizer
 
 NEED = 1024
 

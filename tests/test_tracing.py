@@ -32,10 +32,10 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2 as ts
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc as ts_grpc
 
 from extproc.core.plan import RequestStats
-from extproc.core.policy import load_policy_file
 from extproc.runtime.envoy_config import EnvoySettings, Upstream, load_template, render
 from extproc.runtime.envoy_process import envoy_binary
 from extproc.runtime.envoy_tracing import COLLECTOR_CLUSTER, collector, with_tracing
+from extproc.service.policy_file import load_policy_file
 from extproc.service.stream_tracer import NotingStreamMetrics, StreamFacts
 from testing_support.fake_upstream import FakeUpstream
 from testing_support.gateway import Gateway, GatewaySpec
@@ -216,7 +216,7 @@ def test_an_overwritten_otlp_message_module_is_exit_2_naming_the_fix(tmp_path: P
     # xds-protos ships an older common_pb2.py under the same name; installed after
     # opentelemetry-proto, it replaces the module the OTLP exporter imports.
     common = _opentelemetry_proto_copy(tmp_path)
-    check = "from extproc.commands.options import otlp_protos_overwritten as f; print(f())"
+    check = "from extproc.runtime.server_options import otlp_protos_overwritten as f; print(f())"
     env = {"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"}
     intact = subprocess.run(
         [sys.executable, "-c", check],

@@ -120,7 +120,7 @@ def test_a_worker_is_extproc_serve_with_the_launchers_policy_and_tls(tmp_path: P
         metrics_dir=tmp_path / "metrics",
     )
     argv = worker_argv(settings, 40123)
-    assert argv[:3] == [sys.executable, "-m", "extproc.commands.worker"]
+    assert argv[:3] == [sys.executable, "-m", "extproc.runtime.worker_process"]
     flags = " ".join(argv[3:])
     assert flags == (
         f"--listen 127.0.0.1:40123 --config {tmp_path}/policy.yaml "

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import functools
 import logging
 import os
@@ -18,10 +17,19 @@ from extproc.commands import index_check as index_check_command
 from extproc.commands import learn as learn_command
 from extproc.commands import probe as probe_command
 from extproc.commands import shadow as shadow_command
-from extproc.commands.contract_loading import load_contract_or_report
-from extproc.commands.options import (
+from extproc.commands.options import add_envoy_options, add_workers_option
+from extproc.core.policy.model import InstructionUse, ModelPolicy
+from extproc.core.policy.presets import presets
+from extproc.runtime.cpu_count import cpus_available
+from extproc.runtime.envoy_config import DEFAULT_TEMPLATE, ExtProcTls, Upstream
+from extproc.runtime.serve_command import (
+    add_serve_arguments,
+    reload_settings,
+    serve,
+    server_tls_or_report,
+)
+from extproc.runtime.server_options import (
     SHIPPED_POLICY,
-    add_envoy_options,
     add_file_options,
     add_policy_options,
     add_reload_option,
@@ -29,26 +37,11 @@ from extproc.commands.options import (
     add_server_tls_options,
     add_tokenizer_option,
     add_tracing_option,
-    add_workers_option,
     tracing_unavailable,
 )
-from extproc.core.policy.loader import parse_tokenizer_overrides
-from extproc.core.policy.model import InstructionUse, ModelPolicy
-from extproc.core.policy.presets import presets
-from extproc.runtime.cpu_count import cpus_available
-from extproc.runtime.envoy_config import DEFAULT_TEMPLATE, ExtProcTls, Upstream
-from extproc.runtime.worker_pool import PRECHECK_MARKERS_ENV, WORKER_COUNT_ENV
-from extproc.service.memory import fix_mmap_threshold
-from extproc.service.reload import FileStamp, ReloadSettings, policy_stamp
-from extproc.service.tls import (
-    TlsError,
-    TlsSettings,
-    check_ca,
-    check_key_pair,
-    load_material,
-    read_file,
-    settings_from_flags,
-)
+from extproc.runtime.starting_contract import load_contract_or_report
+from extproc.service.reload import policy_stamp
+from extproc.service.tls import TlsError, TlsSettings, check_ca, check_key_pair, read_file
 
 if TYPE_CHECKING:
     import grpc
@@ -65,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command in COMMANDS_STARTING_ENVOY and not _envoy_found(args.command):
         return 2
     handler = {
-        "serve": _serve,
+        "serve": serve,
         "run": _run,
         "check-config": _check_config,
         "presets": _presets,
@@ -101,13 +94,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
-    serve = sub.add_parser("serve", help="the gRPC ext_proc server, for Envoy or a mesh")
-    serve.add_argument("--listen", default=os.environ.get("EXTPROC_LISTEN", "0.0.0.0:50051"))
-    add_policy_options(serve)
-    add_reload_option(serve)
-    add_server_options(serve, metrics_env="EXTPROC_METRICS", grace_s=30.0)
-    add_tracing_option(serve)
-    add_server_tls_options(serve)
+    add_serve_arguments(
+        sub.add_parser("serve", help="the gRPC ext_proc server, for Envoy or a mesh")
+    )
 
     run = sub.add_parser("run", help="ext_proc plus a real Envoy in front of --upstream")
     run.add_argument(
@@ -214,39 +203,6 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def reload_settings(args: argparse.Namespace, started_from: FileStamp | None) -> ReloadSettings:
-    """How `serve` and `run` reload the policy they started with (SIGHUP, and the
-    watch unless --no-watch). The flags were checked by the first load."""
-    markers = os.environ.get(PRECHECK_MARKERS_ENV)  # set for `extproc run`'s workers
-    return ReloadSettings(
-        config=args.config,
-        tokenizer_overrides=parse_tokenizer_overrides(",".join(args.tokenizer)),
-        watch=not args.no_watch,
-        started_from=started_from,
-        precheck_markers=None if markers is None else tuple(filter(None, markers.split(","))),
-    )
-
-
-def budget_share() -> int:
-    """How many processes share the policy's admission budget: `extproc run`'s worker
-    count for its workers, else 1 (a plain `extproc serve` admits the whole budget)."""
-    text = os.environ.get(WORKER_COUNT_ENV, "1")
-    return int(text) if text.isascii() and text.isdigit() and int(text) >= 1 else 1
-
-
-def server_tls_or_report(args: argparse.Namespace) -> tuple[bool, TlsSettings | None]:
-    """(ok, settings): the --tls-* flags, with every file checked now, so a bad one
-    stops the command with its name and reason (not a traceback at first handshake)."""
-    try:
-        settings = settings_from_flags(args.tls_cert, args.tls_key, args.tls_client_ca)
-        if settings is not None:
-            load_material(settings)
-    except TlsError as exc:
-        print(f"error: TLS: {exc}", file=sys.stderr)
-        return False, None
-    return True, settings
-
-
 def envoy_tls_from_flags(args: argparse.Namespace, server: TlsSettings | None) -> ExtProcTls | None:
     """Envoy's side of the TLS hop for `extproc run`; raises TlsError on a mismatch
     with the server's side or an unusable file."""
@@ -273,42 +229,6 @@ def envoy_tls_from_flags(args: argparse.Namespace, server: TlsSettings | None) -
         # Envoy reads the files itself, from its own working directory.
         cert, key = cert.resolve(), key.resolve()
     return ExtProcTls(ca.resolve(), args.envoy_server_name, cert, key)
-
-
-def _serve(args: argparse.Namespace) -> int:
-    from extproc.runtime.extproc_servers import otlp_stream_tracer
-    from extproc.service.metrics import process_metrics
-    from extproc.service.server import serve
-    from extproc.service.stop_signals import stop_on_signals
-
-    ok, tls = server_tls_or_report(args)
-    if not ok:
-        return 2
-    if args.tracing and (why := tracing_unavailable()):
-        print(f"error: {why}", file=sys.stderr)
-        return 2
-    started_from = policy_stamp(args.config)
-    fix_mmap_threshold()  # before the tokenizers load (extproc/service/memory.py)
-    contract = load_contract_or_report(args.config, args.tokenizer)
-    if contract is None:
-        return 2
-
-    async def go() -> None:
-        await serve(
-            contract,
-            address=args.listen,
-            metrics_address=args.metrics,
-            grace_seconds=args.grace,
-            stop=stop_on_signals(),
-            metrics=process_metrics(),
-            tls=tls,
-            reload=reload_settings(args, started_from),
-            budget_share=budget_share(),
-            tracer=otlp_stream_tracer() if args.tracing else None,
-        )
-
-    asyncio.run(go())
-    return 0
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -436,6 +356,8 @@ def _check_config(args: argparse.Namespace) -> int:
     if contract is None:
         return 1
     policy = contract.policy
+    for older in policy.older_spellings:
+        print(f"warning: {policy.source}: {older.field}: {older.replacement}", file=sys.stderr)
     limits = policy.limits
     print(
         f"{args.file}: OK, {len(policy.models)} model(s); limits: "

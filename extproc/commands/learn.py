@@ -25,18 +25,23 @@ from extproc.commands.options import (
     add_header_option,
     add_servers_options,
     add_timeout_option,
-    add_tokenizer_option,
     add_tool_parser,
     check_budget,
     headers_from,
 )
-from extproc.core.contract import load_contract
-from extproc.core.policy import PolicyError, load_policy_file
-from extproc.core.policy.loader import TOKENIZER_OVERRIDES_ENV, parse_tokenizer_overrides
+from extproc.core.policy import GatewayPolicy, PolicyError
 from extproc.core.policy.model import TokenizerSource
 from extproc.core.policy.presets import presets
 from extproc.core.tokens import TokenizerLoadError
 from extproc.runtime.envoy_process import envoy_binary
+from extproc.runtime.server_options import add_tokenizer_option
+from extproc.service.contract_loading import load_contract
+from extproc.service.policy_file import load_policy_file
+from extproc.service.tokenizer_overrides import (
+    TOKENIZER_OVERRIDES_ENV,
+    parse_tokenizer_overrides,
+    tokenizer_overrides,
+)
 from extproc.tools.learn.findings import Finding, unknown
 from extproc.tools.learn.learn_report import NO_VERIFY, LearnReport, to_json, to_markdown
 from extproc.tools.learn.local import LocalModel
@@ -145,7 +150,7 @@ def _verify(
     if args.no_verify:
         return None, NO_VERIFY
     try:
-        contract = load_contract(load_policy_file(args.out / "policy.yaml"))
+        contract = load_contract(_written_policy(args.out / "policy.yaml"))
     except (PolicyError, TokenizerLoadError, OSError) as exc:
         findings.append(unknown("policy", f"the written policy does not load: {exc}"))
         return None, "the policy does not load"
@@ -155,6 +160,12 @@ def _verify(
         return None, str(exc)
     except (OSError, RuntimeError) as exc:
         return None, f"the gateway could not be run: {exc}"
+
+
+def _written_policy(path: Path) -> GatewayPolicy:
+    """The policy learn wrote, loaded with $EXTPROC_TOKENIZER_OVERRIDES (the tokenizer
+    the flags name is the file's own tokenizer source already)."""
+    return load_policy_file(path, tokenizer_overrides=tokenizer_overrides())
 
 
 def _tokenizer_source(args: argparse.Namespace) -> TokenizerSource:
@@ -206,7 +217,7 @@ def run_rerank(args: argparse.Namespace) -> int:
             )
             (args.out / "policy.yaml").write_text(text, encoding="utf-8")
             if not args.no_verify:
-                contract = load_contract(load_policy_file(args.out / "policy.yaml"))
+                contract = load_contract(_written_policy(args.out / "policy.yaml"))
                 rows = verify_rerank(session, contract, learned)
     except BudgetSpentError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -15,8 +15,9 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from extproc.commands.contract_loading import load_contract_or_report
-from extproc.commands.options import add_policy_options, add_server_options, add_workers_option
+from extproc.commands.options import add_workers_option
+from extproc.runtime.server_options import add_policy_options, add_server_options
+from extproc.runtime.starting_contract import load_contract_or_report
 
 if TYPE_CHECKING:
     from extproc.tools.parity import Thresholds
@@ -174,9 +175,9 @@ def run_shadow(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    from extproc.core.policy.loader import parse_tokenizer_overrides
     from extproc.runtime.cpu_count import cpus_available
     from extproc.runtime.extproc_servers import launcher_contract
+    from extproc.service.tokenizer_overrides import tokenizer_overrides
 
     workers = args.workers or cpus_available()
     contract = launcher_contract(
@@ -205,7 +206,7 @@ def run_shadow(args: argparse.Namespace) -> int:
         gateway_template=args.gateway_template,
         workers=workers,
         policy_file=args.config,
-        tokenizer_overrides=parse_tokenizer_overrides(",".join(args.tokenizer)),
+        tokenizer_overrides=tokenizer_overrides(args.tokenizer),
     )
     return main_shadow(contract, options)
 

@@ -17,7 +17,7 @@ which task or dialect a request has: it holds the endpoint and the plan.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
@@ -29,6 +29,8 @@ from extproc.core.status import is_success
 from extproc.core.tokens import ModelTokenizer
 from extproc.core.upstream_errors import parse_upstream_error
 from extproc.core.upstreams.adapter import client_error
+
+Clock = Callable[[], float]
 
 
 class Loaded(Protocol):
@@ -108,7 +110,12 @@ class Dialect(Protocol[P]):
         ...
 
     def forward(
-        self, endpoint: Endpoint[P], body: bytes, contract: Loaded, coding: BodyCoding | None
+        self,
+        endpoint: Endpoint[P],
+        body: bytes,
+        contract: Loaded,
+        clock: Clock,
+        coding: BodyCoding | None,
     ) -> Forward[P]: ...
 
     def answer(
@@ -135,10 +142,11 @@ class Endpoint(Generic[P]):
     errors: ErrorDialect
 
     def forward(
-        self, body: bytes, contract: Loaded, coding: BodyCoding | None = None
+        self, body: bytes, contract: Loaded, *, clock: Clock, coding: BodyCoding | None = None
     ) -> Forward[P]:
-        """Raise an ApiError for the client's mistake; else what goes upstream."""
-        return self.dialect.forward(self, body, contract, coding)
+        """Raise an ApiError for the client's mistake; else what goes upstream.
+        ``clock`` (seconds, monotonic) times the tokenizing against its budget."""
+        return self.dialect.forward(self, body, contract, clock, coding)
 
     def answer(self, plan: P | None, status: int, body: bytes) -> ClientAnswer | None:
         """The client's answer to the upstream's; None: the upstream's, unchanged.

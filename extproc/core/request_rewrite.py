@@ -22,7 +22,7 @@ gets the value read.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Final
 
 from extproc.core.endpoint import Forward
@@ -44,17 +44,25 @@ def rewrite_request(
     policy: GatewayPolicy,
     tokenizers: Mapping[str, ModelTokenizer],
     *,
+    clock: Callable[[], float],
     coding: BodyCoding | None = None,
 ) -> Forward[ResponsePlan]:
     """Validate and rewrite one OpenAI ``POST /v1/embeddings`` body (``coding`` as for
-    :func:`read_request`); raise ApiError for the client."""
-    return plan_request(read_request(body, policy, tokenizers, coding=coding), policy, tokenizers)
+    :func:`read_request`; ``clock``, seconds on a monotonic clock, times the
+    tokenizing); raise ApiError for the client."""
+    request = read_request(body, policy, tokenizers, coding=coding)
+    return plan_request(request, policy, tokenizers, clock=clock)
 
 
 def plan_request(
-    request: EmbeddingsRequest, policy: GatewayPolicy, tokenizers: Mapping[str, ModelTokenizer]
+    request: EmbeddingsRequest,
+    policy: GatewayPolicy,
+    tokenizers: Mapping[str, ModelTokenizer],
+    *,
+    clock: Callable[[], float],
 ) -> Forward[ResponsePlan]:
-    """What the upstream is asked for a checked request, and the plan for its answer."""
+    """What the upstream is asked for a checked request, and the plan for its answer
+    (``clock`` as for :func:`rewrite_request`)."""
     model = request.model
     prefix = prompt_prefix(model.prompts, request.input_type, request.instruction)
     fitted = fit_inputs(
@@ -65,6 +73,7 @@ def plan_request(
         tokenizer=tokenizers[model.name],
         limits=policy.limits,
         single=request.single_text,
+        clock=clock,
         truncation=model.truncation,
     )
 

@@ -2,26 +2,24 @@
 
 We run the model's ``tokenizer.json`` with Hugging Face ``tokenizers`` - the Rust
 library behind transformers' fast tokenizers - directly, without importing
-transformers: same ids, a fraction of the start-up time and memory. Text is encoded
-without special tokens and the policy's special tokens are added around it, so a
-truncated input keeps its first ``max_tokens - len(specials)`` tokens plus the
-specials: what transformers' ``truncation=True, max_length=L`` keeps (for
-Qwen3-Embedding: the first L-1 tokens and ``<|endoftext|>``).
+transformers: same ids, a fraction of the start-up time and memory (the file is read
+by :mod:`extproc.service.tokenizer_files`). Text is encoded without special tokens and
+the policy's special tokens are added around it, so a truncated input keeps its first
+``max_tokens - len(specials)`` tokens plus the specials: what transformers'
+``truncation=True, max_length=L`` keeps (for Qwen3-Embedding: the first L-1 tokens and
+``<|endoftext|>``).
 """
 
 from __future__ import annotations
 
 import enum
 import json
-import time
 import unicodedata
 from collections.abc import Callable, Iterator, Sequence
-from pathlib import Path
 
 from tokenizers import Tokenizer
 
-from extproc.core.policy.model import SpecialTokens, TokenizerSource
-from extproc.core.regular_file import FileRefusedError, read_regular_file
+from extproc.core.policy.model import SpecialTokens
 
 # Prefix sizes for head-only tokenization: generous (most tokens cover < 8 chars),
 # and a too-small prefix only costs a retry with a 4x longer one.
@@ -35,9 +33,6 @@ _CALL_BYTES = 64 * 1024
 # first prefix means its words are huge (one "word" of a whole body of 'x' or of CJK
 # without punctuation), and such a word cannot be cut up: only tokenized whole.
 MAX_PREFIX_BYTES = 256 * 1024
-# Far above any real vocabulary's tokenizer.json (a few to a few tens of MB).
-MAX_TOKENIZER_JSON_BYTES = 256 * 1024 * 1024
-_WHAT = "a tokenizer.json"
 
 
 class TokenizerLoadError(RuntimeError):
@@ -71,7 +66,7 @@ class TokenizeBudgetError(Exception):
 
 class TokenizeBudget:
     """What one request may still spend on tokenization: bytes of text handed to the
-    tokenizer, and wall-clock time.
+    tokenizer, and time on the ``clock`` its caller gives (seconds, monotonic).
 
     Bytes are the deterministic bound (the same request always gets the same answer)
     and, unlike tokens, are known before the tokenizer runs: work over the budget is
@@ -85,7 +80,7 @@ class TokenizeBudget:
         max_bytes: int,
         max_seconds: float,
         *,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float],
     ) -> None:
         self.max_bytes = max_bytes
         self.max_seconds = max_seconds
@@ -292,44 +287,3 @@ def _specials_of(tokenizer: Tokenizer) -> tuple[tuple[int, ...], tuple[int, ...]
         if framed[start : start + len(bare)] == bare:
             return tuple(framed[:start]), tuple(framed[start + len(bare) :])
     raise TokenizerLoadError("cannot locate the text inside the post-processed encoding")
-
-
-def load_tokenizer(source: TokenizerSource, special: SpecialTokens) -> ModelTokenizer:
-    path = _tokenizer_json(source)
-    try:
-        # Read here, never by the library from the path: a FIFO or a device put where
-        # the file was must be refused, not block the loading thread forever.
-        data = read_regular_file(path, max_bytes=MAX_TOKENIZER_JSON_BYTES, what=_WHAT).data
-    except FileRefusedError as exc:
-        raise TokenizerLoadError(f"{path} {exc.reason}") from None
-    try:
-        tokenizer = Tokenizer.from_str(data.decode("utf-8"))
-    except Exception as exc:  # the Rust library raises a bare Exception for a bad file
-        raise TokenizerLoadError(f"{path} cannot be loaded: {exc}") from exc
-    return ModelTokenizer(tokenizer, special)
-
-
-def tokenizer_json_bytes(path: Path) -> bytes:
-    """A tokenizer.json's bytes, read by the same rules (for tools that hash or parse
-    it themselves)."""
-    try:
-        return read_regular_file(path, max_bytes=MAX_TOKENIZER_JSON_BYTES, what=_WHAT).data
-    except FileRefusedError as exc:
-        raise TokenizerLoadError(f"{path} {exc.reason}") from None
-
-
-def _tokenizer_json(source: TokenizerSource) -> Path:
-    if source.path is not None:
-        return source.path / "tokenizer.json"
-    assert source.hf_id is not None
-    # Imported lazily: only HF-id sources need it. hf_hub_download honours
-    # HF_HUB_OFFLINE and the shared HF cache, so a pre-downloaded model works air-gapped.
-    from huggingface_hub import hf_hub_download
-
-    try:
-        return Path(hf_hub_download(source.hf_id, "tokenizer.json", revision=source.revision))
-    except Exception as exc:  # the hub client raises many types; all mean "not available"
-        raise TokenizerLoadError(
-            f"cannot load tokenizer {source.hf_id!r} ({type(exc).__name__}); pre-download it, "
-            "or point the policy (or EXTPROC_TOKENIZER_OVERRIDES / --tokenizer) at a directory"
-        ) from exc

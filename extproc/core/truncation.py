@@ -17,7 +17,7 @@ counts, never text.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from extproc.core.error_envelope import (
@@ -57,17 +57,19 @@ def fit_inputs(
     tokenizer: ModelTokenizer,
     limits: Limits,
     single: bool,
+    clock: Callable[[], float],
     truncation: Truncation = _RIGHT,
 ) -> FittedInputs:
     """``texts`` or ``token_ids`` (exactly one), each with ``prefix`` in front, fitted
     to ``max_tokens`` as ``truncation`` says; raise a 413 ApiError for a request over
     its budgets, a 400 for an input over ``max_tokens`` that the policy refuses.
+    ``clock`` (seconds, monotonic) times the tokenizing against the time budget.
 
     ``single``: the input was one string (messages then name it 'input')."""
     count = len(texts) if texts is not None else len(token_ids or ())
     _check_text_sizes(texts, count, prefix, limits, single=single)
     # Started here, after parsing: the deadline is for tokenizing alone.
-    budget = TokenizeBudget(limits.max_tokenize_bytes, limits.max_tokenize_ms / 1000)
+    budget = TokenizeBudget(limits.max_tokenize_bytes, limits.max_tokenize_ms / 1000, clock=clock)
     cut = _Cut(max_tokens, tokenizer.prepend_ids, tokenizer.append_ids, truncation, single)
     try:
         return _fit(texts, token_ids, prefix, cut, tokenizer, budget=budget)

@@ -8,9 +8,9 @@ spread nothing: Envoy keeps one long-lived HTTP/2 connection per Envoy worker th
 
 Rules (docs/operations.md, "Workers"):
 
-1. Each worker is ``extproc serve`` (extproc/commands/worker.py) with the launcher's
-   policy file, tokenizers, TLS files, --grace and --no-watch. It loads the policy
-   itself, so a worker restarted later serves the file as it is then.
+1. Each worker is ``extproc serve`` (extproc/runtime/worker_process.py) with the
+   launcher's policy file, tokenizers, TLS files, --grace and --no-watch. It loads the
+   policy itself, so a worker restarted later serves the file as it is then.
 2. Start: every worker must be ready before Envoy starts; one that exits first stops
    the command (its own error is in the log). Ready is read from outside, whatever TLS
    the port speaks: the worker catches SIGHUP (``/proc/PID/status``), which `extproc
@@ -51,9 +51,9 @@ FIRST_RESTART_DELAY_S = 0.1
 MAX_RESTART_DELAY_S = 10.0
 STOP_MARGIN_S = 5.0
 METRICS_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
-# The worker's command line, by module name: a worker is a process of its own that
-# runs the commands layer, which this layer never imports.
-WORKER_MODULE = "extproc.commands.worker"
+# The worker's command line, by module name (a worker is a process of its own): the
+# runtime's entry point that serves as `extproc serve` does.
+WORKER_MODULE = "extproc.runtime.worker_process"
 # What a worker (extproc/runtime/worker_process.py) reads from its environment.
 WORKER_INDEX_ENV = "EXTPROC_WORKER_INDEX"  # its number in the logs
 # How many workers share the host: each admits its share of the policy's budget.

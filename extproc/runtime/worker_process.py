@@ -1,5 +1,7 @@
-"""A worker's own side of `extproc run --workers N`: this process made one of the
-launcher's workers, before it runs `extproc serve`.
+"""A worker's own side of `extproc run --workers N`: ``python -m
+extproc.runtime.worker_process SERVE-ARGS...`` (:func:`main`) is `extproc serve
+SERVE-ARGS` (:mod:`extproc.runtime.serve_command`) in this process made one of the
+launcher's workers first.
 
 A worker (started by extproc/runtime/worker_pool.py, never by hand) differs from a
 plain `extproc serve` in three ways that only make sense under a launcher:
@@ -15,12 +17,15 @@ plain `extproc serve` in three ways that only make sense under a launcher:
 
 from __future__ import annotations
 
+import argparse
 import ctypes
 import logging
 import os
 import signal
+import sys
 from collections.abc import Mapping
 
+from extproc.runtime.serve_command import add_serve_arguments, serve
 from extproc.runtime.worker_pool import LAUNCHER_PID_ENV, LOG_LEVEL_ENV, WORKER_INDEX_ENV
 
 _PR_SET_PDEATHSIG = 1
@@ -42,9 +47,23 @@ def become_worker(environ: Mapping[str, str] = os.environ) -> str | None:
         return None
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     level = environ.get(LOG_LEVEL_ENV, "info")
-    # Configured before the CLI's own basicConfig, which then leaves it as it is.
+    # Configured before anything logs: the worker's own format, at the launcher's level.
     logging.basicConfig(
         level=getattr(logging, level.upper(), logging.INFO),
         format=f"%(asctime)s %(levelname)s worker {index}: %(name)s: %(message)s",
     )
     return level
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Become the worker the environment names, then serve as `extproc serve` does with
+    ``argv`` (default: this process's arguments); 1 when the launcher is already gone."""
+    if become_worker() is None:
+        return 1
+    parser = argparse.ArgumentParser(prog="extproc serve")
+    add_serve_arguments(parser)
+    return serve(parser.parse_args(sys.argv[1:] if argv is None else argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

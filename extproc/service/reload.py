@@ -20,7 +20,7 @@ Rules:
    would fill in what is missing). The watch then loads a settled stamp it has not
    loaded or refused; SIGHUP loads the file as soon as it is settled, whatever was
    loaded. The bytes parsed are those of that settled version
-   (:func:`~extproc.core.policy.reading.read_policy_file`): a write racing the read,
+   (:func:`~extproc.service.policy_file.read_policy_file`): a write racing the read,
    or a change since the stamp settled, sends the watch back to waiting, unreported.
 4. Only a regular file of at most 1 MiB is read. A path that resolves to a FIFO, a
    device, a directory or a socket, a dangling symlink, or nothing at all, is never
@@ -28,10 +28,11 @@ Rules:
    one warning and one count, once per distinct state (a missing file mid-swap,
    shorter than ``settle_s``, is never reported).
 5. Loading (YAML, schema, tokenizers, the prompt budget check of
-   :func:`~extproc.core.contract.load_contract`) runs in a worker thread. Tokenizers
-   whose source and file are unchanged are reused (``load_contract(reuse=...)``): the
-   tokenizers library holds the interpreter lock while it parses a tokenizer.json,
-   which pauses the event loop, so only a new or replaced tokenizer costs that pause.
+   :func:`~extproc.service.contract_loading.load_contract`) runs in a worker thread.
+   Tokenizers whose source and file are unchanged are reused
+   (``load_contract(reuse=...)``): the tokenizers library holds the interpreter lock
+   while it parses a tokenizer.json, which pauses the event loop, so only a new or
+   replaced tokenizer costs that pause.
    A file that cannot be served is refused with one warning naming file, field and
    reason, and the running contract keeps serving; a refused stamp is not tried again
    until it changes. The :class:`PolicyReloadMetrics` the reloader is given counts both
@@ -60,18 +61,19 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal, Protocol, get_args
 
-from extproc.core.contract import Contract, load_contract
+from extproc.core.contract import Contract
 from extproc.core.policy import GatewayPolicy, PolicyError, load_policy_text
 from extproc.core.policy.changes import policy_changes
-from extproc.core.policy.reading import (
+from extproc.core.tokens import TokenizerLoadError
+from extproc.service.contract_loading import load_contract
+from extproc.service.memory import trim_heap
+from extproc.service.policy_file import (
     FILE_FIELD,
     PolicyFileChangedError,
     PolicyFileVersion,
     read_policy_file,
 )
-from extproc.core.regular_file import REGULAR, kind_of, not_regular, stat_failure
-from extproc.core.tokens import TokenizerLoadError
-from extproc.service.memory import trim_heap
+from extproc.service.regular_file import REGULAR, kind_of, not_regular, stat_failure
 
 log = logging.getLogger("extproc.service.reload")
 

@@ -280,7 +280,10 @@ class ExtProcStream:
         try:
             check_content_type(self.content_type)
             forward = self._endpoint.forward(
-                request.request_body.body, self.contract, self.body_coding
+                request.request_body.body,
+                self.contract,
+                clock=time.monotonic,
+                coding=self.body_coding,
             )
         except ApiError as error:
             self.metrics.phase_seconds("request", time.perf_counter() - started)

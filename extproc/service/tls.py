@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from extproc.core.regular_file import FileRefusedError, read_regular_file
+from extproc.service.regular_file import FileRefusedError, read_regular_file
 
 # A certificate chain or key is a few KiB; a CA bundle can hold a few hundred.
 MAX_PEM_BYTES = 4 * 1024 * 1024
@@ -127,7 +127,7 @@ def ssl_reason(exc: ssl.SSLError) -> str:
 
 def read_file(path: Path, kind: str) -> bytes:
     """A PEM file's bytes: a regular file only, never blocking (a FIFO or a device
-    put where a certificate was is refused, extproc/core/regular_file.py)."""
+    put where a certificate was is refused, extproc/service/regular_file.py)."""
     try:
         data = read_regular_file(path, max_bytes=MAX_PEM_BYTES, what=f"a {kind} file").data
     except FileRefusedError as exc:

@@ -22,8 +22,8 @@ from typing import Any
 from extproc.commands import learn as learn_command
 from extproc.commands.cli import _parser
 from extproc.core.error_envelope import ErrorClass, ErrorShape
-from extproc.core.policy import load_policy_file
 from extproc.core.policy.model import EncodingProfile, InstructionUse, Leniency, Matryoshka
+from extproc.service.policy_file import load_policy_file
 from testing_support.gateway import GatewaySpec
 from testing_support.real_upstream import SERVED_MODEL, RealEnv, Stack
 from tests.harness import Gateways

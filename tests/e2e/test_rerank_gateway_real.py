@@ -20,7 +20,7 @@ import pytest
 from extproc.commands import learn as learn_command
 from extproc.commands import probe as probe_command
 from extproc.commands.cli import _parser
-from extproc.core.policy import load_policy_file
+from extproc.service.policy_file import load_policy_file
 from testing_support.gateway import GatewaySpec
 from testing_support.http import http
 from testing_support.processes import Process, free_port, wait_until

@@ -1,7 +1,13 @@
-"""Policy: what the gateway knows per served model (schema, presets, loader)."""
+"""Policy: what the gateway knows per served model.
+
+``model`` holds the typed, validated policy; ``loader`` builds it from the policy's
+text (the schema is ``v1``, generated from protos/extproc/core/policy/v1/policy.proto),
+filling each entry from its preset (``presets``, laid over with ``overlay``);
+``errors`` is the one error a policy that cannot be served raises; ``changes`` says
+what a reload changed."""
 
 from extproc.core.policy.errors import PolicyError
-from extproc.core.policy.loader import load_policy_file, load_policy_text
+from extproc.core.policy.loader import load_policy_text
 from extproc.core.policy.model import (
     EncodingProfile,
     GatewayPolicy,
@@ -25,6 +31,5 @@ __all__ = [
     "SpecialTokens",
     "TokenizerSource",
     "UpstreamPolicy",
-    "load_policy_file",
     "load_policy_text",
 ]

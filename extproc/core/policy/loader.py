@@ -1,4 +1,5 @@
-"""Policy file -> validated :class:`GatewayPolicy`.
+"""Policy text -> validated :class:`GatewayPolicy` (the file is read by
+:mod:`extproc.service.policy_file`).
 
 The file is YAML whose schema is ``protos/extproc/policy/v1/policy.proto``; keys map
 onto the proto with protobuf's JSON mapping, so unknown keys and wrong types are
@@ -9,9 +10,7 @@ unset. Then the semantic checks below run, and any failure is a
 
 from __future__ import annotations
 
-import os
 import re
-import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import MappingProxyType
@@ -41,6 +40,7 @@ from extproc.core.policy.model import (
     Limits,
     Matryoshka,
     ModelPolicy,
+    OlderSpelling,
     PromptTemplates,
     RerankPolicy,
     ScoreScale,
@@ -51,7 +51,6 @@ from extproc.core.policy.model import (
 )
 from extproc.core.policy.overlay import overlay
 from extproc.core.policy.presets import presets
-from extproc.core.policy.reading import PolicyFileChangedError, read_policy_file
 from extproc.core.policy.v1 import policy_pb2 as pb
 from extproc.core.prompts import DOCUMENT_TYPES, QUERY_TYPES
 from extproc.core.upstreams import ADAPTERS, Capabilities, UnknownUpstreamError, adapter_for
@@ -74,40 +73,7 @@ MAX_RETRY_AFTER_S = 3600
 # seconds; 4 GiB/s - 1 (the field's range) all but turns reservations off.
 MIN_UPLOAD_BYTES_PER_S = 1024 * 1024
 MAX_UPLOAD_BYTES_PER_S = 2**32 - 1
-TOKENIZER_OVERRIDES_ENV = "EXTPROC_TOKENIZER_OVERRIDES"
-# A file being written while read at start is read again after a pause, at most so often.
-READ_ATTEMPTS = 5
-READ_RETRY_S = 0.1
 _FIELD_RE = re.compile(r"\{(\w*)\}")
-
-
-def parse_tokenizer_overrides(spec: str) -> dict[str, Path]:
-    """``"NAME=DIR,NAME2=DIR2"`` -> mapping; NAME is a model name or a tokenizer hf_id."""
-    out: dict[str, Path] = {}
-    for item in filter(None, (part.strip() for part in spec.split(","))):
-        name, sep, path = item.partition("=")
-        if not sep or not name or not path:
-            raise ValueError(f"tokenizer override {item!r} is not NAME=DIRECTORY")
-        out[name.strip()] = Path(path.strip())
-    return out
-
-
-def load_policy_file(
-    path: str | os.PathLike[str],
-    *,
-    tokenizer_overrides: Mapping[str, Path] | None = None,
-) -> GatewayPolicy:
-    """The policy in a file, read by :func:`read_policy_file` (a regular file only, one
-    version of it: a write racing the read is read again, a few times)."""
-    for attempt in range(READ_ATTEMPTS):
-        try:
-            version = read_policy_file(path)
-            break
-        except PolicyFileChangedError:
-            if attempt == READ_ATTEMPTS - 1:
-                raise
-            time.sleep(READ_RETRY_S)
-    return load_policy_text(version.text, source=str(path), tokenizer_overrides=tokenizer_overrides)
 
 
 def load_policy_text(
@@ -116,13 +82,10 @@ def load_policy_text(
     source: str = "<text>",
     tokenizer_overrides: Mapping[str, Path] | None = None,
 ) -> GatewayPolicy:
+    """The policy ``text`` says (``source`` names it in errors). ``tokenizer_overrides``
+    maps a model name or a tokenizer hf_id to the directory its tokenizer.json is read
+    from instead (the caller's: extproc.service.tokenizer_overrides)."""
     overrides = dict(tokenizer_overrides or {})
-    env_spec = os.environ.get(TOKENIZER_OVERRIDES_ENV, "")
-    if env_spec:
-        try:
-            overrides = {**parse_tokenizer_overrides(env_spec), **overrides}
-        except ValueError as exc:
-            raise PolicyError(TOKENIZER_OVERRIDES_ENV, "<env>", str(exc)) from exc
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -136,9 +99,10 @@ def load_policy_text(
     limits = _limits(source, doc.get("limits", {}))
     errors = _errors(source, doc.get("errors", {}))
     models: dict[str, ModelPolicy] = {}
+    older: list[OlderSpelling] = []
     for index, raw in enumerate(raw_models):
         where = f"models[{index}]"
-        policy = _model(source, where, raw, overrides)
+        policy = _model(source, where, raw, overrides, older)
         if policy.name in models:
             raise PolicyError(source, f"{where}.name", f"duplicate model name {policy.name!r}")
         models[policy.name] = policy
@@ -147,7 +111,12 @@ def load_policy_text(
     if unknown_root:
         raise PolicyError(source, sorted(unknown_root)[0], "unknown top-level key")
     return GatewayPolicy(
-        models=models, limits=limits, source=source, errors=errors, rerankers=rerankers
+        models=models,
+        limits=limits,
+        source=source,
+        errors=errors,
+        rerankers=rerankers,
+        older_spellings=tuple(older),
     )
 
 
@@ -208,12 +177,6 @@ def _rerankers(source: str, raw: Any, overrides: Mapping[str, Path]) -> tuple[Re
         max_tokens = entry.max_tokens if entry.HasField("max_tokens") else None
         if max_tokens is not None and tokenizer is None:
             raise fail("tokenizer", "required with max_tokens (pairs are counted with it)")
-        if (
-            tokenizer is not None
-            and tokenizer.path is not None
-            and not (tokenizer.path / "tokenizer.json").is_file()
-        ):
-            raise fail("tokenizer.path", f"{tokenizer.path} has no tokenizer.json")
         errors = _errors(source, item["errors"]) if "errors" in item else None
         out.append(
             RerankPolicy(
@@ -335,7 +298,21 @@ def _errors(source: str, raw: Any) -> ErrorDialect:
     return ErrorDialect(_SHAPES[msg.shape], MappingProxyType(statuses))
 
 
-def _model(source: str, where: str, raw: Any, overrides: Mapping[str, Path]) -> ModelPolicy:
+# The fields that say a model's encoding: a profile, or the parts of its bundle.
+_ENCODING_FIELDS = ("encoding_profile", "base64", "leniency")
+
+
+def _says_encoding(m: pb.ModelPolicy) -> bool:
+    return bool(m.encoding_profile or m.base64 or m.HasField("leniency"))
+
+
+def _model(
+    source: str,
+    where: str,
+    raw: Any,
+    overrides: Mapping[str, Path],
+    older: list[OlderSpelling],
+) -> ModelPolicy:
     if not isinstance(raw, dict):
         raise PolicyError(source, where, "expected a mapping")
     entry = pb.ModelPolicy()
@@ -343,6 +320,7 @@ def _model(source: str, where: str, raw: Any, overrides: Mapping[str, Path]) -> 
     if not entry.name:
         raise PolicyError(source, f"{where}.name", "required")
     merged = pb.ModelPolicy()
+    replaced: EncodingProfile | None = None
     if entry.preset:
         shipped = presets()
         preset = shipped.get(entry.preset)
@@ -353,30 +331,46 @@ def _model(source: str, where: str, raw: Any, overrides: Mapping[str, Path]) -> 
             )
         merged.CopyFrom(preset)
         _upstream_kind_from_flavour(source, f"{where}.preset", merged)
-    _upstream_kind_from_flavour(source, where, entry)
+        if _says_encoding(entry):
+            # The entry's encoding replaces the preset's as a whole: a profile and the
+            # fields that deviate from it are never mixed across the two.
+            replaced = _PROFILES.get(merged.encoding_profile)
+            for name in _ENCODING_FIELDS:
+                merged.ClearField(name)
+    older.extend(_upstream_kind_from_flavour(source, where, entry))
     overlay(merged, entry)
-    return _validate_model(source, where, merged, overrides)
+    return _validate_model(source, where, merged, overrides, replaced)
 
 
 _FLAVOUR_KINDS = {pb.DYNAMO: "dynamo", pb.VLLM: "vllm"}
 
 
-def _upstream_kind_from_flavour(source: str, where: str, m: pb.ModelPolicy) -> None:
+def _upstream_kind_from_flavour(
+    source: str, where: str, m: pb.ModelPolicy
+) -> tuple[OlderSpelling, ...]:
     """Moves the older ``upstream_flavour`` spelling onto ``upstream.kind``, before the
-    entry is laid over its preset: the entry's upstream wins whichever spelling each uses."""
+    entry is laid over its preset: the entry's upstream wins whichever spelling each
+    uses. Returns the spelling read, with how to write it now."""
     if m.upstream_flavour == pb.UPSTREAM_FLAVOUR_UNSPECIFIED:
-        return
+        return ()
+    field = f"{where}.upstream_flavour"
     kind = _FLAVOUR_KINDS.get(m.upstream_flavour)
     if kind is None:
-        raise PolicyError(source, f"{where}.upstream_flavour", "must be DYNAMO or VLLM")
+        raise PolicyError(source, field, "must be DYNAMO or VLLM")
     if m.upstream.kind and m.upstream.kind != kind:
         raise PolicyError(
             source,
-            f"{where}.upstream_flavour",
+            field,
             f"says {kind!r} but upstream.kind says {m.upstream.kind!r}; keep upstream.kind only",
         )
+    replacement = (
+        f"drop it: upstream.kind says {kind!r} already"
+        if m.upstream.kind
+        else f"write `upstream: {{kind: {kind}}}` instead"
+    )
     m.upstream.kind = kind
     m.ClearField("upstream_flavour")
+    return (OlderSpelling(field, f"the older spelling of upstream.kind; {replacement}"),)
 
 
 def _upstream(source: str, where: str, m: pb.ModelPolicy) -> UpstreamPolicy:
@@ -408,7 +402,11 @@ def _upstream(source: str, where: str, m: pb.ModelPolicy) -> UpstreamPolicy:
 
 
 def _validate_model(
-    source: str, where: str, m: pb.ModelPolicy, overrides: Mapping[str, Path]
+    source: str,
+    where: str,
+    m: pb.ModelPolicy,
+    overrides: Mapping[str, Path],
+    replaced: EncodingProfile | None,
 ) -> ModelPolicy:
     def fail(field: str, reason: str) -> PolicyError:
         return PolicyError(source, f"{where}.{field}", reason)
@@ -421,8 +419,6 @@ def _validate_model(
         tok_path, hf_id = override, None
     if hf_id is None and tok_path is None:
         raise fail("tokenizer", "needs hf_id or path (or a preset that names one)")
-    if tok_path is not None and not (tok_path / "tokenizer.json").is_file():
-        raise fail("tokenizer.path", f"{tok_path} has no tokenizer.json")
 
     special = tok.special_tokens
     from_tok = special.from_tokenizer if special.HasField("from_tokenizer") else False
@@ -469,7 +465,7 @@ def _validate_model(
             renormalise=mm.renormalise if mm.HasField("renormalise") else True,
         )
 
-    honours_base64, leniency = _encoding(m, fail)
+    honours_base64, leniency = _encoding(m, fail, replaced)
     upstream = _upstream(source, where, m)
     if matryoshka is not None and not matryoshka.renormalise and upstream.native.dimensions:
         raise fail(
@@ -506,28 +502,68 @@ def _validate_model(
 _PROFILES = {pb.LEGACY: EncodingProfile.LEGACY, pb.OPENAI: EncodingProfile.OPENAI}
 
 
-def _encoding(m: pb.ModelPolicy, fail: Callable[[str, str], PolicyError]) -> tuple[bool, Leniency]:
-    """(base64 honoured, leniency): the profile's bundle, each part overridden by its
-    own field. Without a profile both parts must be set."""
-    profile = _PROFILES.get(m.encoding_profile)
+_BASE64 = {pb.ModelPolicy.HONOURED: True, pb.ModelPolicy.IGNORED: False}
+# The parts of an encoding, as (field, how a value of it is written).
+_PARTS: tuple[tuple[str, Callable[[bool], str]], ...] = (
+    ("base64", lambda honoured: "HONOURED" if honoured else "IGNORED"),
+    ("leniency.integers", lambda on: str(on).lower()),
+    ("leniency.bom", lambda on: str(on).lower()),
+    ("leniency.integral_floats", lambda on: str(on).lower()),
+)
+_REQUIRED_PARTS = ("base64", "leniency.integers", "leniency.bom")
+
+
+def _encoding(
+    m: pb.ModelPolicy,
+    fail: Callable[[str, str], PolicyError],
+    replaced: EncodingProfile | None,
+) -> tuple[bool, Leniency]:
+    """(base64 honoured, leniency), said one way: a profile, whose bundle a field
+    beside it may repeat but never contradict; or, without one, base64,
+    leniency.integers and leniency.bom, all three (leniency.integral_floats optional).
+    ``replaced``: the preset's profile, when the entry's own encoding replaced it."""
     lax = m.leniency
-    complete = (
-        m.base64 != pb.ModelPolicy.BASE64_UNSPECIFIED
-        and lax.HasField("integers")
-        and lax.HasField("bom")
-    )
-    if profile is None and not complete:
-        raise fail(
-            "encoding_profile",
-            "required: LEGACY or OPENAI (or base64, leniency.integers and leniency.bom, all three)",
+    declared: dict[str, bool | None] = {
+        "base64": _BASE64.get(m.base64),
+        "leniency.integers": lax.integers if lax.HasField("integers") else None,
+        "leniency.bom": lax.bom if lax.HasField("bom") else None,
+        "leniency.integral_floats": (
+            lax.integral_floats if lax.HasField("integral_floats") else None
+        ),
+    }
+    profile = _PROFILES.get(m.encoding_profile)
+    if profile is not None:
+        honours, lenient = PROFILE_BUNDLES[profile]
+        bundle = {
+            "base64": honours,
+            "leniency.integers": lenient.integers,
+            "leniency.bom": lenient.bom,
+            "leniency.integral_floats": lenient.integral_floats,
+        }
+        for field, spell in _PARTS:
+            value = declared[field]
+            if value is not None and value != bundle[field]:
+                raise fail(
+                    field,
+                    f"says {spell(value)} but encoding_profile {profile.name} says "
+                    f"{spell(bundle[field])}; keep encoding_profile only, or drop it and "
+                    "set base64, leniency.integers and leniency.bom",
+                )
+        return honours, lenient
+    if any(declared[field] is None for field in _REQUIRED_PARTS):
+        why = (
+            "required: LEGACY or OPENAI (or base64, leniency.integers and leniency.bom, all three)"
         )
-    honours, lenient = PROFILE_BUNDLES[profile] if profile else (True, Leniency())
-    if m.base64 != pb.ModelPolicy.BASE64_UNSPECIFIED:
-        honours = m.base64 == pb.ModelPolicy.HONOURED
-    return honours, Leniency(
-        integers=lax.integers if lax.HasField("integers") else lenient.integers,
-        bom=lax.bom if lax.HasField("bom") else lenient.bom,
-        integral_floats=lax.integral_floats,
+        if replaced is not None:
+            why += (
+                "; the entry's own base64 or leniency replaces its preset's "
+                f"encoding_profile {replaced.name}"
+            )
+        raise fail("encoding_profile", why)
+    return bool(declared["base64"]), Leniency(
+        integers=bool(declared["leniency.integers"]),
+        bom=bool(declared["leniency.bom"]),
+        integral_floats=bool(declared["leniency.integral_floats"]),
     )
 
 

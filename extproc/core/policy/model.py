@@ -261,12 +261,22 @@ class Limits:
 
 
 @dataclass(frozen=True)
+class OlderSpelling:
+    """A field the file says in an older way: it loads, and ``replacement`` says how to
+    write it now (``extproc check-config`` shows it)."""
+
+    field: str  # its path in the file, e.g. models[0].upstream_flavour
+    replacement: str
+
+
+@dataclass(frozen=True)
 class GatewayPolicy:
     models: Mapping[str, ModelPolicy]
     limits: Limits = Limits()
     source: str = "<memory>"
     errors: ErrorDialect = OPENAI_ERRORS  # how the gateway's own error answers read
     rerankers: tuple[RerankPolicy, ...] = ()
+    older_spellings: tuple[OlderSpelling, ...] = ()
 
     def rerank_paths(self) -> frozenset[str]:
         return frozenset(r.path for r in self.rerankers)

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import ClassVar
 
 from extproc.core.embeddings_body import EmbeddingsBody
-from extproc.core.endpoint import ClientAnswer, Endpoint, Forward, Loaded
+from extproc.core.endpoint import ClientAnswer, Clock, Endpoint, Forward, Loaded
 from extproc.core.plan import ResponsePlan
 from extproc.core.policy.model import GatewayPolicy
 from extproc.core.request_coding import BodyCoding
@@ -56,10 +56,11 @@ class EmbeddingsDialect:
         endpoint: Endpoint[ResponsePlan],
         body: bytes,
         contract: Loaded,
+        clock: Clock,
         coding: BodyCoding | None,
     ) -> Forward[ResponsePlan]:
         request = self.read_request(body, contract.policy, contract.tokenizers, coding)
-        return plan_request(request, contract.policy, contract.tokenizers)
+        return plan_request(request, contract.policy, contract.tokenizers, clock=clock)
 
     def answer(
         self, endpoint: Endpoint[ResponsePlan], plan: ResponsePlan, status: int, body: bytes

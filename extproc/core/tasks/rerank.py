@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from extproc.core.endpoint import ClientAnswer, Endpoint, Forward, Loaded
+from extproc.core.endpoint import ClientAnswer, Clock, Endpoint, Forward, Loaded
 from extproc.core.error_envelope import (
     InvalidFieldError,
     ServerError,
@@ -36,11 +36,11 @@ from extproc.core.error_envelope import (
     quoted,
 )
 from extproc.core.plan import RequestStats
-from extproc.core.policy.model import GatewayPolicy, RerankPolicy, ScoreScale
+from extproc.core.policy.model import RerankPolicy, ScoreScale
 from extproc.core.request_coding import BodyCoding
 from extproc.core.request_headers import check_body_size
 from extproc.core.status import is_success
-from extproc.core.tokens import ModelTokenizer, TokenizeBudget, TokenizeBudgetError
+from extproc.core.tokens import TokenizeBudget, TokenizeBudgetError
 from extproc.core.upstreams import BadRerankAnswerError, adapter_for
 
 # What a result costs in the answers beyond its document's text, roughly.
@@ -151,6 +151,7 @@ class RerankDialect:
         endpoint: Endpoint[RerankPlan],
         body: bytes,
         contract: Loaded,
+        clock: Clock,
         coding: BodyCoding | None,
     ) -> Forward[RerankPlan]:
         policy = contract.policy
@@ -158,7 +159,7 @@ class RerankDialect:
             coding.check(body, policy.limits.max_request_bytes)
         check_body_size(len(body), policy.limits)
         request = self.read_request(body, policy.limits.max_inputs)
-        return _forward(self, policy.rerankers_at(endpoint.route), request, contract)
+        return _forward(self, policy.rerankers_at(endpoint.route), request, contract, clock)
 
     def answer(
         self, endpoint: Endpoint[RerankPlan], plan: RerankPlan, status: int, body: bytes
@@ -196,6 +197,7 @@ def _forward(
     entries: tuple[RerankPolicy, ...],
     request: RerankRequest,
     contract: Loaded,
+    clock: Clock,
 ) -> Forward[RerankPlan]:
     reranker = _reranker(entries, request)
     raw = (
@@ -216,7 +218,7 @@ def _forward(
         cut = True
     truncate_to = None
     if reranker.max_tokens is not None:
-        longest = _longest_pair(request, reranker, contract.tokenizers, contract.policy)
+        longest = _longest_pair(request, reranker, contract, clock)
         if longest > reranker.max_tokens:
             if not cut:
                 raise TooLargeError(
@@ -273,15 +275,14 @@ def _reranker(entries: tuple[RerankPolicy, ...], request: RerankRequest) -> Rera
 
 
 def _longest_pair(
-    request: RerankRequest,
-    reranker: RerankPolicy,
-    tokenizers: Mapping[str, ModelTokenizer],
-    policy: GatewayPolicy,
+    request: RerankRequest, reranker: RerankPolicy, contract: Loaded, clock: Clock
 ) -> int:
-    limits = policy.limits
-    budget = TokenizeBudget(limits.max_tokenize_bytes, limits.max_tokenize_ms / 1000)
+    limits = contract.policy.limits
+    budget = TokenizeBudget(limits.max_tokenize_bytes, limits.max_tokenize_ms / 1000, clock=clock)
     try:
-        counts = tokenizers[reranker.key].pair_counts(request.query, request.documents, budget)
+        counts = contract.tokenizers[reranker.key].pair_counts(
+            request.query, request.documents, budget
+        )
     except TokenizeBudgetError:
         raise TooLargeError(
             "The documents need more tokenization than the gateway does per request; send "

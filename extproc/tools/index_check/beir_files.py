@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from extproc.core.regular_file import FileRefusedError, read_regular_file
+from extproc.service.regular_file import FileRefusedError, read_regular_file
 from extproc.tools.toolkit.json_lines import json_objects
 
 MAX_FILE_BYTES = 256 * 1024 * 1024  # a sample, not a whole production corpus

@@ -23,8 +23,9 @@ from tokenizers import Tokenizer
 from extproc.core.policy.model import SpecialTokens, TokenizerSource
 from extproc.core.policy.presets import presets
 from extproc.core.prompts import DOCUMENT_TYPES, QUERY_TYPES
-from extproc.core.regular_file import FileRefusedError, read_regular_file
-from extproc.core.tokens import ModelTokenizer, TokenizerLoadError, tokenizer_json_bytes
+from extproc.core.tokens import ModelTokenizer, TokenizerLoadError
+from extproc.service.regular_file import FileRefusedError, read_regular_file
+from extproc.service.tokenizer_files import tokenizer_json_bytes
 
 # A model's JSON configuration files (prompts, tokenizer options) are a few KiB.
 _CONFIG_BYTES = 1024 * 1024

@@ -1,23 +1,33 @@
-"""Reading a policy file: one stable version of a regular file, never blocking.
+"""Reading a policy file: one stable version of a regular file, never blocking, then
+its text loaded (:func:`~extproc.core.policy.loader.load_policy_text`).
 
-The rules are those of :mod:`extproc.core.regular_file` (a regular file only, opened
+The rules are those of :mod:`extproc.service.regular_file` (a regular file only, opened
 so that nothing can block, the bytes of one version), with a policy's own bound
 (:data:`MAX_POLICY_BYTES`: a policy is a few KiB of YAML) and its errors: a
 :class:`PolicyError` naming the file and the field ``<file>``, or its subclass
 :class:`PolicyFileChangedError` for a write racing the read, which callers retry
-(later: the reload's watch; at once, a few times: start-up), never load.
+(later: the reload's watch; at once, a few times: :func:`load_policy_file`, at
+start-up), never load.
 """
 
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from extproc.core.policy.errors import PolicyError
-from extproc.core.regular_file import FileChangedError, FileRefusedError, read_regular_file
+from extproc.core.policy.loader import load_policy_text
+from extproc.core.policy.model import GatewayPolicy
+from extproc.service.regular_file import FileChangedError, FileRefusedError, read_regular_file
 
 MAX_POLICY_BYTES = 1024 * 1024
 FILE_FIELD = "<file>"
+# A file being written while read at start is read again after a pause, at most so often.
+READ_ATTEMPTS = 5
+READ_RETRY_S = 0.1
 
 
 class PolicyFileChangedError(PolicyError):
@@ -63,3 +73,21 @@ def read_policy_file(path: str | os.PathLike[str]) -> PolicyFileVersion:
         mtime_ns=st.st_mtime_ns,
         ctime_ns=st.st_ctime_ns,
     )
+
+
+def load_policy_file(
+    path: str | os.PathLike[str],
+    *,
+    tokenizer_overrides: Mapping[str, Path] | None = None,
+) -> GatewayPolicy:
+    """The policy in a file, read by :func:`read_policy_file` (a regular file only, one
+    version of it: a write racing the read is read again, a few times)."""
+    for attempt in range(READ_ATTEMPTS):
+        try:
+            version = read_policy_file(path)
+            break
+        except PolicyFileChangedError:
+            if attempt == READ_ATTEMPTS - 1:
+                raise
+            time.sleep(READ_RETRY_S)
+    return load_policy_text(version.text, source=str(path), tokenizer_overrides=tokenizer_overrides)
