@@ -1,15 +1,22 @@
-"""`extproc learn`: write the policy from a live legacy server and the raw new upstream.
+"""`extproc learn`: write the policy from a live legacy server and the raw new upstream,
+for every task (embeddings, reranking), and verify it through the gateway.
 
-Built on :mod:`extproc.tools.toolkit`: its budgeted clients and request pool carry the
-session's requests, and the verification is its vector parity and contract table,
-judged by its readiness checks and shown by its Markdown sections.
+Built on :mod:`extproc.tools.toolkit` (budgeted clients, the request pool, what is
+sent) and :mod:`extproc.tools.parity` (answers compared and judged).
 
-Modules, one concept each: ``session`` (the requests: budget, at most 4 in flight,
-the record), ``local`` (the tokenizer, the model's files, the candidate prompts and
-special tokens), one learner per aspect (``basics_learner``, ``prompts_learner``,
-``truncation_learner``, ``dimensions_learner``, ``profile_learner``,
-``upstream_learner``), ``probing_plan`` (every learner in order), ``findings`` (what a
-learner concludes), ``policy_file`` (the YAML), ``verify`` (the gateway against the
-baseline) and ``learn_report`` (Markdown, JSON). The command line is
-:mod:`extproc.commands.learn`.
+One skeleton for every task: ``session`` (every request: budget, at most 4 in
+flight, the record), ``findings`` (what a learner concludes), a plan of learners per
+task, ``policy_file`` (the YAML), ``verify`` (the gateway against the baseline) and
+``learn_report`` (Markdown, JSON).
+
+- embeddings: ``local`` (the tokenizer, the model's files, the candidate prompts and
+  special tokens) and one learner per aspect (``basics_learner``,
+  ``prompts_learner``, ``truncation_learner``, ``dimensions_learner``,
+  ``profile_learner``, ``upstream_learner``), in order in ``probing_plan``;
+- reranking: ``rerank_paths_learner`` (every path and its dialect),
+  ``rerank_scores_learner`` (the scale, results and documents by default),
+  ``rerank_long_pairs_learner``, in order in ``rerank_plan``;
+- both: ``errors_learner`` (the error dialect, from every refusal seen).
+
+The command line is :mod:`extproc.commands.learn`.
 """

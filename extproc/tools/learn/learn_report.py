@@ -23,8 +23,12 @@ from extproc.tools.learn.verify import Verification
 from extproc.tools.toolkit.comparison_markdown import contract_lines, parity_lines, verdict_lines
 from extproc.tools.toolkit.report_files import report_json
 from extproc.tools.toolkit.report_format import cell, code_span, table
+from extproc.tools.toolkit.rerank_answers import rows_table
 
 NO_VERIFY = "--no-verify was given"
+# An exchange's answer as read (vectors, a ranking) and its raw body: the report shows
+# what was read of them (`brief`, dims, norms, the error's message and shape).
+_UNREPORTED = frozenset({"vectors", "ranking", "body"})
 
 
 @dataclass(frozen=True)
@@ -64,7 +68,8 @@ class LearnReport:
 
 def to_json(report: LearnReport) -> bytes:
     exchanges = [
-        {k: v for k, v in dataclasses.asdict(e).items() if k != "vectors"} for e in report.exchanges
+        {k: v for k, v in dataclasses.asdict(e).items() if k not in _UNREPORTED}
+        for e in report.exchanges
     ]
     doc: dict[str, Any] = {
         **report.urls,
@@ -84,8 +89,9 @@ def to_json(report: LearnReport) -> bytes:
         v = report.verification
         doc["verification"] = {
             "verdict": v.verdict.to_json(),
-            "parity": dataclasses.asdict(v.parity),
+            "parity": None if v.parity is None else dataclasses.asdict(v.parity),
             "contract": [dataclasses.asdict(row) for row in v.rows],
+            "rerank": [dataclasses.asdict(row) for row in v.rerank_rows],
         }
     elif report.verify_note:
         doc["verification"] = {"skipped": report.verify_note}
@@ -129,8 +135,11 @@ def to_markdown(report: LearnReport) -> str:
         v = report.verification
         lines += ["## Verification: the gateway with this policy vs the baseline", ""]
         lines += verdict_lines(v.verdict)
-        lines += parity_lines(v.parity)
-        lines += contract_lines(v.rows)
+        if v.parity is not None:
+            lines += parity_lines(v.parity)
+            lines += contract_lines(v.rows)
+        if v.rerank_rows:
+            lines += [*rows_table(v.rerank_rows, "gateway"), ""]
     elif report.verify_note:
         lines += ["## Verification", "", f"Not run: {report.verify_note}.", ""]
     return "\n".join(lines).rstrip() + "\n"

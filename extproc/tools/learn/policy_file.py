@@ -1,5 +1,5 @@
 """The learned values as a policy file that `extproc run`, `serve` and `check-config`
-load as is.
+load as is: a model's entry (``models``) or a rerank path's (``rerankers``).
 
 Every field is written out (no preset: the file says everything it relies on).
 A field whose finding has a problem is still written, so the file loads, with a
@@ -17,6 +17,7 @@ from extproc.core.policy.model import InstructionUse
 from extproc.tools.learn.basics_learner import Basics
 from extproc.tools.learn.findings import Finding
 from extproc.tools.learn.probing_plan import Learned
+from extproc.tools.learn.rerank_plan import LearnedRerank
 
 # The policy key a finding is about, when its field's first part is not that key.
 _KEY_OF = {
@@ -68,6 +69,68 @@ def policy_entry(learned: Learned, basics: Basics) -> dict[str, Any]:
     return entry
 
 
+def reranker_entry(learned: LearnedRerank) -> dict[str, Any]:
+    """A rerank path's entry, in the policy file's schema (key order as written)."""
+    dialect = learned.dialect
+    out: dict[str, Any] = {
+        "name": learned.model,
+        "upstream_model": learned.upstream_model,
+        "dialect": dialect.name.upper(),
+    }
+    if learned.path != dialect.paths[0]:
+        out["path"] = learned.path
+    out["scores"] = learned.scores
+    if learned.top_n is not None:
+        out["top_n"] = learned.top_n
+    documents = learned.return_documents
+    if documents is not None and documents != dialect.returns_documents:
+        out["return_documents"] = documents
+    source = learned.tokenizer
+    if learned.max_tokens is not None and source is not None:
+        out["max_tokens"] = learned.max_tokens
+        if learned.refuse_long_pairs:
+            out["truncation"] = {"refuse": True}
+        out["tokenizer"] = {"path": str(source.path)} if source.path else {"hf_id": source.hf_id}
+    out["upstream"] = {"kind": "vllm"}
+    if learned.errors:
+        out["errors"] = learned.errors
+    return out
+
+
+def rerankers_text(
+    learned: Sequence[LearnedRerank], findings: Sequence[Finding], header: Sequence[str]
+) -> str:
+    """The ``rerankers`` section, one entry a path; a finding about a path marks its
+    field (``"/v1/rerank scores"`` marks that entry's ``scores``)."""
+    lines = [f"# {line}" for line in header]
+    lines.append("rerankers:")
+    for one in learned:
+        marks: dict[str, list[str]] = {}
+        for item in findings:
+            path, _, rest = item.field.partition(" ")
+            if item.problem and path == one.path:
+                key = rest.split()[0] if rest else ""
+                marks.setdefault(key, []).append(f"{item.field}: {item.problem}")
+        entry = reranker_entry(one)
+        lines += _entry_lines(entry, marks)
+    return "\n".join(lines) + "\n"
+
+
+def _entry_lines(entry: dict[str, Any], marks: dict[str, list[str]]) -> list[str]:
+    """One list entry, a key a line, each marked key with its NOT LEARNED comments."""
+    lines = [_not_learned(text, "    ") for text in marks.get("", [])]
+    for index, (key, value) in enumerate(entry.items()):
+        lines += [_not_learned(text, "    ") for text in marks.get(key, [])]
+        lines.append(
+            f"{'  - ' if index == 0 else '    '}{key}: {json.dumps(value, ensure_ascii=False)}"
+        )
+    return lines
+
+
+def _not_learned(text: str, indent: str = "") -> str:
+    return f"{indent}# NOT LEARNED: {' '.join(text.split())}"
+
+
 def policy_text(
     learned: Learned, basics: Basics, findings: Sequence[Finding], header: Sequence[str]
 ) -> str:
@@ -81,14 +144,11 @@ def policy_text(
                 f"{item.field}: {item.problem}"
             )
     lines = [f"# {line}" for line in header]
-    lines += [f"# NOT LEARNED: {' '.join(text.split())}" for text in marks.get("", [])]
+    lines += [_not_learned(text) for text in marks.pop("", [])]
     lines.append("models:")
-    for index, (key, value) in enumerate(entry.items()):
-        lines += [f"    # NOT LEARNED: {' '.join(text.split())}" for text in marks.get(key, [])]
-        lines.append(
-            f"{'  - ' if index == 0 else '    '}{key}: {json.dumps(value, ensure_ascii=False)}"
-        )
+    errors = marks.pop("errors", [])
+    lines += _entry_lines(entry, marks)
     if learned.errors:
-        lines += [f"# NOT LEARNED: {' '.join(text.split())}" for text in marks.get("errors", [])]
+        lines += [_not_learned(text) for text in errors]
         lines.append(f"errors: {json.dumps(learned.errors, ensure_ascii=False)}")
     return "\n".join(lines) + "\n"

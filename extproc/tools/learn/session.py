@@ -1,7 +1,9 @@
-"""Every request `extproc learn` sends: counted against a budget per server
-(:mod:`extproc.tools.toolkit.budgeted_client`), at most four in flight across both
-(:mod:`extproc.tools.toolkit.request_pool`), each answer recorded once (the learners
-and the report read the record).
+"""Every request `extproc learn` sends, for every task: counted against a budget per
+server (:mod:`extproc.tools.toolkit.budgeted_client`), at most four in flight across
+both (:mod:`extproc.tools.toolkit.request_pool`), each answer recorded once as an
+:class:`Exchange` (the learners and the report read the record). An embeddings
+request goes to each server's embeddings endpoint; any other to a path of its root,
+its answer read as the dialect the learner names.
 """
 
 from __future__ import annotations
@@ -14,12 +16,14 @@ from typing import Any, Literal
 import numpy as np
 import orjson
 
+from extproc.core.tasks.rerank import Ranking, RerankDialect
 from extproc.core.upstream_errors import parse_upstream_error
 from extproc.core.vectors import FloatMatrix
+from extproc.runtime.blocking_http import HttpClient, HttpResult, split_url
 from extproc.tools.parity import Answer, cosine
 from extproc.tools.toolkit.budgeted_client import BudgetedClient, RequestBudget
 from extproc.tools.toolkit.contract_table import error_text
-from extproc.tools.toolkit.embeddings_client import DEFAULT_TIMEOUT_S
+from extproc.tools.toolkit.embeddings_client import DEFAULT_TIMEOUT_S, endpoint_url
 from extproc.tools.toolkit.progress import Progress
 from extproc.tools.toolkit.request_pool import RequestPool
 
@@ -49,10 +53,16 @@ class Exchange:
     message: str = ""  # an error's text
     envelope: str = ""  # an error body's shape (extproc.core.upstream_errors.Shape)
     vectors: FloatMatrix | None = field(default=None, repr=False, compare=False)
+    # A rerank answer, and the dialect whose clients read it so.
+    ranking: Ranking | None = field(default=None, repr=False, compare=False)
+    read_as: str = ""
+    # The body as answered, for the comparisons that must see it whole.
+    body: bytes = field(default=b"", repr=False, compare=False)
 
     @property
     def ok(self) -> bool:
-        return self.vectors is not None
+        """A usable answer: vectors, or a ranking."""
+        return self.vectors is not None or self.ranking is not None
 
     def cosine_to(self, other: Exchange) -> float | None:
         """Cosine of the first vectors of two answers (None when not comparable)."""
@@ -74,6 +84,8 @@ class Exchange:
         """Status and result on one line, for the report and progress."""
         if self.status == 0:
             return f"no answer ({self.message})"
+        if self.ranking is not None:
+            return f"{self.status}, {self.ranking.count} results"
         if self.vectors is None:
             return f"{self.status}, {self.message}"
         tokens = "" if self.prompt_tokens is None else f", {self.prompt_tokens} tokens"
@@ -84,7 +96,8 @@ Request = tuple[Server, str, "dict[str, Any] | bytes"]
 
 
 class Session:
-    """Both servers' clients, their budgets and the record."""
+    """Both servers' clients, their budgets and the record. ``urls``: each server's
+    URL as given (its root, ``/v1``, or its embeddings endpoint)."""
 
     def __init__(
         self,
@@ -97,7 +110,14 @@ class Session:
         self.timeout_s = timeout_s
         self.headers = dict(headers or {})  # sent with every request, never recorded
         self.budgets = {server: RequestBudget(budget, server) for server in SERVERS}
-        self.clients = {server: self.client(server, urls[server]) for server in SERVERS}
+        self.endpoints = {server: endpoint_url(urls[server]) for server in SERVERS}
+        ends = {server: split_url(self.endpoints[server]) for server in SERVERS}
+        self.roots = {server: ends[server][0] for server in SERVERS}
+        self._paths = {server: ends[server][1] for server in SERVERS}
+        self._http = {
+            server: HttpClient(self.roots[server], timeout_s=timeout_s, headers=self.headers)
+            for server in SERVERS
+        }
         self.exchanges: list[Exchange] = []
         self._progress = progress
         self._lock = threading.Lock()
@@ -108,40 +128,87 @@ class Session:
         return {server: self.budgets[server].spent for server in SERVERS}
 
     def client(self, server: Server, url: str) -> BudgetedClient:
-        """A client for ``url`` whose requests count against ``server``'s budget."""
+        """A client of the embeddings endpoint at ``url`` whose requests count against
+        ``server``'s budget (the verification's, of the gateway)."""
         return BudgetedClient(
             url, self.budgets[server], timeout_s=self.timeout_s, headers=self.headers
         )
 
     def close(self) -> None:
         self._pool.close()
-        for client in self.clients.values():
+        for client in self._http.values():
             client.close()
 
     def note(self, text: str) -> None:
         self._progress(text)
 
     def send(self, server: Server, label: str, body: dict[str, Any] | bytes) -> Exchange:
-        raw = body if isinstance(body, bytes) else orjson.dumps(body)
-        result = self.clients[server].post(raw)
+        """An embeddings request to the server's embeddings endpoint."""
+        result = self._post(server, self._paths[server], body)
         answer = Answer.read(result.status, result.body)
         vectors = answer.vectors
+        message = (
+            (result.error or "")
+            if result.status == 0
+            else (answer.problem or ("" if vectors is not None else error_text(result.body)))
+        )
+        return self._record(
+            server,
+            label,
+            shown(body),
+            result,
+            message=message,
+            prompt_tokens=answer.prompt_tokens,
+            dims=answer.dims,
+            encoding=answer.encoding,
+            norm=None if vectors is None else float(np.linalg.norm(vectors[0])),
+            vectors=vectors,
+        )
+
+    def post(
+        self,
+        server: Server,
+        path: str,
+        label: str,
+        body: dict[str, Any] | bytes,
+        readers: Sequence[RerankDialect],
+    ) -> Exchange:
+        """A rerank request to ``path`` of the server's root, its answer read by the
+        first of ``readers`` whose clients read it as a rerank answer."""
+        result = self._post(server, path, body)
+        ranking, read_as = None, ""
+        if 200 <= result.status < 300:
+            for dialect in readers:
+                ranking = dialect.read_answer(result.body)
+                if ranking is not None:
+                    read_as = dialect.name
+                    break
+        error = parse_upstream_error(result.body)
+        message = result.error or ("" if ranking else (error.message or ""))
+        request = f"POST {path} {shown(body)}"
+        fields = {"message": message, "ranking": ranking, "read_as": read_as}
+        return self._record(server, label, request, result, **fields)
+
+    def _post(self, server: Server, path: str, body: dict[str, Any] | bytes) -> HttpResult:
+        raw = body if isinstance(body, bytes) else orjson.dumps(body)
+        self.budgets[server].take()
+        return self._http[server].post(path, raw)
+
+    def _record(
+        self, server: Server, label: str, request: str, result: HttpResult, **fields: Any
+    ) -> Exchange:
+        usable = fields.get("vectors") is not None or fields.get("ranking") is not None
+        envelope = "" if usable else parse_upstream_error(result.body).shape
         with self._lock:
             exchange = Exchange(
                 id=len(self.exchanges) + 1,
                 server=server,
                 label=label,
-                request=shown(body),
+                request=request,
                 status=result.status,
-                prompt_tokens=answer.prompt_tokens,
-                dims=answer.dims,
-                encoding=answer.encoding,
-                norm=None if vectors is None else float(np.linalg.norm(vectors[0])),
-                message=(result.error or "")
-                if result.status == 0
-                else (answer.problem or ("" if vectors is not None else error_text(result.body))),
-                vectors=vectors,
-                envelope="" if vectors is not None else parse_upstream_error(result.body).shape,
+                envelope=envelope,
+                body=result.body,
+                **fields,
             )
             self.exchanges.append(exchange)
         return exchange
@@ -149,8 +216,9 @@ class Session:
     def get_json(self, server: Server, path: str) -> tuple[Exchange, Any]:
         """GET ``path`` under the server's API root (``/v1``): the record and the JSON
         (None when the answer is not a 2xx JSON document)."""
-        client = self.clients[server]
-        result = client.get(path)
+        api_root = self._paths[server].rsplit("/", 1)[0]
+        self.budgets[server].take()
+        result = self._http[server].get(api_root + path)
         doc, message = None, result.error or ""
         if 200 <= result.status < 300:
             try:
@@ -161,7 +229,7 @@ class Session:
                 message = shown(doc) if isinstance(doc, dict) else ""
         elif result.status:
             message = error_text(result.body)
-        label = "GET " + client.api_root + path
+        label = "GET " + api_root + path
         with self._lock:
             exchange = Exchange(
                 len(self.exchanges) + 1, server, label, "", result.status, message=message

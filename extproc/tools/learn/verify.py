@@ -1,6 +1,8 @@
 """Closing the loop: the gateway with the learned policy in front of the candidate,
-compared with the baseline by the probe's parity and contract checks (the toolkit's
-``vector_parity``, ``contract_table`` and ``readiness_checks``).
+compared with the baseline, for every task: embeddings by the probe's parity and
+contract checks (the toolkit's ``vector_parity``, ``contract_table`` and
+``readiness_checks``), each learned rerank path by its dialect's contract requests,
+every answer compared whole as a client reads it (parity's rerank comparison).
 
 The gateway is `extproc run`'s own: its ext_proc server and a real Envoy on the
 shipped ``standalone.yaml``, started in this process by the runtime's functions
@@ -16,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TypeVar
 from urllib.parse import urlsplit
@@ -24,6 +26,7 @@ from urllib.parse import urlsplit
 import orjson
 
 from extproc.core.contract import Contract
+from extproc.runtime.blocking_http import HttpClient
 from extproc.runtime.envoy_config import (
     DEFAULT_TEMPLATE,
     EnvoySettings,
@@ -39,12 +42,20 @@ from extproc.tools.learn import profile_learner, prompts_learner
 from extproc.tools.learn.local import TEXT
 from extproc.tools.learn.probing_plan import Learned
 from extproc.tools.learn.prompts_learner import INSTRUCTION_ALONE
+from extproc.tools.learn.rerank_paths_learner import DOCUMENTS, QUERY
+from extproc.tools.learn.rerank_plan import LearnedRerank
 from extproc.tools.learn.session import Session
-from extproc.tools.parity import Verdict
+from extproc.tools.parity import Check, Verdict
 from extproc.tools.toolkit.contract_table import Probe, Row, default_probes, run_contract
 from extproc.tools.toolkit.corpus import load_corpus
 from extproc.tools.toolkit.long_text import LONG_INPUT_TOKENS, long_text
 from extproc.tools.toolkit.readiness_checks import PROBE_THRESHOLDS, comparison_verdict
+from extproc.tools.toolkit.rerank_answers import (
+    AnswerRow,
+    RerankReply,
+    compare_replies,
+    contract_requests,
+)
 from extproc.tools.toolkit.vector_parity import ParityResult, run_parity
 
 T = TypeVar("T")
@@ -62,9 +73,10 @@ LEARNED_AS = {
 
 @dataclass(frozen=True)
 class Verification:
-    parity: ParityResult
-    rows: list[Row]
     verdict: Verdict
+    parity: ParityResult | None = None  # embeddings
+    rows: Sequence[Row] = ()  # embeddings: the contract table
+    rerank_rows: Sequence[AnswerRow] = ()  # reranking: a row per request and path
 
 
 def upstream_root(url: str) -> Upstream:
@@ -153,10 +165,55 @@ def verify(
         finally:
             baseline.close()
             gateway.close()
-        return Verification(parity, rows, comparison_verdict(parity, rows))
+        return Verification(comparison_verdict(parity, rows), parity, rows)
 
     with contextlib.redirect_stdout(sys.stderr):  # the launcher's ready line is progress here
         return asyncio.run(with_gateway(contract, upstream_root(urls["candidate"]), compare))
+
+
+def verify_rerank(
+    session: Session, contract: Contract, learned: Sequence[LearnedRerank]
+) -> Verification:
+    """Start the gateway with the written policy in front of the candidate, send each
+    learned path its dialect's contract requests, to both, and stop it."""
+
+    def compare(gateway_url: str) -> Verification:
+        session.note(f"verify: the gateway on {gateway_url} against the baseline")
+        gateway = HttpClient(gateway_url, timeout_s=session.timeout_s, headers=session.headers)
+        rows: list[AnswerRow] = []
+        try:
+            for entry in learned:
+                dialect, path = entry.dialect, entry.path
+                bodies = contract_requests(dialect, entry.model, QUERY, DOCUMENTS, entry.max_tokens)
+                for label, body in bodies.items():
+                    raw = body if isinstance(body, bytes) else orjson.dumps(body)
+                    old = session.post("baseline", path, f"verify: {label}", body, [dialect])
+                    session.budgets["candidate"].take()
+                    new = gateway.post(path, raw)
+                    rows.append(
+                        compare_replies(
+                            f"{path} {label}",
+                            RerankReply.read(old.status, old.body),
+                            RerankReply.read(new.status, new.body),
+                        )
+                    )
+        finally:
+            gateway.close()
+        return Verification(rerank_verdict(rows), rerank_rows=rows)
+
+    with contextlib.redirect_stdout(sys.stderr):
+        return asyncio.run(
+            with_gateway(contract, upstream_root(session.roots["candidate"]), compare)
+        )
+
+
+def rerank_verdict(rows: Sequence[AnswerRow]) -> Verdict:
+    """Ready when a client sees the same in every row."""
+    differ = [r for r in rows if r.problem]
+    detail = f"{len(rows) - len(differ)} of {len(rows)} requests answered the same"
+    if differ:
+        detail += f"; first difference: {differ[0].label}: {differ[0].problem}"
+    return Verdict((Check("rerank answers", not differ, detail),))
 
 
 async def with_gateway(contract: Contract, upstream: Upstream, work: Callable[[str], T]) -> T:
