@@ -42,10 +42,11 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from extproc.core.api_errors import ApiError
 from extproc.core.contract import Contract
 from extproc.core.dialects import OPENAI
 from extproc.core.endpoint import Endpoint, Forward
-from extproc.core.error_envelope import OPENAI_ERRORS, ApiError
+from extproc.core.error_dialect import OPENAI_ERRORS
 from extproc.core.plan import Encoding, ResponsePlan
 from extproc.core.policy import load_policy_text
 from extproc.core.policy.model import EncodingProfile, ModelPolicy

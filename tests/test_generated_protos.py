@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from importlib import resources
 from pathlib import Path
 
 from grpc_tools import protoc
@@ -17,6 +18,8 @@ def test_generated_policy_code_is_fresh(tmp_path: Path) -> None:
         [
             "grpc_tools.protoc",
             f"-I{REPO / 'protos'}",
+            # the well-known types (google/protobuf/struct.proto), as the command line adds
+            f"-I{resources.files('grpc_tools') / '_proto'}",
             f"--python_out={tmp_path}",
             f"--pyi_out={tmp_path}",
             str(REPO / "protos" / PROTO),

@@ -30,7 +30,7 @@ import orjson
 import pytest
 import yaml
 
-from extproc.core.error_envelope import MAX_MESSAGE_CHARS
+from extproc.core.api_errors import MAX_MESSAGE_CHARS
 from testing_support.fake_upstream import FakeUpstream, Received
 from testing_support.gateway import Gateway, GatewaySpec
 from testing_support.http import envelope_error, http, metric_value

@@ -20,7 +20,7 @@ import pytest
 
 from extproc.commands import learn as learn_command
 from extproc.commands.cli import _parser
-from extproc.core.error_envelope import ErrorShape
+from extproc.core.api_errors import ErrorClass
 from extproc.core.policy import load_policy_text
 from extproc.core.policy.model import EncodingProfile, Matryoshka, TokenizerSource
 from extproc.service.policy_file import load_policy_file
@@ -80,12 +80,23 @@ def test_learns_the_seed_server_as_the_shipped_policy(
     assert "| malformed JSON | 422, " in md and "(detail-list) | 400, " in md and "(flat) |" in md
     # and the dialect learned from it: what the shipped policy (written by hand) lacks
     errors = load_policy_file(tmp_path / "policy.yaml").errors
-    assert errors.shape is ErrorShape.FASTAPI
+    # FastAPI's bodies, as templates: a list detail for what its request model
+    # validates, a text one for what its handler raises
+    invalid = errors.template(ErrorClass.INVALID)
+    assert list(invalid) == ["detail"] and list(invalid["detail"][0]) == [
+        "type",
+        "loc",
+        "msg",
+        "input",
+    ]
+    assert errors.template(ErrorClass.UNKNOWN_MODEL) == {"detail": "{message}"}
+    assert errors.template(ErrorClass.INSTRUCTION) == invalid  # a document + instruction
     assert {k.value: v for k, v in errors.statuses.items()} == {
         "malformed": 422,
         "invalid": 422,
         "dimensions": 422,
         "unknown_model": 404,
+        "instruction": 422,
     }
 
 

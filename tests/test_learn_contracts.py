@@ -93,9 +93,9 @@ CASES = {
             "error_shape": "openai",
             "error_status": {k: 400 for k in ("malformed", "invalid", "dimensions")},
         },
-        {"shape": "OPENAI", "status.malformed": 400},
+        {"body": ["error"], "status.malformed": 400},
     ),
-    "flat error bodies": Case({"error_shape": "flat"}, {"shape": "FLAT"}),
+    "flat error bodies": Case({"error_shape": "flat"}, {"body": ["message", "type", "code"]}),
     # two combined
     "instruction ignored, base64 and lax": Case(
         {**E5, "instruction": "ignored", "honour_encoding": True, "lax": True},
@@ -132,7 +132,7 @@ CASES = {
             "error_shape": "flat",
             "error_status": {"too_long": 413},
         },
-        {"refuse": True, "shape": "FLAT", "status.too_long": 413},
+        {"refuse": True, "body": ["message", "type", "code"], "status.too_long": 413},
     ),
     "a set read as a lax Literal, base64": Case(
         {
@@ -170,7 +170,8 @@ def policy_facts(model: ModelPolicy, errors: Any) -> dict[str, Any]:
         "integers": model.leniency.integers,
         "bom": model.leniency.bom,
         "integral_floats": model.leniency.integral_floats,
-        "shape": errors.shape.name,
+        # the keys of the bodies the gateway writes for errors of no kind of its own
+        "body": list(errors.template(None)),
         **{f"status.{k.value}": v for k, v in errors.statuses.items()},
     }
 

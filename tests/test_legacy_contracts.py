@@ -25,8 +25,8 @@ import tokenizers
 import transformers
 from tokenizers import models, pre_tokenizers, processors
 
+from extproc.core.api_errors import ApiError
 from extproc.core.contract import Contract
-from extproc.core.error_envelope import ApiError
 from extproc.core.plan import Encoding, ResponsePlan
 from extproc.core.policy import EncodingProfile, PolicyError, load_policy_text
 from extproc.core.request_rewrite import Forward, rewrite_request

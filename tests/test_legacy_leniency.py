@@ -24,8 +24,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, ValidationError
 
+from extproc.core.api_errors import ApiError
 from extproc.core.contract import Contract
-from extproc.core.error_envelope import ApiError
 from extproc.core.lax import integral_float_int, lax_int
 from extproc.core.request_rewrite import Forward, rewrite_request
 from testing_support.fake_upstream import FakeUpstream

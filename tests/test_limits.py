@@ -19,8 +19,8 @@ import orjson
 import pytest
 from tokenizers import Tokenizer
 
+from extproc.core.api_errors import ApiError
 from extproc.core.contract import Contract
-from extproc.core.error_envelope import ApiError
 from extproc.core.policy import GatewayPolicy, PolicyError, load_policy_text
 from extproc.core.policy.model import SpecialTokens
 from extproc.core.request_rewrite import Forward, rewrite_request

@@ -21,8 +21,8 @@ import numpy as np
 import orjson
 import pytest
 
+from extproc.core.api_errors import ApiError
 from extproc.core.contract import Contract
-from extproc.core.error_envelope import ApiError
 from extproc.core.plan import Encoding, ResponsePlan
 from extproc.core.policy import load_policy_text
 from extproc.core.request_rewrite import Forward, rewrite_request

@@ -19,10 +19,11 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from tokenizers import Tokenizer
 
+from extproc.core.api_errors import ApiError
 from extproc.core.contract import Contract
 from extproc.core.dialects import OPENAI
 from extproc.core.endpoint import Endpoint
-from extproc.core.error_envelope import OPENAI_ERRORS, ApiError
+from extproc.core.error_dialect import OPENAI_ERRORS
 from extproc.core.plan import Encoding, ResponsePlan
 from extproc.core.request_rewrite import Forward, rewrite_request
 from extproc.core.response_rewrite import rewrite_response

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
+from extproc.core.api_errors import ApiError
 from extproc.core.contract import Contract
-from extproc.core.error_envelope import ApiError
 from extproc.core.request_coding import MAX_INFLATE_RATIO, BodyCoding
 from extproc.core.request_rewrite import rewrite_request
 

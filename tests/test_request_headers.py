@@ -6,7 +6,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from extproc.core.error_envelope import ApiError
+from extproc.core.api_errors import ApiError
 from extproc.core.policy.model import GatewayPolicy
 from extproc.core.request_headers import (
     UPSTREAM_PATH,

@@ -19,8 +19,8 @@ import orjson
 import pytest
 from tokenizers import Tokenizer
 
+from extproc.core.api_errors import MAX_MESSAGE_CHARS, ApiError
 from extproc.core.contract import Contract
-from extproc.core.error_envelope import MAX_MESSAGE_CHARS, ApiError
 from extproc.core.plan import Encoding
 from extproc.core.policy import GatewayPolicy, load_policy_text
 from extproc.core.request_rewrite import Forward, rewrite_request

@@ -12,9 +12,9 @@ from typing import Any
 import orjson
 import pytest
 
+from extproc.core.api_errors import ApiError
 from extproc.core.contract import Contract
 from extproc.core.endpoint import ClientAnswer, Forward
-from extproc.core.error_envelope import ApiError
 from extproc.core.policy import PolicyError, load_policy_text
 from extproc.core.request_headers import unknown_path
 from extproc.core.tasks.rerank import RerankPlan

@@ -17,7 +17,7 @@ import pytest
 
 from extproc.core.dialects import OPENAI
 from extproc.core.endpoint import ClientAnswer, Endpoint, needs_response_body
-from extproc.core.error_envelope import OPENAI_ERRORS, ErrorDialect
+from extproc.core.error_dialect import OPENAI_ERRORS, ErrorDialect
 from extproc.core.plan import Encoding, ResponsePlan
 from testing_support.http import envelope_error
 

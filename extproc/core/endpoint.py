@@ -21,7 +21,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
-from extproc.core.error_envelope import ErrorDialect
+from extproc.core.api_errors import ApiError
+from extproc.core.error_dialect import ErrorDialect
 from extproc.core.plan import RequestStats
 from extproc.core.policy.model import GatewayPolicy
 from extproc.core.request_coding import BodyCoding
@@ -146,7 +147,11 @@ class Endpoint(Generic[P]):
     ) -> Forward[P]:
         """Raise an ApiError for the client's mistake; else what goes upstream.
         ``clock`` (seconds, monotonic) times the tokenizing against its budget."""
-        return self.dialect.forward(self, body, contract, clock, coding)
+        try:
+            return self.dialect.forward(self, body, contract, clock, coding)
+        except ApiError as error:
+            error.request = body
+            raise
 
     def answer(self, plan: P | None, status: int, body: bytes) -> ClientAnswer | None:
         """The client's answer to the upstream's; None: the upstream's, unchanged.
@@ -159,4 +164,4 @@ class Endpoint(Generic[P]):
         # No plan, no model: which upstream kind answered is unknown, so the
         # tolerant parser reads every kind's shape.
         error = client_error(status, parse_upstream_error(body), None)
-        return ClientAnswer(error.status, self.errors.body(error, error.status))
+        return ClientAnswer(error.status, self.errors.write(error, error.status))

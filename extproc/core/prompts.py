@@ -11,10 +11,10 @@ whole prompt, ignored, or refused).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final
 
-from extproc.core.error_envelope import ApiError, InstructionError, InvalidFieldError, quoted
+from extproc.core.api_errors import ApiError, InstructionError, InvalidFieldError, quoted
 from extproc.core.policy.model import InstructionUse, PromptTemplates
 
 QUERY_TYPES: Final = frozenset({"query", "search_query", "retrieval.query", "question"})
@@ -49,12 +49,19 @@ def prompt_prefix(
         template = templates.aliases.get(input_type, templates.query)
         if instruction is not None and templates.instruction is InstructionUse.PROMPT:
             return instruction
-    elif input_type in DOCUMENT_TYPES:
-        if instruction is not None:
+    elif input_type in DOCUMENT_TYPES and instruction is not None:
+        use = templates.document_instruction
+        if use is InstructionUse.REFUSED:
             raise InstructionError(
-                "`instruction` applies to queries only; drop it or send input_type 'query'.",
+                f"`instruction` applies to queries only; drop it or send "
+                f"{templates.role_field} 'query'.",
                 param="instruction",
             )
+        if use is InstructionUse.IGNORED:
+            return prompt_prefix(templates, input_type, None)
+        # The instruction wins: a query with it.
+        return prompt_prefix(replace(templates, instruction=use), "query", instruction)
+    elif input_type in DOCUMENT_TYPES:
         template = templates.aliases.get(input_type, templates.document)
     elif input_type in templates.extra:
         template = templates.extra[input_type]
@@ -68,8 +75,9 @@ def prompt_prefix(
 def _unknown_input_type(templates: PromptTemplates, input_type: str) -> ApiError:
     accepted = sorted(templates.input_types or QUERY_TYPES | DOCUMENT_TYPES | set(templates.extra))
     return InvalidFieldError(
-        f"Unsupported input_type {quoted(input_type)}; accepted values: {', '.join(accepted)}.",
-        param="input_type",
+        f"Unsupported {templates.role_field} {quoted(input_type)}; accepted values: "
+        f"{', '.join(accepted)}.",
+        param=templates.role_field,
     )
 
 

@@ -30,12 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from extproc.core.error_envelope import (
-    ApiError,
-    InvalidFieldError,
-    MalformedBodyError,
-    TooLargeError,
-)
+from extproc.core.api_errors import ApiError, InvalidFieldError, MalformedBodyError, TooLargeError
 
 METADATA_NAMESPACE: Final = "embgw.request"
 # How many times its size as sent Envoy's decoder lets a body grow before it stops:

@@ -35,7 +35,7 @@ from __future__ import annotations
 import re
 from typing import Final
 
-from extproc.core.error_envelope import ApiError, MalformedBodyError, TooLargeError, quoted
+from extproc.core.api_errors import ApiError, MalformedBodyError, TooLargeError, quoted
 from extproc.core.policy.model import Limits
 
 UPSTREAM_PATH: Final = "/v1/embeddings"

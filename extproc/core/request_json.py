@@ -27,12 +27,13 @@ from typing import Any, Final
 
 import orjson
 
-from extproc.core.error_envelope import (
+from extproc.core.api_errors import (
     ApiError,
     DimensionsError,
     InstructionError,
     InvalidFieldError,
     MalformedBodyError,
+    TooManyInputsError,
     UnknownModelError,
     quoted,
 )
@@ -43,12 +44,11 @@ from extproc.core.request_coding import BodyCoding
 from extproc.core.request_headers import check_body_size
 from extproc.core.tokens import ModelTokenizer
 
-# Fields the legacy contract adds, which the gateway applies itself: only
-# ``dimensions`` ever reaches an upstream (one that cuts Matryoshka vectors itself).
-LEGACY_ONLY_FIELDS: Final = ("dimensions", "input_type", "instruction")
-# Every top-level field read_request reads and type-checks; others go upstream as sent.
+# Every top-level field read_request reads and type-checks (the role's field too,
+# by default `input_type`); others go upstream as sent.
 INTERPRETED_FIELDS: Final = frozenset(
-    {*LEGACY_ONLY_FIELDS, "model", "input", "encoding_format", "truncate_prompt_tokens", "user"}
+    {"dimensions", "input_type", "instruction", "model", "input", "encoding_format"}
+    | {"truncate_prompt_tokens", "user"}
 )
 _UTF8_BOM: Final = b"\xef\xbb\xbf"
 
@@ -136,7 +136,7 @@ def read_request(
 
     encoding = _client_encoding(request.get("encoding_format"), model)
     dimensions = _dimensions(request.get("dimensions"), model, to_int)
-    input_type = _optional_str(request, "input_type")
+    input_type = _optional_str(request, model.prompts.role_field)
     instruction = None
     if model.prompts.instruction is not InstructionUse.IGNORED:
         instruction = _optional_str(request, "instruction")
@@ -288,18 +288,18 @@ def _too_deep(what: str) -> ApiError:
 
 def _model(request: dict[str, Any], policy: GatewayPolicy) -> ModelPolicy:
     name = request.get("model")
-    if name is None:
-        raise InvalidFieldError("Missing required parameter: 'model'.", param="model")
-    if not isinstance(name, str):
+    if name is not None and not isinstance(name, str):
         raise InvalidFieldError(f"'model' must be a string, not {_json_type(name)}.", param="model")
     model = policy.model(name)
-    if model is None:
-        raise UnknownModelError(
-            f"The model {quoted(name)} does not exist; this gateway serves: "
-            + ", ".join(sorted(policy.models))
-            + "."
-        )
-    return model
+    if model is not None:
+        return model
+    if name is None:
+        raise InvalidFieldError("Missing required parameter: 'model'.", param="model")
+    raise UnknownModelError(
+        f"The model {quoted(name)} does not exist; this gateway serves: "
+        + ", ".join(sorted(policy.models))
+        + "."
+    )
 
 
 def _inputs(
@@ -357,7 +357,7 @@ def _inputs(
 
 def _check_input_count(count: int, max_inputs: int) -> None:
     if count > max_inputs:
-        raise InvalidFieldError(
+        raise TooManyInputsError(
             f"'input' has {count} items; at most {max_inputs} are allowed per request.",
             param="input",
         )

@@ -23,20 +23,17 @@ gets the value read.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Final
 
 from extproc.core.endpoint import Forward
 from extproc.core.plan import Encoding, RequestStats, ResponsePlan
 from extproc.core.policy.model import GatewayPolicy
+from extproc.core.preprocess import preprocess
 from extproc.core.prompts import prompt_prefix
 from extproc.core.request_coding import BodyCoding
-from extproc.core.request_json import LEGACY_ONLY_FIELDS, EmbeddingsRequest, read_request
+from extproc.core.request_json import EmbeddingsRequest, read_request
 from extproc.core.tokens import ModelTokenizer
 from extproc.core.truncation import fit_inputs
 from extproc.core.upstreams import UpstreamAsk, adapter_for
-
-# The fields that become the prompt prefix: the gateway's alone, never forwarded.
-_PROMPT_FIELDS: Final = frozenset({"input_type", "instruction"})
 
 
 def rewrite_request(
@@ -65,8 +62,9 @@ def plan_request(
     (``clock`` as for :func:`rewrite_request`)."""
     model = request.model
     prefix = prompt_prefix(model.prompts, request.input_type, request.instruction)
+    texts = preprocess(model.preprocess, request.texts)
     fitted = fit_inputs(
-        request.texts,
+        texts,
         request.token_ids,
         prefix=prefix,
         max_tokens=model.max_tokens,
@@ -99,7 +97,10 @@ def plan_request(
         renormalise=model.matryoshka is None or model.matryoshka.renormalise,
     )
     kept = () if forwarded is None else ("dimensions",)
-    stripped = [f for f in LEGACY_ONLY_FIELDS if f in request.fields and f not in kept]
+    # The fields that become the prompt prefix are the gateway's alone, never forwarded.
+    prompt_fields = (model.prompts.role_field, "instruction")
+    legacy_only = ("dimensions", *prompt_fields)
+    stripped = [f for f in legacy_only if f in request.fields and f not in kept]
     stats = RequestStats(
         inputs=request.input_count,
         prompted=bool(prefix),
@@ -112,13 +113,15 @@ def plan_request(
 
     ask = UpstreamAsk(
         model=model.upstream_model,
-        input=fitted.input if fitted.input is not None else request.converted_input,
+        input=fitted.input
+        if fitted.input is not None
+        else (texts if texts != request.texts else request.converted_input),
         encoding=upstream_encoding.value,
         dimensions=forwarded,
         truncate_prompt_tokens=request.truncate_prompt_tokens,
     )
     # null means absent: never forwarded (an absent field is every upstream's default).
-    sent = {k: v for k, v in request.fields.items() if v is not None and k not in _PROMPT_FIELDS}
+    sent = {k: v for k, v in request.fields.items() if v is not None and k not in prompt_fields}
     upstream_body = adapter.write_request(
         ask, sent, force=request.bom or len(sent) < len(request.fields)
     )

@@ -15,9 +15,10 @@ from collections.abc import Callable
 
 import orjson
 
+from extproc.core.api_errors import ApiError, ServerError
 from extproc.core.embeddings_body import EmbeddingsBody
 from extproc.core.endpoint import ClientAnswer
-from extproc.core.error_envelope import OPENAI_ERRORS, ApiError, ErrorDialect, ServerError
+from extproc.core.error_dialect import OPENAI_ERRORS, ErrorDialect
 from extproc.core.plan import Encoding, ResponsePlan
 from extproc.core.status import is_success
 from extproc.core.upstreams import adapter_for
@@ -96,4 +97,4 @@ def _checked_rows(plan: ResponsePlan, body: bytes) -> EmbeddingsBody:
 
 def _answer(error: ApiError, errors: ErrorDialect) -> ClientAnswer:
     # The upstream's status stays: only the gateway's own refusals take the dialect's.
-    return ClientAnswer(error.status, errors.body(error, error.status))
+    return ClientAnswer(error.status, errors.write(error, error.status))

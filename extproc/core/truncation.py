@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from extproc.core.error_envelope import (
+from extproc.core.api_errors import (
     TOO_LONG_CODE,
     ApiError,
     InvalidFieldError,

@@ -24,7 +24,9 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from extproc.core.error_envelope import ErrorDialect, ErrorShape, TooLargeError
+from extproc.core.api_errors import ApiError, ErrorClass, TooLargeError
+from extproc.core.error_dialect import ErrorDialect
+from extproc.core.error_templates import fill_template
 from extproc.core.policy.model import GatewayPolicy
 
 _TLS_CONTEXT = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext"
@@ -251,27 +253,52 @@ def add_rerank_route(
 
 def render_error_bodies(config: dict[str, Any], errors: ErrorDialect) -> None:
     """Envoy's own error answers (``local_reply_config``, ``custom_response``) in the
-    policy's error dialect, as the gateway's are: each ``{"error": {...}}`` body in the
-    dialect's shape (FastAPI's as one text: none of them is a request model's
-    validation), and a body over the limit answered with the dialect's ``too_large``
-    status. Envoy's formatters in the texts stay."""
+    policy's error dialect, as the gateway's are: each ``{"error": {...}}`` body
+    written from the dialect's template (a body over the limit from its ``too_large``
+    one, and answered with its status; the others from its template for any other
+    error: none of them is a request model's validation). Envoy's formatters in the
+    texts stay."""
     if errors.is_openai:
         return
     too_large = errors.status_of(TooLargeError(""))
-    for owner in _dicts(config):
+    for answer in _dicts(config):
+        # A mapper or a response policy: its status, filter and body format.
+        owner = answer.get("body_format_override") or answer.get("body_format")
+        if not isinstance(owner, dict):
+            continue
         body = owner.get("json_format")
         inner = body.get("error") if isinstance(body, dict) else None
         if not isinstance(inner, dict):
             continue
-        if errors.shape is ErrorShape.FLAT:
-            owner["json_format"] = dict(inner)
-        elif errors.shape is ErrorShape.FASTAPI:
-            owner["json_format"] = {"detail": inner.get("message")}
+        status = _status_of(answer, inner)
+        error = ApiError(
+            status,
+            str(inner.get("message", "")),
+            type=str(inner.get("type", "")),
+            param=inner.get("param"),
+            code=inner.get("code"),
+        )
+        kind = ErrorClass.TOO_LARGE if _is_too_large(answer) else None
+        if kind is not None:
+            status = too_large
+        owner["json_format"] = fill_template(errors.template(kind), error, status)
     if too_large == 413:
         return
     for mapper in _dicts(config):
         if "filter" in mapper and "body_format_override" in mapper and _is_too_large(mapper):
             mapper["status_code"] = too_large
+
+
+def _status_of(answer: dict[str, Any], inner: dict[str, Any]) -> int:
+    """The status an answer has: its own, or its status filter's, else the class of
+    its type (the upstream's own status, which Envoy fills in where its text says)."""
+    if isinstance(answer.get("status_code"), int):
+        return int(answer["status_code"])
+    for node in _dicts(answer.get("filter")):
+        value = node.get("status_code_filter", {}).get("comparison", {}).get("value", {})
+        if isinstance(value.get("default_value"), int):
+            return int(value["default_value"])
+    return 500 if inner.get("type") == "server_error" else 400
 
 
 def _is_too_large(mapper: dict[str, Any]) -> bool:

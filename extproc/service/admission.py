@@ -72,8 +72,8 @@ import heapq
 import math
 from dataclasses import dataclass, field
 
+from extproc.core.api_errors import ServerError
 from extproc.core.endpoint import Plan
-from extproc.core.error_envelope import ServerError
 
 # A body's work: its bytes, the parsed inputs and, for inputs long enough to be
 # tokenized, their token ids and the rewritten body. Counted three times, a body

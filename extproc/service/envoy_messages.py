@@ -16,8 +16,9 @@ from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
 from google.protobuf import struct_pb2
 
+from extproc.core.api_errors import ApiError
 from extproc.core.endpoint import ClientAnswer
-from extproc.core.error_envelope import ApiError, ErrorDialect
+from extproc.core.error_dialect import ErrorDialect
 from extproc.core.plan import ResponsePlan
 from extproc.core.request_coding import METADATA_NAMESPACE, BodyCoding
 

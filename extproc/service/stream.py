@@ -37,9 +37,9 @@ from typing import Any, Final, NamedTuple
 
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
 
+from extproc.core.api_errors import ApiError, ServerError
 from extproc.core.contract import Contract
 from extproc.core.endpoint import ClientAnswer, Endpoint, Plan, needs_response_body
-from extproc.core.error_envelope import ApiError, ServerError
 from extproc.core.request_coding import BodyCoding
 from extproc.core.request_headers import (
     check_content_encoding,

@@ -21,7 +21,8 @@ from typing import Any
 
 from extproc.commands import learn as learn_command
 from extproc.commands.cli import _parser
-from extproc.core.error_envelope import ErrorClass, ErrorShape
+from extproc.core.api_errors import ErrorClass
+from extproc.core.error_dialect import ErrorShape
 from extproc.core.policy.model import EncodingProfile, InstructionUse, Leniency, Matryoshka
 from extproc.service.policy_file import load_policy_file
 from testing_support.gateway import GatewaySpec

@@ -10,7 +10,7 @@ from typing import Any
 
 import orjson
 
-from extproc.core.error_envelope import InvalidFieldError, MalformedBodyError
+from extproc.core.api_errors import InvalidFieldError, MalformedBodyError, TooManyInputsError
 from extproc.core.tasks.rerank import Ranked, Ranking, RerankRequest
 
 
@@ -44,7 +44,7 @@ def documents(
     if not isinstance(raw, list) or not raw:
         raise InvalidFieldError(f"'{field}' must be a non-empty array.", param=field)
     if len(raw) > max_documents:
-        raise InvalidFieldError(
+        raise TooManyInputsError(
             f"'{field}' has {len(raw)} items; at most {max_documents} are allowed per request.",
             param=field,
         )

@@ -9,8 +9,8 @@ from typing import Any, ClassVar
 
 import orjson
 
+from extproc.core.api_errors import InvalidFieldError
 from extproc.core.dialects import rerank_fields as fields
-from extproc.core.error_envelope import InvalidFieldError
 from extproc.core.tasks.rerank import Ranked, Ranking, RerankDialect, RerankRequest
 
 _DIRECTIONS = ("Left", "Right", "left", "right")

@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 
-from extproc.core.error_envelope import ErrorClass, ErrorDialect
+from extproc.core.api_errors import ErrorClass
+from extproc.core.error_dialect import ErrorDialect
 from extproc.core.policy.model import GatewayPolicy, Limits, Matryoshka, ModelPolicy
 
 # A prompt up to this many characters is shown as it is; a longer one by its length.

@@ -20,8 +20,10 @@ import yaml
 from google.protobuf import json_format
 from google.protobuf.message import Message
 
+from extproc.core.api_errors import ErrorClass
 from extproc.core.dialects import RERANK_DIALECTS
-from extproc.core.error_envelope import ErrorClass, ErrorDialect, ErrorShape
+from extproc.core.error_dialect import ErrorDialect, ErrorShape
+from extproc.core.error_templates import template_problem
 from extproc.core.policy.errors import PolicyError
 from extproc.core.policy.model import (
     DEFAULT_ADMISSION_UPLOAD_BYTES_PER_S,
@@ -41,12 +43,14 @@ from extproc.core.policy.model import (
     Matryoshka,
     ModelPolicy,
     OlderSpelling,
+    Preprocess,
     PromptTemplates,
     RerankPolicy,
     ScoreScale,
     SpecialTokens,
     TokenizerSource,
     Truncation,
+    UnicodeForm,
     UpstreamPolicy,
 )
 from extproc.core.policy.overlay import overlay
@@ -106,6 +110,7 @@ def load_policy_text(
         if policy.name in models:
             raise PolicyError(source, f"{where}.name", f"duplicate model name {policy.name!r}")
         models[policy.name] = policy
+    _check_names(source, list(models.values()))
     rerankers = _rerankers(source, doc.get("rerankers", []), overrides)
     unknown_root = set(doc) - {"models", "limits", "errors", "rerankers"}
     if unknown_root:
@@ -199,11 +204,19 @@ def _rerankers(source: str, raw: Any, overrides: Mapping[str, Path]) -> tuple[Re
                 special_tokens=SpecialTokens(from_tokenizer=True),
                 upstream_kind=kind,
                 errors=errors,
+                any_name=entry.any_name,
             )
         )
     seen: dict[str, str] = {}
     names: set[tuple[str, str]] = set()
+    anyone: set[str] = set()
     for index, r in enumerate(out):
+        if r.any_name:
+            if r.path in anyone:
+                raise PolicyError(
+                    source, f"rerankers[{index}].any_name", f"only one entry of {r.path} may"
+                )
+            anyone.add(r.path)
         if seen.setdefault(r.path, r.dialect) != r.dialect:
             raise PolicyError(
                 source,
@@ -295,7 +308,54 @@ def _errors(source: str, raw: Any) -> ErrorDialect:
                     f"must be a client-error status (400..499), got {status}",
                 )
             statuses[kind] = status
-    return ErrorDialect(_SHAPES[msg.shape], MappingProxyType(statuses))
+    # The templates as the file wrote them (protobuf's Struct keeps no key order, and
+    # the order of a body's keys is part of what a client sees); the message checked
+    # that they are JSON values.
+    raw = raw or {}
+    body = _template(source, "errors.body", raw.get("body")) if msg.HasField("body") else None
+    written = raw.get("bodies") or {}
+    bodies = {
+        kind: _template(source, f"errors.bodies.{kind.value}", _either(written, kind.value))
+        for kind in ErrorClass
+        if msg.bodies.HasField(kind.value)
+    }
+    return ErrorDialect(
+        _SHAPES[msg.shape], MappingProxyType(statuses), body, MappingProxyType(bodies)
+    )
+
+
+def _either(written: dict[str, Any], field: str) -> Any:
+    """A field of a parsed mapping, spelled as in the proto or in lowerCamelCase."""
+    if field in written:
+        return written[field]
+    head, *rest = field.split("_")
+    return written.get(head + "".join(part.title() for part in rest))
+
+
+def _template(source: str, where: str, template: Any) -> Any:
+    problem = template_problem(template)
+    if problem is not None:
+        raise PolicyError(source, where, f"not a body template: {problem}")
+    return template
+
+
+def _check_names(source: str, models: list[ModelPolicy]) -> None:
+    """Each `model` a client may send names one entry, and one entry at most takes
+    any name."""
+    owner: dict[str, str] = {m.name: m.name for m in models}
+    for index, model in enumerate(models):
+        for name in sorted(model.other_names):
+            if owner.setdefault(name, model.name) != model.name:
+                raise PolicyError(
+                    source,
+                    f"models[{index}].other_names",
+                    f"{name!r} already names model {owner[name]!r}",
+                )
+    anyone = [i for i, m in enumerate(models) if m.any_name]
+    if len(anyone) > 1:
+        raise PolicyError(
+            source, f"models[{anyone[1]}].any_name", "only one model may take any name"
+        )
 
 
 # The fields that say a model's encoding: a profile, or the parts of its bundle.
@@ -496,6 +556,26 @@ def _validate_model(
         upstream=upstream,
         check_responses=m.check_responses,
         truncation=_truncation(m.truncation),
+        other_names=frozenset(n for n in m.other_names if n != m.name),
+        any_name=m.any_name,
+        preprocess=_preprocess(m.preprocess),
+    )
+
+
+_FORMS = {
+    pb.Preprocess.NFC: UnicodeForm.NFC,
+    pb.Preprocess.NFKC: UnicodeForm.NFKC,
+    pb.Preprocess.NFD: UnicodeForm.NFD,
+    pb.Preprocess.NFKD: UnicodeForm.NFKD,
+}
+
+
+def _preprocess(p: pb.Preprocess) -> Preprocess:
+    return Preprocess(
+        fold_newlines=p.fold_newlines,
+        collapse_whitespace=p.collapse_whitespace,
+        strip=p.strip,
+        unicode_form=_FORMS.get(p.unicode_form),
     )
 
 
@@ -584,6 +664,21 @@ _INSTRUCTION_USES = {
 }
 
 
+# The request fields the gateway reads for something else than the role.
+_RESERVED = frozenset(
+    {
+        "model",
+        "input",
+        "encoding_format",
+        "dimensions",
+        "user",
+        "instruction",
+        "truncate_prompt_tokens",
+    }
+)
+_FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}")
+
+
 def _prompts(prompts: pb.Prompts, fail: Callable[[str, str], PolicyError]) -> PromptTemplates:
     templates = PromptTemplates(
         query=prompts.query if prompts.HasField("query") else "{text}",
@@ -596,7 +691,17 @@ def _prompts(prompts: pb.Prompts, fail: Callable[[str, str], PolicyError]) -> Pr
         if prompts.HasField("default_input_type")
         else None,
         input_types=frozenset(prompts.input_types),
+        role_field=prompts.role_field if prompts.HasField("role_field") else "input_type",
+        document_instruction=InstructionUse.REFUSED
+        if prompts.document_instruction == pb.Prompts.INSTRUCTION_UNSPECIFIED
+        else _INSTRUCTION_USES[prompts.document_instruction],
     )
+    if not _FIELD_NAME.fullmatch(templates.role_field) or templates.role_field in _RESERVED:
+        raise fail(
+            "prompts.role_field",
+            f"{templates.role_field!r} cannot carry the role: a field name other than "
+            + ", ".join(sorted(_RESERVED)),
+        )
     # Each template, and whether it may hold {instruction} (a query's may).
     named = {
         "prompts.query": (templates.query, True),

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-from extproc.core.error_envelope import OPENAI_ERRORS, ErrorDialect
+from extproc.core.error_dialect import OPENAI_ERRORS, ErrorDialect
 from extproc.core.upstreams import Capabilities
 
 DEFAULT_MAX_REQUEST_BYTES = 8 * 1024 * 1024
@@ -137,6 +137,30 @@ class PromptTemplates:
     default_input_type: str | None = None  # the role of inputs sent without one
     # the input_type values taken (empty: every alias and extra name)
     input_types: frozenset[str] = frozenset()
+    role_field: str = "input_type"  # the request field that carries the role
+    # What an instruction sent with a document role does (REFUSED: a 4xx).
+    document_instruction: InstructionUse = InstructionUse.REFUSED
+
+
+class UnicodeForm(enum.Enum):
+    NFC = "NFC"
+    NFKC = "NFKC"
+    NFD = "NFD"
+    NFKD = "NFKD"
+
+
+@dataclass(frozen=True)
+class Preprocess:
+    """What the legacy server did to each text before embedding it, in this order."""
+
+    fold_newlines: bool = False  # each line break becomes a space
+    collapse_whitespace: bool = False  # each run of white space becomes one space
+    strip: bool = False  # white space at both ends removed
+    unicode_form: UnicodeForm | None = None
+
+    @property
+    def changes_text(self) -> bool:
+        return self != _AS_SENT
 
 
 @dataclass(frozen=True)
@@ -166,6 +190,9 @@ class ModelPolicy:
     upstream: UpstreamPolicy
     check_responses: bool = False  # validate every 2xx, not only rewritten ones
     truncation: Truncation = field(default_factory=Truncation)
+    other_names: frozenset[str] = frozenset()  # more `model` names clients send for it
+    any_name: bool = False  # any other `model`, or none, is this one
+    preprocess: Preprocess = field(default_factory=Preprocess)
 
     @property
     def encoding_profile(self) -> EncodingProfile | None:
@@ -208,6 +235,7 @@ class ModelPolicy:
 
 
 _DEFAULT_TRUNCATION: Final = Truncation()
+_AS_SENT: Final = Preprocess()
 
 
 class ScoreScale(enum.Enum):
@@ -233,6 +261,7 @@ class RerankPolicy:
     special_tokens: SpecialTokens
     upstream_kind: str  # an upstream adapter's name (extproc.core.upstreams)
     errors: ErrorDialect | None = None  # None: the file's
+    any_name: bool = False  # any other `model` on its path, or none, is this one
 
     @property
     def key(self) -> str:
@@ -284,8 +313,17 @@ class GatewayPolicy:
     def rerankers_at(self, path: str) -> tuple[RerankPolicy, ...]:
         return tuple(r for r in self.rerankers if r.path == path)
 
-    def model(self, name: str) -> ModelPolicy | None:
-        return self.models.get(name)
+    def model(self, name: str | None) -> ModelPolicy | None:
+        """The model a request naming ``name`` (None: naming none) is for: the entry of
+        that name or one of its other names, else the entry taking any name."""
+        if name is not None:
+            found = self.models.get(name)
+            if found is not None:
+                return found
+            found = next((m for m in self.models.values() if name in m.other_names), None)
+            if found is not None:
+                return found
+        return next((m for m in self.models.values() if m.any_name), None)
 
     def response_markers(self) -> tuple[str, ...]:
         """Field names whose presence in a request body may mean that its answer must

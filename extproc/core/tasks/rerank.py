@@ -27,14 +27,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from extproc.core.endpoint import ClientAnswer, Clock, Endpoint, Forward, Loaded
-from extproc.core.error_envelope import (
+from extproc.core.api_errors import (
     InvalidFieldError,
     ServerError,
     TooLargeError,
     UnknownModelError,
     quoted,
 )
+from extproc.core.endpoint import ClientAnswer, Clock, Endpoint, Forward, Loaded
 from extproc.core.plan import RequestStats
 from extproc.core.policy.model import RerankPolicy, ScoreScale
 from extproc.core.request_coding import BodyCoding
@@ -168,7 +168,7 @@ class RerankDialect:
         adapter = adapter_for(plan.reranker.upstream_kind)
         if not is_success(status):
             error = adapter.client_error(status, body, plan.model)
-            return ClientAnswer(error.status, errors.body(error, error.status))
+            return ClientAnswer(error.status, errors.write(error, error.status))
         try:
             answered = adapter.read_scores(body, plan.input_count)
         except BadRerankAnswerError as exc:
@@ -177,7 +177,7 @@ class RerankDialect:
                 f"The upstream returned an invalid rerank response: {exc}.",
                 code="bad_upstream_response",
             )
-            return ClientAnswer(502, errors.body(fault, 502))
+            return ClientAnswer(502, errors.write(fault, 502))
         scores = list(answered.scores)
         if answered.raw and not plan.raw:
             scores = [sigmoid(x) for x in scores]
@@ -259,6 +259,14 @@ def _forward(
 
 
 def _reranker(entries: tuple[RerankPolicy, ...], request: RerankRequest) -> RerankPolicy:
+    """The entry the request names; else the one taking any name; else the path's one
+    entry for a request naming none."""
+    for entry in entries:
+        if entry.name == request.model:
+            return entry
+    for entry in entries:
+        if entry.any_name:
+            return entry
     names = ", ".join(sorted(r.name for r in entries))
     if request.model is None:
         if len(entries) == 1:
@@ -266,9 +274,6 @@ def _reranker(entries: tuple[RerankPolicy, ...], request: RerankRequest) -> Rera
         raise InvalidFieldError(
             f"Missing required parameter: 'model' (one of {names}).", param="model"
         )
-    for entry in entries:
-        if entry.name == request.model:
-            return entry
     raise UnknownModelError(
         f"The model {quoted(request.model)} does not exist; this endpoint serves: {names}."
     )

@@ -20,8 +20,8 @@ from typing import Any, ClassVar, Literal
 
 import orjson
 
+from extproc.core.api_errors import UPSTREAM_CODE, ApiError, ServerError, type_for_status
 from extproc.core.embeddings_body import EmbeddingsBody, parse_embeddings_body
-from extproc.core.error_envelope import UPSTREAM_CODE, ApiError, ServerError, type_for_status
 from extproc.core.upstream_errors import UpstreamError, parse_upstream_error
 
 VectorsEncoding = Literal["float", "base64"]

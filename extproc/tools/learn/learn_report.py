@@ -28,7 +28,7 @@ from extproc.tools.toolkit.rerank_answers import rows_table
 NO_VERIFY = "--no-verify was given"
 # An exchange's answer as read (vectors, a ranking) and its raw body: the report shows
 # what was read of them (`brief`, dims, norms, the error's message and shape).
-_UNREPORTED = frozenset({"vectors", "ranking", "body"})
+_UNREPORTED = frozenset({"vectors", "ranking", "body", "sent"})
 
 
 @dataclass(frozen=True)

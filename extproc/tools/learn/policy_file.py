@@ -52,6 +52,10 @@ def policy_entry(learned: Learned, basics: Basics) -> dict[str, Any]:
         prompts["input_types"] = sorted(p.input_types)
     if p.instruction is not InstructionUse.TASK:
         prompts["instruction"] = p.instruction.name
+    if p.document_instruction is not InstructionUse.REFUSED:
+        prompts["document_instruction"] = p.document_instruction.name
+    if p.role_field != "input_type":
+        prompts["role_field"] = p.role_field
     entry: dict[str, Any] = {"name": learned.model, "upstream_model": learned.upstream_model}
     entry |= {"max_tokens": learned.limit, "native_dimensions": basics.native}
     if learned.truncation:

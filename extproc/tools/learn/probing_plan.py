@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from extproc.core.error_envelope import ErrorClass
+from extproc.core.api_errors import ErrorClass
 from extproc.core.policy.model import PromptTemplates, TokenizerSource
 from extproc.tools.learn.basics_learner import Basics, learn_basics
 from extproc.tools.learn.dimensions_learner import Dimensions, learn_dimensions
@@ -97,6 +97,9 @@ def learn(
         untyped_prefix = result.untyped_prefix
         if result.refused_instruction is not None:
             learned.refusals.append((ErrorClass.INSTRUCTION, result.refused_instruction))
+        if result.refused_document_instruction is not None:
+            refusal = result.refused_document_instruction
+            learned.refusals.append((ErrorClass.INSTRUCTION, refusal))
         learned.refusals += [
             (ErrorClass.INVALID, e)
             for e in session.exchanges

@@ -55,6 +55,8 @@ class LearnedPrompts:
     # What the baseline puts before an input sent with neither field ("" as sent).
     untyped_prefix: str = ""
     roles: dict[str, Template] = field(default_factory=dict)
+    # Its refusal of an instruction sent with a document role.
+    refused_document_instruction: Exchange | None = None
 
 
 def input_types() -> list[str]:
@@ -126,6 +128,10 @@ def learn_prompts(
         )
         refused = alone if use is InstructionUse.REFUSED else None
     found += instruction_findings
+    document_use, document_finding = _document_instruction(
+        document_and, by_type.get(firsts.get("document", "")), alone, use
+    )
+    found.append(document_finding)
     found.append(_input_types(by_type, document_and))
     extra = {t: roles[t].text for t in extras if t in roles}
     known = [*QUERY_ALIASES, *DOCUMENT_ALIASES, *extra]
@@ -140,13 +146,15 @@ def learn_prompts(
         default_input_type=untyped,
         # only the values it took, when it refused some the gateway knows
         input_types=frozenset(taken) if len(taken) < len(known) else frozenset(),
+        document_instruction=document_use,
     )
     asked_ok = {label: a.ok for label, a in zip(asked, answers, strict=True)}
     prefix = ""
     if untyped is not None:
         template = _template_of(untyped, roles, aliases)
         prefix = template.prefix() if template else ""
-    return LearnedPrompts(learned, found, asked_ok, refused, prefix, roles)
+    refused_document = document_and if document_use is InstructionUse.REFUSED else None
+    return LearnedPrompts(learned, found, asked_ok, refused, prefix, roles, refused_document)
 
 
 def explain(
@@ -313,6 +321,34 @@ def _instruction(
             )
         ],
     )
+
+
+def _document_instruction(
+    document_and: Exchange, document: Exchange | None, alone: Exchange, use: InstructionUse
+) -> tuple[InstructionUse, Finding]:
+    """What an instruction sent with a document role does: refused; ignored (the
+    document's vector); or it wins (the vector of the instruction alone, a query)."""
+    field_name = "prompts.document_instruction"
+    shown = [e for e in (document_and, document, alone) if e is not None]
+    if not document_and.ok:
+        summary = f"refused: {document_and.brief()}"
+        return InstructionUse.REFUSED, finding(field_name, None, "measured", summary, shown=shown)
+    if document is not None and document_and.same_as(document):
+        summary = "ignored: embedded as the document alone"
+        found = finding(field_name, "IGNORED", "verified", summary, shown=shown)
+        return InstructionUse.IGNORED, found
+    if (
+        alone.ok
+        and document_and.same_as(alone)
+        and use in (InstructionUse.TASK, InstructionUse.PROMPT)
+    ):
+        summary = "the instruction wins: embedded as the instruction alone (a query)"
+        return use, finding(field_name, use.name, "verified", summary, shown=shown)
+    problem = (
+        "an instruction with a document role is answered, as neither the document alone "
+        "nor the instruction alone"
+    )
+    return InstructionUse.REFUSED, unknown(field_name, problem, shown)
 
 
 def _input_types(by_type: dict[str, Exchange], document_and: Exchange) -> Finding:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from extproc.core.error_envelope import ErrorClass
+from extproc.core.api_errors import ErrorClass
 from extproc.core.policy.model import TokenizerSource
 from extproc.core.tasks.rerank import RerankDialect
 from extproc.tools.learn.errors_learner import learn_errors

@@ -56,8 +56,9 @@ class Exchange:
     # A rerank answer, and the dialect whose clients read it so.
     ranking: Ranking | None = field(default=None, repr=False, compare=False)
     read_as: str = ""
-    # The body as answered, for the comparisons that must see it whole.
+    # The body as answered, for the comparisons that must see it whole, and the one sent.
     body: bytes = field(default=b"", repr=False, compare=False)
+    sent: bytes = field(default=b"", repr=False, compare=False)
 
     @property
     def ok(self) -> bool:
@@ -144,7 +145,8 @@ class Session:
 
     def send(self, server: Server, label: str, body: dict[str, Any] | bytes) -> Exchange:
         """An embeddings request to the server's embeddings endpoint."""
-        result = self._post(server, self._paths[server], body)
+        raw = body if isinstance(body, bytes) else orjson.dumps(body)
+        result = self._post(server, self._paths[server], raw)
         answer = Answer.read(result.status, result.body)
         vectors = answer.vectors
         message = (
@@ -157,6 +159,7 @@ class Session:
             label,
             shown(body),
             result,
+            sent=raw,
             message=message,
             prompt_tokens=answer.prompt_tokens,
             dims=answer.dims,
@@ -175,7 +178,8 @@ class Session:
     ) -> Exchange:
         """A rerank request to ``path`` of the server's root, its answer read by the
         first of ``readers`` whose clients read it as a rerank answer."""
-        result = self._post(server, path, body)
+        raw = body if isinstance(body, bytes) else orjson.dumps(body)
+        result = self._post(server, path, raw)
         ranking, read_as = None, ""
         if 200 <= result.status < 300:
             for dialect in readers:
@@ -186,11 +190,10 @@ class Session:
         error = parse_upstream_error(result.body)
         message = result.error or ("" if ranking else (error.message or ""))
         request = f"POST {path} {shown(body)}"
-        fields = {"message": message, "ranking": ranking, "read_as": read_as}
+        fields = {"message": message, "ranking": ranking, "read_as": read_as, "sent": raw}
         return self._record(server, label, request, result, **fields)
 
-    def _post(self, server: Server, path: str, body: dict[str, Any] | bytes) -> HttpResult:
-        raw = body if isinstance(body, bytes) else orjson.dumps(body)
+    def _post(self, server: Server, path: str, raw: bytes) -> HttpResult:
         self.budgets[server].take()
         return self._http[server].post(path, raw)
 

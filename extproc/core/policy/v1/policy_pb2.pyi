@@ -1,3 +1,4 @@
+from google.protobuf import struct_pb2 as _struct_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
@@ -38,7 +39,7 @@ class GatewayPolicy(_message.Message):
     def __init__(self, models: _Optional[_Iterable[_Union[ModelPolicy, _Mapping]]] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., errors: _Optional[_Union[Errors, _Mapping]] = ..., rerankers: _Optional[_Iterable[_Union[RerankPolicy, _Mapping]]] = ...) -> None: ...
 
 class RerankPolicy(_message.Message):
-    __slots__ = ("name", "upstream_model", "dialect", "path", "scores", "top_n", "return_documents", "max_tokens", "truncation", "tokenizer", "upstream", "errors")
+    __slots__ = ("name", "upstream_model", "dialect", "path", "scores", "top_n", "return_documents", "max_tokens", "truncation", "any_name", "tokenizer", "upstream", "errors")
     class Dialect(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         DIALECT_UNSPECIFIED: _ClassVar[RerankPolicy.Dialect]
@@ -68,6 +69,7 @@ class RerankPolicy(_message.Message):
     RETURN_DOCUMENTS_FIELD_NUMBER: _ClassVar[int]
     MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
     TRUNCATION_FIELD_NUMBER: _ClassVar[int]
+    ANY_NAME_FIELD_NUMBER: _ClassVar[int]
     TOKENIZER_FIELD_NUMBER: _ClassVar[int]
     UPSTREAM_FIELD_NUMBER: _ClassVar[int]
     ERRORS_FIELD_NUMBER: _ClassVar[int]
@@ -80,13 +82,14 @@ class RerankPolicy(_message.Message):
     return_documents: bool
     max_tokens: int
     truncation: Truncation
+    any_name: bool
     tokenizer: Tokenizer
     upstream: Upstream
     errors: Errors
-    def __init__(self, name: _Optional[str] = ..., upstream_model: _Optional[str] = ..., dialect: _Optional[_Union[RerankPolicy.Dialect, str]] = ..., path: _Optional[str] = ..., scores: _Optional[_Union[RerankPolicy.Scores, str]] = ..., top_n: _Optional[int] = ..., return_documents: _Optional[bool] = ..., max_tokens: _Optional[int] = ..., truncation: _Optional[_Union[Truncation, _Mapping]] = ..., tokenizer: _Optional[_Union[Tokenizer, _Mapping]] = ..., upstream: _Optional[_Union[Upstream, _Mapping]] = ..., errors: _Optional[_Union[Errors, _Mapping]] = ...) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., upstream_model: _Optional[str] = ..., dialect: _Optional[_Union[RerankPolicy.Dialect, str]] = ..., path: _Optional[str] = ..., scores: _Optional[_Union[RerankPolicy.Scores, str]] = ..., top_n: _Optional[int] = ..., return_documents: _Optional[bool] = ..., max_tokens: _Optional[int] = ..., truncation: _Optional[_Union[Truncation, _Mapping]] = ..., any_name: _Optional[bool] = ..., tokenizer: _Optional[_Union[Tokenizer, _Mapping]] = ..., upstream: _Optional[_Union[Upstream, _Mapping]] = ..., errors: _Optional[_Union[Errors, _Mapping]] = ...) -> None: ...
 
 class Errors(_message.Message):
-    __slots__ = ("shape", "status")
+    __slots__ = ("shape", "status", "body", "bodies")
     class Shape(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         SHAPE_UNSPECIFIED: _ClassVar[Errors.Shape]
@@ -101,12 +104,16 @@ class Errors(_message.Message):
     TEI: Errors.Shape
     SHAPE_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
+    BODY_FIELD_NUMBER: _ClassVar[int]
+    BODIES_FIELD_NUMBER: _ClassVar[int]
     shape: Errors.Shape
     status: ErrorStatuses
-    def __init__(self, shape: _Optional[_Union[Errors.Shape, str]] = ..., status: _Optional[_Union[ErrorStatuses, _Mapping]] = ...) -> None: ...
+    body: _struct_pb2.Value
+    bodies: ErrorBodies
+    def __init__(self, shape: _Optional[_Union[Errors.Shape, str]] = ..., status: _Optional[_Union[ErrorStatuses, _Mapping]] = ..., body: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., bodies: _Optional[_Union[ErrorBodies, _Mapping]] = ...) -> None: ...
 
-class ErrorStatuses(_message.Message):
-    __slots__ = ("malformed", "invalid", "unknown_model", "too_large", "dimensions", "too_long", "instruction")
+class ErrorBodies(_message.Message):
+    __slots__ = ("malformed", "invalid", "unknown_model", "too_large", "dimensions", "too_long", "instruction", "too_many_inputs")
     MALFORMED_FIELD_NUMBER: _ClassVar[int]
     INVALID_FIELD_NUMBER: _ClassVar[int]
     UNKNOWN_MODEL_FIELD_NUMBER: _ClassVar[int]
@@ -114,6 +121,27 @@ class ErrorStatuses(_message.Message):
     DIMENSIONS_FIELD_NUMBER: _ClassVar[int]
     TOO_LONG_FIELD_NUMBER: _ClassVar[int]
     INSTRUCTION_FIELD_NUMBER: _ClassVar[int]
+    TOO_MANY_INPUTS_FIELD_NUMBER: _ClassVar[int]
+    malformed: _struct_pb2.Value
+    invalid: _struct_pb2.Value
+    unknown_model: _struct_pb2.Value
+    too_large: _struct_pb2.Value
+    dimensions: _struct_pb2.Value
+    too_long: _struct_pb2.Value
+    instruction: _struct_pb2.Value
+    too_many_inputs: _struct_pb2.Value
+    def __init__(self, malformed: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., invalid: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., unknown_model: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., too_large: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., dimensions: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., too_long: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., instruction: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., too_many_inputs: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ...) -> None: ...
+
+class ErrorStatuses(_message.Message):
+    __slots__ = ("malformed", "invalid", "unknown_model", "too_large", "dimensions", "too_long", "instruction", "too_many_inputs")
+    MALFORMED_FIELD_NUMBER: _ClassVar[int]
+    INVALID_FIELD_NUMBER: _ClassVar[int]
+    UNKNOWN_MODEL_FIELD_NUMBER: _ClassVar[int]
+    TOO_LARGE_FIELD_NUMBER: _ClassVar[int]
+    DIMENSIONS_FIELD_NUMBER: _ClassVar[int]
+    TOO_LONG_FIELD_NUMBER: _ClassVar[int]
+    INSTRUCTION_FIELD_NUMBER: _ClassVar[int]
+    TOO_MANY_INPUTS_FIELD_NUMBER: _ClassVar[int]
     malformed: int
     invalid: int
     unknown_model: int
@@ -121,7 +149,8 @@ class ErrorStatuses(_message.Message):
     dimensions: int
     too_long: int
     instruction: int
-    def __init__(self, malformed: _Optional[int] = ..., invalid: _Optional[int] = ..., unknown_model: _Optional[int] = ..., too_large: _Optional[int] = ..., dimensions: _Optional[int] = ..., too_long: _Optional[int] = ..., instruction: _Optional[int] = ...) -> None: ...
+    too_many_inputs: int
+    def __init__(self, malformed: _Optional[int] = ..., invalid: _Optional[int] = ..., unknown_model: _Optional[int] = ..., too_large: _Optional[int] = ..., dimensions: _Optional[int] = ..., too_long: _Optional[int] = ..., instruction: _Optional[int] = ..., too_many_inputs: _Optional[int] = ...) -> None: ...
 
 class Limits(_message.Message):
     __slots__ = ("max_request_bytes", "max_inputs", "max_input_chars", "max_total_chars", "max_tokenize_bytes", "max_tokenize_ms", "max_inflight_bytes", "admission_wait_ms", "retry_after_s", "admission_upload_bytes_per_s")
@@ -148,7 +177,7 @@ class Limits(_message.Message):
     def __init__(self, max_request_bytes: _Optional[int] = ..., max_inputs: _Optional[int] = ..., max_input_chars: _Optional[int] = ..., max_total_chars: _Optional[int] = ..., max_tokenize_bytes: _Optional[int] = ..., max_tokenize_ms: _Optional[int] = ..., max_inflight_bytes: _Optional[int] = ..., admission_wait_ms: _Optional[int] = ..., retry_after_s: _Optional[int] = ..., admission_upload_bytes_per_s: _Optional[int] = ...) -> None: ...
 
 class ModelPolicy(_message.Message):
-    __slots__ = ("name", "preset", "upstream_model", "tokenizer", "max_tokens", "prompts", "native_dimensions", "matryoshka", "encoding_profile", "upstream_flavour", "check_responses", "upstream", "base64", "leniency", "truncation")
+    __slots__ = ("name", "preset", "upstream_model", "tokenizer", "max_tokens", "prompts", "native_dimensions", "matryoshka", "encoding_profile", "upstream_flavour", "check_responses", "upstream", "base64", "leniency", "truncation", "other_names", "any_name", "preprocess")
     class Base64(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         BASE64_UNSPECIFIED: _ClassVar[ModelPolicy.Base64]
@@ -172,6 +201,9 @@ class ModelPolicy(_message.Message):
     BASE64_FIELD_NUMBER: _ClassVar[int]
     LENIENCY_FIELD_NUMBER: _ClassVar[int]
     TRUNCATION_FIELD_NUMBER: _ClassVar[int]
+    OTHER_NAMES_FIELD_NUMBER: _ClassVar[int]
+    ANY_NAME_FIELD_NUMBER: _ClassVar[int]
+    PREPROCESS_FIELD_NUMBER: _ClassVar[int]
     name: str
     preset: str
     upstream_model: str
@@ -187,7 +219,10 @@ class ModelPolicy(_message.Message):
     base64: ModelPolicy.Base64
     leniency: Leniency
     truncation: Truncation
-    def __init__(self, name: _Optional[str] = ..., preset: _Optional[str] = ..., upstream_model: _Optional[str] = ..., tokenizer: _Optional[_Union[Tokenizer, _Mapping]] = ..., max_tokens: _Optional[int] = ..., prompts: _Optional[_Union[Prompts, _Mapping]] = ..., native_dimensions: _Optional[int] = ..., matryoshka: _Optional[_Union[Matryoshka, _Mapping]] = ..., encoding_profile: _Optional[_Union[EncodingProfile, str]] = ..., upstream_flavour: _Optional[_Union[UpstreamFlavour, str]] = ..., check_responses: _Optional[bool] = ..., upstream: _Optional[_Union[Upstream, _Mapping]] = ..., base64: _Optional[_Union[ModelPolicy.Base64, str]] = ..., leniency: _Optional[_Union[Leniency, _Mapping]] = ..., truncation: _Optional[_Union[Truncation, _Mapping]] = ...) -> None: ...
+    other_names: _containers.RepeatedScalarFieldContainer[str]
+    any_name: bool
+    preprocess: Preprocess
+    def __init__(self, name: _Optional[str] = ..., preset: _Optional[str] = ..., upstream_model: _Optional[str] = ..., tokenizer: _Optional[_Union[Tokenizer, _Mapping]] = ..., max_tokens: _Optional[int] = ..., prompts: _Optional[_Union[Prompts, _Mapping]] = ..., native_dimensions: _Optional[int] = ..., matryoshka: _Optional[_Union[Matryoshka, _Mapping]] = ..., encoding_profile: _Optional[_Union[EncodingProfile, str]] = ..., upstream_flavour: _Optional[_Union[UpstreamFlavour, str]] = ..., check_responses: _Optional[bool] = ..., upstream: _Optional[_Union[Upstream, _Mapping]] = ..., base64: _Optional[_Union[ModelPolicy.Base64, str]] = ..., leniency: _Optional[_Union[Leniency, _Mapping]] = ..., truncation: _Optional[_Union[Truncation, _Mapping]] = ..., other_names: _Optional[_Iterable[str]] = ..., any_name: _Optional[bool] = ..., preprocess: _Optional[_Union[Preprocess, _Mapping]] = ...) -> None: ...
 
 class Leniency(_message.Message):
     __slots__ = ("integers", "bom", "integral_floats")
@@ -256,7 +291,7 @@ class SpecialTokens(_message.Message):
     def __init__(self, from_tokenizer: _Optional[bool] = ..., prepend_ids: _Optional[_Iterable[int]] = ..., append_ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class Prompts(_message.Message):
-    __slots__ = ("query", "document", "default_instruction", "extra", "instruction", "aliases", "default_input_type", "input_types")
+    __slots__ = ("query", "document", "default_instruction", "extra", "instruction", "aliases", "default_input_type", "input_types", "role_field", "document_instruction")
     class Instruction(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         INSTRUCTION_UNSPECIFIED: _ClassVar[Prompts.Instruction]
@@ -291,6 +326,8 @@ class Prompts(_message.Message):
     ALIASES_FIELD_NUMBER: _ClassVar[int]
     DEFAULT_INPUT_TYPE_FIELD_NUMBER: _ClassVar[int]
     INPUT_TYPES_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_FIELD_NUMBER: _ClassVar[int]
+    DOCUMENT_INSTRUCTION_FIELD_NUMBER: _ClassVar[int]
     query: str
     document: str
     default_instruction: str
@@ -299,7 +336,33 @@ class Prompts(_message.Message):
     aliases: _containers.ScalarMap[str, str]
     default_input_type: str
     input_types: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, query: _Optional[str] = ..., document: _Optional[str] = ..., default_instruction: _Optional[str] = ..., extra: _Optional[_Mapping[str, str]] = ..., instruction: _Optional[_Union[Prompts.Instruction, str]] = ..., aliases: _Optional[_Mapping[str, str]] = ..., default_input_type: _Optional[str] = ..., input_types: _Optional[_Iterable[str]] = ...) -> None: ...
+    role_field: str
+    document_instruction: Prompts.Instruction
+    def __init__(self, query: _Optional[str] = ..., document: _Optional[str] = ..., default_instruction: _Optional[str] = ..., extra: _Optional[_Mapping[str, str]] = ..., instruction: _Optional[_Union[Prompts.Instruction, str]] = ..., aliases: _Optional[_Mapping[str, str]] = ..., default_input_type: _Optional[str] = ..., input_types: _Optional[_Iterable[str]] = ..., role_field: _Optional[str] = ..., document_instruction: _Optional[_Union[Prompts.Instruction, str]] = ...) -> None: ...
+
+class Preprocess(_message.Message):
+    __slots__ = ("fold_newlines", "collapse_whitespace", "strip", "unicode_form")
+    class UnicodeForm(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        UNICODE_FORM_UNSPECIFIED: _ClassVar[Preprocess.UnicodeForm]
+        NFC: _ClassVar[Preprocess.UnicodeForm]
+        NFKC: _ClassVar[Preprocess.UnicodeForm]
+        NFD: _ClassVar[Preprocess.UnicodeForm]
+        NFKD: _ClassVar[Preprocess.UnicodeForm]
+    UNICODE_FORM_UNSPECIFIED: Preprocess.UnicodeForm
+    NFC: Preprocess.UnicodeForm
+    NFKC: Preprocess.UnicodeForm
+    NFD: Preprocess.UnicodeForm
+    NFKD: Preprocess.UnicodeForm
+    FOLD_NEWLINES_FIELD_NUMBER: _ClassVar[int]
+    COLLAPSE_WHITESPACE_FIELD_NUMBER: _ClassVar[int]
+    STRIP_FIELD_NUMBER: _ClassVar[int]
+    UNICODE_FORM_FIELD_NUMBER: _ClassVar[int]
+    fold_newlines: bool
+    collapse_whitespace: bool
+    strip: bool
+    unicode_form: Preprocess.UnicodeForm
+    def __init__(self, fold_newlines: _Optional[bool] = ..., collapse_whitespace: _Optional[bool] = ..., strip: _Optional[bool] = ..., unicode_form: _Optional[_Union[Preprocess.UnicodeForm, str]] = ...) -> None: ...
 
 class Matryoshka(_message.Message):
     __slots__ = ("min_dimensions", "allowed", "max_dimensions", "accepts_native", "renormalise")

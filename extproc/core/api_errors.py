@@ -1,23 +1,17 @@
-"""Error answers, built in exactly one place.
+"""The gateway's errors, each raised as what it is.
 
 Every non-2xx answer a client sees from the gateway - our own rejections, upstream
 errors we re-envelope, faults - is an :class:`ApiError`. An error carries its HTTP
 meaning (status, OpenAI ``type``, offending ``param``) the way h11's ProtocolError
-carries ``error_status_hint``, so callers never pick statuses by hand.
-
-How it reaches the client is the policy's :class:`ErrorDialect`: by default OpenAI's
-``{"error": {"message", "type", "param", "code"}}`` with OpenAI's statuses; or the
-legacy server's, which gives each kind of client mistake (:class:`ErrorClass`) its
-own status and writes the body in its shape (FastAPI's ``detail``, or flat). Only
-client mistakes change status: a 5xx stays the same 5xx in every dialect.
+carries ``error_status_hint``, so callers never pick statuses by hand; a client
+mistake is raised as the subclass of its :class:`ErrorClass`, a fault as a
+:class:`ServerError`. How an error reaches the client (its status and body) is the
+endpoint's :class:`~extproc.core.error_dialect.ErrorDialect`.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from types import MappingProxyType
 from typing import Any, ClassVar, Final
 
 import orjson
@@ -47,17 +41,6 @@ def quoted(value: str, limit: int = MAX_QUOTED_CHARS) -> str:
     return repr(value[:limit]) + "..."
 
 
-class ErrorShape(enum.Enum):
-    """The body of an error answer (policy.proto's ``Errors.Shape``)."""
-
-    OPENAI = "openai"  # {"error": {"message", "type", "param", "code"}}
-    # FastAPI's: {"detail": [{"type", "loc", "msg", "input"}]} for what its request
-    # model validates (VALIDATED), {"detail": "..."} for what its handler raises.
-    FASTAPI = "fastapi"
-    FLAT = "flat"  # {"message", "type", "param", "code"}
-    TEI = "tei"  # {"error", "error_type"}: Hugging Face text-embeddings-inference's
-
-
 class ErrorClass(enum.Enum):
     """Kinds of client mistake whose status a legacy server chose (``ErrorStatuses``)."""
 
@@ -68,6 +51,7 @@ class ErrorClass(enum.Enum):
     DIMENSIONS = "dimensions"
     TOO_LONG = "too_long"
     INSTRUCTION = "instruction"
+    TOO_MANY_INPUTS = "too_many_inputs"
 
 
 # The codes that name a class on their own (the rest go by status and param).
@@ -102,6 +86,9 @@ class ApiError(Exception):
         self.type = type
         self.param = param
         self.code = code
+        # The body the client sent, when the error is about it: a template that
+        # echoes the offending input (FastAPI's `input`) reads it from there.
+        self.request: bytes | None = None
 
     def envelope(self) -> bytes:
         """The OpenAI envelope (the default dialect's body)."""
@@ -182,6 +169,12 @@ class TooLongError(ClientError):
     default_code = TOO_LONG_CODE
 
 
+class TooManyInputsError(ClientError):
+    """More inputs (or documents) in one request than the legacy server took."""
+
+    error_class = ErrorClass.TOO_MANY_INPUTS
+
+
 class InstructionError(ClientError):
     """An ``instruction`` the policy refuses, or one it cannot apply."""
 
@@ -194,68 +187,6 @@ def type_for_status(status: int) -> str:
     if status >= 500:
         return SERVER_ERROR
     return {401: AUTHENTICATION, 403: PERMISSION, 429: RATE_LIMIT}.get(status, INVALID_REQUEST)
-
-
-# Classes that default to INVALID's status when the dialect gives them none.
-_NARROWER: Final = (ErrorClass.DIMENSIONS, ErrorClass.TOO_LONG, ErrorClass.INSTRUCTION)
-# What a FastAPI server's request model refuses (pydantic: JSON, types, ranges, extra
-# fields), answered as a list of errors; the rest its handler raises, as one text.
-VALIDATED: Final = frozenset(
-    {ErrorClass.MALFORMED, ErrorClass.INVALID, ErrorClass.DIMENSIONS, ErrorClass.INSTRUCTION}
-)
-
-
-@dataclass(frozen=True)
-class ErrorDialect:
-    """How the legacy server answered client mistakes: a status per class (only
-    those that differ from the gateway's own) and the body's shape."""
-
-    shape: ErrorShape = ErrorShape.OPENAI
-    statuses: Mapping[ErrorClass, int] = field(default_factory=lambda: MappingProxyType({}))
-
-    @property
-    def is_openai(self) -> bool:
-        return self.shape is ErrorShape.OPENAI and not self.statuses
-
-    def status_of(self, error: ApiError) -> int:
-        kind = error.error_class
-        if kind is None:
-            return error.status
-        status = self.statuses.get(kind)
-        if status is None and kind in _NARROWER:
-            status = self.statuses.get(ErrorClass.INVALID)
-        return error.status if status is None else status
-
-    def answer(self, error: ApiError) -> tuple[int, bytes]:
-        """The status and body the client gets for ``error``."""
-        if self.is_openai:
-            return error.status, error.envelope()
-        status = self.status_of(error)
-        return status, self.body(error, status)
-
-    def body(self, error: ApiError, status: int) -> bytes:
-        """``error`` in this dialect's shape, answered with ``status``."""
-        if self.shape is ErrorShape.OPENAI:
-            return error.envelope()
-        if self.shape is ErrorShape.FLAT:
-            return orjson.dumps(_fields(error))
-        if self.shape is ErrorShape.TEI:
-            return orjson.dumps({"error": error.message, "error_type": _tei_type(status)})
-        if error.error_class not in VALIDATED:
-            return orjson.dumps({"detail": error.message})
-        kind = "json_invalid" if error.error_class is ErrorClass.MALFORMED else "value_error"
-        loc = ["body", error.param] if error.param else ["body"]
-        item = {"type": kind, "loc": loc, "msg": error.message, "input": None}
-        return orjson.dumps({"detail": [item]})
-
-
-OPENAI_ERRORS: Final = ErrorDialect()
-
-
-def _tei_type(status: int) -> str:
-    if status in (429, 503):
-        return "Overloaded"
-    return "Backend" if status >= 500 else "Validation"
 
 
 def _fields(error: ApiError) -> dict[str, Any]:

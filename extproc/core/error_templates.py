@@ -1,0 +1,168 @@
+"""Error bodies by template: the body a legacy server wrote for a kind of client
+mistake, with its constant keys and values in its own key order, and slots the
+gateway fills (pure).
+
+A template is a JSON value. A string that is exactly a slot becomes that slot's
+value, of its own JSON type; a string holding a slot among other text gets the
+slot's text in place; every other value is kept as it is. The slots:
+
+- ``{message}``: what went wrong, in the gateway's words (a string);
+- ``{param}``: the offending field's name, or null when the mistake names none;
+- ``{loc}``: FastAPI's location of it, ``["body", <field>]`` (``["body"]`` without one);
+- ``{status}``: the HTTP status answered (a number);
+- ``{type}``, ``{code}``: OpenAI's ``type`` and ``code`` of the error;
+- ``{tei_type}``: text-embeddings-inference's ``error_type`` for the status
+  (``Validation``, ``Overloaded``, ``Backend``);
+- ``{input}``: what the client sent that the mistake is about, as pydantic echoes it:
+  the offending field's value, the whole body when the field is missing, the body's
+  text when it is not JSON (long texts and arrays shortened, their types kept).
+
+The shapes the gateway ships (:data:`SHAPE_TEMPLATES`) are such templates too.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any, Final
+
+import orjson
+
+from extproc.core.api_errors import ApiError, ErrorClass
+
+Template = Any  # a JSON value: dict, list, str, int, float, bool or None
+SLOTS: Final = ("message", "param", "loc", "status", "type", "code", "tei_type", "input")
+_SLOT: Final = re.compile(r"\{(" + "|".join(SLOTS) + r")\}")
+# Deeper than any real error body; bounds what a policy's template may make us build.
+MAX_TEMPLATE_DEPTH: Final = 16
+
+
+def fill_template(template: Template, error: ApiError, status: int) -> Any:
+    """``template`` with its slots filled for ``error``, answered with ``status``."""
+    values = _values(error, status)
+    if "{input}" in orjson.dumps(template).decode():
+        values["input"] = offending_input(error.request, error.param)
+
+    def fill(node: Any) -> Any:
+        if isinstance(node, str):
+            whole = _SLOT.fullmatch(node)
+            if whole is not None:
+                return values[whole.group(1)]
+            return _SLOT.sub(lambda m: _text(values[m.group(1)]), node)
+        if isinstance(node, dict):
+            return {key: fill(value) for key, value in node.items()}
+        if isinstance(node, list):
+            return [fill(item) for item in node]
+        return node
+
+    return fill(template)
+
+
+def template_problem(template: Template) -> str | None:
+    """Why ``template`` is not one (a depth, an unknown slot, a non-JSON value)."""
+
+    def check(node: Any, depth: int) -> str | None:
+        if depth > MAX_TEMPLATE_DEPTH:
+            return f"it nests deeper than {MAX_TEMPLATE_DEPTH} levels"
+        if isinstance(node, str):
+            for name in re.findall(r"\{([a-z_]+)\}", node):
+                if name not in SLOTS:
+                    return f"{{{name}}} is not a slot (slots: {', '.join(SLOTS)})"
+            return None
+        if isinstance(node, dict):
+            children: Any = node.values()
+        elif isinstance(node, list):
+            children = node
+        elif node is None or isinstance(node, bool | int | float):
+            return None
+        else:
+            return f"{type(node).__name__} is not a JSON value"
+        return next((p for child in children if (p := check(child, depth + 1))), None)
+
+    return check(template, 0)
+
+
+def tei_type(status: int) -> str:
+    """text-embeddings-inference's ``error_type`` for an answer's status."""
+    if status in (429, 503):
+        return "Overloaded"
+    return "Backend" if status >= 500 else "Validation"
+
+
+def _values(error: ApiError, status: int) -> dict[str, Any]:
+    return {
+        "message": error.message,
+        "param": error.param,
+        "loc": ["body", error.param] if error.param else ["body"],
+        "status": status,
+        "type": error.type,
+        "code": error.code,
+        "tei_type": tei_type(status),
+        "input": None,
+    }
+
+
+def offending_input(request: bytes | None, param: str | None) -> Any:
+    """What pydantic echoes as an error's ``input``: the field's value, the whole body
+    when the field is missing, the text when the body is not JSON; bounded."""
+    if request is None:
+        return None
+    try:
+        doc = orjson.loads(request)
+    except orjson.JSONDecodeError:
+        return _bounded(request.decode("utf-8", "replace"))
+    if isinstance(doc, dict) and param is not None and param in doc:
+        return _bounded(doc[param])
+    return _bounded(doc)
+
+
+# An echoed input is cut to this much: its type stays, its size does not grow with
+# what a client sends.
+_ECHO_CHARS: Final = 200
+_ECHO_ITEMS: Final = 8
+
+
+def _bounded(value: Any, depth: int = 0) -> Any:
+    if isinstance(value, str):
+        return value[:_ECHO_CHARS]
+    if isinstance(value, list):
+        return [] if depth > 3 else [_bounded(v, depth + 1) for v in value[:_ECHO_ITEMS]]
+    if isinstance(value, dict):
+        items = list(value.items())[:_ECHO_ITEMS]
+        return {} if depth > 3 else {k: _bounded(v, depth + 1) for k, v in items}
+    return value
+
+
+def _text(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, list):
+        return ".".join(map(str, value))
+    return str(value)
+
+
+_OPENAI_FIELDS: Final = {
+    "message": "{message}",
+    "type": "{type}",
+    "param": "{param}",
+    "code": "{code}",
+}
+OPENAI_TEMPLATE: Final = {"error": _OPENAI_FIELDS}
+FLAT_TEMPLATE: Final = _OPENAI_FIELDS
+TEI_TEMPLATE: Final = {"error": "{message}", "error_type": "{tei_type}"}
+DETAIL_TEMPLATE: Final = {"detail": "{message}"}
+
+
+def fastapi_list_template(pydantic_type: str) -> Template:
+    """FastAPI's answer to what its request model refuses: a list of pydantic errors."""
+    return {"detail": [{"type": pydantic_type, "loc": "{loc}", "msg": "{message}", "input": None}]}
+
+
+# FastAPI's answers: a list for what its request model validates (JSON, types,
+# ranges, extra fields), one text for what its handler raises.
+FASTAPI_TEMPLATES: Final[Mapping[ErrorClass, Template]] = {
+    ErrorClass.MALFORMED: fastapi_list_template("json_invalid"),
+    ErrorClass.INVALID: fastapi_list_template("value_error"),
+    ErrorClass.DIMENSIONS: fastapi_list_template("value_error"),
+    ErrorClass.INSTRUCTION: fastapi_list_template("value_error"),
+}

@@ -1,0 +1,57 @@
+"""Two JSON documents compared as a client's code reads them (pure): the same keys, in
+the same order, with values of the same types, at every level - not the same values.
+A client that indexes `body["detail"][0]["loc"]`, iterates keys or checks a type sees
+any of these differences; one that only logs the text sees none.
+
+The types are JSON's as a decoder hands them over: an object, an array, a string, a
+boolean, null, and a number that is an integer or not (``1`` and ``1.0`` decode to
+different types in most languages). Arrays are compared item by item; one that is
+longer is a difference.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return type(value).__name__
+
+
+def shape_difference(expected: Any, got: Any, path: str = "$") -> str | None:
+    """The first place where ``got`` is not shaped as ``expected``, said for people
+    (``$.error: keys [message, type] vs [type, message]``), or None."""
+    want, have = json_type(expected), json_type(got)
+    if want != have:
+        return f"{path}: {want} vs {have}"
+    if isinstance(expected, dict):
+        keys, other = list(expected), list(got)
+        if keys != other:
+            how = "key order" if set(keys) == set(other) else "keys"
+            return f"{path}: {how} [{', '.join(keys)}] vs [{', '.join(other)}]"
+        for key in keys:
+            found = shape_difference(expected[key], got[key], f"{path}.{key}")
+            if found:
+                return found
+    elif isinstance(expected, list):
+        for index, (a, b) in enumerate(zip(expected, got, strict=False)):
+            found = shape_difference(a, b, f"{path}[{index}]")
+            if found:
+                return found
+        if len(expected) != len(got):
+            return f"{path}: {len(expected)} items vs {len(got)}"
+    return None
