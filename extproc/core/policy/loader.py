@@ -351,11 +351,12 @@ def _check_names(source: str, models: list[ModelPolicy]) -> None:
                     f"models[{index}].other_names",
                     f"{name!r} already names model {owner[name]!r}",
                 )
-    anyone = [i for i, m in enumerate(models) if m.any_name]
-    if len(anyone) > 1:
-        raise PolicyError(
-            source, f"models[{anyone[1]}].any_name", "only one model may take any name"
-        )
+    for flag, what in (("any_name", "any name"), ("unnamed", "the requests naming none")):
+        taking = [i for i, m in enumerate(models) if getattr(m, flag)]
+        if len(taking) > 1:
+            raise PolicyError(
+                source, f"models[{taking[1]}].{flag}", f"only one model may take {what}"
+            )
 
 
 # The fields that say a model's encoding: a profile, or the parts of its bundle.
@@ -559,6 +560,7 @@ def _validate_model(
         other_names=frozenset(n for n in m.other_names if n != m.name),
         any_name=m.any_name,
         preprocess=_preprocess(m.preprocess),
+        unnamed=m.unnamed,
     )
 
 

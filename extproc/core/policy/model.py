@@ -191,8 +191,9 @@ class ModelPolicy:
     check_responses: bool = False  # validate every 2xx, not only rewritten ones
     truncation: Truncation = field(default_factory=Truncation)
     other_names: frozenset[str] = frozenset()  # more `model` names clients send for it
-    any_name: bool = False  # any other `model`, or none, is this one
+    any_name: bool = False  # any `model` no entry names is this one
     preprocess: Preprocess = field(default_factory=Preprocess)
+    unnamed: bool = False  # a request naming no `model` is for this one
 
     @property
     def encoding_profile(self) -> EncodingProfile | None:
@@ -315,14 +316,16 @@ class GatewayPolicy:
 
     def model(self, name: str | None) -> ModelPolicy | None:
         """The model a request naming ``name`` (None: naming none) is for: the entry of
-        that name or one of its other names, else the entry taking any name."""
-        if name is not None:
-            found = self.models.get(name)
-            if found is not None:
-                return found
-            found = next((m for m in self.models.values() if name in m.other_names), None)
-            if found is not None:
-                return found
+        that name or one of its other names, else the entry taking any name; for a
+        request naming none, the entry taking those."""
+        if name is None:
+            return next((m for m in self.models.values() if m.unnamed), None)
+        found = self.models.get(name)
+        if found is not None:
+            return found
+        found = next((m for m in self.models.values() if name in m.other_names), None)
+        if found is not None:
+            return found
         return next((m for m in self.models.values() if m.any_name), None)
 
     def response_markers(self) -> tuple[str, ...]:

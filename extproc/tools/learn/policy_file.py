@@ -57,6 +57,8 @@ def policy_entry(learned: Learned, basics: Basics) -> dict[str, Any]:
     if p.role_field != "input_type":
         prompts["role_field"] = p.role_field
     entry: dict[str, Any] = {"name": learned.model, "upstream_model": learned.upstream_model}
+    if learned.names is not None:
+        entry |= {k: True for k in ("any_name", "unnamed") if getattr(learned.names, k)}
     entry |= {"max_tokens": learned.limit, "native_dimensions": basics.native}
     if learned.truncation:
         entry["truncation"] = learned.truncation
@@ -70,6 +72,8 @@ def policy_entry(learned: Learned, basics: Basics) -> dict[str, Any]:
         "tokenizer": tokenizer,
         "prompts": prompts,
     }
+    if learned.texts is not None and learned.texts.fields:
+        entry["preprocess"] = learned.texts.fields
     return entry
 
 
@@ -96,6 +100,8 @@ def reranker_entry(learned: LearnedRerank) -> dict[str, Any]:
             out["truncation"] = {"refuse": True}
         out["tokenizer"] = {"path": str(source.path)} if source.path else {"hf_id": source.hf_id}
     out["upstream"] = {"kind": "vllm"}
+    if learned.any_name:
+        out["any_name"] = True
     if learned.errors:
         out["errors"] = learned.errors
     return out
@@ -152,6 +158,8 @@ def policy_text(
     lines.append("models:")
     errors = marks.pop("errors", [])
     lines += _entry_lines(entry, marks)
+    if learned.batches is not None and learned.batches.limit is not None:
+        lines.append(f"limits: {json.dumps({'max_inputs': learned.batches.limit})}")
     if learned.errors:
         lines += [_not_learned(text) for text in errors]
         lines.append(f"errors: {json.dumps(learned.errors, ensure_ascii=False)}")

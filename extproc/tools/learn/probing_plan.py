@@ -18,10 +18,12 @@ from typing import Any
 from extproc.core.api_errors import ErrorClass
 from extproc.core.policy.model import PromptTemplates, TokenizerSource
 from extproc.tools.learn.basics_learner import Basics, learn_basics
+from extproc.tools.learn.batch_learner import Batches, learn_batches
 from extproc.tools.learn.dimensions_learner import Dimensions, learn_dimensions
 from extproc.tools.learn.errors_learner import learn_errors
 from extproc.tools.learn.findings import Finding, finding, unknown
 from extproc.tools.learn.local import LocalModel
+from extproc.tools.learn.names_learner import Names, learn_names
 from extproc.tools.learn.profile_learner import (
     BOM_LABEL,
     EMPTY_INPUT,
@@ -34,6 +36,7 @@ from extproc.tools.learn.profile_learner import (
 )
 from extproc.tools.learn.prompts_learner import UNKNOWN_TYPE, learn_prompts
 from extproc.tools.learn.session import Exchange, Session
+from extproc.tools.learn.text_learner import Texts, learn_texts
 from extproc.tools.learn.truncation_learner import learn_truncation
 from extproc.tools.learn.upstream_learner import learn_kind, learn_max_tokens, survey
 from extproc.tools.toolkit.budgeted_client import BudgetSpentError
@@ -63,6 +66,9 @@ class Learned:
     accepted: dict[str, bool] = field(default_factory=dict)
     # the baseline's refusals, each under the kind of mistake the gateway names it
     refusals: list[tuple[ErrorClass, Exchange]] = field(default_factory=list)
+    names: Names | None = None
+    batches: Batches | None = None
+    texts: Texts | None = None
 
     @property
     def limit(self) -> int:
@@ -138,13 +144,29 @@ def learn(
             session, basics, learned.owner, cand
         )
         learned.kind = kind or learned.kind
-        return items + more
+        unknown_name = next(e for e in base if e.label == UNKNOWN)
+        learned.names, named = learn_names(session, basics, unknown_name)
+        if not learned.names.unnamed:
+            learned.refusals.append((ErrorClass.INVALID, learned.names.no_model))
+        return items + more + named
+
+    def batches() -> list[Finding]:
+        learned.batches, items = learn_batches(session, basics)
+        if learned.batches.refused is not None:
+            learned.refusals.append((ErrorClass.TOO_MANY_INPUTS, learned.batches.refused))
+        return items
+
+    def texts() -> list[Finding]:
+        learned.texts, items = learn_texts(session, basics, untyped_prefix)
+        return items
 
     steps: list[tuple[str, Callable[[], list[Finding]]]] = [
         ("prompts", prompts),
         ("max_tokens", truncation),
         ("matryoshka", dimensions),
         ("encoding", profile),
+        ("batches", batches),
+        ("preprocess", texts),
     ]
     spent = ""
     for name, step in steps:

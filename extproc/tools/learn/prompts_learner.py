@@ -20,7 +20,7 @@ prefix for the default task.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from extproc.core.policy.model import InstructionUse, PromptTemplates
 from extproc.core.policy.presets import presets
@@ -65,31 +65,60 @@ def input_types() -> list[str]:
     return [*QUERY_ALIASES, *DOCUMENT_ALIASES, *extras, UNKNOWN_TYPE]
 
 
-def requests(model: str) -> dict[str, dict[str, Any]]:
-    """Label -> body: TEXT with each input_type, `instruction` alone and with a role."""
+def requests(model: str, role_field: str = "input_type") -> dict[str, dict[str, Any]]:
+    """Label -> body: TEXT with each input_type (in ``role_field``), `instruction` alone
+    and with a role. A label names the role's values as input_types whatever the field."""
     plain = {"model": model, "input": [TEXT]}
-    asked = {f"input_type {t!r}": {**plain, "input_type": t} for t in input_types()}
+    asked = {f"input_type {t!r}": {**plain, role_field: t} for t in input_types()}
     asked[INSTRUCTION_ALONE] = {**plain, "instruction": INSTRUCTION}
     for role in ("query", "document"):
         asked[f"input_type {role!r} + instruction"] = {
             **plain,
-            "input_type": role,
+            role_field: role,
             "instruction": INSTRUCTION,
         }
     return asked
 
 
+# The fields legacy servers take an input's role from, and each one's query value:
+# OpenAI-style servers' `input_type`, sentence-transformers' and TEI's `prompt_name`,
+# Jina's `task`.
+ROLE_FIELDS: Final = (
+    ("input_type", "query"),
+    ("prompt_name", "query"),
+    ("task", "retrieval.query"),
+)
+
+
+def learn_role_field(session: Session, basics: Basics) -> tuple[str, Finding]:
+    """The field whose query value changes the baseline's vector (the first that does;
+    `input_type` when none does: then no role has a prompt to tell them by)."""
+    plain = {"model": basics.model, "input": [TEXT]}
+    answers = session.send_all(
+        [("baseline", f"{f} {v!r}", {**plain, f: v}) for f, v in ROLE_FIELDS]
+    )
+    for (name, _), answer in zip(ROLE_FIELDS, answers, strict=True):
+        if answer.ok and not answer.same_as(basics.plain):
+            summary = f"{name}: its query value changes the vector"
+            return name, finding("prompts.role_field", name, "verified", summary, shown=answers)
+    summary = "input_type: no field's query value changes the vector"
+    return "input_type", finding(
+        "prompts.role_field", "input_type", "default", summary, shown=answers
+    )
+
+
 def learn_prompts(
     session: Session, local: LocalModel, basics: Basics, hint: str | None
 ) -> LearnedPrompts:
-    session.note("learn: prompts (every input_type, instruction)")
+    session.note("learn: prompts (the role's field, every input_type, instruction)")
+    role_field, role_finding = learn_role_field(session, basics)
     kinds = input_types()
     extras = kinds[len(QUERY_ALIASES) + len(DOCUMENT_ALIASES) : -1]
-    asked = requests(basics.model)
+    asked = requests(basics.model, role_field)
     answers = session.send_all([("baseline", label, body) for label, body in asked.items()])
     by_type = dict(zip(kinds, answers, strict=False))
     alone, query_and, document_and = answers[len(kinds) :]
-    found: list[Finding] = []
+    found: list[Finding] = [role_finding]
     roles: dict[str, Template] = {}
     firsts: dict[str, str] = {}  # role -> the alias its template was learned from
     aliases: dict[str, str] = {}
@@ -147,6 +176,7 @@ def learn_prompts(
         # only the values it took, when it refused some the gateway knows
         input_types=frozenset(taken) if len(taken) < len(known) else frozenset(),
         document_instruction=document_use,
+        role_field=role_field,
     )
     asked_ok = {label: a.ok for label, a in zip(asked, answers, strict=True)}
     prefix = ""

@@ -17,7 +17,7 @@ from extproc.core.api_errors import ErrorClass
 from extproc.core.policy.model import TokenizerSource
 from extproc.core.tasks.rerank import RerankDialect
 from extproc.tools.learn.errors_learner import learn_errors
-from extproc.tools.learn.findings import Finding, unknown
+from extproc.tools.learn.findings import Finding, finding, unknown
 from extproc.tools.learn.rerank_long_pairs_learner import learn_long_pairs
 from extproc.tools.learn.rerank_paths_learner import DOCUMENTS, QUERY, Served, learn_paths
 from extproc.tools.learn.rerank_scores_learner import learn_defaults, max_model_len, upstream_rerank
@@ -40,6 +40,7 @@ class LearnedRerank:
     return_documents: bool | None = None
     max_tokens: int | None = None
     refuse_long_pairs: bool = False
+    any_name: bool = False  # an unknown model name is answered as this reranker
     errors: dict[str, Any] = field(default_factory=dict)  # the entry's `errors`
 
 
@@ -92,7 +93,14 @@ def _learn_path(session: Session, served: Served, entry: LearnedRerank) -> list[
         body = dialect.write_request(UNKNOWN_MODEL, QUERY, DOCUMENTS[:2])
         bad["unknown model"] = (ErrorClass.UNKNOWN_MODEL, body)
     for label, (kind, bad_body) in bad.items():
-        refusals.append((kind, session.post("baseline", served.path, label, bad_body, [dialect])))
+        answer = session.post("baseline", served.path, label, bad_body, [dialect])
+        refusals.append((kind, answer))
+        if kind is ErrorClass.UNKNOWN_MODEL and answer.ranking is not None:
+            entry.any_name = True
+            summary = f"an unknown model name is answered: {answer.brief()}"
+            found.append(
+                finding(f"{served.path} any_name", True, "measured", summary, shown=[answer])
+            )
     entry.errors, errors_found = learn_errors(refusals)
     return found + [_at(served.path, f) for f in errors_found]
 

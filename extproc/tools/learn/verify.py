@@ -97,7 +97,7 @@ def learned_probes(learned: Learned) -> list[Probe]:
     native = learned.basics.native if learned.basics else 0
     plain = {"model": learned.model, "input": [TEXT]}
     bodies: dict[str, dict[str, object] | bytes] = {
-        **prompts_learner.requests(learned.model),
+        **prompts_learner.requests(learned.model, learned.prompts.role_field),
         **profile_learner.requests(learned.model, learned.size_below_native(native)),
     }
     probes = [

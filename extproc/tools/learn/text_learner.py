@@ -1,0 +1,114 @@
+"""What the baseline does to a text before embedding it: line breaks folded to spaces,
+runs of white space collapsed, both ends stripped, a Unicode normal form (the
+policy's ``preprocess``).
+
+Each probe text has one such trait. The baseline's vector for it is compared with the
+candidate's for the text as sent and as each change would make it: the change whose
+vector is the baseline's is what the baseline did (none, when the text as sent already
+is; a tokenizer that ignores the trait leaves nothing to learn). A probe that no change
+explains is named: a pre-processing no policy field says.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Final
+
+from extproc.core.policy.model import Preprocess, UnicodeForm
+from extproc.core.preprocess import preprocess_text
+from extproc.tools.learn.basics_learner import Basics
+from extproc.tools.learn.findings import Finding, cos, finding, unknown
+from extproc.tools.learn.session import Exchange, Session
+
+# Per trait: the probe text, and the policy's changes that may explain the answer,
+# each as the rule that makes it.
+TRAITS: Final[dict[str, tuple[str, dict[str, Preprocess]]]] = {
+    "line breaks": (
+        "The first line of a note\nand its second line\r\nand a third",
+        {
+            "fold_newlines": Preprocess(fold_newlines=True),
+            "collapse_whitespace": Preprocess(collapse_whitespace=True),
+        },
+    ),
+    "runs of white space": (
+        "Words   with\t\truns  of    white space between them",
+        {"collapse_whitespace": Preprocess(collapse_whitespace=True)},
+    ),
+    "white space at both ends": (
+        "   A text with white space at both ends   ",
+        {"strip": Preprocess(strip=True)},
+    ),
+    "decomposed accents": (
+        unicodedata.normalize("NFD", "Le café de la gare, déjà fermé à l'été"),
+        {form.name: Preprocess(unicode_form=form) for form in (UnicodeForm.NFC, UnicodeForm.NFKC)},
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Texts:
+    rule: Preprocess
+    fields: dict[str, Any]  # the policy's `preprocess` (empty: as sent)
+
+
+def learn_texts(session: Session, basics: Basics, prefix: str = "") -> tuple[Texts, list[Finding]]:
+    """``prefix``: what the baseline puts before a text sent with no role (the
+    candidate's texts get it too)."""
+    session.note("learn: what the baseline does to a text before embedding it")
+    plain = {"model": basics.model}
+    candidate = {"model": basics.upstream_model}
+    sent: list[tuple[Any, str, dict[str, Any]]] = []
+    for trait, (text, changes) in TRAITS.items():
+        sent.append(("baseline", trait, {**plain, "input": [text]}))
+        sent.append(("candidate", f"{trait}, as sent", {**candidate, "input": [prefix + text]}))
+        for name, rule in changes.items():
+            changed = prefix + preprocess_text(rule, text)
+            sent.append(("candidate", f"{trait}, {name}", {**candidate, "input": [changed]}))
+    answers = iter(session.send_all(sent))
+    fields: dict[str, Any] = {}
+    found: list[Finding] = []
+    for trait, (_, changes) in TRAITS.items():
+        base, as_sent = next(answers), next(answers)
+        tried = {name: next(answers) for name in changes}
+        found.append(_explain(trait, base, as_sent, tried, fields))
+    rule = _rule(fields)
+    return Texts(rule, fields), found
+
+
+def _explain(
+    trait: str,
+    base: Exchange,
+    as_sent: Exchange,
+    tried: dict[str, Exchange],
+    fields: dict[str, Any],
+) -> Finding:
+    field = f"preprocess ({trait})"
+    shown = [base, as_sent, *tried.values()]
+    if not base.ok:
+        return unknown(field, f"the baseline does not embed it: {base.brief()}", shown)
+    notes = [f"as sent: cosine {cos(base.cosine_to(as_sent))}"]
+    notes += [f"{name}: cosine {cos(base.cosine_to(a))}" for name, a in tried.items()]
+    if base.same_as(as_sent):
+        return finding(field, None, "verified", "embedded as sent", shown=shown, notes=notes)
+    for name, answer in tried.items():
+        if base.same_as(answer):
+            if name in _FLAGS:
+                fields[name] = True
+            else:
+                fields["unicode_form"] = name
+            summary = f"embedded as {name} makes it"
+            return finding(field, name, "verified", summary, shown=shown, notes=notes)
+    problem = f"the baseline changes texts with {trait} in a way no `preprocess` field says"
+    return finding(field, None, "measured", problem, shown=shown, notes=notes, problem=problem)
+
+
+_FLAGS: Final = ("fold_newlines", "collapse_whitespace", "strip")
+
+
+def _rule(fields: dict[str, Any]) -> Preprocess:
+    form = fields.get("unicode_form")
+    flags: dict[str, bool] = {k: True for k in fields if k in _FLAGS}
+    build: Callable[..., Preprocess] = Preprocess
+    return build(unicode_form=None if form is None else UnicodeForm[form], **flags)
