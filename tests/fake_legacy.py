@@ -46,9 +46,20 @@ is a choice of the test, never a measurement:
   whether a UTF-8 BOM before the body is taken (``bom``, default ``lax``: Python's json
   takes one from bytes, not from text); sizes given as a set are a ``Literal``, which
   lax mode reads as integers or integral floats (``64.0``), never strings;
-- errors: the body's shape (``error_shape``: ``"fastapi"``, ``"openai"`` or ``"flat"``)
-  and the status of each kind of mistake (``error_status``: ``malformed``, ``invalid``,
-  ``dimensions``, ``instruction``, ``too_long``, ``unknown_model``);
+- errors: the body's shape (``error_shape``: ``"fastapi"``, ``"openai"``, ``"flat"``,
+  ``"detail_param"`` - ``{"detail": <text>, "param": <field>}``, a handler of its own -
+  or ``"error_string"`` - ``{"error": <text>}``), for FastAPI which kinds its request
+  model validates (a list ``detail``; ``validated``, the rest its handler raises as a
+  text) and the status of each kind of mistake (``error_status``: ``malformed``,
+  ``invalid``, ``dimensions``, ``instruction``, ``too_long``, ``unknown_model``,
+  ``too_many_inputs``);
+- the request: the field that carries the role (``role_field``: ``input_type``,
+  ``prompt_name`` or ``task``), what an ``instruction`` with a document role does
+  (``document_instruction``: ``"refused"``, ``"ignored"`` or ``"wins"``), whether any
+  ``model`` name (or none) is its model (``any_model``), the most inputs a request may
+  have (``max_batch``, refused as its request model's ``too_long`` list);
+- texts before embedding (``preprocess``): ``"fold_newlines"``, ``"collapse"``,
+  ``"strip"``, ``"nfc"``, ``"nfkc"`` or ``"lower"`` (lower-cased: what no policy says);
 - ``other_model``: vectors of another model of the same width (the made-up model's,
   turned by a fixed rotation).
 
@@ -70,10 +81,12 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+import re
 import socket
 import sys
 import threading
 import time
+import unicodedata
 from collections.abc import Mapping, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -117,6 +130,7 @@ FASTAPI_STATUS: Final = {
     "instruction": 422,
     "too_long": 422,
     "unknown_model": 404,
+    "too_many_inputs": 422,
 }
 # Kinds a request model validates (a list of errors); the rest a handler raises (text).
 _VALIDATED: Final = frozenset({"malformed", "invalid", "dimensions", "instruction"})
@@ -218,6 +232,12 @@ class FakeLegacy:
         error_shape: str = "fastapi",
         error_status: Mapping[str, int] | None = None,
         other_model: bool = False,
+        validated: frozenset[str] | None = None,
+        role_field: str = "input_type",
+        document_instruction: str = "refused",
+        any_model: bool = False,
+        max_batch: int | None = None,
+        preprocess: Sequence[str] = (),
     ) -> None:
         self.served_model = served_model
         self.dim = dim
@@ -244,6 +264,12 @@ class FakeLegacy:
         self.renormalise = renormalise
         self.error_shape = error_shape
         self.error_status = {**FASTAPI_STATUS, **(error_status or {})}
+        self.validated = _VALIDATED if validated is None else validated
+        self.role_field = role_field
+        self.document_instruction = document_instruction
+        self.any_model = any_model
+        self.max_batch = max_batch
+        self.preprocess = tuple(preprocess)
         # Another model of the same width: the same geometry, turned by a fixed rotation,
         # so its vectors rank alike among themselves and match nobody else's.
         self._rotation: NDArray[np.float64] | None = None
@@ -342,8 +368,14 @@ class FakeLegacy:
         return ids[: limit - 1] + [EOS_ID] if self.keep_end else ids[:limit]
 
     def prompt(self, text: str, input_type: str | None, instruction: str | None) -> str:
+        text = self.prepare(text)
         if self.instruction == "ignored":
             instruction = None
+        if instruction is not None and input_type in self.document_types:
+            if self.document_instruction == "ignored":
+                instruction = None
+            elif self.document_instruction == "wins":
+                input_type = None
         if input_type is None and instruction is None:
             input_type = self.untyped
         if instruction is not None or input_type in self.query_types:
@@ -355,6 +387,21 @@ class FakeLegacy:
         if input_type in self.document_types:
             template = self.alias_templates.get(input_type or "", self.document_template)
             return fill(template, text, "")
+        return text
+
+    def prepare(self, text: str) -> str:
+        """The text as this server embeds it (its ``preprocess``, in that order)."""
+        for step in self.preprocess:
+            if step == "fold_newlines":
+                text = text.replace("\r\n", " ").replace("\r", " ").replace("\n", " ")
+            elif step == "collapse":
+                text = re.sub(r"\s+", " ", text)
+            elif step == "strip":
+                text = text.strip()
+            elif step in ("nfc", "nfkc"):
+                text = unicodedata.normalize(step.upper(), text)
+            elif step == "lower":
+                text = text.lower()
         return text
 
     def embed_text(
@@ -415,7 +462,13 @@ class FakeLegacy:
             return status, {"error": {"message": text, "type": kind, "param": None, "code": None}}
         if self.error_shape == "flat":
             return status, {"message": text, "type": "Bad Request", "code": status}
-        if cls in _VALIDATED and not isinstance(item, str):
+        if self.error_shape == "detail_param":
+            loc = [] if isinstance(item, str) else item["loc"]
+            param = loc[1] if len(loc) > 1 and isinstance(loc[1], str) else None
+            return status, {"detail": text, "param": param}
+        if self.error_shape == "error_string":
+            return status, {"error": text}
+        if cls in self.validated and not isinstance(item, str):
             return status, {"detail": [item]}
         return status, {"detail": text}
 
@@ -445,8 +498,17 @@ class FakeLegacy:
                 "malformed",
             )
         texts = _texts(doc)
+        if self.max_batch is not None and len(texts) > self.max_batch:
+            raise _InvalidError(
+                "too_long",
+                ["body", "input"],
+                f"List should have at most {self.max_batch} items after validation, "
+                f"not {len(texts)}",
+                doc["input"],
+                "too_many_inputs",
+            )
         model = _optional_str(doc, "model")
-        input_type = _optional_str(doc, "input_type")
+        input_type = _optional_str(doc, self.role_field)
         instruction = None
         if self.instruction == "refused" and "instruction" in doc:
             raise _InvalidError(
@@ -462,11 +524,12 @@ class FakeLegacy:
         if input_type is not None and input_type not in accepted:
             raise _InvalidError(
                 "literal_error",
-                ["body", "input_type"],
+                ["body", self.role_field],
                 "Input should be " + " or ".join(repr(t) for t in sorted(accepted)),
                 input_type,
             )
-        if instruction is not None and input_type in self.document_types:
+        refused = self.document_instruction == "refused"
+        if instruction is not None and input_type in self.document_types and refused:
             raise _InvalidError(
                 "value_error",
                 ["body", "instruction"],
@@ -474,7 +537,7 @@ class FakeLegacy:
                 instruction,
             )
         dimensions = self._dimensions(doc)
-        if model is not None and model != self.served_model:
+        if model is not None and model != self.served_model and not self.any_model:
             return self._error("unknown_model", f"Model '{model}' not found")
 
         with self._inference_lock:

@@ -96,6 +96,39 @@ CASES = {
         {"body": ["error"], "status.malformed": 400},
     ),
     "flat error bodies": Case({"error_shape": "flat"}, {"body": ["message", "type", "code"]}),
+    "a handler's own error bodies": Case(
+        {"error_shape": "detail_param"}, {"body": ["detail", "param"]}
+    ),
+    "a bare error text": Case({"error_shape": "error_string"}, {"body": ["error"]}),
+    "FastAPI's split: its handler raises what the model does not validate": Case(
+        {"validated": frozenset({"malformed"})}, {"body": ["detail"]}
+    ),
+    "an instruction with a document ignored": Case(
+        {"document_instruction": "ignored"}, {"document_instruction": InstructionUse.IGNORED}
+    ),
+    "an instruction with a document wins": Case(
+        {"document_instruction": "wins"}, {"document_instruction": InstructionUse.TASK}
+    ),
+    "any model name": Case({"any_model": True}, {"any_name": True, "unnamed": True}),
+    "the role in prompt_name": Case({"role_field": "prompt_name"}, {"role_field": "prompt_name"}),
+    "the role in task, Jina's values": Case(
+        {
+            "role_field": "task",
+            "query_types": frozenset({"retrieval.query"}),
+            "document_types": frozenset({"retrieval.passage"}),
+        },
+        {"role_field": "task"},
+    ),
+    "batches of at most 16": Case({"max_batch": 16}, {"max_inputs": 16}),
+    "line breaks folded": Case(
+        {"preprocess": ("fold_newlines",)}, {"preprocess": {"fold_newlines"}}
+    ),
+    "white space collapsed and stripped": Case(
+        {"preprocess": ("collapse", "strip")}, {"preprocess": {"collapse_whitespace", "strip"}}
+    ),
+    # The tokenizer puts texts in NFC itself: nothing to learn, and still the same.
+    "texts put in NFC": Case({"preprocess": ("nfc",)}, {"unicode_form": None}),
+    "texts put in NFKC": Case({"preprocess": ("nfkc",)}, {"unicode_form": "NFKC"}),
     # two combined
     "instruction ignored, base64 and lax": Case(
         {**E5, "instruction": "ignored", "honour_encoding": True, "lax": True},
@@ -143,6 +176,17 @@ CASES = {
         },
         {"integers": False, "integral_floats": True, "bom": True, "allowed": (64, 256)},
     ),
+    "errors of its own, prompt_name, 16 inputs, line breaks folded": Case(
+        {
+            "error_shape": "detail_param",
+            "role_field": "prompt_name",
+            "max_batch": 16,
+            "preprocess": ("fold_newlines",),
+            "any_model": True,
+        },
+        {"role_field": "prompt_name", "max_inputs": 16, "any_name": True},
+        upstream="vllm",
+    ),
     "E5-style honouring base64": Case(
         {**E5, "honour_encoding": True, "min_dimensions": None, "max_tokens": 512},
         {"base64": True, "integers": False},
@@ -151,7 +195,7 @@ CASES = {
 }
 
 
-def policy_facts(model: ModelPolicy, errors: Any) -> dict[str, Any]:
+def policy_facts(model: ModelPolicy, errors: Any, max_inputs: int) -> dict[str, Any]:
     m = model.matryoshka
     return {
         "instruction": model.prompts.instruction,
@@ -170,8 +214,21 @@ def policy_facts(model: ModelPolicy, errors: Any) -> dict[str, Any]:
         "integers": model.leniency.integers,
         "bom": model.leniency.bom,
         "integral_floats": model.leniency.integral_floats,
+        "max_inputs": max_inputs,
         # the keys of the bodies the gateway writes for errors of no kind of its own
         "body": list(errors.template(None)),
+        "document_instruction": model.prompts.document_instruction,
+        "role_field": model.prompts.role_field,
+        "any_name": model.any_name,
+        "unnamed": model.unnamed,
+        "preprocess": {
+            k
+            for k in ("fold_newlines", "collapse_whitespace", "strip")
+            if getattr(model.preprocess, k)
+        },
+        "unicode_form": model.preprocess.unicode_form.name
+        if model.preprocess.unicode_form
+        else None,
         **{f"status.{k.value}": v for k, v in errors.statuses.items()},
     }
 
@@ -201,7 +258,7 @@ def test_learned_and_imitated(
         assert report["result"]["label"] == "READY"
         assert policy is not None
         written = load_policy_file(tmp_path / "learn" / "policy.yaml")
-        facts = policy_facts(policy, written.errors)
+        facts = policy_facts(policy, written.errors, written.limits.max_inputs)
         for key, value in case.expect.items():
             assert facts[key] == value, (
                 key,
@@ -217,3 +274,22 @@ def test_learned_and_imitated(
             assert_client_sees_the_same(
                 legacy.url, gateway.url, battery(legacy.served_model, SIZES)
             )
+
+
+# Stand-ins whose behaviour no policy says: learn names what differs and is never READY.
+NEVER_READY = {
+    "another model": ({"other_model": True}, "model"),
+    "an unknown query prompt": ({"query_template": "Represent this question: {text}"}, "prompts"),
+    "texts lower-cased": ({"preprocess": ("lower",)}, "preprocess"),
+}
+
+
+@pytest.mark.parametrize("name", list(NEVER_READY))
+def test_never_ready(
+    name: str, qwen_dir: Path, upstreams: dict[str, FakeUpstream], tmp_path: Path
+) -> None:
+    legacy_args, names = NEVER_READY[name]
+    with FakeLegacy(tokenizer_dir=qwen_dir, **legacy_args) as legacy:
+        code, _, report, _ = learn(legacy, upstreams["dynamo"], tmp_path / "learn")
+    assert code != 0 and report["result"]["label"] != "READY", report["problems"]
+    assert any(problem.startswith(names) for problem in report["problems"]), report["problems"]

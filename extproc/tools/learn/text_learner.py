@@ -40,8 +40,10 @@ TRAITS: Final[dict[str, tuple[str, dict[str, Preprocess]]]] = {
         "   A text with white space at both ends   ",
         {"strip": Preprocess(strip=True)},
     ),
+    # Decomposed accents, a ligature and full-width letters: NFC composes the first,
+    # NFKC the others too.
     "decomposed accents": (
-        unicodedata.normalize("NFD", "Le café de la gare, déjà fermé à l'été"),
+        unicodedata.normalize("NFD", "Le café de la gare, déjà fermé: un \ufb01chier \uff21\uff22"),
         {form.name: Preprocess(unicode_form=form) for form in (UnicodeForm.NFC, UnicodeForm.NFKC)},
     ),
 }
@@ -69,39 +71,45 @@ def learn_texts(session: Session, basics: Basics, prefix: str = "") -> tuple[Tex
     answers = iter(session.send_all(sent))
     fields: dict[str, Any] = {}
     found: list[Finding] = []
+    explained: dict[str, list[str]] = {}
     for trait, (_, changes) in TRAITS.items():
         base, as_sent = next(answers), next(answers)
         tried = {name: next(answers) for name in changes}
-        found.append(_explain(trait, base, as_sent, tried, fields))
+        finding_, explained[trait] = _explain(trait, base, as_sent, tried)
+        found.append(finding_)
+    for names in sorted(explained.values(), key=len):
+        # A trait several changes explain (a line break is white space too) takes one
+        # another trait needs (those explained one way go first), else its first.
+        if names and not any(n in fields or fields.get("unicode_form") == n for n in names):
+            name = names[0]
+            if name in _FLAGS:
+                fields[name] = True
+            else:
+                fields["unicode_form"] = name
     rule = _rule(fields)
     return Texts(rule, fields), found
 
 
 def _explain(
-    trait: str,
-    base: Exchange,
-    as_sent: Exchange,
-    tried: dict[str, Exchange],
-    fields: dict[str, Any],
-) -> Finding:
+    trait: str, base: Exchange, as_sent: Exchange, tried: dict[str, Exchange]
+) -> tuple[Finding, list[str]]:
+    """The finding, and the changes that explain the baseline's vector (none: as sent)."""
     field = f"preprocess ({trait})"
     shown = [base, as_sent, *tried.values()]
     if not base.ok:
-        return unknown(field, f"the baseline does not embed it: {base.brief()}", shown)
+        return unknown(field, f"the baseline does not embed it: {base.brief()}", shown), []
     notes = [f"as sent: cosine {cos(base.cosine_to(as_sent))}"]
     notes += [f"{name}: cosine {cos(base.cosine_to(a))}" for name, a in tried.items()]
     if base.same_as(as_sent):
-        return finding(field, None, "verified", "embedded as sent", shown=shown, notes=notes)
-    for name, answer in tried.items():
-        if base.same_as(answer):
-            if name in _FLAGS:
-                fields[name] = True
-            else:
-                fields["unicode_form"] = name
-            summary = f"embedded as {name} makes it"
-            return finding(field, name, "verified", summary, shown=shown, notes=notes)
+        said = finding(field, None, "verified", "embedded as sent", shown=shown, notes=notes)
+        return said, []
+    names = [name for name, answer in tried.items() if base.same_as(answer)]
+    if names:
+        summary = f"embedded as {' or '.join(names)} makes it"
+        return finding(field, names, "verified", summary, shown=shown, notes=notes), names
     problem = f"the baseline changes texts with {trait} in a way no `preprocess` field says"
-    return finding(field, None, "measured", problem, shown=shown, notes=notes, problem=problem)
+    said = finding(field, None, "measured", problem, shown=shown, notes=notes, problem=problem)
+    return said, []
 
 
 _FLAGS: Final = ("fold_newlines", "collapse_whitespace", "strip")
