@@ -19,9 +19,11 @@ Measured behaviour the upstream reproduces (docs/upstreams.md, "Reranking"):
 - ``dynamo``: POST ``/v1/rerank`` answers a bare array ``[{score, index}]`` (the
   sigmoid), as Dynamo's SGLang backend's source shapes it (no SGLang runs here).
 
-The legacy server speaks TEI (POST ``/rerank``) or Cohere v1 (POST ``/v1/rerank``), as
-docs/rerank.md describes them; its errors are TEI's ``{error, error_type}`` or
-FastAPI's ``{"detail": ...}``. A pair over ``max_tokens`` is cut (Cohere; TEI with
+The legacy server speaks TEI (POST ``/rerank``) or Cohere (v1 at POST ``/v1/rerank``,
+and with ``cohere_v2`` also v2 at ``/v2/rerank``: a model named, documents as strings,
+never returned), as docs/rerank.md describes them; its errors are TEI's ``{error,
+error_type}`` or FastAPI's ``{"detail": ...}``; with ``any_model`` a Cohere server
+answers any model name as its own. A pair over ``max_tokens`` is cut (Cohere; TEI with
 ``truncate: true``: the document's words after the budget dropped) or refused (TEI
 without it: 413). Every request body it receives is kept (``received``).
 """
@@ -237,12 +239,20 @@ class FakeLegacyRerank(_Base):
     """The legacy rerank server, in the TEI or Cohere v1 dialect."""
 
     def __init__(
-        self, *, dialect: str = "tei", served_model: str = "reranker", max_tokens: int = 64
+        self,
+        *,
+        dialect: str = "tei",
+        served_model: str = "reranker",
+        max_tokens: int = 64,
+        cohere_v2: bool = False,
+        any_model: bool = False,
     ):
         super().__init__()
         self.dialect = dialect
         self.served_model = served_model
         self.max_tokens = max_tokens
+        self.cohere_v2 = cohere_v2
+        self.any_model = any_model
 
     def answer(self, path: str, body: bytes) -> tuple[int, Any]:
         try:
@@ -255,6 +265,8 @@ class FakeLegacyRerank(_Base):
             if path != "/rerank":
                 return 404, {"error": "Not Found", "error_type": "Validation"}
             return self._tei(doc)
+        if path == "/v2/rerank" and self.cohere_v2:
+            return self._cohere(doc, version="2")
         if path != "/v1/rerank":
             return 404, {"detail": "Not Found"}
         return self._cohere(doc)
@@ -294,9 +306,11 @@ class FakeLegacyRerank(_Base):
             for i in order
         ]
 
-    def _cohere(self, doc: dict[str, Any]) -> tuple[int, Any]:
+    def _cohere(self, doc: dict[str, Any], version: str = "1") -> tuple[int, Any]:
+        if version == "2" and "model" not in doc:
+            return self._invalid("missing", ["body", "model"], "Field required")
         model = doc.get("model", self.served_model)
-        if model != self.served_model:
+        if model != self.served_model and not self.any_model:
             return 404, {"detail": f"Model '{model}' not found"}
         query, documents = doc.get("query"), doc.get("documents")
         if not isinstance(query, str) or not query:
@@ -305,7 +319,8 @@ class FakeLegacyRerank(_Base):
             return self._invalid(
                 "too_short", ["body", "documents"], "List should have at least 1 item"
             )
-        texts = [d.get("text") if isinstance(d, dict) else d for d in documents]
+        objects = version == "1"
+        texts = [d.get("text") if objects and isinstance(d, dict) else d for d in documents]
         if not all(isinstance(t, str) for t in texts):
             return self._invalid(
                 "string_type", ["body", "documents"], "Input should be a valid string"
@@ -318,7 +333,7 @@ class FakeLegacyRerank(_Base):
         logits = [logit(query, cut_document(query, t, self.max_tokens)) for t in texts]
         scores = [sigmoid(x) for x in logits]
         order = sorted(range(len(scores)), key=lambda i: -scores[i])[: top_n or len(scores)]
-        with_docs = doc.get("return_documents") is True
+        with_docs = doc.get("return_documents") is True and version == "1"
         results = [
             {
                 "index": i,
@@ -330,5 +345,5 @@ class FakeLegacyRerank(_Base):
         return 200, {
             "id": str(uuid.uuid4()),
             "results": results,
-            "meta": {"api_version": {"version": "1"}},
+            "meta": {"api_version": {"version": version}},
         }

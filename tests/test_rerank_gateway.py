@@ -301,3 +301,50 @@ def test_rerank_options_without_task_rerank_are_refused(
     assert probe_command.run(_parser().parse_args(argv)) == 2
     assert capsys.readouterr().err == "error: --dialect and --max-tokens go with --task rerank\n"
     assert not (tmp_path / "report").exists()
+
+
+def test_learn_finds_every_path_and_run_legacy_sends_none_of_them(
+    upstreams: Any, gateways: Gateways, word_tokenizer: Path, qwen_dir: Path, tmp_path: Path
+) -> None:
+    """A Cohere-style server serving v1 and v2 (and any model name): learn writes an
+    entry for each path; the gateway with that policy and `--legacy` answers both
+    paths as the legacy server did, and the legacy server receives none of them."""
+    from extproc.commands import learn as learn_command
+    from extproc.commands.cli import _parser
+    from extproc.service.policy_file import load_policy_file
+
+    embeddings, rerank = upstreams
+    with FakeLegacyRerank(
+        dialect="cohere", max_tokens=MAX_TOKENS, cohere_v2=True, any_model=True
+    ) as legacy:
+        argv = ["learn", "--task", "rerank", "--baseline", legacy.url, "--candidate", rerank.url]
+        argv += ["--model", "reranker", "--tokenizer", f"reranker={word_tokenizer}"]
+        argv += ["--out", str(tmp_path)]
+        code = learn_command.run(_parser().parse_args(argv))
+        md = (tmp_path / "report.md").read_text(encoding="utf-8")
+        assert code == 0, md
+        entries = load_policy_file(tmp_path / "policy.yaml").rerankers
+        assert {(e.path, e.dialect, e.any_name) for e in entries} == {
+            ("/v1/rerank", "cohere_v1", True),
+            ("/v2/rerank", "cohere_v2", True),
+        }
+        policy = SHIPPED_QWEN_POLICY.read_text(encoding="utf-8")
+        policy += (tmp_path / "policy.yaml").read_text(encoding="utf-8")
+        spec = GatewaySpec(
+            embeddings.url,
+            policy=policy,
+            tokenizers=f"{QWEN_MODEL}={qwen_dir},reranker={word_tokenizer}",
+            legacy=legacy.url,
+            args=("--rerank-upstream", rerank.url),
+        )
+        with gateways.own(spec) as gateway:
+            for path, body in (
+                ("/v1/rerank", {"model": "any", "query": QUERY, "documents": DOCS[:4]}),
+                ("/v2/rerank", {"model": "reranker", "query": QUERY, "documents": DOCS[:4]}),
+                ("/v2/rerank", {"query": QUERY, "documents": DOCS[:2]}),
+            ):
+                old = http("POST", f"{legacy.url}{path}", body)
+                before = len(legacy.received)
+                new = http("POST", f"{gateway.url}{path}", body)
+                assert_same_rerank_answer(old, new, path)
+                assert len(legacy.received) == before, path
