@@ -36,8 +36,8 @@ from extproc.tools.index_check.beir_files import (
 )
 from extproc.tools.index_check.embedding_run import EmbedError
 from extproc.tools.index_check.index_report import to_html, to_json, to_markdown
-from extproc.tools.index_check.index_run import RunOptions, run_index_check
-from extproc.tools.index_check.index_verdict import Thresholds
+from extproc.tools.index_check.index_run import IndexCheckOptions, run_index_check
+from extproc.tools.index_check.index_verdict import IndexThresholds
 from extproc.tools.toolkit.budgeted_client import BudgetSpentError
 from extproc.tools.toolkit.embeddings_client import endpoint_url
 from extproc.tools.toolkit.progress import to_stderr
@@ -47,7 +47,7 @@ SUMMARY = "can the old index stay? retrieval with the old and the new vectors, c
 DEFAULT_OUT = Path("index-check-report")
 DEFAULT_BUDGET = 5000
 MAX_BUDGET = 1_000_000
-DEFAULTS = Thresholds()
+DEFAULTS = IndexThresholds()
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -135,10 +135,10 @@ def run(args: argparse.Namespace) -> int:
     write_report(args.out, files)
     print(markdown, end="")
     to_stderr(f"index-check: {report.verdict.label}; {args.out / 'report.md'}")
-    return report.verdict.exit_code
+    return int(report.verdict.exit_code)
 
 
-def _options(args: argparse.Namespace) -> RunOptions:
+def _options(args: argparse.Namespace) -> IndexCheckOptions:
     if not 1 <= args.k <= 1000:
         raise ValueError("--k must be within 1..1000")
     check_budget(args.budget, MAX_BUDGET)
@@ -150,14 +150,14 @@ def _options(args: argparse.Namespace) -> RunOptions:
         raise ValueError("--min-overlap must be in (0, 1], --ndcg-tolerance in [0, 1)")
     if args.min_queries < 2:
         raise ValueError("--min-queries must be at least 2")
-    thresholds = Thresholds(
+    thresholds = IndexThresholds(
         k=args.k,
         min_overlap=args.min_overlap,
         ndcg_tolerance=args.ndcg_tolerance,
         min_queries=args.min_queries,
     )
     urls = {"baseline": endpoint_url(args.baseline), "candidate": endpoint_url(args.candidate)}
-    return RunOptions(
+    return IndexCheckOptions(
         urls=urls,
         model=args.model,
         dimensions=args.dimensions,

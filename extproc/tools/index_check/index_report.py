@@ -10,10 +10,11 @@ from typing import Any
 
 import numpy as np
 
-from extproc.tools.index_check.index_measures import Measures, Retrieval, spread
-from extproc.tools.index_check.index_verdict import Similarity, Thresholds, Verdict
+from extproc.tools.index_check.index_measures import Measures, Retrieval
+from extproc.tools.index_check.index_verdict import IndexThresholds, IndexVerdict, Similarity
 from extproc.tools.toolkit.report_files import report_json
 from extproc.tools.toolkit.report_format import cell, table
+from extproc.tools.toolkit.stats import Spread, spread
 from extproc.tools.toolkit.svg_charts import cosine_histogram, grouped_bars
 
 STYLE = (
@@ -38,10 +39,10 @@ class IndexCheckReport:
     duration_s: float
     sizes: Sizes
     dimensions: int | None
-    thresholds: Thresholds
+    thresholds: IndexThresholds
     widths: tuple[int, int]  # old, new vector width
     measures: Measures | None  # None when the widths differ
-    verdict: Verdict
+    verdict: IndexVerdict
     candidate_docs_per_s: float
     requests: dict[str, int]  # per server, spent
 
@@ -61,10 +62,16 @@ def duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
+def cosine_spread(sim: Similarity) -> Spread | None:
+    """Where the old-against-new cosines of the texts lie; None for no texts."""
+    return spread(sim.cosines.tolist()) if sim.cosines.size else None
+
+
 def _spread_row(what: str, sim: Similarity) -> list[str]:
-    s = spread(sim.cosines)
+    s = cosine_spread(sim)
+    cosines = ["-"] * 3 if s is None else [f"{s.min:.6f}", f"{s.p1:.6f}", f"{s.median:.6f}"]
     old, new = float(np.median(sim.old_norms)), float(np.median(sim.new_norms))
-    return [what, f"{s.min:.6f}", f"{s.p1:.6f}", f"{s.p50:.6f}", f"{old:.4f}", f"{new:.4f}"]
+    return [what, *cosines, f"{old:.4f}", f"{new:.4f}"]
 
 
 def _mean(values: Any) -> str:
@@ -95,7 +102,7 @@ def to_markdown(report: IndexCheckReport) -> str:
         f"- started {report.started}, took {report.duration_s:.1f} s; requests: "
         + ", ".join(f"{k} {n}" for k, n in report.requests.items()),
         "",
-        f"**Result: {v.label}** (exit code {v.exit_code})",
+        f"**Result: {v.label}** (exit code {int(v.exit_code)})",
         "",
         *(f"- {cell(reason)}" for reason in v.reasons),
     ]
@@ -194,7 +201,7 @@ def to_json(report: IndexCheckReport) -> bytes:
         "widths": {"old": report.widths[0], "new": report.widths[1]},
         "result": {
             "label": report.verdict.label,
-            "exit_code": report.verdict.exit_code,
+            "exit_code": int(report.verdict.exit_code),
             "reasons": list(report.verdict.reasons),
             "cause": report.verdict.cause,
         },
@@ -206,8 +213,11 @@ def to_json(report: IndexCheckReport) -> bytes:
     }
     if m is not None:
         doc["cosines"] = {
-            what: vars(spread(sim.cosines))
-            for what, sim in (("documents", m.documents), ("queries", m.queries))
+            what: None if s is None else {"min": s.min, "p1": s.p1, "p50": s.median}
+            for what, s in (
+                ("documents", cosine_spread(m.documents)),
+                ("queries", cosine_spread(m.queries)),
+            )
         }
         doc["retrievals"] = {
             r.name: {

@@ -15,7 +15,8 @@ from extproc.tools.index_check.beir_files import Sample
 from extproc.tools.index_check.embedding_run import Embedded, EmbedError, Role, embed_texts
 from extproc.tools.index_check.index_measures import measure
 from extproc.tools.index_check.index_report import IndexCheckReport, Sizes
-from extproc.tools.index_check.index_verdict import Thresholds, Verdict
+from extproc.tools.index_check.index_verdict import IndexThresholds, IndexVerdict
+from extproc.tools.parity import Check
 from extproc.tools.toolkit.budgeted_client import BudgetedClient, RequestBudget
 from extproc.tools.toolkit.progress import Progress
 from extproc.tools.toolkit.request_pool import RequestPool
@@ -25,18 +26,20 @@ SERVERS = ("baseline", "candidate")
 
 
 @dataclass(frozen=True)
-class RunOptions:
+class IndexCheckOptions:
     urls: Mapping[str, str]  # baseline, candidate: their embeddings endpoints
     model: str
     dimensions: int | None
     budget: int  # requests per server
     timeout_s: float
     headers: Mapping[str, str]
-    thresholds: Thresholds
+    thresholds: IndexThresholds
     corpus_size: int | None  # for the re-index estimate; None: the corpus file's
 
 
-def run_index_check(sample: Sample, options: RunOptions, progress: Progress) -> IndexCheckReport:
+def run_index_check(
+    sample: Sample, options: IndexCheckOptions, progress: Progress
+) -> IndexCheckReport:
     """Raises EmbedError (a server did not embed) or BudgetSpentError."""
     started, wall = time.monotonic(), datetime.now(UTC).isoformat(timespec="seconds")
     budgets = {s: RequestBudget(options.budget, s) for s in SERVERS}
@@ -86,10 +89,10 @@ def run_index_check(sample: Sample, options: RunOptions, progress: Progress) -> 
     t = options.thresholds
     if widths[0] != widths[1]:
         measures = None
-        verdict = Verdict(
-            "RE-INDEX",
-            (f"the old vectors are {widths[0]}-d, the new ones {widths[1]}-d",),
-            "another width (or another model): new queries cannot search the old index",
+        widths_differ = f"the old vectors are {widths[0]}-d, the new ones {widths[1]}-d"
+        verdict = IndexVerdict(
+            (Check("widths", False, widths_differ),),
+            cause="another width (or another model): new queries cannot search the old index",
         )
     else:
         qrels = [sample.qrels[q.id] for q in sample.queries] if sample.judged else None

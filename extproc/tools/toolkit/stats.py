@@ -40,10 +40,11 @@ def median(values: Sequence[float]) -> float:
 
 @dataclass(frozen=True)
 class Spread:
-    """min / median / max of a non-empty sample."""
+    """Where a non-empty sample lies: min, p1, median, max."""
 
     n: int
     min: float
+    p1: float
     median: float
     max: float
 
@@ -51,7 +52,13 @@ class Spread:
 def spread(values: Sequence[float]) -> Spread:
     if not values:
         raise ValueError("spread of no values")
-    return Spread(n=len(values), min=min(values), median=median(values), max=max(values))
+    return Spread(
+        n=len(values),
+        min=min(values),
+        p1=percentile(values, 1.0),
+        median=median(values),
+        max=max(values),
+    )
 
 
 def histogram(values: Sequence[float], lo: float, hi: float, bins: int) -> list[int]:
