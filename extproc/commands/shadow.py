@@ -213,14 +213,14 @@ def run_shadow(args: argparse.Namespace) -> int:
 
 def _compare_options(args: argparse.Namespace, listen: str, *, noise: bool) -> CompareOptions:
     from extproc.tools.shadow.comparator_server import CompareOptions
-    from extproc.tools.shadow.pair_comparison import Tolerances
+    from extproc.tools.shadow.pair_comparison import ShadowTolerances
     from extproc.tools.shadow.store import StoreLimits
 
     return CompareOptions(
         listen=listen,
         http=args.http or None,
         limits=StoreLimits(args.ttl, args.max_pending, args.max_pending_bytes),
-        tolerances=Tolerances(
+        tolerances=ShadowTolerances(
             min_cosine=args.min_cosine,
             noise_relative=args.noise_relative,
             noise_absolute=args.noise_absolute,
@@ -229,7 +229,7 @@ def _compare_options(args: argparse.Namespace, listen: str, *, noise: bool) -> C
         expect_noise=noise,
         keep_text=args.keep_text,
         max_body_bytes=args.max_body_bytes,
-        grace_s=args.grace,
+        grace_seconds=args.grace,
     )
 
 

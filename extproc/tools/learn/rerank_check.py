@@ -3,7 +3,7 @@ Envoy and the ext_proc server, the written policy) in front of the candidate, an
 the legacy server, each sent the same requests in the learned dialect; a row per
 request compares what a client sees: the status, an error body's shape, and for an
 answer the order, every score, the number of results and whether the documents come
-back (extproc/tools/toolkit/rerank_answers.py)."""
+back (extproc/tools/parity/rerank_comparison.py)."""
 
 from __future__ import annotations
 
@@ -20,30 +20,26 @@ from extproc.runtime.blocking_http import HttpClient
 from extproc.tools.learn.findings import Finding
 from extproc.tools.learn.rerank_learner import DOCUMENTS, QUERY, LearnedRerank, RerankSession
 from extproc.tools.learn.verify import upstream_root, with_gateway
+from extproc.tools.parity.rerank_comparison import RerankReply, RerankRow, compare_replies
+from extproc.tools.toolkit.comparison_markdown import rerank_table
 from extproc.tools.toolkit.report_format import cell, table
-from extproc.tools.toolkit.rerank_answers import (
-    AnswerRow,
-    RerankReply,
-    compare_replies,
-    contract_requests,
-    rows_table,
-)
+from extproc.tools.toolkit.rerank_requests import rerank_requests
 
 
 def battery(learned: LearnedRerank) -> dict[str, dict[str, Any] | bytes]:
     assert learned.dialect is not None
-    return contract_requests(learned.dialect, learned.model, QUERY, DOCUMENTS, learned.max_tokens)
+    return rerank_requests(learned.dialect, learned.model, QUERY, DOCUMENTS, learned.max_tokens)
 
 
 def verify_rerank(
     session: RerankSession, contract: Contract, learned: LearnedRerank
-) -> list[AnswerRow]:
+) -> list[RerankRow]:
     """Start the gateway with the written policy in front of the candidate, send the
     battery to both, stop it."""
     bodies = battery(learned)
     path = learned.path
 
-    def work(gateway_url: str) -> list[AnswerRow]:
+    def work(gateway_url: str) -> list[RerankRow]:
         session.progress(f"verify: the gateway on {gateway_url} against the baseline")
         gateway = HttpClient(gateway_url, timeout_s=60.0, headers=session.headers)
         rows = []
@@ -68,7 +64,7 @@ def to_markdown(
     learned: LearnedRerank,
     findings: list[Finding],
     policy: str,
-    rows: list[AnswerRow] | None,
+    rows: list[RerankRow] | None,
     code: int,
 ) -> str:
     label = {0: "READY", 1: "NOT READY"}.get(code, "INCONCLUSIVE")
@@ -101,7 +97,7 @@ def to_markdown(
     )
     if rows is not None:
         lines += ["", "## Verification: the gateway with this policy vs the baseline", ""]
-        lines += rows_table(rows, "gateway")
+        lines += rerank_table(rows, "gateway")
     return "\n".join(lines) + "\n"
 
 
@@ -109,7 +105,7 @@ def to_json(
     learned: LearnedRerank,
     findings: list[Finding],
     policy: str,
-    rows: list[AnswerRow] | None,
+    rows: list[RerankRow] | None,
     code: int,
 ) -> bytes:
     doc = {

@@ -30,24 +30,19 @@ import orjson
 from extproc.core.dialects import RERANK_DIALECTS
 from extproc.core.error_envelope import ErrorClass
 from extproc.core.policy.model import TokenizerSource
-from extproc.core.tasks.rerank import RerankDialect
+from extproc.core.tasks.rerank import Ranking, RerankDialect
 from extproc.core.upstream_errors import parse_upstream_error
 from extproc.runtime.blocking_http import HttpClient, HttpResult
 from extproc.tools.learn.errors_learner import learn_errors
 from extproc.tools.learn.findings import Finding, finding, unknown
 from extproc.tools.learn.local import LocalModel
 from extproc.tools.learn.session import Exchange, Server, shown
+from extproc.tools.parity.rerank_comparison import SCORE_TOLERANCE, RerankReply
 from extproc.tools.toolkit.budgeted_client import RequestBudget
+from extproc.tools.toolkit.contract_table import UNKNOWN_MODEL
 from extproc.tools.toolkit.long_text import plain_words
 from extproc.tools.toolkit.progress import Progress
-from extproc.tools.toolkit.rerank_answers import (
-    MALFORMED,
-    SCORE_TOLERANCE,
-    UNKNOWN_MODEL,
-    RerankAnswer,
-    RerankReply,
-    rerank_request,
-)
+from extproc.tools.toolkit.rerank_requests import MALFORMED
 
 QUERY = "how do I reset a forgotten password"
 DOCUMENTS = (
@@ -101,7 +96,7 @@ class RerankSession:
             self.replies[exchange.id] = reply
         return exchange
 
-    def answer(self, exchange: Exchange) -> RerankAnswer | None:
+    def answer(self, exchange: Exchange) -> Ranking | None:
         reply = self.replies.get(exchange.id)
         return reply.answer if reply is not None else None
 
@@ -162,7 +157,7 @@ def learn_rerank(
     found: list[Finding] = []
     session.progress("learn: the rerank dialect (TEI, Cohere v2, Cohere v1 / Jina)")
     probes = [
-        (d, rerank_request(d, model, QUERY, DOCUMENTS))
+        (d, d.write_request(model, QUERY, DOCUMENTS))
         for d in (RERANK_DIALECTS[n] for n in ("tei", "cohere_v2", "cohere_v1"))
     ]
     answered: Exchange | None = None
@@ -173,7 +168,8 @@ def learn_rerank(
         tried.append(exchange)
         answer = session.answer(exchange)
         if answer is not None:
-            shape_dialect = RERANK_DIALECTS["jina"] if answer.shape == "jina" else dialect
+            read_as = session.replies[exchange.id].dialect
+            shape_dialect = RERANK_DIALECTS["jina"] if read_as == "jina" else dialect
             learned.dialect, learned.path, answered = shape_dialect, path, exchange
             break
     if learned.dialect is None or answered is None:
@@ -235,12 +231,12 @@ def learn_rerank(
     dialect = learned.dialect
     bad: dict[str, tuple[ErrorClass, dict[str, Any] | bytes]] = {
         "malformed JSON": (ErrorClass.MALFORMED, MALFORMED),
-        "no documents": (ErrorClass.INVALID, rerank_request(dialect, model, QUERY, ())),
+        "no documents": (ErrorClass.INVALID, dialect.write_request(model, QUERY, ())),
     }
     if dialect.names_model:
         bad["unknown model"] = (
             ErrorClass.UNKNOWN_MODEL,
-            rerank_request(dialect, UNKNOWN_MODEL, QUERY, DOCUMENTS[:2]),
+            dialect.write_request(UNKNOWN_MODEL, QUERY, DOCUMENTS[:2]),
         )
     for label, (kind, bad_body) in bad.items():
         refusals.append((kind, session.post("baseline", learned.path, label, bad_body)))
@@ -284,7 +280,7 @@ def _long_pairs(
     assert learned.dialect is not None
     long_doc = plain_words(limit + 64)
     documents = (DOCUMENTS[0], long_doc)
-    body = rerank_request(learned.dialect, learned.model, QUERY, documents)
+    body = learned.dialect.write_request(learned.model, QUERY, documents)
     exchange = session.post("baseline", learned.path, "a pair over the limit", body)
     answer = session.answer(exchange)
     if answer is None:

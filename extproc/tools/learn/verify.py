@@ -41,7 +41,7 @@ from extproc.tools.learn.probing_plan import Learned
 from extproc.tools.learn.prompts_learner import INSTRUCTION_ALONE
 from extproc.tools.learn.session import Session
 from extproc.tools.parity import Verdict
-from extproc.tools.toolkit.contract_table import Probe, Row, default_probes, run_contract
+from extproc.tools.toolkit.contract_table import ContractRow, Probe, default_probes, run_contract
 from extproc.tools.toolkit.corpus import load_corpus
 from extproc.tools.toolkit.long_text import LONG_INPUT_TOKENS, long_text
 from extproc.tools.toolkit.readiness_checks import PROBE_THRESHOLDS, comparison_verdict
@@ -63,7 +63,7 @@ LEARNED_AS = {
 @dataclass(frozen=True)
 class Verification:
     parity: ParityResult
-    rows: list[Row]
+    rows: list[ContractRow]
     verdict: Verdict
 
 

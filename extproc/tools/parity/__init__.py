@@ -22,6 +22,7 @@ from extproc.tools.parity.readiness_verdict import (
     Thresholds,
     Verdict,
     cosine_check,
+    rerank_check,
 )
 
 __all__ = [
@@ -37,4 +38,5 @@ __all__ = [
     "compare_inputs",
     "cosine",
     "cosine_check",
+    "rerank_check",
 ]

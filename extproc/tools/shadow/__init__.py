@@ -18,7 +18,12 @@ with the toolkit's Markdown tables (:mod:`extproc.tools.toolkit.report_format`).
 """
 
 from extproc.tools.shadow.half import Half, InputKind, RawHalf, Role, extract_half
-from extproc.tools.shadow.pair_comparison import InputResult, PairResult, Tolerances, compare_pair
+from extproc.tools.shadow.pair_comparison import (
+    InputResult,
+    PairResult,
+    ShadowTolerances,
+    compare_pair,
+)
 from extproc.tools.shadow.store import Completed, Dropped, PairStore, StoreLimits
 from extproc.tools.shadow.summary import judge, summarize
 from extproc.tools.shadow.tally import Tally
@@ -33,9 +38,9 @@ __all__ = [
     "PairStore",
     "RawHalf",
     "Role",
+    "ShadowTolerances",
     "StoreLimits",
     "Tally",
-    "Tolerances",
     "compare_pair",
     "extract_half",
     "judge",
