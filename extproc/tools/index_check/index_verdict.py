@@ -29,6 +29,7 @@ import numpy as np
 import numpy.typing as npt
 
 from extproc.tools.parity import Check, ExitCode, Verdict
+from extproc.tools.toolkit.stats import Interval, bootstrap_interval
 
 Floats = npt.NDArray[np.float64]
 LABELS: Final = {
@@ -59,13 +60,6 @@ DEFAULT_THRESHOLDS = IndexThresholds()
 
 
 @dataclass(frozen=True)
-class Interval:
-    mean: float
-    low: float
-    high: float
-
-
-@dataclass(frozen=True)
 class Similarity:
     """Old against new vectors of the same texts."""
 
@@ -90,15 +84,9 @@ class IndexVerdict(Verdict):
 
 
 def interval(values: Floats, t: IndexThresholds, seed: int = 0) -> Interval:
-    """The mean of per-query ``values`` and its percentile bootstrap interval."""
-    if values.size == 0:
-        return Interval(float("nan"), float("nan"), float("nan"))
-    rng = np.random.default_rng(seed)
-    picks = rng.integers(0, values.size, size=(t.resamples, values.size))
-    means = values[picks].mean(axis=1)
-    tail = (1 - t.confidence) / 2 * 100
-    low, high = np.percentile(means, [tail, 100 - tail])
-    return Interval(float(values.mean()), float(low), float(high))
+    """The mean of per-query ``values`` and its bootstrap interval, at the thresholds'
+    confidence."""
+    return bootstrap_interval(values, t.confidence, t.resamples, seed)
 
 
 def decide(
