@@ -400,15 +400,15 @@ def _report(verdict_rows: list[Any]) -> ProbeReport:
     parity = _parity([1.0, 0.99999])
     latency = _latency()
     meta = Meta(
-        "embeddings",
-        "http://b/v1/embeddings",
-        "http://c/v1/embeddings",
-        "m",
-        "corpus",
-        2,
-        0,
-        "t",
-        1.0,
+        baseline="http://b/v1/embeddings",
+        candidate="http://c/v1/embeddings",
+        model="m",
+        started="t",
+        duration_s=1.0,
+        task="embeddings",
+        corpus="corpus",
+        documents=2,
+        queries=0,
     )
     t = PROBE_THRESHOLDS
     sections = EmbeddingsSections(t, parity, verdict_rows, latency)
@@ -470,7 +470,9 @@ def test_options() -> None:
         )
     )
     assert (
-        full.plan.repetitions == 5 and full.plan.sequential == 30 and full.headers == {"X-Key": "v"}
+        full.plan.repetitions == 5
+        and full.plan.sequential == 30
+        and full.servers.headers == {"X-Key": "v"}
     )
     assert p.parse_args(["probe", "--baseline", "a", "--candidate", "b"]).out == Path(
         "probe-report"

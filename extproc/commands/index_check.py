@@ -20,12 +20,11 @@ from pathlib import Path
 
 from extproc.commands.options import (
     add_budget_option,
-    add_header_option,
-    add_servers_options,
-    add_timeout_option,
+    add_compared_servers,
     add_tool_parser,
     check_budget,
-    headers_from,
+    flag_values,
+    servers_from,
 )
 from extproc.tools.index_check.beir_files import (
     MAX_DOCUMENTS,
@@ -52,7 +51,7 @@ DEFAULTS = IndexThresholds()
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = add_tool_parser(subparsers, "index-check", SUMMARY, __doc__)
-    add_servers_options(
+    add_compared_servers(
         p, "the legacy server, which built the index", "what clients call after cut-over"
     )
     for flag, what in (("--corpus", "documents"), ("--queries", "queries")):
@@ -101,8 +100,6 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         metavar="DIR",
         help=f"where the report goes (default {DEFAULT_OUT})",
     )
-    add_timeout_option(p)
-    add_header_option(p)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -151,21 +148,12 @@ def _options(args: argparse.Namespace) -> IndexCheckOptions:
     if args.min_queries < 2:
         raise ValueError("--min-queries must be at least 2")
     thresholds = IndexThresholds(
-        k=args.k,
-        min_overlap=args.min_overlap,
-        ndcg_tolerance=args.ndcg_tolerance,
-        min_queries=args.min_queries,
+        **flag_values(args, "k", "min_overlap", "ndcg_tolerance", "min_queries")
     )
-    urls = {"baseline": endpoint_url(args.baseline), "candidate": endpoint_url(args.candidate)}
     return IndexCheckOptions(
-        urls=urls,
-        model=args.model,
-        dimensions=args.dimensions,
-        budget=args.budget,
-        timeout_s=args.timeout,
-        headers=headers_from(args.header),
+        servers=servers_from(args, endpoint_url),
         thresholds=thresholds,
-        corpus_size=args.corpus_size,
+        **flag_values(args, "model", "dimensions", "budget", "corpus_size"),
     )
 
 

@@ -19,13 +19,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from extproc.commands.options import (
-    add_header_option,
-    add_servers_options,
-    add_timeout_option,
-    add_tool_parser,
-    headers_from,
-)
+from extproc.commands.options import add_compared_servers, add_tool_parser, servers_from
 from extproc.core.dialects import RERANK_DIALECTS
 from extproc.runtime.blocking_http import split_url
 from extproc.tools.parity import ExitCode, Thresholds
@@ -33,7 +27,7 @@ from extproc.tools.probe.embeddings_probe import EmbeddingsProbeOptions, run_emb
 from extproc.tools.probe.html_report import to_html
 from extproc.tools.probe.latency import QUICK_PLAN, LatencyPlan
 from extproc.tools.probe.probe_report import ProbeReport, to_json, to_markdown
-from extproc.tools.probe.rerank_probe import RerankProbeOptions, RerankTarget, run_rerank_probe
+from extproc.tools.probe.rerank_probe import RerankProbeOptions, run_rerank_probe
 from extproc.tools.toolkit.corpus import CorpusError, load_corpus
 from extproc.tools.toolkit.embeddings_client import endpoint_url
 from extproc.tools.toolkit.readiness_checks import PROBE_THRESHOLDS
@@ -49,7 +43,7 @@ MAX_REPETITIONS = 100
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register `probe` on the CLI's subparsers."""
     p = add_tool_parser(subparsers, "probe", SUMMARY, __doc__)
-    add_servers_options(p, "the server to keep (legacy)", "the replacement")
+    add_compared_servers(p, "the server to keep (legacy)", "the replacement")
     p.add_argument(
         "--corpus",
         type=Path,
@@ -103,35 +97,25 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         action="store_true",
         help="smaller latency runs: 10 sequential, 8 concurrent, 1 repetition",
     )
-    add_timeout_option(p)
-    add_header_option(p)
 
 
 def options_from(args: argparse.Namespace) -> EmbeddingsProbeOptions:
     """Validate the arguments; raises ValueError with a message for the user."""
-    baseline = endpoint_url(args.baseline)
-    candidate = endpoint_url(args.candidate)
     if args.dialect is not None or args.max_tokens is not None:
         raise ValueError("--dialect and --max-tokens go with --task rerank")
     if not -1.0 <= args.min_cosine <= 1.0:
         raise ValueError("--min-cosine must be within -1..1")
-    if not 0 < args.timeout <= 3600:
-        raise ValueError("--timeout must be within (0, 3600] seconds")
     plan = QUICK_PLAN if args.quick else LatencyPlan(repetitions=DEFAULT_REPETITIONS)
     if args.repetitions is not None:
         if not 1 <= args.repetitions <= MAX_REPETITIONS:
             raise ValueError(f"--repetitions must be within 1..{MAX_REPETITIONS}")
         plan = replace(plan, repetitions=args.repetitions)
-    headers = headers_from(args.header)
     return EmbeddingsProbeOptions(
-        baseline=baseline,
-        candidate=candidate,
+        servers=servers_from(args, endpoint_url),
         model=args.model or DEFAULT_MODEL,
         thresholds=Thresholds(min_cosine=args.min_cosine),
         plan=plan,
         quick=args.quick,
-        timeout_s=args.timeout,
-        headers=headers,
     )
 
 
@@ -159,24 +143,17 @@ def rerank_options_from(args: argparse.Namespace) -> RerankProbeOptions:
         raise ValueError(f"--dialect {args.dialect} sends a model: give --model")
     if args.max_tokens is not None and not 1 <= args.max_tokens <= 1_000_000:
         raise ValueError("--max-tokens must be within 1..1000000")
-    if not 0 < args.timeout <= 3600:
-        raise ValueError("--timeout must be within (0, 3600] seconds")
 
-    def target(url: str, flag: str) -> RerankTarget:
-        try:
-            server, path = split_url(url)
-        except ValueError as exc:
-            raise ValueError(f"{flag}: {exc}") from None
-        return RerankTarget(server, dialect.paths[0] if path == "/" else path)
+    def rerank_url(url: str) -> str:
+        """The URL, at the dialect's path when it names none."""
+        server, path = split_url(url)
+        return server + (dialect.paths[0] if path == "/" else path)
 
     return RerankProbeOptions(
-        baseline=target(args.baseline, "--baseline"),
-        candidate=target(args.candidate, "--candidate"),
+        servers=servers_from(args, rerank_url),
         dialect=dialect,
         model=args.model or "",
         max_tokens=args.max_tokens,
-        timeout_s=args.timeout,
-        headers=headers_from(args.header),
     )
 
 

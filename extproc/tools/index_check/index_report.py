@@ -14,6 +14,7 @@ from extproc.tools.index_check.index_measures import Measures, Retrieval
 from extproc.tools.index_check.index_verdict import IndexThresholds, IndexVerdict, Similarity
 from extproc.tools.toolkit.report_files import report_json
 from extproc.tools.toolkit.report_format import cell, table
+from extproc.tools.toolkit.run_meta import RunMeta
 from extproc.tools.toolkit.stats import Spread, spread
 from extproc.tools.toolkit.svg_charts import cosine_histogram, grouped_bars
 
@@ -33,10 +34,7 @@ class Sizes:
 
 @dataclass(frozen=True)
 class IndexCheckReport:
-    urls: dict[str, str]  # baseline, candidate
-    model: str
-    started: str
-    duration_s: float
+    run: RunMeta  # the servers (their embeddings endpoints), the model, when
     sizes: Sizes
     dimensions: int | None
     thresholds: IndexThresholds
@@ -90,16 +88,16 @@ def _retrieval_row(r: Retrieval) -> list[str]:
 
 
 def to_markdown(report: IndexCheckReport) -> str:
-    v, t, sizes = report.verdict, report.thresholds, report.sizes
+    v, t, sizes, run = report.verdict, report.thresholds, report.sizes, report.run
     lines = [
-        f"# extproc index-check: `{report.model}`",
+        f"# extproc index-check: `{run.model}`",
         "",
-        f"- old (the legacy server, which built the index): `{report.urls['baseline']}`",
-        f"- new (what clients call after cut-over): `{report.urls['candidate']}`",
+        f"- old (the legacy server, which built the index): `{run.baseline}`",
+        f"- new (what clients call after cut-over): `{run.candidate}`",
         f"- sample: {sizes.documents:,} documents, {sizes.queries:,} queries, "
         f"{'with' if sizes.judged else 'without'} judgements; k = {t.k}"
         + (f"; dimensions {report.dimensions}" if report.dimensions else ""),
-        f"- started {report.started}, took {report.duration_s:.1f} s; requests: "
+        f"- started {run.started}, took {run.duration_s:.1f} s; requests: "
         + ", ".join(f"{k} {n}" for k, n in report.requests.items()),
         "",
         f"**Result: {v.label}** (exit code {int(v.exit_code)})",
@@ -186,10 +184,11 @@ def to_html(report: IndexCheckReport) -> str:
 def to_json(report: IndexCheckReport) -> bytes:
     m = report.measures
     doc: dict[str, Any] = {
-        **report.urls,
-        "model": report.model,
-        "started": report.started,
-        "duration_s": round(report.duration_s, 3),
+        "baseline": report.run.baseline,
+        "candidate": report.run.candidate,
+        "model": report.run.model,
+        "started": report.run.started,
+        "duration_s": round(report.run.duration_s, 3),
         "sample": {
             "documents": report.sizes.documents,
             "queries": report.sizes.queries,

@@ -6,10 +6,8 @@ and reported.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 from extproc.tools.index_check.beir_files import Sample
 from extproc.tools.index_check.embedding_run import Embedded, EmbedError, Role, embed_texts
@@ -20,6 +18,8 @@ from extproc.tools.parity import Check
 from extproc.tools.toolkit.budgeted_client import BudgetedClient, RequestBudget
 from extproc.tools.toolkit.progress import Progress
 from extproc.tools.toolkit.request_pool import RequestPool
+from extproc.tools.toolkit.run_meta import RunClock
+from extproc.tools.toolkit.server_pair import ServerPair
 
 MAX_IN_FLIGHT = 4
 SERVERS = ("baseline", "candidate")
@@ -27,12 +27,10 @@ SERVERS = ("baseline", "candidate")
 
 @dataclass(frozen=True)
 class IndexCheckOptions:
-    urls: Mapping[str, str]  # baseline, candidate: their embeddings endpoints
+    servers: ServerPair  # their embeddings endpoints
     model: str
     dimensions: int | None
     budget: int  # requests per server
-    timeout_s: float
-    headers: Mapping[str, str]
     thresholds: IndexThresholds
     corpus_size: int | None  # for the re-index estimate; None: the corpus file's
 
@@ -41,13 +39,12 @@ def run_index_check(
     sample: Sample, options: IndexCheckOptions, progress: Progress
 ) -> IndexCheckReport:
     """Raises EmbedError (a server did not embed) or BudgetSpentError."""
-    started, wall = time.monotonic(), datetime.now(UTC).isoformat(timespec="seconds")
+    clock = RunClock.start()
     budgets = {s: RequestBudget(options.budget, s) for s in SERVERS}
+    servers = options.servers
     clients = {
-        s: BudgetedClient(
-            options.urls[s], budgets[s], timeout_s=options.timeout_s, headers=options.headers
-        )
-        for s in SERVERS
+        s: BudgetedClient(url, budgets[s], timeout_s=servers.timeout_s, headers=servers.headers)
+        for s, url in servers.urls.items()
     }
     pool = RequestPool(MAX_IN_FLIGHT, "index-check")
     documents = [d.text for d in sample.documents]
@@ -111,10 +108,7 @@ def run_index_check(
         len(documents), len(queries), options.corpus_size or sample.corpus_size, sample.judged
     )
     return IndexCheckReport(
-        urls=dict(options.urls),
-        model=options.model,
-        started=wall,
-        duration_s=time.monotonic() - started,
+        run=clock.meta(servers, options.model),
         sizes=sizes,
         dimensions=options.dimensions,
         thresholds=t,

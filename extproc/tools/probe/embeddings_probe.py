@@ -15,12 +15,14 @@ import orjson
 
 from extproc.tools.parity import Thresholds
 from extproc.tools.probe.latency import LatencyPlan, Request, run_latency
-from extproc.tools.probe.probe_report import EmbeddingsSections, ProbeReport, Start
+from extproc.tools.probe.probe_report import EmbeddingsSections, ProbeReport, probe_meta
 from extproc.tools.probe.probe_verdict import decide
 from extproc.tools.toolkit.contract_table import default_probes, run_contract
 from extproc.tools.toolkit.corpus import Corpus, batches
 from extproc.tools.toolkit.embeddings_client import EmbeddingsClient
 from extproc.tools.toolkit.long_text import LONG_INPUT_TOKENS, long_text
+from extproc.tools.toolkit.run_meta import RunClock
+from extproc.tools.toolkit.server_pair import ServerPair
 from extproc.tools.toolkit.vector_parity import BATCH_SIZE, run_parity
 
 log = logging.getLogger("extproc.tools.probe")
@@ -30,22 +32,20 @@ FALLBACK_TOKENS_PER_CHAR = 0.5  # when the baseline gave no usage to measure it
 
 @dataclass(frozen=True)
 class EmbeddingsProbeOptions:
-    baseline: str  # the embeddings endpoints' URLs
-    candidate: str
+    servers: ServerPair  # the embeddings endpoints' URLs
     model: str
     thresholds: Thresholds
     plan: LatencyPlan
     quick: bool
-    timeout_s: float
-    headers: dict[str, str]
 
 
 def run_embeddings_probe(options: EmbeddingsProbeOptions, corpus: Corpus) -> ProbeReport:
     """Run the three sections against the two servers (network I/O)."""
-    start = Start.now()
+    clock = RunClock.start()
+    servers = options.servers
     baseline, candidate = (
-        EmbeddingsClient(url, timeout_s=options.timeout_s, headers=options.headers)
-        for url in (options.baseline, options.candidate)
+        EmbeddingsClient(url, timeout_s=servers.timeout_s, headers=servers.headers)
+        for url in (servers.baseline, servers.candidate)
     )
     try:
         log.info("probe: vector parity (%d documents)", len(corpus.documents))
@@ -82,14 +82,7 @@ def run_embeddings_probe(options: EmbeddingsProbeOptions, corpus: Corpus) -> Pro
     if skipped is not None:
         log.warning("probe: latency not measured: %s", skipped)
     sections = EmbeddingsSections(options.thresholds, parity, rows, latency, skipped)
-    meta = start.meta(
-        "embeddings",
-        corpus,
-        baseline=options.baseline,
-        candidate=options.candidate,
-        model=options.model,
-        quick=options.quick,
-    )
+    meta = probe_meta(clock, "embeddings", servers, options.model, corpus, quick=options.quick)
     return ProbeReport(meta, decide(parity, rows, latency, options.thresholds), sections)
 
 

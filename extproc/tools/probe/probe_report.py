@@ -11,9 +11,7 @@ The verdict lines are the same for both.
 from __future__ import annotations
 
 import dataclasses
-import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from extproc.tools.parity import Thresholds, Verdict
@@ -29,6 +27,8 @@ from extproc.tools.toolkit.contract_table import ContractRow
 from extproc.tools.toolkit.corpus import Corpus
 from extproc.tools.toolkit.report_files import report_json
 from extproc.tools.toolkit.report_format import cell, fmt_num, fmt_ratio
+from extproc.tools.toolkit.run_meta import RunClock, RunMeta
+from extproc.tools.toolkit.server_pair import ServerPair
 from extproc.tools.toolkit.vector_parity import ParityResult
 
 TITLES = {"embeddings": "Embeddings parity probe", "rerank": "Rerank parity probe"}
@@ -42,46 +42,36 @@ FIGURE_LABELS = {
 
 
 @dataclass(frozen=True)
-class Meta:
-    """What was compared, with what, when."""
+class Meta(RunMeta):
+    """What was compared, with what, when: a tool run's meta, and the probe's own."""
 
     task: str  # "embeddings" or "rerank"
-    baseline: str
-    candidate: str
-    model: str
     corpus: str
     documents: int
     queries: int
-    started: str  # ISO 8601, UTC
-    duration_s: float
     quick: bool = False  # embeddings: the smaller latency runs
     dialect: str = ""  # reranking: the legacy server's dialect, as a policy names it
 
 
-@dataclass(frozen=True)
-class Start:
-    """When a probe run started: the wall clock for people, a monotonic clock for its
-    duration."""
-
-    wall: str
-    monotonic: float
-
-    @classmethod
-    def now(cls) -> Start:
-        return cls(datetime.now(UTC).isoformat(timespec="seconds"), time.monotonic())
-
-    def meta(self, task: str, corpus: Corpus, **compared: Any) -> Meta:
-        """The run's :class:`Meta`, its duration up to now; ``compared``: the other
-        fields (the servers, the model, ...)."""
-        return Meta(
-            task=task,
-            corpus=corpus.source,
-            documents=len(corpus.documents),
-            queries=len(corpus.queries),
-            started=self.wall,
-            duration_s=time.monotonic() - self.monotonic,
-            **compared,
-        )
+def probe_meta(
+    clock: RunClock,
+    task: str,
+    servers: ServerPair,
+    model: str,
+    corpus: Corpus,
+    **task_fields: Any,
+) -> Meta:
+    """The run's :class:`Meta`, its duration up to now; ``task_fields``: the task's own
+    (``quick``, ``dialect``)."""
+    run = vars(clock.meta(servers, model))
+    return Meta(
+        **run,
+        task=task,
+        corpus=corpus.source,
+        documents=len(corpus.documents),
+        queries=len(corpus.queries),
+        **task_fields,
+    )
 
 
 @dataclass(frozen=True)

@@ -22,12 +22,14 @@ from typing import Any
 import orjson
 
 from extproc.core.tasks.rerank import RerankDialect
-from extproc.runtime.blocking_http import HttpClient
+from extproc.runtime.blocking_http import HttpClient, split_url
 from extproc.tools.parity.rerank_comparison import RerankReply, RerankRow, compare_replies
-from extproc.tools.probe.probe_report import ProbeReport, RerankSections, Start
+from extproc.tools.probe.probe_report import ProbeReport, RerankSections, probe_meta
 from extproc.tools.probe.probe_verdict import rerank_verdict
 from extproc.tools.toolkit.corpus import Corpus
 from extproc.tools.toolkit.rerank_requests import rerank_requests
+from extproc.tools.toolkit.run_meta import RunClock
+from extproc.tools.toolkit.server_pair import ServerPair
 
 log = logging.getLogger("extproc.tools.probe")
 
@@ -38,26 +40,11 @@ CONTRACT_LABEL = "contract: "
 
 
 @dataclass(frozen=True)
-class RerankTarget:
-    """A server's root and the path its clients post rerank requests to."""
-
-    server: str
-    path: str
-
-    @property
-    def url(self) -> str:
-        return self.server + self.path
-
-
-@dataclass(frozen=True)
 class RerankProbeOptions:
-    baseline: RerankTarget
-    candidate: RerankTarget
+    servers: ServerPair  # the URLs clients post rerank requests to
     dialect: RerankDialect
     model: str  # sent by every dialect but TEI
     max_tokens: int | None
-    timeout_s: float
-    headers: dict[str, str]
 
 
 def query_requests(
@@ -85,20 +72,20 @@ def contract_requests(
 def run_rerank_probe(options: RerankProbeOptions, corpus: Corpus) -> ProbeReport:
     """Send the requests to both servers and compare (network I/O; every request
     bounded by the timeout, one at a time)."""
-    start = Start.now()
+    clock = RunClock.start()
     dialect = options.dialect
     queries = query_requests(dialect, options.model, corpus)
     contract = contract_requests(dialect, options.model, corpus, options.max_tokens)
     log.info("probe: rerank, %d requests to each server", len(queries) + len(contract))
-    baseline, candidate = (
-        HttpClient(target.server, timeout_s=options.timeout_s, headers=options.headers)
-        for target in (options.baseline, options.candidate)
+    servers = options.servers
+    (baseline, baseline_path), (candidate, candidate_path) = (
+        _client(url, servers) for url in (servers.baseline, servers.candidate)
     )
 
     def compared(label: str, body: dict[str, Any] | bytes) -> RerankRow:
         raw = body if isinstance(body, bytes) else orjson.dumps(body)
-        old = baseline.post(options.baseline.path, raw)
-        new = candidate.post(options.candidate.path, raw)
+        old = baseline.post(baseline_path, raw)
+        new = candidate.post(candidate_path, raw)
         return compare_replies(
             label,
             RerankReply.read(old.status, old.body, dialect),
@@ -113,12 +100,11 @@ def run_rerank_probe(options: RerankProbeOptions, corpus: Corpus) -> ProbeReport
     finally:
         baseline.close()
         candidate.close()
-    meta = start.meta(
-        "rerank",
-        corpus,
-        baseline=options.baseline.url,
-        candidate=options.candidate.url,
-        model=options.model,
-        dialect=dialect.name,
-    )
+    meta = probe_meta(clock, "rerank", servers, options.model, corpus, dialect=dialect.name)
     return ProbeReport(meta, rerank_verdict(sections), sections)
+
+
+def _client(url: str, servers: ServerPair) -> tuple[HttpClient, str]:
+    """A client of ``url``'s server, and the path to post to."""
+    server, path = split_url(url)
+    return HttpClient(server, timeout_s=servers.timeout_s, headers=servers.headers), path
