@@ -1,5 +1,5 @@
-"""One index-check run: the sample embedded by both servers (documents with the
-document role, queries with the query role, as clients send them), at most four
+"""One index-check run: the sample embedded by both servers (each text with its kind
+as ``input_type``, document or query, as clients send them), at most four
 requests in flight in all and each server within its request budget, then measured
 and reported.
 """
@@ -10,12 +10,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from extproc.tools.index_check.beir_files import Sample
-from extproc.tools.index_check.embedding_run import Embedded, EmbedError, Role, embed_texts
+from extproc.tools.index_check.embedding_run import Embedded, EmbedError, embed_texts
 from extproc.tools.index_check.index_measures import measure
 from extproc.tools.index_check.index_report import IndexCheckReport, Sizes
 from extproc.tools.index_check.index_verdict import IndexThresholds, IndexVerdict
 from extproc.tools.parity import Check
 from extproc.tools.toolkit.budgeted_client import BudgetedClient, RequestBudget
+from extproc.tools.toolkit.corpus import Kind
 from extproc.tools.toolkit.progress import Progress
 from extproc.tools.toolkit.request_pool import RequestPool
 from extproc.tools.toolkit.run_meta import RunClock
@@ -49,7 +50,7 @@ def run_index_check(
     pool = RequestPool(MAX_IN_FLIGHT, "index-check")
     documents = [d.text for d in sample.documents]
     queries = [q.text for q in sample.queries]
-    embedded: dict[tuple[str, Role], Embedded] = {}
+    embedded: dict[tuple[str, Kind], Embedded] = {}
     try:
         for server in SERVERS:
             client = clients[server]
@@ -62,19 +63,19 @@ def run_index_check(
                     raise EmbedError(f"no answer from the {server}: {result.error}")
                 return result.status, result.body
 
-            phases: tuple[tuple[Role, list[str]], ...] = (
+            phases: tuple[tuple[Kind, list[str]], ...] = (
                 ("document", documents),
                 ("query", queries),
             )
-            for role, texts in phases:
-                embedded[(server, role)] = embed_texts(
+            for kind, texts in phases:
+                embedded[(server, kind)] = embed_texts(
                     post,
                     pool,
                     options.model,
                     texts,
-                    role,
+                    kind,
                     dimensions=options.dimensions,
-                    progress=_bar(progress, f"{server}, {role} texts", len(texts)),
+                    progress=_bar(progress, f"{server}, {kind} texts", len(texts)),
                 )
     finally:
         pool.close()

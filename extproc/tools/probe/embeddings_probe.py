@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import orjson
 
 from extproc.tools.parity import Thresholds
-from extproc.tools.probe.latency import LatencyPlan, Request, run_latency
+from extproc.tools.probe.latency import LatencyPlan, LatencyRequest, run_latency
 from extproc.tools.probe.probe_report import EmbeddingsSections, ProbeReport, probe_meta
 from extproc.tools.probe.probe_verdict import decide
 from extproc.tools.toolkit.contract_table import default_probes, run_contract
@@ -86,10 +86,10 @@ def run_embeddings_probe(options: EmbeddingsProbeOptions, corpus: Corpus) -> Pro
     return ProbeReport(meta, decide(parity, rows, latency, options.thresholds), sections)
 
 
-def latency_requests(model: str, corpus: Corpus) -> list[Request]:
+def latency_requests(model: str, corpus: Corpus) -> list[LatencyRequest]:
     """The corpus documents in batches, as the latency runs send them (pure)."""
     return [
-        Request(
+        LatencyRequest(
             orjson.dumps(
                 {"model": model, "input": [d.text for d in batch], "encoding_format": "float"}
             ),

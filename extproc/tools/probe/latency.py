@@ -41,7 +41,9 @@ QUICK_PLAN = LatencyPlan(sequential=10, concurrent=8, concurrency=4, repetitions
 
 
 @dataclass(frozen=True)
-class Request:
+class LatencyRequest:
+    """One request the latency runs send, and how many inputs it embeds."""
+
     body: bytes
     inputs: int
 
@@ -167,7 +169,7 @@ def _check(result: HttpResult, inputs: int) -> Timing:
 
 def measure_once(
     client: EmbeddingsClient,
-    requests: Sequence[Request],
+    requests: Sequence[LatencyRequest],
     plan: LatencyPlan,
     pool: ThreadPoolExecutor,
 ) -> RunSample:
@@ -207,7 +209,7 @@ def measure_once(
 def run_latency(
     baseline: EmbeddingsClient,
     candidate: EmbeddingsClient,
-    requests: Sequence[Request],
+    requests: Sequence[LatencyRequest],
     plan: LatencyPlan,
 ) -> LatencyResult:
     samples: dict[str, list[RunSample]] = {"baseline": [], "candidate": []}
