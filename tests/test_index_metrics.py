@@ -21,8 +21,8 @@ from extproc.tools.index_check.beir_files import (
 )
 from extproc.tools.index_check.index_measures import measure
 from extproc.tools.index_check.index_verdict import (
+    IndexThresholds,
     Similarity,
-    Thresholds,
     decide,
     interval,
     likely_cause,
@@ -157,7 +157,7 @@ SAME = similarity([1.0] * 50)
 
 
 def test_keep_reindex_inconclusive() -> None:
-    t = Thresholds()
+    t = IndexThresholds()
     keep = decide(np.full(50, 0.98), np.zeros(50), SAME, SAME, t)
     assert keep.label == "KEEP INDEX" and keep.exit_code == 0
     worse = decide(np.full(50, 0.98), np.full(50, -0.05), SAME, similarity([0.9] * 50), t)
@@ -175,9 +175,9 @@ def test_keep_reindex_inconclusive() -> None:
 
 def test_interval_brackets_the_mean() -> None:
     values = np.linspace(0, 1, 101)
-    i = interval(values, Thresholds())
+    i = interval(values, IndexThresholds())
     assert i.low < i.mean < i.high and i.mean == pytest.approx(0.5)
-    assert interval(np.full(10, 0.3), Thresholds()).low == pytest.approx(0.3)
+    assert interval(np.full(10, 0.3), IndexThresholds()).low == pytest.approx(0.3)
 
 
 @pytest.mark.parametrize(

@@ -26,7 +26,7 @@ from extproc.core.policy.model import EncodingProfile, Matryoshka, TokenizerSour
 from extproc.service.policy_file import load_policy_file
 from extproc.tools.learn.basics_learner import learn_basics
 from extproc.tools.learn.local import LocalModel, Template, templates
-from extproc.tools.learn.profile_learner import Encoding
+from extproc.tools.learn.profile_learner import LearnedEncoding
 from extproc.tools.learn.session import Session
 from extproc.tools.learn.truncation_learner import _cut_point
 from extproc.tools.learn.upstream_learner import learn_max_tokens
@@ -314,7 +314,7 @@ def test_the_written_encoding_is_said_one_way_and_loads_as_learned(
 ) -> None:
     """A bundle is written as its profile alone, anything else as its fields without a
     profile: never both, so the entry loads (over a preset's profile too) as learned."""
-    written = Encoding(*settings).policy()
+    written = LearnedEncoding(*settings).policy()
     assert ("encoding_profile" in written) != ("base64" in written or "leniency" in written)
     entry = {"name": "m", "preset": "e5", **written}
     model = load_policy_text(json.dumps({"models": [entry]})).models["m"]

@@ -31,14 +31,14 @@ from extproc.tools.probe.latency import (
     Figures,
     LatencyPlan,
     LatencyResult,
-    Outcome,
     RunSample,
     SideLatency,
+    Timing,
     combine,
     figures,
     ratios,
 )
-from extproc.tools.probe.probe_report import Meta, ProbeReport, to_markdown
+from extproc.tools.probe.probe_report import EmbeddingsSections, Meta, ProbeReport, to_markdown
 from extproc.tools.probe.probe_verdict import decide
 from extproc.tools.toolkit.contract_table import Cell, Probe, compare_row, error_text, observe
 from extproc.tools.toolkit.corpus import CorpusError, Item, batches, load_corpus, parse_corpus
@@ -316,8 +316,8 @@ def test_observe_summarises_cells() -> None:
 
 
 def _sample(seq: list[float], conc: list[float], wall: float, failed: int = 0) -> RunSample:
-    outcomes = [Outcome(True, ms) for ms in conc] + [Outcome(False, 1.0, "HTTP 500")] * failed
-    return RunSample(tuple(Outcome(True, ms) for ms in seq), tuple(outcomes), wall, 8 * len(conc))
+    outcomes = [Timing(True, ms) for ms in conc] + [Timing(False, 1.0, "HTTP 500")] * failed
+    return RunSample(tuple(Timing(True, ms) for ms in seq), tuple(outcomes), wall, 8 * len(conc))
 
 
 def test_latency_figures_and_median_of_repetitions() -> None:
@@ -400,12 +400,19 @@ def _report(verdict_rows: list[Any]) -> ProbeReport:
     parity = _parity([1.0, 0.99999])
     latency = _latency()
     meta = Meta(
-        "http://b/v1/embeddings", "http://c/v1/embeddings", "m", "corpus", 2, 0, "t", 1.0, False
+        baseline="http://b/v1/embeddings",
+        candidate="http://c/v1/embeddings",
+        model="m",
+        started="t",
+        duration_s=1.0,
+        task="embeddings",
+        corpus="corpus",
+        documents=2,
+        queries=0,
     )
     t = PROBE_THRESHOLDS
-    return ProbeReport(
-        meta, t, parity, verdict_rows, latency, decide(parity, verdict_rows, latency, t)
-    )
+    sections = EmbeddingsSections(t, parity, verdict_rows, latency)
+    return ProbeReport(meta, decide(parity, verdict_rows, latency, t), sections)
 
 
 def test_markdown_and_html_rendering() -> None:
@@ -463,9 +470,13 @@ def test_options() -> None:
         )
     )
     assert (
-        full.plan.repetitions == 5 and full.plan.sequential == 30 and full.headers == {"X-Key": "v"}
+        full.plan.repetitions == 5
+        and full.plan.sequential == 30
+        and full.servers.headers == {"X-Key": "v"}
     )
-    assert full.out == Path("probe-report")
+    assert p.parse_args(["probe", "--baseline", "a", "--candidate", "b"]).out == Path(
+        "probe-report"
+    )
     for bad in (
         ["--repetitions", "0"],
         ["--min-cosine", "2"],

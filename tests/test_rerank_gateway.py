@@ -241,8 +241,8 @@ def test_probe_names_what_the_raw_upstream_answers_differently(
     cohere: Any, upstreams: Any, tmp_path: Path
 ) -> None:
     """The Cohere legacy server against vLLM's /rerank itself (the URL names the path):
-    another answer shape for every query (vLLM always returns the documents), exit 1,
-    each difference named."""
+    for every query an answer a Cohere client does not read (vLLM's has no ``meta``),
+    exit 1, each difference named."""
     _, legacy = cohere
     code, report = probe_rerank(
         tmp_path,
@@ -250,12 +250,12 @@ def test_probe_names_what_the_raw_upstream_answers_differently(
         *("--baseline", legacy.url, "--candidate", f"{upstreams[1].url}/rerank"),
     )
     assert code == 1, report
-    assert report["candidate"] == f"{upstreams[1].url}/rerank"
+    assert report["meta"]["candidate"] == f"{upstreams[1].url}/rerank"
     queries = [r for r in report["rows"] if r["label"].startswith("query ")]
     assert len(queries) == 3
     for row in queries:
         count = row["baseline"].split()[1]
-        assert row["problem"] == f"{count} cohere_v1 results vs {count} jina", row
+        assert row["problem"] == f"{count} cohere_v1 results vs no cohere_v1 answer", row
     assert (tmp_path / "report" / "report.html").read_text().count('class="fail"') >= 3
 
 
@@ -286,8 +286,8 @@ def test_probe_rerank_in_another_dialect_is_inconclusive(tei: Any, tmp_path: Pat
         *("--dialect", "cohere-v1", "--model", "reranker"),
         *("--baseline", legacy.url, "--candidate", gateway.url),
     )
-    assert code == 2 and report["verdict"] == "inconclusive"
-    assert "check --dialect" in report["reason"]
+    assert code == 2 and report["verdict"]["label"] == "INCONCLUSIVE"
+    assert "check --dialect" in "\n".join(report["verdict"]["failures"])
 
 
 def test_rerank_options_without_task_rerank_are_refused(

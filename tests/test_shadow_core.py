@@ -20,7 +20,8 @@ import pytest
 from envoy.config.core.v3 import base_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
 
-from extproc.core.policy import GatewayPolicy
+from extproc.core.policy import GatewayPolicy, load_policy_text
+from extproc.core.routes import Routes, routes_of
 from extproc.core.status import status_class
 from extproc.runtime.envoy_config import DEFAULT_TEMPLATE as STANDALONE_TEMPLATE
 from extproc.runtime.envoy_config import Upstream, dump, load_template
@@ -31,15 +32,19 @@ from extproc.tools.shadow import (
     PairStore,
     RawHalf,
     Role,
+    ShadowTolerances,
     StoreLimits,
     Tally,
-    Tolerances,
     compare_pair,
     extract_half,
     judge,
     summarize,
 )
-from extproc.tools.shadow.comparator_server import CompareOptions, serve_compare
+from extproc.tools.shadow.comparator_server import (
+    EMBEDDINGS_ROUTES,
+    CompareOptions,
+    serve_compare,
+)
 from extproc.tools.shadow.envoy_render import (
     EMBEDDED_GATEWAY,
     REVERSE_TEMPLATE,
@@ -48,8 +53,8 @@ from extproc.tools.shadow.envoy_render import (
     ShadowEnvoySettings,
     adopt_gateway,
     hcm_of,
+    hcm_routes,
     render_shadow,
-    routes_of,
 )
 from extproc.tools.shadow.half import digest
 from extproc.tools.shadow.shadow_report import render_report
@@ -108,7 +113,7 @@ def half(
         latency_s=latency,
         upstream_s=upstream,
     )
-    return extract_half(raw, keep_text=True)
+    return extract_half(raw, EMBEDDINGS_ROUTES, keep_text=True)
 
 
 def perturbed(vectors: np.ndarray[Any, Any], cosine: float) -> np.ndarray[Any, Any]:
@@ -126,7 +131,7 @@ def perturbed(vectors: np.ndarray[Any, Any], cosine: float) -> np.ndarray[Any, A
 def test_a_half_keeps_vectors_tokens_kind_and_count() -> None:
     vectors = unit_rows(3)
     raw = RawHalf(Role.BASELINE, "id", request(("x", "y", "z")), 200, body(vectors, tokens=42), 0.5)
-    h = extract_half(raw)
+    h = extract_half(raw, EMBEDDINGS_ROUTES)
     assert h.answer.vectors is not None and h.answer.vectors.dtype == np.float32
     assert np.array_equal(h.answer.vectors, vectors)
     assert (h.answer.prompt_tokens, h.inputs, h.kind, h.answer.problem) == (
@@ -144,7 +149,7 @@ def test_base64_vectors_and_out_of_order_data_are_read() -> None:
     doc = orjson.loads(body(vectors, as_base64=True))
     doc["data"].reverse()
     raw = RawHalf(Role.CANDIDATE, "id", request(("x", "y", "z")), 200, orjson.dumps(doc), 0.1)
-    read = extract_half(raw).answer
+    read = extract_half(raw, EMBEDDINGS_ROUTES).answer
     assert read.vectors is not None and np.array_equal(read.vectors, vectors)
     assert read.encoding == "base64"
 
@@ -165,7 +170,7 @@ def test_input_kind_follows_input_type_and_instruction(
     extra: dict[str, str], kind: InputKind
 ) -> None:
     raw = RawHalf(Role.BASELINE, "id", request(("q",), **extra), 200, body(unit_rows(1)), 0.1)
-    assert extract_half(raw).kind is kind
+    assert extract_half(raw, EMBEDDINGS_ROUTES).kind is kind
 
 
 @pytest.mark.parametrize(
@@ -174,13 +179,16 @@ def test_input_kind_follows_input_type_and_instruction(
 )
 def test_input_count(value: Any, count: int | None) -> None:
     raw = RawHalf(Role.BASELINE, "id", request(value), 400, b"{}", 0.1)
-    assert extract_half(raw).inputs == count
+    assert extract_half(raw, EMBEDDINGS_ROUTES).inputs == count
 
 
 def test_texts_only_with_keep_text_and_cut() -> None:
     raw = RawHalf(Role.BASELINE, "id", request(("x" * 500, [1, 2])), 200, body(unit_rows(2)), 0)
-    assert extract_half(raw).texts == ()
-    assert extract_half(raw, keep_text=True).texts == ("x" * 200, "<2 token ids>")
+    assert extract_half(raw, EMBEDDINGS_ROUTES).texts == ()
+    assert extract_half(raw, EMBEDDINGS_ROUTES, keep_text=True).texts == (
+        "x" * 200,
+        "<2 token ids>",
+    )
 
 
 @pytest.mark.parametrize(
@@ -195,12 +203,15 @@ def test_texts_only_with_keep_text_and_cut() -> None:
     ],
 )
 def test_unusable_2xx_bodies_are_named(response: bytes) -> None:
-    answer = extract_half(RawHalf(Role.CANDIDATE, "id", request(), 200, response, 0.1)).answer
+    answer = extract_half(
+        RawHalf(Role.CANDIDATE, "id", request(), 200, response, 0.1), EMBEDDINGS_ROUTES
+    ).answer
     assert answer.problem and answer.vectors is None
 
 
 def test_error_responses_have_no_vectors_and_no_problem() -> None:
-    a = extract_half(RawHalf(Role.CANDIDATE, "id", request(), 500, b'{"message":"x"}', 0.1)).answer
+    raw = RawHalf(Role.CANDIDATE, "id", request(), 500, b'{"message":"x"}', 0.1)
+    a = extract_half(raw, EMBEDDINGS_ROUTES).answer
     assert (a.status, a.vectors, a.problem, a.prompt_tokens) == (500, None, "", None)
 
 
@@ -262,7 +273,7 @@ def test_latency_ratio_prefers_envoys_upstream_time() -> None:
 
 def test_noise_explains_differences_as_large_as_baseline_vs_baseline() -> None:
     vectors = unit_rows(2)
-    tolerances = Tolerances(min_cosine=0.999, noise_relative=2.0, noise_absolute=1e-5)
+    tolerances = ShadowTolerances(min_cosine=0.999, noise_relative=2.0, noise_absolute=1e-5)
     baseline = half(Role.BASELINE, vectors)
     candidate = half(Role.CANDIDATE, perturbed(vectors, 0.998))
     noisy = half(Role.NOISE, perturbed(vectors, 0.9985))  # noise 0.0015, candidate 0.002
@@ -532,7 +543,7 @@ def without_rewrite(config: dict[str, Any]) -> dict[str, Any]:
         kept = {TAP_FILTER, "envoy.filters.http.router"}
         removed = {f["name"] for f in hcm["http_filters"]} - kept
         hcm["http_filters"] = [f for f in hcm["http_filters"] if f["name"] in kept]
-        for route in routes_of(hcm):
+        for route in hcm_routes(hcm):
             for name in removed:
                 route.get("typed_per_filter_config", {}).pop(name, None)
             if not route.get("typed_per_filter_config", True):
@@ -547,7 +558,7 @@ def without_shadow(config: dict[str, Any]) -> dict[str, Any]:
     for listener in config["static_resources"]["listeners"]:
         hcm = hcm_of(listener)
         hcm["http_filters"] = [f for f in hcm["http_filters"] if f["name"] != TAP_FILTER]
-        for route in routes_of(hcm):
+        for route in hcm_routes(hcm):
             route.get("route", {}).pop("request_mirror_policies", None)
             route.get("typed_per_filter_config", {}).pop(TAP_FILTER, None)
             if not route.get("typed_per_filter_config", True):
@@ -595,7 +606,7 @@ def test_shadow_legacy_takes_every_other_path(
             item for item in rendered["static_resources"]["listeners"] if item["name"] == "primary"
         ]
         return {
-            r["name"]: r["route"]["cluster"] for r in routes_of(hcm_of(primary)) if "route" in r
+            r["name"]: r["route"]["cluster"] for r in hcm_routes(hcm_of(primary)) if "route" in r
         }
 
     before, after = primary_routes(plain), primary_routes(config)
@@ -746,7 +757,7 @@ async def test_one_comparator_pairs_tap_streams_and_serves_summary_and_metrics()
     /healthz over HTTP (prometheus_client's WSGI app and the summary next to it)."""
     stop = asyncio.Event()
     ready: asyncio.Future[tuple[int, int | None]] = asyncio.get_running_loop().create_future()
-    options = CompareOptions(listen="127.0.0.1:0", http="127.0.0.1:0", grace_s=0.1)
+    options = CompareOptions(listen="127.0.0.1:0", http="127.0.0.1:0", grace_seconds=0.1)
     server = asyncio.create_task(
         serve_compare(options, stop=stop, on_ready=lambda g, h: ready.set_result((g, h)))
     )
@@ -787,29 +798,54 @@ async def test_one_comparator_pairs_tap_streams_and_serves_summary_and_metrics()
 TEI_ANSWER = b'[{"index": 1, "score": 0.9}, {"index": 0, "score": 0.2}]'
 
 
+def tei_routes() -> Routes:
+    """The routes of a policy with a TEI reranker (at TEI's ``/rerank``)."""
+    text = SHIPPED_QWEN_POLICY.read_text(encoding="utf-8")
+    text += "rerankers:\n  - {name: r, dialect: TEI, upstream: {kind: vllm}}\n"
+    return routes_of(load_policy_text(text, source="policy.yaml"))
+
+
+TEI_ROUTES = tei_routes()
+
+
 def rerank_half(answer: bytes, *, role: Role, status: int = 200, path: str = "/rerank") -> Half:
     raw = RawHalf(role, "r1", b'{"query": "q", "texts": ["a", "b"]}', status, answer, 0.01)
-    return extract_half(RawHalf(**{**vars(raw), "path": path}))
+    return extract_half(RawHalf(**{**vars(raw), "path": path}), TEI_ROUTES)
 
 
 @pytest.mark.parametrize(
     ("path", "kind"),
     [
-        ("/rerank", InputKind.RERANK),
-        ("/v2/rerank?x=1", InputKind.RERANK),
+        ("/rerank", InputKind.RERANK),  # the policy's TEI route
+        ("//rerank?x=1", InputKind.RERANK),  # as Envoy's routes compare it
+        ("/v2/rerank", InputKind.RERANK),  # a mesh's rerank path no entry covers
+        ("/scores", InputKind.DOCUMENT),  # no route, no mesh's rerank path
         ("/v1/embeddings", InputKind.DOCUMENT),
         ("/embeddings?api-version=1", InputKind.DOCUMENT),
         ("", InputKind.DOCUMENT),  # a tap that sent no path: the embeddings endpoint's
     ],
 )
-def test_a_tapped_path_that_is_not_the_embeddings_endpoint_is_a_rerank_half(
+def test_a_tapped_path_the_policy_routes_to_a_rerank_dialect_is_a_rerank_half(
     path: str, kind: InputKind
 ) -> None:
     made = rerank_half(TEI_ANSWER, role=Role.BASELINE, path=path)
     assert made.kind is kind
     if kind is InputKind.RERANK:
         assert made.rerank is not None and made.rerank.answer is not None
+        assert made.rerank.dialect == "tei"
         assert made.rerank.answer.order == (1, 0) and not made.answer.problem
+
+
+def test_a_rerank_half_is_read_in_its_routes_dialect_only() -> None:
+    """A Cohere answer on the TEI route is no TEI answer; on a mesh path no entry
+    covers, it is read in whichever dialect answers."""
+    cohere = b'{"meta": {}, "results": [{"index": 0, "relevance_score": 0.5}]}'
+    routed = rerank_half(cohere, role=Role.CANDIDATE).rerank
+    assert routed is not None and routed.answer is None and routed.dialect == "tei"
+    assert routed.said == "200, no tei answer"
+    unrouted = rerank_half(cohere, role=Role.CANDIDATE, path="/v1/rerank").rerank
+    assert unrouted is not None and unrouted.answer is not None
+    assert unrouted.dialect == "cohere_v1"
 
 
 def test_the_tap_stream_keeps_the_path() -> None:
@@ -863,8 +899,6 @@ def test_a_rerank_candidate_shadows_the_policys_rerank_paths(
     """The clients' listener taps and mirrors the policy's rerank paths (the same share);
     the gateway's listener sends them to the candidate's reranker; the legacy side is the
     legacy server given, else the baseline."""
-    from extproc.core.policy import load_policy_text
-
     text = SHIPPED_QWEN_POLICY.read_text(encoding="utf-8")
     text += "rerankers:\n  - {name: r, dialect: TEI, upstream: {kind: vllm}}\n"
     policy = load_policy_text(text, source="policy.yaml")
@@ -875,7 +909,7 @@ def test_a_rerank_candidate_shadows_the_policys_rerank_paths(
     config = render_shadow(load_template(template), settings, policy)
     validate(config, tmp_path / "rerank.yaml")
     listeners = {item["name"]: item for item in config["static_resources"]["listeners"]}
-    routes = {r["name"]: r for r in routes_of(hcm_of(listeners["primary"]))}
+    routes = {r["name"]: r for r in hcm_routes(hcm_of(listeners["primary"]))}
     shadowed = routes["rerank-shadowed"]
     reverse = template == REVERSE_TEMPLATE
     legacy_side = "legacy" if legacy else "baseline"
@@ -886,10 +920,10 @@ def test_a_rerank_candidate_shadows_the_policys_rerank_paths(
     names = list(routes)
     assert names.index("rerank-shadowed") == names.index("passthrough") - 1
     gateway = listeners["candidate" if reverse else "shadow"]
-    (rerank,) = [r for r in routes_of(hcm_of(gateway)) if r["name"] == "rerank"]
+    (rerank,) = [r for r in hcm_routes(hcm_of(gateway)) if r["name"] == "rerank"]
     assert rerank["route"]["cluster"] == "rerank_upstream"
     if reverse:
-        (back,) = [r for r in routes_of(hcm_of(listeners["shadow"])) if r["name"] == "rerank"]
+        (back,) = [r for r in hcm_routes(hcm_of(listeners["shadow"])) if r["name"] == "rerank"]
         assert back["route"]["cluster"] == legacy_side
     clusters = {c["name"]: c for c in config["static_resources"]["clusters"]}
     endpoint = clusters["rerank_upstream"]["load_assignment"]["endpoints"][0]["lb_endpoints"][0]

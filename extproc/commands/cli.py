@@ -17,7 +17,14 @@ from extproc.commands import index_check as index_check_command
 from extproc.commands import learn as learn_command
 from extproc.commands import probe as probe_command
 from extproc.commands import shadow as shadow_command
-from extproc.commands.options import add_envoy_options, add_workers_option
+from extproc.commands.options import (
+    LAUNCHER_FIELDS,
+    add_envoy_options,
+    add_workers_option,
+    flag_values,
+    upstream_of,
+    upstream_values,
+)
 from extproc.core.policy.model import InstructionUse, ModelPolicy
 from extproc.core.policy.presets import presets
 from extproc.runtime.cpu_count import cpus_available
@@ -236,19 +243,10 @@ def _run(args: argparse.Namespace) -> int:
     from extproc.runtime.gateway_launcher import RunOptions, main_run
 
     try:
-        upstream = None if args.upstream is None else Upstream.from_url(args.upstream)
+        upstream = upstream_of(args, "upstream")
+        upstreams = upstream_values(args, "legacy", "rerank_upstream")
     except ValueError as exc:
-        print(f"error: --upstream: {exc}", file=sys.stderr)
-        return 2
-    try:
-        legacy = Upstream.from_url(args.legacy) if args.legacy else None
-    except ValueError as exc:
-        print(f"error: --legacy: {exc}", file=sys.stderr)
-        return 2
-    try:
-        rerank = Upstream.from_url(args.rerank_upstream) if args.rerank_upstream else None
-    except ValueError as exc:
-        print(f"error: --rerank-upstream: {exc}", file=sys.stderr)
+        print(f"error: {exc}", file=sys.stderr)
         return 2
     if not args.envoy_template.is_file():
         print(f"error: --envoy-template: no such file {args.envoy_template}", file=sys.stderr)
@@ -284,21 +282,13 @@ def _run(args: argparse.Namespace) -> int:
             return 2
         options = RunOptions(
             upstream=target,
-            listen=args.listen,
-            metrics_address=args.metrics,
-            grace_seconds=args.grace,
-            envoy_log_level=args.envoy_log_level,
-            envoy_concurrency=args.envoy_concurrency,
-            upstream_timeout_s=args.upstream_timeout,
-            legacy=legacy,
-            rerank_upstream=rerank,
             server_tls=server_tls,
             envoy_tls=envoy_tls,
             reload=reload_settings(args, started_from),
-            envoy_template=args.envoy_template,
             on_ready=on_ready,
             workers=workers,
-            tracing=args.tracing,
+            **upstreams,
+            **flag_values(args, *LAUNCHER_FIELDS, "envoy_template", "tracing"),
         )
         return main_run(contract, options)
 

@@ -20,12 +20,11 @@ from pathlib import Path
 
 from extproc.commands.options import (
     add_budget_option,
-    add_header_option,
-    add_servers_options,
-    add_timeout_option,
+    add_compared_servers,
     add_tool_parser,
     check_budget,
-    headers_from,
+    flag_values,
+    servers_from,
 )
 from extproc.tools.index_check.beir_files import (
     MAX_DOCUMENTS,
@@ -36,8 +35,8 @@ from extproc.tools.index_check.beir_files import (
 )
 from extproc.tools.index_check.embedding_run import EmbedError
 from extproc.tools.index_check.index_report import to_html, to_json, to_markdown
-from extproc.tools.index_check.index_run import RunOptions, run_index_check
-from extproc.tools.index_check.index_verdict import Thresholds
+from extproc.tools.index_check.index_run import IndexCheckOptions, run_index_check
+from extproc.tools.index_check.index_verdict import IndexThresholds
 from extproc.tools.toolkit.budgeted_client import BudgetSpentError
 from extproc.tools.toolkit.embeddings_client import endpoint_url
 from extproc.tools.toolkit.progress import to_stderr
@@ -47,12 +46,12 @@ SUMMARY = "can the old index stay? retrieval with the old and the new vectors, c
 DEFAULT_OUT = Path("index-check-report")
 DEFAULT_BUDGET = 5000
 MAX_BUDGET = 1_000_000
-DEFAULTS = Thresholds()
+DEFAULTS = IndexThresholds()
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = add_tool_parser(subparsers, "index-check", SUMMARY, __doc__)
-    add_servers_options(
+    add_compared_servers(
         p, "the legacy server, which built the index", "what clients call after cut-over"
     )
     for flag, what in (("--corpus", "documents"), ("--queries", "queries")):
@@ -101,8 +100,6 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         metavar="DIR",
         help=f"where the report goes (default {DEFAULT_OUT})",
     )
-    add_timeout_option(p)
-    add_header_option(p)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -135,10 +132,10 @@ def run(args: argparse.Namespace) -> int:
     write_report(args.out, files)
     print(markdown, end="")
     to_stderr(f"index-check: {report.verdict.label}; {args.out / 'report.md'}")
-    return report.verdict.exit_code
+    return int(report.verdict.exit_code)
 
 
-def _options(args: argparse.Namespace) -> RunOptions:
+def _options(args: argparse.Namespace) -> IndexCheckOptions:
     if not 1 <= args.k <= 1000:
         raise ValueError("--k must be within 1..1000")
     check_budget(args.budget, MAX_BUDGET)
@@ -150,22 +147,13 @@ def _options(args: argparse.Namespace) -> RunOptions:
         raise ValueError("--min-overlap must be in (0, 1], --ndcg-tolerance in [0, 1)")
     if args.min_queries < 2:
         raise ValueError("--min-queries must be at least 2")
-    thresholds = Thresholds(
-        k=args.k,
-        min_overlap=args.min_overlap,
-        ndcg_tolerance=args.ndcg_tolerance,
-        min_queries=args.min_queries,
+    thresholds = IndexThresholds(
+        **flag_values(args, "k", "min_overlap", "ndcg_tolerance", "min_queries")
     )
-    urls = {"baseline": endpoint_url(args.baseline), "candidate": endpoint_url(args.candidate)}
-    return RunOptions(
-        urls=urls,
-        model=args.model,
-        dimensions=args.dimensions,
-        budget=args.budget,
-        timeout_s=args.timeout,
-        headers=headers_from(args.header),
+    return IndexCheckOptions(
+        servers=servers_from(args, endpoint_url),
         thresholds=thresholds,
-        corpus_size=args.corpus_size,
+        **flag_values(args, "model", "dimensions", "budget", "corpus_size"),
     )
 
 

@@ -1,19 +1,70 @@
 """Command-line options that several `extproc` commands share, each defined once.
 
-A tool adds the groups it needs (``add_tool_parser``, ``add_servers_options``,
-``add_timeout_option``, ``add_budget_option``, ``add_header_option``); a command that
+A tool adds the groups it needs (``add_tool_parser``; ``add_compared_servers``, or
+its parts ``add_servers_options``, ``add_timeout_option`` and ``add_header_option``;
+``add_budget_option``), and reads the servers it compares with ``servers_from``; a command that
 starts Envoy, ``add_envoy_options`` and ``add_workers_option``. The options of the
 ext_proc server a command runs are :mod:`extproc.runtime.server_options`. A flag
 therefore means the same, with the same default and environment variable, wherever
 it appears.
+
+Every command fills its option objects from its flags one way: a field takes the
+value of the flag of its name (``flag_values``; the few named otherwise are in
+``FLAG_OF_FIELD``), an upstream's field the URL of its flag read as an upstream
+(``upstream_of``, ``upstream_values``).
 """
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
+from typing import Any, Final
 
+from extproc.runtime.envoy_config import Upstream
 from extproc.runtime.server_options import add_seconds_option
 from extproc.tools.toolkit.embeddings_client import DEFAULT_TIMEOUT_S
+from extproc.tools.toolkit.server_pair import ServerPair
+
+MAX_TIMEOUT_S: Final = 3600.0
+
+# Option objects' fields whose flag (its argparse destination) is named otherwise.
+FLAG_OF_FIELD: Final = {
+    "metrics_address": "metrics",
+    "grace_seconds": "grace",
+    "upstream_timeout_s": "upstream_timeout",
+    "timeout_s": "timeout",
+    "policy_file": "config",
+}
+# What every command that starts Envoy takes from its flags alike: where clients
+# connect, the ext_proc server's metrics and grace, how Envoy runs.
+LAUNCHER_FIELDS: Final = (
+    "listen",
+    "metrics_address",
+    "grace_seconds",
+    "envoy_log_level",
+    "envoy_concurrency",
+    "upstream_timeout_s",
+)
+
+
+def flag_values(args: argparse.Namespace, *fields: str) -> dict[str, Any]:
+    """Each of ``fields`` -> the value of its flag."""
+    return {field: getattr(args, FLAG_OF_FIELD.get(field, field)) for field in fields}
+
+
+def upstream_of(args: argparse.Namespace, field: str) -> Upstream | None:
+    """The URL of ``field``'s flag read as an upstream (None when not given);
+    ValueError naming the flag of a URL that is not one."""
+    url = getattr(args, field)
+    try:
+        return Upstream.from_url(url) if url else None
+    except ValueError as exc:
+        raise ValueError(f"--{field.replace('_', '-')}: {exc}") from None
+
+
+def upstream_values(args: argparse.Namespace, *fields: str) -> dict[str, Any]:
+    """Each of ``fields`` -> its flag's upstream (:func:`upstream_of`)."""
+    return {field: upstream_of(args, field) for field in fields}
 
 
 def add_tool_parser(
@@ -37,6 +88,29 @@ def add_servers_options(parser: argparse._ActionsContainer, baseline: str, candi
     (``baseline``, ``candidate``: what each is, for the help)."""
     parser.add_argument("--baseline", required=True, metavar="URL", help=baseline)
     parser.add_argument("--candidate", required=True, metavar="URL", help=candidate)
+
+
+def add_compared_servers(parser: argparse._ActionsContainer, baseline: str, candidate: str) -> None:
+    """--baseline, --candidate, --timeout and --header: the two servers a tool compares
+    and how its clients ask them (``baseline``, ``candidate``: what each is, for the
+    help)."""
+    add_servers_options(parser, baseline, candidate)
+    add_timeout_option(parser)
+    add_header_option(parser)
+
+
+def servers_from(args: argparse.Namespace, url: Callable[[str], str]) -> ServerPair:
+    """The flags of :func:`add_compared_servers`, each server's URL read by ``url``;
+    ValueError (the tool's exit 2) naming the flag that is wrong."""
+    if not 0 < args.timeout <= MAX_TIMEOUT_S:
+        raise ValueError(f"--timeout must be within (0, {MAX_TIMEOUT_S:g}] seconds")
+    urls = {}
+    for flag in ("baseline", "candidate"):
+        try:
+            urls[flag] = url(getattr(args, flag))
+        except ValueError as exc:
+            raise ValueError(f"--{flag}: {exc}") from None
+    return ServerPair(**urls, timeout_s=args.timeout, headers=headers_from(args.header))
 
 
 def add_timeout_option(parser: argparse._ActionsContainer) -> None:

@@ -15,7 +15,13 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from extproc.commands.options import add_workers_option
+from extproc.commands.options import (
+    LAUNCHER_FIELDS,
+    add_envoy_options,
+    add_workers_option,
+    flag_values,
+    upstream_values,
+)
 from extproc.runtime.server_options import add_policy_options, add_server_options
 from extproc.runtime.starting_contract import load_contract_or_report
 
@@ -89,9 +95,7 @@ def add_parsers(subparsers: Any) -> None:
         help="run this gateway config's filters on the candidate side (e.g. "
         "envoy/standalone.yaml) instead of the single filter the shadow configs embed",
     )
-    arg("--upstream-timeout", type=float, default=300.0, metavar="SECONDS")
-    arg("--envoy-log-level", default="warning")
-    arg("--envoy-concurrency", type=int, default=None)
+    add_envoy_options(shadow)
     add_policy_options(shadow)
     add_server_options(shadow, metrics_env="EXTPROC_METRICS", grace_s=5.0)
     add_workers_option(shadow)
@@ -161,15 +165,12 @@ def run_report(args: argparse.Namespace) -> int:
 
 
 def run_shadow(args: argparse.Namespace) -> int:
-    from extproc.runtime.envoy_config import Upstream
     from extproc.tools.shadow.shadow_launcher import ShadowRunOptions, main_shadow
 
     try:
-        baseline = Upstream.from_url(args.baseline)
-        candidate = Upstream.from_url(args.candidate)
-        noise = Upstream.from_url(args.noise) if args.noise else None
-        legacy = Upstream.from_url(args.legacy) if args.legacy else None
-        reranker = Upstream.from_url(args.rerank_candidate) if args.rerank_candidate else None
+        upstreams = upstream_values(
+            args, "baseline", "candidate", "noise", "legacy", "rerank_candidate"
+        )
         if not 0 <= args.percent <= 100:
             raise ValueError("--percent must be within 0..100")
     except ValueError as exc:
@@ -185,55 +186,42 @@ def run_shadow(args: argparse.Namespace) -> int:
     )
     if contract is None:
         return 2
-    if reranker is not None and not contract.policy.rerank_paths():
+    if upstreams["rerank_candidate"] is not None and not contract.policy.rerank_paths():
         print(f"error: --rerank-candidate: {args.config} has no rerankers", file=sys.stderr)
         return 2
     options = ShadowRunOptions(
-        baseline=baseline,
-        candidate=candidate,
-        noise=noise,
-        legacy=legacy,
-        rerank_candidate=reranker,
-        listen=args.listen,
-        percent=args.percent,
-        reverse=args.reverse,
-        compare=_compare_options(args, "127.0.0.1:0", noise=noise is not None),
-        metrics_address=args.metrics,
-        grace_seconds=args.grace,
-        envoy_log_level=args.envoy_log_level,
-        envoy_concurrency=args.envoy_concurrency,
-        upstream_timeout_s=args.upstream_timeout,
-        gateway_template=args.gateway_template,
+        compare=_compare_options(args, "127.0.0.1:0", noise=upstreams["noise"] is not None),
         workers=workers,
-        policy_file=args.config,
         tokenizer_overrides=tokenizer_overrides(args.tokenizer),
+        **upstreams,
+        **flag_values(
+            args, *LAUNCHER_FIELDS, "percent", "reverse", "gateway_template", "policy_file"
+        ),
     )
     return main_shadow(contract, options)
 
 
 def _compare_options(args: argparse.Namespace, listen: str, *, noise: bool) -> CompareOptions:
     from extproc.tools.shadow.comparator_server import CompareOptions
-    from extproc.tools.shadow.pair_comparison import Tolerances
+    from extproc.tools.shadow.pair_comparison import ShadowTolerances
     from extproc.tools.shadow.store import StoreLimits
 
     return CompareOptions(
         listen=listen,
         http=args.http or None,
         limits=StoreLimits(args.ttl, args.max_pending, args.max_pending_bytes),
-        tolerances=Tolerances(
-            min_cosine=args.min_cosine,
-            noise_relative=args.noise_relative,
-            noise_absolute=args.noise_absolute,
+        tolerances=ShadowTolerances(
+            **flag_values(args, "min_cosine", "noise_relative", "noise_absolute")
         ),
         thresholds=_thresholds(args),
         expect_noise=noise,
-        keep_text=args.keep_text,
-        max_body_bytes=args.max_body_bytes,
-        grace_s=args.grace,
+        **flag_values(args, "keep_text", "max_body_bytes", "grace_seconds"),
     )
 
 
 def _thresholds(args: argparse.Namespace) -> Thresholds:
     from extproc.tools.parity import Thresholds
 
-    return Thresholds(args.min_cosine, args.min_query_cosine, args.max_status_mismatches)
+    return Thresholds(
+        **flag_values(args, "min_cosine", "min_query_cosine", "max_status_mismatches")
+    )

@@ -4,14 +4,22 @@ package data like an import), reads the environment or a clock, or imports grpc,
 prometheus_client or Envoy's protos (tests/test_layers.py); the layers above it
 (service, runtime, tools, commands) touch files, sockets and processes.
 
-Requests: ``request_headers`` (the line and headers), ``request_coding`` (how the body
-was coded), ``request_json`` and ``lax`` (the body read, lax spellings included),
-``prompts`` (the prompt prefix of each role), ``tokens`` and ``truncation`` (counting
-and cutting tokens within a budget), ``request_rewrite`` (what the upstream is asked)
-and ``plan`` (what the response phase must do). Responses: ``embeddings_body`` (the
-success body read), ``vectors`` (decoded, checked, cut, encoded),
-``response_rewrite`` (what the client receives), ``upstream_errors`` (an upstream's
-error read) and ``error_envelope`` (every error answer), ``status`` (status classes).
-Around them: ``policy`` (the policy's schema, presets and loader), ``contract`` (a
-policy and its tokenizers), ``upstreams`` (one adapter per upstream kind) and
-``rerank`` (the rerank contract)."""
+The one contract interface: ``endpoint`` (an endpoint is a client dialect on a task;
+the plan, the forward, the client's answer), ``routes`` (which endpoint serves each
+path), ``tasks`` (embeddings and reranking, each the base of its dialects),
+``dialects`` (one module per client dialect) and ``upstreams`` (one adapter per
+upstream kind, for every task). Around them: ``policy`` (the policy's schema, presets
+and loader) and ``contract`` (a policy, its tokenizers and its routes).
+
+Embeddings requests: ``request_headers`` (the line and headers), ``request_coding``
+(how the body was coded), ``request_json`` and ``lax`` (the body read, lax spellings
+included), ``preprocess`` (what a legacy server did to each text), ``prompts`` (the
+prompt prefix of each role), ``tokens`` and ``truncation`` (counting and cutting
+tokens within a budget), ``request_rewrite`` (what the upstream is asked) and ``plan``
+(what the response phase must do). Their answers: ``embeddings_body`` (the success
+body read), ``vectors`` (decoded, checked, cut, encoded), ``response_rewrite`` (what
+the client receives), ``upstream_errors`` (an upstream's error read) and
+``status`` (status classes).
+
+Errors: ``api_errors`` (each raised as its kind), ``error_templates`` (a body as a
+legacy server wrote it, with slots) and ``error_dialect`` (a kind's status and body)."""

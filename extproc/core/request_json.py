@@ -302,16 +302,38 @@ def _model(request: dict[str, Any], policy: GatewayPolicy) -> ModelPolicy:
     )
 
 
+def input_items(value: Any, to_int: IntReader | None = None) -> list[Any] | None:
+    """The inputs an embeddings request's ``input`` holds, in OpenAI's forms: a string
+    and one token-id sequence are one input each, an array of strings or of token-id
+    sequences one input an item. Tolerant: the items are not checked, nothing is
+    raised; None when ``input`` is neither a string nor an array. ``to_int`` reads a
+    token id (default: JSON integers only)."""
+    if isinstance(value, str):
+        return [value]
+    if not isinstance(value, list):
+        return None
+    return [value] if _one_sequence(value, to_int or _strict_int) else value
+
+
+def _one_sequence(value: list[Any], to_int: IntReader) -> bool:
+    """``input`` is one token-id sequence: its first item reads as a token id and not
+    every item is a string (strings are never numbers' spellings: those are texts)."""
+    return (
+        bool(value)
+        and not isinstance(value[0], list)
+        and to_int(value[0]) is not None
+        and not all(isinstance(item, str) for item in value)
+    )
+
+
 def _inputs(
     raw: Any, max_inputs: int, vocab_size: int, to_int: IntReader
 ) -> tuple[list[str] | None, list[list[int]] | None, bool]:
     """(texts, token-id lists, whether any token id was converted): exactly one of the
     first two comes back, never empty.
 
-    The forms are OpenAI's: a string, strings, one token-id sequence, token-id
-    sequences. ``to_int`` reads token ids as the model's leniency says (the legacy
-    server's lax model: ``1.0``, ``"1"``, ``true``); strings are never numbers'
-    spellings: an array of strings is texts.
+    The forms are those of :func:`input_items`. ``to_int`` reads token ids as the
+    model's leniency says (the legacy server's lax model: ``1.0``, ``"1"``, ``true``).
     """
     if isinstance(raw, str):
         return [raw], None, False
@@ -322,34 +344,28 @@ def _inputs(
         )
     if not raw:
         raise InvalidFieldError("'input' must not be an empty array.", param="input")
-    first = raw[0]
-    if isinstance(first, list):
-        nested = True
-    elif isinstance(first, str) and all(isinstance(item, str) for item in raw):
-        _check_input_count(len(raw), max_inputs)
-        return raw, None, False
-    elif to_int(first) is not None:
-        nested = False
-    elif isinstance(first, str):
-        nested = False  # strings, then something else: refused below
-    else:
-        raise InvalidFieldError(
-            f"input[0] must be a string, a token id or an array of token ids, "
-            f"not {_json_type(first)}.",
-            param="input",
-        )
-    if not nested:
+    if _one_sequence(raw, to_int):
         # One token-id sequence is one input, however long (it is cut to max_tokens):
         # its ids never count against max_inputs.
-        if isinstance(first, str) and to_int(first) is None:
-            index = next(i for i, item in enumerate(raw) if not isinstance(item, str))
+        ids = _token_ids(raw, "input", vocab_size, to_int)
+        return None, [ids], _any_converted(raw)
+    first = raw[0]
+    if isinstance(first, str):
+        index = next((i for i, item in enumerate(raw) if not isinstance(item, str)), None)
+        if index is not None:
             raise InvalidFieldError(
                 f"input[{index}] must be a string like the other items, "
                 f"not {_json_type(raw[index])}.",
                 param="input",
             )
-        ids = _token_ids(raw, "input", vocab_size, to_int)
-        return None, [ids], _any_converted(raw)
+        _check_input_count(len(raw), max_inputs)
+        return raw, None, False
+    if not isinstance(first, list):
+        raise InvalidFieldError(
+            f"input[0] must be a string, a token id or an array of token ids, "
+            f"not {_json_type(first)}.",
+            param="input",
+        )
     _check_input_count(len(raw), max_inputs)
     lists = [_token_ids(item, f"input[{i}]", vocab_size, to_int) for i, item in enumerate(raw)]
     return None, lists, any(_any_converted(item) for item in raw)

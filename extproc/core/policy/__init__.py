@@ -1,7 +1,7 @@
 """Policy: what the gateway knows per served model.
 
 ``model`` holds the typed, validated policy; ``loader`` builds it from the policy's
-text (the schema is ``v1``, generated from protos/extproc/core/policy/v1/policy.proto),
+text (the schema is `v1`, generated from protos/extproc/core/policy/v1/policy.proto),
 filling each entry from its preset (``presets``, laid over with ``overlay``);
 ``errors`` is the one error a policy that cannot be served raises; ``changes`` says
 what a reload changed."""

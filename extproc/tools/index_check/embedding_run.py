@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import orjson
@@ -22,10 +22,10 @@ import orjson
 from extproc.core.embeddings_body import parse_embeddings_body
 from extproc.core.upstream_errors import parse_upstream_error
 from extproc.core.vectors import BadVectorsError, FloatMatrix
+from extproc.tools.toolkit.corpus import Kind
 from extproc.tools.toolkit.request_pool import RequestPool
 
 Post = Callable[[bytes], tuple[int, bytes]]
-Role = Literal["document", "query"]
 BATCH_SIZE = 32
 
 
@@ -50,16 +50,16 @@ def embed_texts(
     pool: RequestPool,
     model: str,
     texts: Sequence[str],
-    role: Role,
+    kind: Kind,
     *,
     dimensions: int | None = None,
     batch_size: int = BATCH_SIZE,
     progress: Callable[[int], None] = lambda done: None,
 ) -> Embedded:
-    """Every text's vector, with ``input_type: role`` (and ``dimensions``) as clients
+    """Every text's vector, with ``input_type: kind`` (and ``dimensions``) as clients
     send them; ``progress`` gets the number of texts embedded after each batch."""
     batches = [list(texts[i : i + batch_size]) for i in range(0, len(texts), batch_size)]
-    extra: dict[str, Any] = {"input_type": role}
+    extra: dict[str, Any] = {"input_type": kind}
     if dimensions is not None:
         extra["dimensions"] = dimensions
     done = 0

@@ -4,7 +4,8 @@ Four retrievals, exact top-k: old queries in the old index (today), new queries 
 the old index (cut over, index kept), new in new (re-indexed), old in new. For each,
 per query: overlap@k and rank-biased overlap with today, whether the top result
 changed, and with judgements recall@k and nDCG@k. Per text, old against new: cosine
-and both norms (:class:`Similarity`), summarised as min, p1 and p50.
+and both norms (:class:`Similarity`), summarised by the toolkit's spread (min, p1,
+median).
 """
 
 from __future__ import annotations
@@ -18,9 +19,9 @@ import numpy.typing as npt
 from extproc.core.vectors import FloatMatrix
 from extproc.tools.index_check.index_verdict import (
     DEFAULT_THRESHOLDS,
+    IndexThresholds,
+    IndexVerdict,
     Similarity,
-    Thresholds,
-    Verdict,
     decide,
 )
 from extproc.tools.index_check.rankings import top_k
@@ -54,29 +55,15 @@ class Retrieval:
 
 
 @dataclass(frozen=True)
-class Spread:
-    min: float
-    p1: float
-    p50: float
-
-
-@dataclass(frozen=True)
 class Measures:
     k: int
     documents: Similarity
     queries: Similarity
     retrievals: tuple[Retrieval, ...]
-    verdict: Verdict
+    verdict: IndexVerdict
 
     def retrieval(self, queries: str, index: str) -> Retrieval:
         return next(r for r in self.retrievals if (r.queries, r.index) == (queries, index))
-
-
-def spread(values: Floats) -> Spread:
-    if values.size == 0:
-        return Spread(float("nan"), float("nan"), float("nan"))
-    p1, p50 = np.percentile(values, [1, 50])
-    return Spread(float(values.min()), float(p1), float(p50))
 
 
 def similarity(old: FloatMatrix, new: FloatMatrix, texts: Sequence[str]) -> Similarity:
@@ -98,7 +85,7 @@ def measure(
     old: tuple[FloatMatrix, FloatMatrix],
     new: tuple[FloatMatrix, FloatMatrix],
     qrels: Sequence[Mapping[str, int]] | None,
-    t: Thresholds = DEFAULT_THRESHOLDS,
+    t: IndexThresholds = DEFAULT_THRESHOLDS,
 ) -> Measures:
     """``old``/``new``: (document vectors, query vectors) from each server, rows in the
     sample's order; ``qrels``: per query (same order), its judgements, or None."""

@@ -10,10 +10,12 @@ from typing import Any
 
 import numpy as np
 
-from extproc.tools.index_check.index_measures import Measures, Retrieval, spread
-from extproc.tools.index_check.index_verdict import Similarity, Thresholds, Verdict
+from extproc.tools.index_check.index_measures import Measures, Retrieval
+from extproc.tools.index_check.index_verdict import IndexThresholds, IndexVerdict, Similarity
 from extproc.tools.toolkit.report_files import report_json
 from extproc.tools.toolkit.report_format import cell, table
+from extproc.tools.toolkit.run_meta import RunMeta
+from extproc.tools.toolkit.stats import Spread, spread
 from extproc.tools.toolkit.svg_charts import cosine_histogram, grouped_bars
 
 STYLE = (
@@ -32,16 +34,13 @@ class Sizes:
 
 @dataclass(frozen=True)
 class IndexCheckReport:
-    urls: dict[str, str]  # baseline, candidate
-    model: str
-    started: str
-    duration_s: float
+    run: RunMeta  # the servers (their embeddings endpoints), the model, when
     sizes: Sizes
     dimensions: int | None
-    thresholds: Thresholds
+    thresholds: IndexThresholds
     widths: tuple[int, int]  # old, new vector width
     measures: Measures | None  # None when the widths differ
-    verdict: Verdict
+    verdict: IndexVerdict
     candidate_docs_per_s: float
     requests: dict[str, int]  # per server, spent
 
@@ -61,10 +60,16 @@ def duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
+def cosine_spread(sim: Similarity) -> Spread | None:
+    """Where the old-against-new cosines of the texts lie; None for no texts."""
+    return spread(sim.cosines.tolist()) if sim.cosines.size else None
+
+
 def _spread_row(what: str, sim: Similarity) -> list[str]:
-    s = spread(sim.cosines)
+    s = cosine_spread(sim)
+    cosines = ["-"] * 3 if s is None else [f"{s.min:.6f}", f"{s.p1:.6f}", f"{s.median:.6f}"]
     old, new = float(np.median(sim.old_norms)), float(np.median(sim.new_norms))
-    return [what, f"{s.min:.6f}", f"{s.p1:.6f}", f"{s.p50:.6f}", f"{old:.4f}", f"{new:.4f}"]
+    return [what, *cosines, f"{old:.4f}", f"{new:.4f}"]
 
 
 def _mean(values: Any) -> str:
@@ -83,19 +88,19 @@ def _retrieval_row(r: Retrieval) -> list[str]:
 
 
 def to_markdown(report: IndexCheckReport) -> str:
-    v, t, sizes = report.verdict, report.thresholds, report.sizes
+    v, t, sizes, run = report.verdict, report.thresholds, report.sizes, report.run
     lines = [
-        f"# extproc index-check: `{report.model}`",
+        f"# extproc index-check: `{run.model}`",
         "",
-        f"- old (the legacy server, which built the index): `{report.urls['baseline']}`",
-        f"- new (what clients call after cut-over): `{report.urls['candidate']}`",
+        f"- old (the legacy server, which built the index): `{run.baseline}`",
+        f"- new (what clients call after cut-over): `{run.candidate}`",
         f"- sample: {sizes.documents:,} documents, {sizes.queries:,} queries, "
         f"{'with' if sizes.judged else 'without'} judgements; k = {t.k}"
         + (f"; dimensions {report.dimensions}" if report.dimensions else ""),
-        f"- started {report.started}, took {report.duration_s:.1f} s; requests: "
+        f"- started {run.started}, took {run.duration_s:.1f} s; requests: "
         + ", ".join(f"{k} {n}" for k, n in report.requests.items()),
         "",
-        f"**Result: {v.label}** (exit code {v.exit_code})",
+        f"**Result: {v.label}** (exit code {int(v.exit_code)})",
         "",
         *(f"- {cell(reason)}" for reason in v.reasons),
     ]
@@ -179,10 +184,11 @@ def to_html(report: IndexCheckReport) -> str:
 def to_json(report: IndexCheckReport) -> bytes:
     m = report.measures
     doc: dict[str, Any] = {
-        **report.urls,
-        "model": report.model,
-        "started": report.started,
-        "duration_s": round(report.duration_s, 3),
+        "baseline": report.run.baseline,
+        "candidate": report.run.candidate,
+        "model": report.run.model,
+        "started": report.run.started,
+        "duration_s": round(report.run.duration_s, 3),
         "sample": {
             "documents": report.sizes.documents,
             "queries": report.sizes.queries,
@@ -194,7 +200,7 @@ def to_json(report: IndexCheckReport) -> bytes:
         "widths": {"old": report.widths[0], "new": report.widths[1]},
         "result": {
             "label": report.verdict.label,
-            "exit_code": report.verdict.exit_code,
+            "exit_code": int(report.verdict.exit_code),
             "reasons": list(report.verdict.reasons),
             "cause": report.verdict.cause,
         },
@@ -206,8 +212,11 @@ def to_json(report: IndexCheckReport) -> bytes:
     }
     if m is not None:
         doc["cosines"] = {
-            what: vars(spread(sim.cosines))
-            for what, sim in (("documents", m.documents), ("queries", m.queries))
+            what: None if s is None else {"min": s.min, "p1": s.p1, "p50": s.median}
+            for what, s in (
+                ("documents", cosine_spread(m.documents)),
+                ("queries", cosine_spread(m.queries)),
+            )
         }
         doc["retrievals"] = {
             r.name: {

@@ -1,55 +1,56 @@
-"""One index-check run: the sample embedded by both servers (documents with the
-document role, queries with the query role, as clients send them), at most four
+"""One index-check run: the sample embedded by both servers (each text with its kind
+as ``input_type``, document or query, as clients send them), at most four
 requests in flight in all and each server within its request budget, then measured
 and reported.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 from extproc.tools.index_check.beir_files import Sample
-from extproc.tools.index_check.embedding_run import Embedded, EmbedError, Role, embed_texts
+from extproc.tools.index_check.embedding_run import Embedded, EmbedError, embed_texts
 from extproc.tools.index_check.index_measures import measure
 from extproc.tools.index_check.index_report import IndexCheckReport, Sizes
-from extproc.tools.index_check.index_verdict import Thresholds, Verdict
+from extproc.tools.index_check.index_verdict import IndexThresholds, IndexVerdict
+from extproc.tools.parity import Check
 from extproc.tools.toolkit.budgeted_client import BudgetedClient, RequestBudget
+from extproc.tools.toolkit.corpus import Kind
 from extproc.tools.toolkit.progress import Progress
 from extproc.tools.toolkit.request_pool import RequestPool
+from extproc.tools.toolkit.run_meta import RunClock
+from extproc.tools.toolkit.server_pair import ServerPair
 
 MAX_IN_FLIGHT = 4
 SERVERS = ("baseline", "candidate")
 
 
 @dataclass(frozen=True)
-class RunOptions:
-    urls: Mapping[str, str]  # baseline, candidate: their embeddings endpoints
+class IndexCheckOptions:
+    servers: ServerPair  # their embeddings endpoints
     model: str
     dimensions: int | None
     budget: int  # requests per server
-    timeout_s: float
-    headers: Mapping[str, str]
-    thresholds: Thresholds
+    thresholds: IndexThresholds
     corpus_size: int | None  # for the re-index estimate; None: the corpus file's
 
 
-def run_index_check(sample: Sample, options: RunOptions, progress: Progress) -> IndexCheckReport:
+def run_index_check(
+    sample: Sample, options: IndexCheckOptions, progress: Progress
+) -> IndexCheckReport:
     """Raises EmbedError (a server did not embed) or BudgetSpentError."""
-    started, wall = time.monotonic(), datetime.now(UTC).isoformat(timespec="seconds")
+    clock = RunClock.start()
     budgets = {s: RequestBudget(options.budget, s) for s in SERVERS}
+    servers = options.servers
     clients = {
-        s: BudgetedClient(
-            options.urls[s], budgets[s], timeout_s=options.timeout_s, headers=options.headers
-        )
-        for s in SERVERS
+        s: BudgetedClient(url, budgets[s], timeout_s=servers.timeout_s, headers=servers.headers)
+        for s, url in servers.urls.items()
     }
     pool = RequestPool(MAX_IN_FLIGHT, "index-check")
     documents = [d.text for d in sample.documents]
     queries = [q.text for q in sample.queries]
-    embedded: dict[tuple[str, Role], Embedded] = {}
+    embedded: dict[tuple[str, Kind], Embedded] = {}
     try:
         for server in SERVERS:
             client = clients[server]
@@ -62,19 +63,19 @@ def run_index_check(sample: Sample, options: RunOptions, progress: Progress) -> 
                     raise EmbedError(f"no answer from the {server}: {result.error}")
                 return result.status, result.body
 
-            phases: tuple[tuple[Role, list[str]], ...] = (
+            phases: tuple[tuple[Kind, list[str]], ...] = (
                 ("document", documents),
                 ("query", queries),
             )
-            for role, texts in phases:
-                embedded[(server, role)] = embed_texts(
+            for kind, texts in phases:
+                embedded[(server, kind)] = embed_texts(
                     post,
                     pool,
                     options.model,
                     texts,
-                    role,
+                    kind,
                     dimensions=options.dimensions,
-                    progress=_bar(progress, f"{server}, {role} texts", len(texts)),
+                    progress=_bar(progress, f"{server}, {kind} texts", len(texts)),
                 )
     finally:
         pool.close()
@@ -86,10 +87,10 @@ def run_index_check(sample: Sample, options: RunOptions, progress: Progress) -> 
     t = options.thresholds
     if widths[0] != widths[1]:
         measures = None
-        verdict = Verdict(
-            "RE-INDEX",
-            (f"the old vectors are {widths[0]}-d, the new ones {widths[1]}-d",),
-            "another width (or another model): new queries cannot search the old index",
+        widths_differ = f"the old vectors are {widths[0]}-d, the new ones {widths[1]}-d"
+        verdict = IndexVerdict(
+            (Check("widths", False, widths_differ),),
+            cause="another width (or another model): new queries cannot search the old index",
         )
     else:
         qrels = [sample.qrels[q.id] for q in sample.queries] if sample.judged else None
@@ -108,10 +109,7 @@ def run_index_check(sample: Sample, options: RunOptions, progress: Progress) -> 
         len(documents), len(queries), options.corpus_size or sample.corpus_size, sample.judged
     )
     return IndexCheckReport(
-        urls=dict(options.urls),
-        model=options.model,
-        started=wall,
-        duration_s=time.monotonic() - started,
+        run=clock.meta(servers, options.model),
         sizes=sizes,
         dimensions=options.dimensions,
         thresholds=t,

@@ -15,23 +15,32 @@ vectors of another length (every score against the index scales with it: a thres
 on scores, or a fusion with keyword scores, breaks), and new document vectors that
 differ from the old ones (documents indexed from the cut-over on would not match
 those already in it).
+
+The verdict is the parity package's (named checks; inconclusive when the sample
+cannot tell), under index-check's names for its exit codes, with the likely cause.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Final
 
 import numpy as np
 import numpy.typing as npt
 
+from extproc.tools.parity import Check, ExitCode, Verdict
+from extproc.tools.toolkit.stats import Interval, bootstrap_interval
+
 Floats = npt.NDArray[np.float64]
-Label = Literal["KEEP INDEX", "RE-INDEX", "INCONCLUSIVE"]
-EXIT_CODES: dict[Label, int] = {"KEEP INDEX": 0, "RE-INDEX": 1, "INCONCLUSIVE": 2}
+LABELS: Final = {
+    ExitCode.READY: "KEEP INDEX",
+    ExitCode.NOT_READY: "RE-INDEX",
+    ExitCode.INCONCLUSIVE: "INCONCLUSIVE",
+}
 
 
 @dataclass(frozen=True)
-class Thresholds:
+class IndexThresholds:
     k: int = 10
     # Mean overlap@k of the kept index's answers with today's: 0.9 is at most one of
     # ten results changed on average.
@@ -47,14 +56,7 @@ class Thresholds:
     resamples: int = 2000
 
 
-DEFAULT_THRESHOLDS = Thresholds()
-
-
-@dataclass(frozen=True)
-class Interval:
-    mean: float
-    low: float
-    high: float
+DEFAULT_THRESHOLDS = IndexThresholds()
 
 
 @dataclass(frozen=True)
@@ -68,26 +70,23 @@ class Similarity:
 
 
 @dataclass(frozen=True)
-class Verdict:
-    label: Label
-    reasons: tuple[str, ...]
-    cause: str = ""
+class IndexVerdict(Verdict):
+    cause: str = ""  # what most likely makes the new vectors differ
 
     @property
-    def exit_code(self) -> int:
-        return EXIT_CODES[self.label]
+    def label(self) -> str:
+        return LABELS[self.exit_code]
+
+    @property
+    def reasons(self) -> tuple[str, ...]:
+        """Each check's detail, then the warnings."""
+        return tuple(check.detail for check in self.checks) + self.warnings
 
 
-def interval(values: Floats, t: Thresholds, seed: int = 0) -> Interval:
-    """The mean of per-query ``values`` and its percentile bootstrap interval."""
-    if values.size == 0:
-        return Interval(float("nan"), float("nan"), float("nan"))
-    rng = np.random.default_rng(seed)
-    picks = rng.integers(0, values.size, size=(t.resamples, values.size))
-    means = values[picks].mean(axis=1)
-    tail = (1 - t.confidence) / 2 * 100
-    low, high = np.percentile(means, [tail, 100 - tail])
-    return Interval(float(values.mean()), float(low), float(high))
+def interval(values: Floats, t: IndexThresholds, seed: int = 0) -> Interval:
+    """The mean of per-query ``values`` and its bootstrap interval, at the thresholds'
+    confidence."""
+    return bootstrap_interval(values, t.confidence, t.resamples, seed)
 
 
 def decide(
@@ -95,55 +94,78 @@ def decide(
     ndcg_gain: Floats | None,
     documents: Similarity,
     queries: Similarity,
-    t: Thresholds = DEFAULT_THRESHOLDS,
-) -> Verdict:
+    t: IndexThresholds = DEFAULT_THRESHOLDS,
+) -> IndexVerdict:
     """``overlap_new_old``: per query, overlap@k of new/old with old/old;
     ``ndcg_gain``: per query, nDCG@k of new/old minus that of old/old (None without
     judgements)."""
     if overlap_new_old.size < t.min_queries:
-        return Verdict(
-            "INCONCLUSIVE",
-            (f"{overlap_new_old.size} queries; at least {t.min_queries} are needed",),
-        )
+        detail = f"{overlap_new_old.size} queries; at least {t.min_queries} are needed"
+        return IndexVerdict((Check("sample", False, detail),), inconclusive=True)
     agreement = interval(overlap_new_old, t)
-    reasons = [
-        f"overlap@{t.k} with today {agreement.mean:.3f} "
-        f"({t.confidence:.0%} interval {agreement.low:.3f}-{agreement.high:.3f}; "
-        f"at least {t.min_overlap} to keep)"
-    ]
     fails = agreement.high < t.min_overlap
     unsure = not fails and agreement.low < t.min_overlap
+    checks = [
+        Check(
+            "overlap",
+            not fails,
+            f"overlap@{t.k} with today {agreement.mean:.3f} "
+            f"({t.confidence:.0%} interval {agreement.low:.3f}-{agreement.high:.3f}; "
+            f"at least {t.min_overlap} to keep)",
+        )
+    ]
     if ndcg_gain is not None:
         gain = interval(ndcg_gain, t, seed=1)
-        reasons.append(
-            f"nDCG@{t.k} new/old minus old/old {gain.mean:+.4f} "
-            f"(interval {gain.low:+.4f} to {gain.high:+.4f}; at least -{t.ndcg_tolerance} to keep)"
+        lost = gain.high < -t.ndcg_tolerance
+        checks.append(
+            Check(
+                "nDCG",
+                not lost,
+                f"nDCG@{t.k} new/old minus old/old {gain.mean:+.4f} "
+                f"(interval {gain.low:+.4f} to {gain.high:+.4f}; at least "
+                f"-{t.ndcg_tolerance} to keep)",
+            )
         )
-        fails = fails or gain.high < -t.ndcg_tolerance
+        fails = fails or lost
         unsure = unsure or (not fails and gain.low < -t.ndcg_tolerance)
-    if fails:
-        return Verdict("RE-INDEX", tuple(reasons), likely_cause(documents, queries, t))
-    if unsure:
-        reasons.append("the sample is too small to tell at these tolerances")
-        return Verdict("INCONCLUSIVE", tuple(reasons), likely_cause(documents, queries, t))
-    if _norms_differ(queries):
-        reasons.append(
-            "the rankings hold, but every score against the index changes with the new "
-            "queries' length (thresholds on scores break)"
+    if not fails and unsure:
+        return IndexVerdict(
+            tuple(checks),
+            ("the sample is too small to tell at these tolerances",),
+            inconclusive=True,
+            cause=likely_cause(documents, queries, t),
         )
-        return Verdict("RE-INDEX", tuple(reasons), likely_cause(documents, queries, t))
+    held = None if fails else _held_scores(documents, queries, t)
+    if held is not None:
+        checks.append(held)
+    if fails or held is not None:
+        return IndexVerdict(tuple(checks), cause=likely_cause(documents, queries, t))
+    return IndexVerdict(tuple(checks))
+
+
+def _held_scores(documents: Similarity, queries: Similarity, t: IndexThresholds) -> Check | None:
+    """The rankings hold: the failed check of what else keeps the index from staying
+    (the new queries' length, then the documents' vectors), or None."""
+    if _norms_differ(queries):
+        return Check(
+            "query lengths",
+            False,
+            "the rankings hold, but every score against the index changes with the new "
+            "queries' length (thresholds on scores break)",
+        )
     low = float(np.percentile(documents.cosines, 1)) if documents.cosines.size else 1.0
     if low < t.same_vector or _norms_differ(documents):
-        reasons.append(
+        return Check(
+            "document vectors",
+            False,
             f"the rankings hold, but documents embedded from now on would differ from those "
-            f"in the index (document cosine p1 {low:.6f})"
+            f"in the index (document cosine p1 {low:.6f})",
         )
-        return Verdict("RE-INDEX", tuple(reasons), likely_cause(documents, queries, t))
-    return Verdict("KEEP INDEX", tuple(reasons))
+    return None
 
 
 def likely_cause(
-    documents: Similarity, queries: Similarity, t: Thresholds = DEFAULT_THRESHOLDS
+    documents: Similarity, queries: Similarity, t: IndexThresholds = DEFAULT_THRESHOLDS
 ) -> str:
     """What most likely makes the new vectors differ, read from the per-text
     similarities; "" when they do not differ."""

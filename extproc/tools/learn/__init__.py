@@ -12,7 +12,8 @@ task, ``policy_file`` (the YAML), ``verify`` (the gateway against the baseline) 
 - embeddings: ``local`` (the tokenizer, the model's files, the candidate prompts and
   special tokens) and one learner per aspect (``basics_learner``,
   ``prompts_learner``, ``truncation_learner``, ``dimensions_learner``,
-  ``profile_learner``, ``upstream_learner``), in order in ``probing_plan``;
+  ``profile_learner``, ``upstream_learner``, ``names_learner``, ``batch_learner``,
+  ``text_learner``), in order in ``probing_plan``;
 - reranking: ``rerank_paths_learner`` (every path and its dialect),
   ``rerank_scores_learner`` (the scale, results and documents by default),
   ``rerank_long_pairs_learner``, in order in ``rerank_plan``;

@@ -20,10 +20,14 @@ from extproc.tools.learn.findings import Finding
 from extproc.tools.learn.profile_learner import BAD_REQUESTS
 from extproc.tools.learn.session import SERVERS, Exchange
 from extproc.tools.learn.verify import Verification
-from extproc.tools.toolkit.comparison_markdown import contract_lines, parity_lines, verdict_lines
+from extproc.tools.toolkit.comparison_markdown import (
+    contract_lines,
+    parity_lines,
+    rerank_table,
+    verdict_lines,
+)
 from extproc.tools.toolkit.report_files import report_json
 from extproc.tools.toolkit.report_format import cell, code_span, table
-from extproc.tools.toolkit.rerank_answers import rows_table
 
 NO_VERIFY = "--no-verify was given"
 # An exchange's answer as read (vectors, a ranking) and its raw body: the report shows
@@ -139,7 +143,7 @@ def to_markdown(report: LearnReport) -> str:
             lines += parity_lines(v.parity)
             lines += contract_lines(v.rows)
         if v.rerank_rows:
-            lines += [*rows_table(v.rerank_rows, "gateway"), ""]
+            lines += [*rerank_table(v.rerank_rows, "gateway"), ""]
     elif report.verify_note:
         lines += ["## Verification", "", f"Not run: {report.verify_note}.", ""]
     return "\n".join(lines).rstrip() + "\n"

@@ -31,7 +31,7 @@ from extproc.tools.learn.profile_learner import (
     MALFORMED,
     NO_INPUT,
     UNKNOWN,
-    Encoding,
+    LearnedEncoding,
     learn_profile,
 )
 from extproc.tools.learn.prompts_learner import UNKNOWN_TYPE, learn_prompts
@@ -58,7 +58,7 @@ class Learned:
     truncation: dict[str, Any] = field(default_factory=dict)  # the policy's `truncation`
     dimensions: Dimensions = field(default_factory=Dimensions)
     prompts: PromptTemplates = field(default_factory=PromptTemplates)
-    encoding: Encoding = field(default_factory=Encoding)
+    encoding: LearnedEncoding = field(default_factory=LearnedEncoding)
     errors: dict[str, Any] = field(default_factory=dict)  # the policy's `errors`
     kind: str = "dynamo"
     truncate_prompt_tokens: bool = True

@@ -22,8 +22,8 @@ from extproc.tools.learn.basics_learner import Basics
 from extproc.tools.learn.findings import Finding, finding
 from extproc.tools.learn.local import TEXT
 from extproc.tools.learn.session import Exchange, Request, Session
+from extproc.tools.toolkit.contract_table import UNKNOWN_MODEL
 
-UNKNOWN_MODEL = "no-such-model-extproc-learn"
 BOM = b"\xef\xbb\xbf"
 BASE64 = 'encoding_format "base64"'
 BOM_LABEL = "UTF-8 BOM before the body"
@@ -53,7 +53,7 @@ LAX = (1, 2)  # positions of the lax integer spellings in requests()
 
 
 @dataclass(frozen=True)
-class Encoding:
+class LearnedEncoding:
     """What the policy's ``base64`` and ``leniency`` say."""
 
     base64: str = "HONOURED"  # or IGNORED
@@ -76,7 +76,7 @@ class Encoding:
 
 def learn_profile(
     session: Session, basics: Basics, dimensions: int
-) -> tuple[Encoding, list[Finding], list[Exchange], list[Exchange]]:
+) -> tuple[LearnedEncoding, list[Finding], list[Exchange], list[Exchange]]:
     """(encoding and leniency, findings, the baseline's answers, the candidate's)."""
     session.note("learn: encoding, leniency and errors (both servers)")
     sent: list[Request] = [
@@ -139,4 +139,4 @@ def learn_profile(
     found.append(
         finding(BAD_REQUESTS, None, "measured", "both servers, side by side", shown=[*base, *cand])
     )
-    return Encoding(value, integers, bom.ok, floats_only), found, base, cand
+    return LearnedEncoding(value, integers, bom.ok, floats_only), found, base, cand

@@ -12,8 +12,8 @@ from extproc.tools.learn.findings import Confidence, Finding, finding, unknown
 from extproc.tools.learn.rerank_paths_learner import DOCUMENTS, QUERY, Served
 from extproc.tools.learn.rerank_scores_learner import upstream_rerank
 from extproc.tools.learn.session import Exchange, Session
+from extproc.tools.parity.rerank_comparison import SCORE_TOLERANCE
 from extproc.tools.toolkit.long_text import plain_words
-from extproc.tools.toolkit.rerank_answers import SCORE_TOLERANCE
 
 
 @dataclass(frozen=True)

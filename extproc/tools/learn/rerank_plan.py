@@ -23,7 +23,8 @@ from extproc.tools.learn.rerank_paths_learner import DOCUMENTS, QUERY, Served, l
 from extproc.tools.learn.rerank_scores_learner import learn_defaults, max_model_len, upstream_rerank
 from extproc.tools.learn.session import Exchange, Session
 from extproc.tools.toolkit.budgeted_client import BudgetSpentError
-from extproc.tools.toolkit.rerank_answers import MALFORMED, UNKNOWN_MODEL
+from extproc.tools.toolkit.contract_table import UNKNOWN_MODEL
+from extproc.tools.toolkit.rerank_requests import MALFORMED
 
 
 @dataclass

@@ -19,7 +19,7 @@ from extproc.core.tasks.rerank import sigmoid
 from extproc.tools.learn.findings import Finding, finding, unknown
 from extproc.tools.learn.rerank_paths_learner import DOCUMENTS, QUERY, Served
 from extproc.tools.learn.session import Exchange, Session
-from extproc.tools.toolkit.rerank_answers import SCORE_TOLERANCE
+from extproc.tools.parity.rerank_comparison import SCORE_TOLERANCE
 
 # vLLM's /rerank answers in Jina's shape (results with relevance_score, no meta).
 UPSTREAM_READER = RERANK_DIALECTS["jina"]

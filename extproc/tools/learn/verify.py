@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TypeVar
@@ -45,17 +46,14 @@ from extproc.tools.learn.prompts_learner import INSTRUCTION_ALONE
 from extproc.tools.learn.rerank_paths_learner import DOCUMENTS, QUERY
 from extproc.tools.learn.rerank_plan import LearnedRerank
 from extproc.tools.learn.session import Session
-from extproc.tools.parity import Check, Verdict
-from extproc.tools.toolkit.contract_table import Probe, Row, default_probes, run_contract
+from extproc.tools.parity import Verdict
+from extproc.tools.parity.readiness_verdict import rerank_check
+from extproc.tools.parity.rerank_comparison import RerankReply, RerankRow, compare_replies
+from extproc.tools.toolkit.contract_table import ContractRow, Probe, default_probes, run_contract
 from extproc.tools.toolkit.corpus import load_corpus
 from extproc.tools.toolkit.long_text import LONG_INPUT_TOKENS, long_text
 from extproc.tools.toolkit.readiness_checks import PROBE_THRESHOLDS, comparison_verdict
-from extproc.tools.toolkit.rerank_answers import (
-    AnswerRow,
-    RerankReply,
-    compare_replies,
-    contract_requests,
-)
+from extproc.tools.toolkit.rerank_requests import rerank_requests
 from extproc.tools.toolkit.vector_parity import ParityResult, run_parity
 
 T = TypeVar("T")
@@ -75,8 +73,8 @@ LEARNED_AS = {
 class Verification:
     verdict: Verdict
     parity: ParityResult | None = None  # embeddings
-    rows: Sequence[Row] = ()  # embeddings: the contract table
-    rerank_rows: Sequence[AnswerRow] = ()  # reranking: a row per request and path
+    rows: Sequence[ContractRow] = ()  # embeddings: the contract table
+    rerank_rows: Sequence[RerankRow] = ()  # reranking: a row per request and path
 
 
 def upstream_root(url: str) -> Upstream:
@@ -180,11 +178,11 @@ def verify_rerank(
     def compare(gateway_url: str) -> Verification:
         session.note(f"verify: the gateway on {gateway_url} against the baseline")
         gateway = HttpClient(gateway_url, timeout_s=session.timeout_s, headers=session.headers)
-        rows: list[AnswerRow] = []
+        rows: list[RerankRow] = []
         try:
             for entry in learned:
                 dialect, path = entry.dialect, entry.path
-                bodies = contract_requests(dialect, entry.model, QUERY, DOCUMENTS, entry.max_tokens)
+                bodies = rerank_requests(dialect, entry.model, QUERY, DOCUMENTS, entry.max_tokens)
                 for label, body in bodies.items():
                     raw = body if isinstance(body, bytes) else orjson.dumps(body)
                     old = session.post("baseline", path, f"verify: {label}", body, [dialect])
@@ -193,8 +191,8 @@ def verify_rerank(
                     rows.append(
                         compare_replies(
                             f"{path} {label}",
-                            RerankReply.read(old.status, old.body),
-                            RerankReply.read(new.status, new.body),
+                            RerankReply.read(old.status, old.body, dialect),
+                            RerankReply.read(new.status, new.body, dialect),
                         )
                     )
         finally:
@@ -207,13 +205,10 @@ def verify_rerank(
         )
 
 
-def rerank_verdict(rows: Sequence[AnswerRow]) -> Verdict:
+def rerank_verdict(rows: Sequence[RerankRow]) -> Verdict:
     """Ready when a client sees the same in every row."""
-    differ = [r for r in rows if r.problem]
-    detail = f"{len(rows) - len(differ)} of {len(rows)} requests answered the same"
-    if differ:
-        detail += f"; first difference: {differ[0].label}: {differ[0].problem}"
-    return Verdict((Check("rerank answers", not differ, detail),))
+    differences = Counter(r.difference for r in rows if r.problem)
+    return Verdict((rerank_check(len(rows), differences),))
 
 
 async def with_gateway(contract: Contract, upstream: Upstream, work: Callable[[str], T]) -> T:

@@ -5,7 +5,8 @@ plus warnings that do not change it. It is *ready* when every check passes,
 *inconclusive* when the baseline itself could not be read (nothing to compare
 against), else *not ready*; the exit codes follow (0, 2, 1).
 
-Cosine checks judge the lowest cosine of a kind of input (documents, queries)
+The rerank check asks that every rerank pair be the same. Cosine checks judge the
+lowest cosine of a kind of input (documents, queries)
 against its threshold; a kind with nothing compared passes vacuously, and says so.
 Queries have their own threshold (by default the documents'): a query embedded
 without its instruction is the silent failure of a migration, 200 on both sides
@@ -14,6 +15,7 @@ with far-off vectors.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any
@@ -104,4 +106,16 @@ def cosine_check(
     noise = f", {explained} more below it but within noise" if explained else ""
     return Check(
         label, ok, f"min cosine {lowest:.4f} {sign} {threshold} over {compared} inputs{noise}"
+    )
+
+
+def rerank_check(compared: int, differences: Mapping[str, int]) -> Check:
+    """Every rerank pair the same: ``differences`` counts the ``compared`` pairs a
+    client would tell apart, by kind of difference."""
+    differ = sum(differences.values())
+    kinds = ", ".join(f"{k} x{n}" for k, n in sorted(differences.items()))
+    return Check(
+        "rerank answers",
+        differ == 0,
+        f"{differ} of {compared} rerank pairs a client would tell apart ({kinds or 'none'})",
     )

@@ -1,10 +1,13 @@
-"""Offline parity probe: `extproc probe --baseline URL --candidate URL`.
+"""Offline parity probe: `extproc probe --baseline URL --candidate URL`, for
+embeddings or (``--task rerank``) reranking.
 
-Built on :mod:`extproc.tools.toolkit` (the client, the corpus, the vector parity and
-contract sections and their checks) and :mod:`extproc.tools.parity` (answers read,
-compared and judged).
+Built on :mod:`extproc.tools.toolkit` (the clients, the corpus, the vector parity and
+contract sections and their checks, the rerank requests) and
+:mod:`extproc.tools.parity` (answers read, compared and judged).
 
-Modules, one concept each: ``latency`` (section 3), ``probe_verdict`` (the toolkit's
-checks and the latency section's), ``probe_report`` (Markdown, JSON), ``html_report``
-and ``svg`` (HTML page). The command line is :mod:`extproc.commands.probe`.
+Modules, one concept each: ``embeddings_probe`` and ``rerank_probe`` (one run of each
+task against both servers), ``latency`` (the embeddings run's section 3),
+``probe_verdict`` (each task's checks), ``probe_report`` (the report of either task:
+Markdown, JSON) and ``html_report`` (its HTML page). The command line is
+:mod:`extproc.commands.probe`.
 """

@@ -1,19 +1,29 @@
-"""The probe's report as one self-contained HTML page: inline CSS, inline SVG, no scripts,
-no external assets (nothing is fetched when it is opened)."""
+"""The probe's report as one self-contained HTML page, for either task: inline CSS,
+inline SVG, no scripts, no external assets (nothing is fetched when it is opened).
+The meta items and the verdict are shown alike for both tasks; then the task's
+sections, as in the Markdown."""
 
 from __future__ import annotations
 
 from html import escape
 
 from extproc.tools.probe.latency import FIGURES, LatencyResult
-from extproc.tools.probe.probe_report import FIGURE_LABELS, ProbeReport, meta_lines
+from extproc.tools.probe.probe_report import (
+    FIGURE_LABELS,
+    TITLES,
+    EmbeddingsSections,
+    ProbeReport,
+    RerankSections,
+    meta_lines,
+    queries_line,
+)
 from extproc.tools.toolkit.comparison_markdown import (
     SEVERITY_MARK,
     cosine_line,
     parity_table,
     verdict_lists,
 )
-from extproc.tools.toolkit.contract_table import Row
+from extproc.tools.toolkit.contract_table import ContractRow
 from extproc.tools.toolkit.report_format import fmt_cos, fmt_num, fmt_ratio
 from extproc.tools.toolkit.svg_charts import cosine_histogram, grouped_bars
 
@@ -53,8 +63,8 @@ def _verdict(report: ProbeReport) -> list[str]:
     return out
 
 
-def _parity(report: ProbeReport) -> list[str]:
-    p = report.parity
+def _parity(sections: EmbeddingsSections) -> list[str]:
+    p = sections.parity
     n = p.documents_total
     out = [
         "<h2>1. Vector parity</h2>",
@@ -72,7 +82,7 @@ def _parity(report: ProbeReport) -> list[str]:
     for name, side in (("baseline", p.baseline), ("candidate", p.candidate)):
         out += [f'<li class="fail">{name} error: {escape(e)}</li>' for e in side.errors]
     out.append("</ul>")
-    threshold = report.thresholds.min_cosine
+    threshold = sections.thresholds.min_cosine
     charts = [cosine_histogram(list(p.documents.cosines), threshold, "Cosine per document")]
     if p.queries.cosines:
         charts.append(
@@ -80,7 +90,7 @@ def _parity(report: ProbeReport) -> list[str]:
                 list(p.queries.cosines), threshold, "Cosine per query (no instruction)"
             )
         )
-    query_row = next((r for r in report.contract if r.key == "input_type_query"), None)
+    query_row = next((r for r in sections.contract if r.key == "input_type_query"), None)
     if query_row is not None and query_row.cosines:
         charts.append(
             cosine_histogram(
@@ -91,7 +101,7 @@ def _parity(report: ProbeReport) -> list[str]:
     return out
 
 
-def _contract_row(row: Row) -> str:
+def _contract_row(row: ContractRow) -> str:
     mark = SEVERITY_MARK[row.severity]
     notes = "; ".join(row.notes)
     match = (
@@ -107,7 +117,7 @@ def _contract_row(row: Row) -> str:
     )
 
 
-def _contract(report: ProbeReport) -> list[str]:
+def _contract(sections: EmbeddingsSections) -> list[str]:
     out = [
         "<h2>2. Contract</h2>",
         "<p>Each request sent unchanged to both servers. Valid requests must keep the status "
@@ -115,7 +125,7 @@ def _contract(report: ProbeReport) -> list[str]:
         "<table><tr><th>request</th><th>valid</th><th>baseline</th><th>candidate</th>"
         "<th>cosine (min)</th><th>match</th></tr>",
     ]
-    out += [_contract_row(row) for row in report.contract]
+    out += [_contract_row(row) for row in sections.contract]
     out.append("</table>")
     return out
 
@@ -169,19 +179,37 @@ def _latency(latency: LatencyResult | None, skipped: str | None) -> list[str]:
     return out
 
 
+def _rerank(sections: RerankSections) -> list[str]:
+    out = [f"<p>{escape(queries_line(sections))}</p>", "<h2>Every request</h2>", "<table>"]
+    out.append("<tr><th>request</th><th>baseline</th><th>candidate</th><th></th></tr>")
+    for r in sections.rows:
+        klass, said = ("fail", r.problem) if r.problem else ("ok", "same")
+        out.append(
+            f"<tr><td>{escape(r.label)}</td><td>{escape(r.baseline)}</td>"
+            f'<td>{escape(r.candidate)}</td><td class="{klass}">{escape(said)}</td></tr>'
+        )
+    out.append("</table>")
+    return out
+
+
 def to_html(report: ProbeReport) -> str:
+    title = TITLES[report.meta.task]
     body = [
-        "<h1>Embeddings parity probe</h1>",
+        f"<h1>{title}</h1>",
         "<ul>",
         *(f"<li>{_code_spans(item)}</li>" for item in meta_lines(report)),
         "</ul>",
     ]
     body += _verdict(report)
-    body += _parity(report)
-    body += _contract(report)
-    body += _latency(report.latency, report.latency_skipped)
+    sections = report.sections
+    if isinstance(sections, RerankSections):
+        body += _rerank(sections)
+    else:
+        body += _parity(sections)
+        body += _contract(sections)
+        body += _latency(sections.latency, sections.latency_skipped)
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-        f"<title>Embeddings parity probe: {escape(report.verdict.label.upper())}</title>"
+        f"<title>{title}: {escape(report.verdict.label.upper())}</title>"
         f"<style>{STYLE}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n"
     )

@@ -41,13 +41,17 @@ QUICK_PLAN = LatencyPlan(sequential=10, concurrent=8, concurrency=4, repetitions
 
 
 @dataclass(frozen=True)
-class Request:
+class LatencyRequest:
+    """One request the latency runs send, and how many inputs it embeds."""
+
     body: bytes
     inputs: int
 
 
 @dataclass(frozen=True)
-class Outcome:
+class Timing:
+    """One request of a latency run: answered as asked, and how long it took."""
+
     ok: bool
     elapsed_ms: float
     error: str | None = None
@@ -57,8 +61,8 @@ class Outcome:
 class RunSample:
     """The raw measurements of one repetition on one server."""
 
-    sequential: tuple[Outcome, ...]
-    concurrent: tuple[Outcome, ...]
+    sequential: tuple[Timing, ...]
+    concurrent: tuple[Timing, ...]
     concurrent_wall_s: float
     concurrent_docs: int  # documents embedded by the successful concurrent requests
 
@@ -97,7 +101,7 @@ FIGURES = (
 )
 
 
-def _pct(outcomes: Sequence[Outcome], q: float) -> float | None:
+def _pct(outcomes: Sequence[Timing], q: float) -> float | None:
     values = [o.elapsed_ms for o in outcomes if o.ok]
     return percentile(values, q) if values else None
 
@@ -151,21 +155,21 @@ def ratios(baseline: Figures, candidate: Figures) -> dict[str, float | None]:
 # ------------------------------------------------------------------------------ I/O
 
 
-def _check(result: HttpResult, inputs: int) -> Outcome:
+def _check(result: HttpResult, inputs: int) -> Timing:
     elapsed_ms = result.elapsed_s * 1000.0
     if result.status != 200:
-        return Outcome(False, elapsed_ms, f"HTTP {result.status or result.error}")
+        return Timing(False, elapsed_ms, f"HTTP {result.status or result.error}")
     answer = Answer.read(result.status, result.body)
     if answer.count is None:
-        return Outcome(False, elapsed_ms, f"unreadable answer: {answer.problem}")
+        return Timing(False, elapsed_ms, f"unreadable answer: {answer.problem}")
     if answer.count != inputs:
-        return Outcome(False, elapsed_ms, f"{answer.count} vectors for {inputs} inputs")
-    return Outcome(True, elapsed_ms)
+        return Timing(False, elapsed_ms, f"{answer.count} vectors for {inputs} inputs")
+    return Timing(True, elapsed_ms)
 
 
 def measure_once(
     client: EmbeddingsClient,
-    requests: Sequence[Request],
+    requests: Sequence[LatencyRequest],
     plan: LatencyPlan,
     pool: ThreadPoolExecutor,
 ) -> RunSample:
@@ -173,7 +177,7 @@ def measure_once(
     if not requests:
         raise ValueError("no requests to send")
     client.post(requests[0].body)  # warm-up: this thread's connection
-    sequential: list[Outcome] = []
+    sequential: list[Timing] = []
     for i in range(plan.sequential):
         request = requests[i % len(requests)]
         sequential.append(_check(client.post(request.body), request.inputs))
@@ -188,7 +192,7 @@ def measure_once(
     for future in [pool.submit(warm) for _ in range(plan.concurrency)]:
         future.result()
 
-    def one(i: int) -> Outcome:
+    def one(i: int) -> Timing:
         request = requests[i % len(requests)]
         return _check(client.post(request.body), request.inputs)
 
@@ -205,7 +209,7 @@ def measure_once(
 def run_latency(
     baseline: EmbeddingsClient,
     candidate: EmbeddingsClient,
-    requests: Sequence[Request],
+    requests: Sequence[LatencyRequest],
     plan: LatencyPlan,
 ) -> LatencyResult:
     samples: dict[str, list[RunSample]] = {"baseline": [], "candidate": []}

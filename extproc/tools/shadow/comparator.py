@@ -12,13 +12,13 @@ from typing import Any
 from extproc.tools.parity import Thresholds
 from extproc.tools.shadow.comparator_metrics import ShadowMetrics
 from extproc.tools.shadow.half import Half
-from extproc.tools.shadow.pair_comparison import PairResult, Tolerances, compare_pair
+from extproc.tools.shadow.pair_comparison import PairResult, ShadowTolerances, compare_pair
 from extproc.tools.shadow.store import Completed, Dropped, PairStore, StoreLimits
 from extproc.tools.shadow.summary import summarize
 from extproc.tools.shadow.tally import Tally
 
 _LIMITS = StoreLimits()
-_TOLERANCES = Tolerances()
+_TOLERANCES = ShadowTolerances()
 _THRESHOLDS = Thresholds()
 
 
@@ -27,7 +27,7 @@ class Comparator:
         self,
         *,
         limits: StoreLimits = _LIMITS,
-        tolerances: Tolerances = _TOLERANCES,
+        tolerances: ShadowTolerances = _TOLERANCES,
         thresholds: Thresholds = _THRESHOLDS,
         expect_noise: bool = False,
         metrics: ShadowMetrics | None = None,

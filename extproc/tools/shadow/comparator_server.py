@@ -6,7 +6,7 @@ it there. ``/metrics`` is prometheus_client's WSGI app; ``/summary`` (JSON) and
 ``/healthz`` sit next to it in the same WSGI app, served by the standard library's
 threaded WSGI server on a thread of its own. A summary is computed on the event
 loop (the HTTP thread only waits for it), so the comparator needs no locks.
-On stop: gRPC health turns NOT_SERVING, the tap streams drain for ``grace_s``.
+On stop: gRPC health turns NOT_SERVING, the tap streams drain for ``grace_seconds``.
 """
 
 from __future__ import annotations
@@ -29,11 +29,13 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from prometheus_client import make_wsgi_app
 
+from extproc.core.policy.model import GatewayPolicy
+from extproc.core.routes import Routes, routes_of
 from extproc.service.net import split_host_port
 from extproc.tools.parity import Thresholds
 from extproc.tools.shadow.comparator import Comparator
 from extproc.tools.shadow.half import RawHalf, Role, extract_half
-from extproc.tools.shadow.pair_comparison import Tolerances
+from extproc.tools.shadow.pair_comparison import ShadowTolerances
 from extproc.tools.shadow.store import StoreLimits
 from extproc.tools.shadow.tap import ROLE_METADATA, TapStream
 
@@ -46,6 +48,9 @@ MAX_MESSAGE_BYTES: Final = 64 * 1024 * 1024
 # Bodies above this are parsed in a worker thread, so that one big batch does not
 # hold up every other stream on the event loop.
 OFFLOAD_BYTES: Final = 256 * 1024
+# A comparator given no policy knows the embeddings endpoint's spellings, and reads a
+# mesh's rerank paths in whichever dialect answers.
+EMBEDDINGS_ROUTES: Final = routes_of(GatewayPolicy(models={}))
 
 Context = grpc.aio.ServicerContext[ep.ProcessingRequest, ep.ProcessingResponse]
 
@@ -55,12 +60,13 @@ class CompareOptions:
     listen: str = "127.0.0.1:50061"
     http: str | None = "127.0.0.1:9300"
     limits: StoreLimits = field(default_factory=StoreLimits)
-    tolerances: Tolerances = field(default_factory=Tolerances)
+    tolerances: ShadowTolerances = field(default_factory=ShadowTolerances)
     thresholds: Thresholds = field(default_factory=Thresholds)
     expect_noise: bool = False
     keep_text: bool = False
     max_body_bytes: int = 64 * 1024 * 1024
-    grace_s: float = 5.0
+    grace_seconds: float = 5.0
+    routes: Routes = EMBEDDINGS_ROUTES  # the policy's route table: which paths rerank
 
 
 @dataclass(frozen=True)
@@ -71,6 +77,7 @@ class TapService:
     comparator: Comparator
     max_body_bytes: int
     keep_text: bool
+    routes: Routes = EMBEDDINGS_ROUTES
     clock: Callable[[], float] = time.monotonic
 
     def handler(self) -> grpc.GenericRpcHandler:
@@ -115,9 +122,11 @@ class TapService:
     async def _deliver(self, raw: RawHalf) -> None:
         try:
             if len(raw.request_body) + len(raw.response_body) > OFFLOAD_BYTES:
-                half = await asyncio.to_thread(extract_half, raw, keep_text=self.keep_text)
+                half = await asyncio.to_thread(
+                    extract_half, raw, self.routes, keep_text=self.keep_text
+                )
             else:
-                half = extract_half(raw, keep_text=self.keep_text)
+                half = extract_half(raw, self.routes, keep_text=self.keep_text)
             self.comparator.accept(half, self.clock())
         except Exception as exc:
             # Type only: exception text may quote request content.
@@ -186,7 +195,7 @@ async def serve_compare(
     port = server.add_insecure_port(options.listen)
     if port == 0:
         raise OSError(f"cannot listen on {options.listen}")
-    tap = TapService(comparator, options.max_body_bytes, options.keep_text)
+    tap = TapService(comparator, options.max_body_bytes, options.keep_text, options.routes)
     health_servicer = health.aio.HealthServicer()
     server.add_generic_rpc_handlers((tap.handler(),))
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
@@ -210,9 +219,11 @@ async def serve_compare(
     try:
         await stop.wait()
     finally:
-        log.info("stopping: health NOT_SERVING, draining tap streams for %.0f s", options.grace_s)
+        log.info(
+            "stopping: health NOT_SERVING, draining tap streams for %.0f s", options.grace_seconds
+        )
         await health_servicer.enter_graceful_shutdown()
-        await server.stop(options.grace_s)
+        await server.stop(options.grace_seconds)
         expiry.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await expiry

@@ -79,12 +79,12 @@ def adopt_gateway(config: dict[str, Any], gateway: dict[str, Any]) -> dict[str, 
     (source,) = gateway["static_resources"]["listeners"]
     source_hcm = hcm_of(source)
     route_config = copy.deepcopy(source_hcm["route_config"])
-    for route in routes_of({"route_config": route_config}):
+    for route in hcm_routes({"route_config": route_config}):
         if route.get("route", {}).get("cluster") == "upstream":
             route["route"]["cluster"] = "candidate"
     for listener in config["static_resources"]["listeners"]:
         hcm = hcm_of(listener)
-        clusters = {route.get("route", {}).get("cluster") for route in routes_of(hcm)}
+        clusters = {route.get("route", {}).get("cluster") for route in hcm_routes(hcm)}
         if "candidate" in clusters:  # the gateway's listener
             taps = [f for f in hcm["http_filters"] if f["name"] == TAP_FILTER]
             hcm["http_filters"] = taps + copy.deepcopy(source_hcm["http_filters"])
@@ -145,7 +145,7 @@ def render_shadow(
         listener["per_connection_buffer_limit_bytes"] = response_limit
         hcm = hcm_of(listener)
         outer = reverse and listener["name"] == "primary"
-        for route in routes_of(hcm):
+        for route in hcm_routes(hcm):
             if "request_body_buffer_limit" in route:
                 route["request_body_buffer_limit"] = policy.limits.max_request_bytes
             if "route" in route:
@@ -225,7 +225,7 @@ def _shadow_rerank(
         "safe_regex": {"regex": pattern},
         "headers": [{"name": ":method", "string_match": {"exact": "POST"}}],
     }
-    routes = routes_of(hcm_of(listeners["primary"]))
+    routes = hcm_routes(hcm_of(listeners["primary"]))
     passthrough = next(r for r in routes if r.get("name") == PASSTHROUGH_ROUTE)
     (vhost,) = hcm_of(listeners["primary"])["route_config"]["virtual_hosts"]
     vhost["routes"].insert(
@@ -260,7 +260,7 @@ def _route_primary_passthrough_to_legacy(
     """The clients' listener sends every non-embeddings path (``passthrough``) to the
     legacy server, untouched and streamed, as ``extproc run --legacy`` does: without it
     that route goes to the baseline (forward mode) or the candidate gateway (reverse)."""
-    (route,) = [r for r in routes_of(hcm_of(primary)) if r.get("name") == PASSTHROUGH_ROUTE]
+    (route,) = [r for r in hcm_routes(hcm_of(primary)) if r.get("name") == PASSTHROUGH_ROUTE]
     route["route"]["cluster"] = LEGACY_CLUSTER
     config["static_resources"]["clusters"].append(legacy_cluster(legacy))
 
@@ -276,7 +276,7 @@ def hcm_of(listener: dict[str, Any]) -> dict[str, Any]:
     return typed
 
 
-def routes_of(hcm: dict[str, Any]) -> list[dict[str, Any]]:
+def hcm_routes(hcm: dict[str, Any]) -> list[dict[str, Any]]:
     return [route for vhost in hcm["route_config"]["virtual_hosts"] for route in vhost["routes"]]
 
 

@@ -8,12 +8,16 @@ vectors, ``usage.prompt_tokens``), the request's input kind and count and a dige
 of the request; never the raw bodies, and the input texts only when asked to
 (``--keep-text``).
 
-Input kind (per request, so per input): a query when ``input_type`` is in the
-query vocabulary (:data:`extproc.core.prompts.QUERY_TYPES`) or an ``instruction`` is
-present, else a document; a rerank request when its path is not an embeddings path
-(only the embeddings and the policy's rerank paths are tapped). A rerank half keeps
-its reply as the toolkit reads it (order, scores, documents, or the error body's
-shape): the pair is compared whole, as a client sees it.
+Input kind (per request, so per input): a rerank request when the policy routes its
+path (as Envoy's routes compare it, :func:`extproc.core.request_headers.route_of`) to
+a rerank dialect, or when it is a rerank path of a mesh (any dialect's) the policy
+does not route; else a query when ``input_type`` is in the query vocabulary
+(:data:`extproc.core.prompts.QUERY_TYPES`) or an ``instruction`` is present, else a
+document. The inputs are the core's reading of ``input``
+(:func:`extproc.core.request_json.input_items`). A rerank half keeps its reply as
+its route's dialect reads it (order, scores, documents, or the error body's shape;
+a mesh path the policy does not route, in whichever dialect answers): the pair is
+compared whole, as a client sees it.
 """
 
 from __future__ import annotations
@@ -26,8 +30,12 @@ from typing import Any, Final
 import orjson
 
 from extproc.core.prompts import QUERY_TYPES
+from extproc.core.request_headers import route_of
+from extproc.core.request_json import input_items
+from extproc.core.routes import Routes
+from extproc.core.tasks.rerank import RerankDialect
 from extproc.tools.parity import Answer
-from extproc.tools.toolkit.rerank_answers import RerankReply
+from extproc.tools.parity.rerank_comparison import RerankReply
 
 TEXT_CHARS: Final = 200  # --keep-text keeps at most this much of each input
 _OVERHEAD_BYTES: Final = 512  # a Half's size beyond its vectors and texts, roughly
@@ -91,15 +99,23 @@ def digest(body: bytes) -> int:
     return int.from_bytes(hashlib.blake2b(body, digest_size=8).digest(), "big")
 
 
-def is_rerank_path(path: str) -> bool:
-    """A tapped path that is not the embeddings endpoint's: the policy's rerank paths."""
-    bare = path.split("?", 1)[0].rstrip("/").lower()
-    return bool(bare) and not bare.endswith("/embeddings")
+def rerank_route(routes: Routes, path: str) -> tuple[bool, RerankDialect | None]:
+    """Whether a tapped ``path`` is a rerank request, and the dialect its answers are
+    read in: its endpoint's; None (whichever answers) for a mesh's rerank path the
+    policy does not route."""
+    route = route_of(path)
+    endpoint = routes.at(route)
+    if endpoint is None:
+        return routes.left_alone(route), None
+    dialect = endpoint.dialect
+    return (True, dialect) if isinstance(dialect, RerankDialect) else (False, None)
 
 
-def extract_half(raw: RawHalf, *, keep_text: bool = False) -> Half:
-    """Pure: the comparable essence of one side's exchange."""
-    if is_rerank_path(raw.path):
+def extract_half(raw: RawHalf, routes: Routes, *, keep_text: bool = False) -> Half:
+    """Pure: the comparable essence of one side's exchange, its path looked up in
+    ``routes`` (the policy's route table)."""
+    rerank, dialect = rerank_route(routes, raw.path)
+    if rerank:
         return Half(
             request_id=raw.request_id,
             role=raw.role,
@@ -109,7 +125,7 @@ def extract_half(raw: RawHalf, *, keep_text: bool = False) -> Half:
             inputs=None,
             request_digest=digest(raw.request_body),
             upstream_s=raw.upstream_s,
-            rerank=RerankReply.read(raw.status, raw.response_body),
+            rerank=RerankReply.read(raw.status, raw.response_body, dialect),
         )
     kind, inputs, texts = _read_request(raw.request_body)
     return Half(
@@ -137,21 +153,10 @@ def _read_request(body: bytes) -> tuple[InputKind, int | None, tuple[str, ...]]:
         doc.get("instruction") is not None
     )
     kind = InputKind.QUERY if is_query else InputKind.DOCUMENT
-    items = _input_items(doc.get("input"))
+    items = input_items(doc.get("input"))
     if items is None:
         return kind, None, ()
     return kind, len(items), tuple(_describe(item) for item in items)
-
-
-def _input_items(value: Any) -> list[Any] | None:
-    """The request's inputs: a text, texts, one token-id list, or token-id lists."""
-    if isinstance(value, str):
-        return [value]
-    if not isinstance(value, list):
-        return None
-    if value and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-        return [value]  # one input given as token ids
-    return value
 
 
 def _describe(item: Any) -> str:

@@ -2,7 +2,7 @@
 
 The answers are compared by the parity package (status classes, vector count,
 cosine, dimensions and norm per input, ``usage.prompt_tokens``), a rerank pair's
-whole by the toolkit's rerank comparison (status, error body shape, results,
+whole by the parity package's rerank comparison (status, error body shape, results,
 documents, order, scores); shadow mode adds
 the noise rule, the latency ratio and whether both taps saw the same request. Pure.
 
@@ -26,12 +26,14 @@ from dataclasses import dataclass
 from extproc.core.status import is_success
 from extproc.tools import parity
 from extproc.tools.parity import Answer, Comparison, InputComparison, compare_answers
+from extproc.tools.parity.rerank_comparison import RerankRow, compare_replies
 from extproc.tools.shadow.half import Half, InputKind
-from extproc.tools.toolkit.rerank_answers import AnswerRow, compare_replies
 
 
 @dataclass(frozen=True)
-class Tolerances(parity.Tolerances):
+class ShadowTolerances(parity.Tolerances):
+    """The parity tolerances and the noise rule's two terms."""
+
     noise_relative: float = 2.0
     noise_absolute: float = 1e-5
 
@@ -57,7 +59,7 @@ class PairResult:
     latency_source: str  # "envoy" (both upstream times known) or "tap"
     request_mismatch: bool  # the two taps saw different request bytes
     texts: tuple[str, ...] = ()
-    rerank: AnswerRow | None = None  # a rerank pair, compared whole
+    rerank: RerankRow | None = None  # a rerank pair, compared whole
 
     @property
     def rerank_mismatch(self) -> bool:
@@ -83,7 +85,7 @@ def compare_pair(
     baseline: Half,
     candidate: Half,
     noise: Half | None = None,
-    tolerances: Tolerances = Tolerances(),
+    tolerances: ShadowTolerances = ShadowTolerances(),
 ) -> PairResult:
     compared = compare_answers(baseline.answer, candidate.answer, tolerances)
     noise_compared = (
@@ -120,7 +122,7 @@ def compare_pair(
     )
 
 
-def _judge(item: InputComparison, noise_cosine: float | None, tol: Tolerances) -> InputResult:
+def _judge(item: InputComparison, noise_cosine: float | None, tol: ShadowTolerances) -> InputResult:
     cosine = item.cosine
     below = cosine is None or cosine < tol.min_cosine
     explained = (

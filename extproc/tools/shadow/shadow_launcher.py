@@ -87,7 +87,9 @@ async def run_shadow(contract: Contract, options: ShadowRunOptions) -> int:
         asyncio.get_running_loop().create_future()
     )
     compare_stop = asyncio.Event()
-    compare_options = replace(options.compare, expect_noise=options.noise is not None)
+    compare_options = replace(
+        options.compare, expect_noise=options.noise is not None, routes=contract.routes
+    )
     comparator = asyncio.create_task(
         serve_compare(
             compare_options,

@@ -8,21 +8,21 @@ from typing import Any, Final
 
 from ddsketch import DDSketch
 
-from extproc.tools.parity import Check, Thresholds, Verdict, cosine_check
-from extproc.tools.shadow.pair_comparison import Tolerances
+from extproc.tools.parity import Check, Thresholds, Verdict, cosine_check, rerank_check
+from extproc.tools.shadow.pair_comparison import ShadowTolerances
 from extproc.tools.shadow.tally import KindTally, RerankTally, Tally, TokenTally
 
 FORMAT: Final = 2
 DROP_REASONS: Final = ("expired", "evicted", "duplicate", "late")
 TOKEN_SUMS: Final = ("requests", "equal", "baseline_total", "candidate_total")
-_TOLERANCES: Final = Tolerances()
+_TOLERANCES: Final = ShadowTolerances()
 _THRESHOLDS: Final = Thresholds()
 
 
 def summarize(
     tally: Tally,
     *,
-    tolerances: Tolerances = _TOLERANCES,
+    tolerances: ShadowTolerances = _TOLERANCES,
     thresholds: Thresholds = _THRESHOLDS,
     pending: int = 0,
 ) -> dict[str, Any]:
@@ -118,15 +118,8 @@ def judge(summary: Mapping[str, Any], thresholds: Thresholds = _THRESHOLDS) -> V
     ]
     rerank = summary.get("rerank") or {}
     if int(rerank.get("pairs", 0)):
-        pairs, differ = int(rerank["pairs"]), int(rerank["pairs"]) - int(rerank.get("same", 0))
-        kinds = ", ".join(f"{k} x{n}" for k, n in sorted(rerank.get("differences", {}).items()))
-        checks.append(
-            Check(
-                "rerank answers",
-                differ == 0,
-                f"{differ} of {pairs} rerank pairs a client would tell apart ({kinds or 'none'})",
-            )
-        )
+        differences = {k: int(n) for k, n in rerank.get("differences", {}).items()}
+        checks.append(rerank_check(int(rerank["pairs"]), differences))
     return Verdict(tuple(checks))
 
 

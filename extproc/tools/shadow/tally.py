@@ -18,9 +18,9 @@ from typing import Any, Final
 
 from ddsketch import DDSketch
 
+from extproc.tools.parity.rerank_comparison import RerankRow
 from extproc.tools.shadow.half import VECTOR_KINDS
 from extproc.tools.shadow.pair_comparison import InputResult, PairResult
-from extproc.tools.toolkit.rerank_answers import AnswerRow
 
 WORST_SIZE: Final = 20
 EXAMPLES_SIZE: Final = 20
@@ -99,7 +99,7 @@ class RerankTally:
     max_score_difference: float | None = None  # over pairs with the same documents
     examples: list[dict[str, Any]] = field(default_factory=list)  # the latest differences
 
-    def add(self, request_id: str, row: AnswerRow) -> None:
+    def add(self, request_id: str, row: RerankRow) -> None:
         self.pairs += 1
         if row.worst_score_difference is not None:
             worst = row.worst_score_difference

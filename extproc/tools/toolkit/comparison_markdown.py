@@ -1,13 +1,15 @@
 """A comparison of two servers in Markdown: the verdict lines, the vector parity
-section and the contract table, as the probe's report and learn's verification show
-them (the probe's HTML page reuses the pieces that are not Markdown). Pure."""
+section, the contract table and the rerank rows, as the probe's report and learn's
+verification show them (the probe's HTML page reuses the pieces that are not
+Markdown). Pure."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 from extproc.tools.parity import Verdict
-from extproc.tools.toolkit.contract_table import Row
+from extproc.tools.parity.rerank_comparison import RerankRow
+from extproc.tools.toolkit.contract_table import ContractRow
 from extproc.tools.toolkit.report_format import cell, fmt_cos, fmt_dim, fmt_num, table
 from extproc.tools.toolkit.vector_parity import CosineSet, ParityResult
 
@@ -75,14 +77,14 @@ def parity_lines(parity: ParityResult) -> list[str]:
     return lines
 
 
-def row_match(row: Row) -> str:
+def row_match(row: ContractRow) -> str:
     mark = SEVERITY_MARK[row.severity]
     if row.severity == "ok":
         return f"{mark} ({cell(row.notes[0])})" if row.notes else mark
     return f"{mark}: {cell('; '.join(row.notes))}"
 
 
-def contract_lines(rows: Sequence[Row]) -> list[str]:
+def contract_lines(rows: Sequence[ContractRow]) -> list[str]:
     header = ("request", "valid", "baseline", "candidate", "cosine (min)", "match")
     cells = [
         (
@@ -104,3 +106,11 @@ def contract_lines(rows: Sequence[Row]) -> list[str]:
         *table(header, cells),
         "",
     ]
+
+
+def rerank_table(rows: Sequence[RerankRow], candidate: str) -> list[str]:
+    """The rerank rows as a Markdown table, the candidate's column named ``candidate``."""
+    return table(
+        ["request", "baseline", candidate, ""],
+        [[r.label, cell(r.baseline), cell(r.candidate), cell(r.problem) or "same"] for r in rows],
+    )

@@ -32,7 +32,9 @@ from extproc.tools.toolkit.embeddings_client import EmbeddingsClient
 Severity = Literal["ok", "warn", "fail"]
 
 CUSTOM_INSTRUCTION = "Given a customer question, retrieve the help-center passage that answers it"
-UNKNOWN_MODEL = "no-such-model-extproc-probe"
+# A model no server serves: every tool sends this name for "unknown model", whatever
+# the task.
+UNKNOWN_MODEL = "no-such-model-extproc"
 ERROR_TEXT_LIMIT = 70
 # How the table names each encoding the core's parser reports.
 ENCODING_LABELS = {"float": "array", "base64": "base64 string", "mixed": "mixed"}
@@ -69,7 +71,7 @@ class Cell:
 
 
 @dataclass(frozen=True)
-class Row:
+class ContractRow:
     key: str
     title: str
     valid: bool
@@ -198,7 +200,7 @@ def compare_row(
     cand_answer: Answer | None,
     min_cosine: float,
     exact: bool = False,
-) -> Row:
+) -> ContractRow:
     """Judge one probe (pure)."""
     fails: list[str] = []
     warns: list[str] = []
@@ -246,7 +248,7 @@ def compare_row(
     elif probe.valid:
         warns.append(f"both fail ({base.status_class}): the baseline does not accept this probe")
     severity: Severity = "fail" if fails else ("warn" if warns else "ok")
-    return Row(
+    return ContractRow(
         key=probe.key,
         title=probe.title,
         valid=probe.valid,
@@ -274,8 +276,8 @@ def run_contract(
     min_cosine: float,
     *,
     exact: bool = False,
-) -> list[Row]:
-    rows: list[Row] = []
+) -> list[ContractRow]:
+    rows: list[ContractRow] = []
     for probe in probes:
         base_cell, base_answer = observe(baseline.post(probe.body))
         cand_cell, cand_answer = observe(candidate.post(probe.body))

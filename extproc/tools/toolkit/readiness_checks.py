@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from typing import Final
 
 from extproc.tools.parity import Check, Thresholds, Verdict
-from extproc.tools.toolkit.contract_table import Row
+from extproc.tools.toolkit.contract_table import ContractRow
 from extproc.tools.toolkit.vector_parity import ParityResult
 
 # Offline, on a fixed corpus, the probe can afford a stricter bar than live traffic.
@@ -94,7 +94,7 @@ def _parity_checks(parity: ParityResult, t: Thresholds) -> tuple[list[Check], li
 
 def comparison_verdict(
     parity: ParityResult,
-    rows: Sequence[Row],
+    rows: Sequence[ContractRow],
     thresholds: Thresholds = PROBE_THRESHOLDS,
     *,
     more: Sequence[Check] = (),

@@ -11,8 +11,8 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
-Request = TypeVar("Request")
-Answer = TypeVar("Answer")
+Sent = TypeVar("Sent")
+Got = TypeVar("Got")
 
 
 class RequestPool:
@@ -22,9 +22,7 @@ class RequestPool:
         self.max_in_flight = max_in_flight
         self._pool = ThreadPoolExecutor(max_in_flight, thread_name_prefix=name)
 
-    def send_all(
-        self, send: Callable[[Request], Answer], requests: Iterable[Request]
-    ) -> list[Answer]:
+    def send_all(self, send: Callable[[Sent], Got], requests: Iterable[Sent]) -> list[Got]:
         """``send`` each request on the pool's threads; the answers in the order asked
         (the first exception a ``send`` raised is raised here)."""
         futures = [self._pool.submit(send, request) for request in requests]

@@ -1,4 +1,5 @@
-"""Pure numbers: cosine similarity, spreads, percentiles, histograms.
+"""Pure numbers: cosine similarity, spreads, percentiles, bootstrap intervals,
+histograms.
 
 No I/O here; everything the verdict depends on is computed by these functions.
 """
@@ -40,10 +41,11 @@ def median(values: Sequence[float]) -> float:
 
 @dataclass(frozen=True)
 class Spread:
-    """min / median / max of a non-empty sample."""
+    """Where a non-empty sample lies: min, p1, median, max."""
 
     n: int
     min: float
+    p1: float
     median: float
     max: float
 
@@ -51,7 +53,37 @@ class Spread:
 def spread(values: Sequence[float]) -> Spread:
     if not values:
         raise ValueError("spread of no values")
-    return Spread(n=len(values), min=min(values), median=median(values), max=max(values))
+    return Spread(
+        n=len(values),
+        min=min(values),
+        p1=percentile(values, 1.0),
+        median=median(values),
+        max=max(values),
+    )
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A sample's mean, and the interval that holds it at some confidence."""
+
+    mean: float
+    low: float
+    high: float
+
+
+def bootstrap_interval(
+    values: npt.NDArray[np.float64], confidence: float, resamples: int, seed: int = 0
+) -> Interval:
+    """The mean of ``values`` and its percentile bootstrap interval (``resamples``
+    resamples, seeded: the same values give the same interval); NaN for no values."""
+    if values.size == 0:
+        return Interval(float("nan"), float("nan"), float("nan"))
+    rng = np.random.default_rng(seed)
+    picks = rng.integers(0, values.size, size=(resamples, values.size))
+    means = values[picks].mean(axis=1)
+    tail = (1 - confidence) / 2 * 100
+    low, high = np.percentile(means, [tail, 100 - tail])
+    return Interval(float(values.mean()), float(low), float(high))
 
 
 def histogram(values: Sequence[float], lo: float, hi: float, bins: int) -> list[int]:

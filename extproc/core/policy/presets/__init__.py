@@ -1,12 +1,12 @@
 """Model-family presets: one YAML file per family in this folder.
 
-A family file holds ``presets``, a mapping from preset name to a model entry in the
-policy file's own schema (``ModelPolicy`` without ``name`` or ``preset``), and
-optionally ``common``, the fields all of the family's presets share (each preset is
-laid over it). Every file is checked against the schema when the presets are first
-read. A policy entry names a preset and overrides what differs (typically
-``max_tokens``, to match the upstream's ``--max-model-len``). Adding a model family
-is adding a file.
+A family file holds `presets`, a mapping from preset name to a model entry in the
+policy file's own schema (`ModelPolicy` without `name` or `preset`), and optionally
+`common`, the fields all of the family's presets share (each preset is laid over
+it). Every file is checked against the schema when the presets are first read. A
+policy entry names a preset and overrides what differs (typically `max_tokens`, to
+match the upstream's `--max-model-len`). Adding a model family is adding a file; the
+package has no module but this one.
 """
 
 from __future__ import annotations
