@@ -5,6 +5,7 @@ legacy server as a client sees them."""
 from __future__ import annotations
 
 import json
+import unicodedata
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -16,9 +17,9 @@ import pytest
 from extproc.commands import learn as learn_command
 from extproc.commands.cli import _parser
 from extproc.core.policy import ModelPolicy
-from extproc.core.upstream_errors import parse_upstream_error
 from extproc.service.policy_file import load_policy_file
 from extproc.tools.parity import Answer
+from extproc.tools.parity.json_shape import shape_difference
 from testing_support.fake_upstream import FakeUpstream
 from testing_support.http import http
 from tests.fake_legacy import FakeLegacy
@@ -72,6 +73,18 @@ def assert_gateway_like_baseline(report: dict[str, Any]) -> None:
 
 
 TEXT = "Where can I change the email address of my account?"
+# Texts whose handling nobody names until a server differs on them.
+BATTERY_TEXTS = {
+    "line breaks": "first line\nsecond line\r\nthird",
+    "tabs": "a\ttabbed\ttext",
+    "runs of spaces": "words   with    runs   of spaces",
+    "white space at both ends": "  padded text  ",
+    "decomposed accents": unicodedata.normalize("NFD", "café déjà été"),
+    "emoji": "tea time \U0001f375\U0001f44d",
+    "CJK": "東京の天気はどうですか",
+    "one character": "a",
+    "an empty string": "",
+}
 LONG = "the river runs past old stone houses where people keep small gardens " * 200
 
 
@@ -96,6 +109,11 @@ def battery(model: str, sizes: Iterable[int]) -> dict[str, bytes]:
     }
     for input_type in ("query", "search_query", "question", "document", "passage", "doc"):
         bodies[f"input_type {input_type}"] = {**plain, "input_type": input_type}
+    for label, text in BATTERY_TEXTS.items():
+        bodies[label] = {"model": model, "input": [text]}
+    for size in (1, 16, 17, 64):
+        bodies[f"{size} inputs"] = {"model": model, "input": [f"text {i}" for i in range(size)]}
+    bodies["the same input twice"] = {"model": model, "input": [TEXT, TEXT]}
     size = 64
     for d in sorted(sizes):
         bodies[f"dimensions {d}"] = {**plain, "dimensions": d}
@@ -118,10 +136,11 @@ def assert_client_sees_the_same(
         if old.status != new.status:
             differences.append(f"{label}: status {old.status} vs {new.status}: {new.body[:200]!r}")
             continue
+        shape = body_shape_difference(old.body, new.body)
+        if shape is not None:
+            differences.append(f"{label}: the body differs at {shape}")
+            continue
         if old.status != 200:
-            shapes = parse_upstream_error(old.body).shape, parse_upstream_error(new.body).shape
-            if shapes[0] != shapes[1]:
-                differences.append(f"{label}: error body {shapes[0]} vs {shapes[1]}")
             continue
         a, b = Answer.read(old.status, old.body), Answer.read(new.status, new.body)
         assert a.vectors is not None and b.vectors is not None, label
@@ -148,13 +167,23 @@ def rerank_scores(doc: Any) -> list[tuple[int, float]]:
     return [(r["index"], r.get("score", r.get("relevance_score"))) for r in items]
 
 
+def body_shape_difference(old: bytes, new: bytes) -> str | None:
+    """Where two bodies differ as a client's code reads them (keys, order, value types
+    at every level), or None; a body that is not JSON compared as text."""
+    try:
+        a, b = orjson.loads(old), orjson.loads(new)
+    except orjson.JSONDecodeError:
+        return None if old == new else "$: not JSON"
+    return shape_difference(a, b)
+
+
 def assert_same_rerank_answer(old: Any, new: Any, label: str) -> None:
-    """A rerank client sees the same: status, error shape, order, scores within 1e-4,
-    the same fields."""
+    """A rerank client sees the same: status, the body's keys, order and value types,
+    order of results, scores within 1e-4, the same fields."""
     assert old.status == new.status, (label, old.body[:300], new.body[:300])
+    shape = body_shape_difference(old.body, new.body)
+    assert shape is None, (label, shape, old.body[:300], new.body[:300])
     if old.status != 200:
-        shapes = parse_upstream_error(old.body).shape, parse_upstream_error(new.body).shape
-        assert shapes[0] == shapes[1], (label, old.body, new.body)
         return
     a, b = orjson.loads(old.body), orjson.loads(new.body)
     assert type(a) is type(b), label

@@ -21,5 +21,7 @@ body read), ``vectors`` (decoded, checked, cut, encoded), ``response_rewrite`` (
 the client receives), ``upstream_errors`` (an upstream's error read) and
 ``status`` (status classes).
 
-Errors: ``api_errors`` (each raised as its kind), ``error_templates`` (a body as a
-legacy server wrote it, with slots) and ``error_dialect`` (a kind's status and body)."""
+Bodies as a legacy server wrote them: ``json_templates`` (a body with slots the
+gateway fills), ``answer_layout`` (a success body's), ``api_errors`` (each error raised
+as its kind), ``error_templates`` (an error body's slots and the shipped shapes) and
+``error_dialect`` (a kind's status and body)."""

@@ -125,10 +125,17 @@ class ClientError(ApiError):
 
 
 class MalformedBodyError(ClientError):
-    """The body is not a JSON object (bad JSON, empty, a byte order mark refused)."""
+    """The body is not a JSON object (bad JSON, empty, a byte order mark refused);
+    ``position``: where its JSON broke, when that is what is wrong."""
 
     error_class = ErrorClass.MALFORMED
     default_code = MALFORMED_CODE
+
+    def __init__(
+        self, message: str, *, code: str | None = None, position: int | None = None
+    ) -> None:
+        super().__init__(message, code=code)
+        self.position = position
 
 
 class InvalidFieldError(ClientError):

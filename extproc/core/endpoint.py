@@ -18,9 +18,10 @@ which task or dialect a request has: it holds the endpoint and the plan.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
+from extproc.core.answer_layout import AnswerLayout
 from extproc.core.api_errors import ApiError
 from extproc.core.error_dialect import ErrorDialect
 from extproc.core.plan import RequestStats
@@ -141,6 +142,8 @@ class Endpoint(Generic[P]):
     dialect: Dialect[P]
     upstream_path: str
     errors: ErrorDialect
+    # Each model's success body as the legacy server laid it out, where it has one.
+    answers: Mapping[str, AnswerLayout] = field(default_factory=dict)
 
     def forward(
         self, body: bytes, contract: Loaded, *, clock: Clock, coding: BodyCoding | None = None

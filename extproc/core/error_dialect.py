@@ -28,9 +28,9 @@ from extproc.core.error_templates import (
     FLAT_TEMPLATE,
     OPENAI_TEMPLATE,
     TEI_TEMPLATE,
-    Template,
     fill_template,
 )
+from extproc.core.json_templates import Template
 
 
 class ErrorShape(enum.Enum):

@@ -1,14 +1,12 @@
 """Error bodies by template: the body a legacy server wrote for a kind of client
 mistake, with its constant keys and values in its own key order, and slots the
-gateway fills (pure).
-
-A template is a JSON value. A string that is exactly a slot becomes that slot's
-value, of its own JSON type; a string holding a slot among other text gets the
-slot's text in place; every other value is kept as it is. The slots:
+gateway fills (pure; the templates are :mod:`extproc.core.json_templates`'). The
+slots:
 
 - ``{message}``: what went wrong, in the gateway's words (a string);
 - ``{param}``: the offending field's name, or null when the mistake names none;
-- ``{loc}``: FastAPI's location of it, ``["body", <field>]`` (``["body"]`` without one);
+- ``{loc}``: FastAPI's location of it, ``["body", <field>]``, or where the body's JSON
+  broke (``["body", <position>]``), else ``["body"]``;
 - ``{status}``: the HTTP status answered (a number);
 - ``{type}``, ``{code}``: OpenAI's ``type`` and ``code`` of the error;
 - ``{tei_type}``: text-embeddings-inference's ``error_type`` for the status
@@ -22,19 +20,15 @@ The shapes the gateway ships (:data:`SHAPE_TEMPLATES`) are such templates too.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any, Final
 
 import orjson
 
 from extproc.core.api_errors import ApiError, ErrorClass
+from extproc.core.json_templates import Template, fill
 
-Template = Any  # a JSON value: dict, list, str, int, float, bool or None
 SLOTS: Final = ("message", "param", "loc", "status", "type", "code", "tei_type", "input")
-_SLOT: Final = re.compile(r"\{(" + "|".join(SLOTS) + r")\}")
-# Deeper than any real error body; bounds what a policy's template may make us build.
-MAX_TEMPLATE_DEPTH: Final = 16
 
 
 def fill_template(template: Template, error: ApiError, status: int) -> Any:
@@ -42,44 +36,14 @@ def fill_template(template: Template, error: ApiError, status: int) -> Any:
     values = _values(error, status)
     if "{input}" in orjson.dumps(template).decode():
         values["input"] = offending_input(error.request, error.param)
-
-    def fill(node: Any) -> Any:
-        if isinstance(node, str):
-            whole = _SLOT.fullmatch(node)
-            if whole is not None:
-                return values[whole.group(1)]
-            return _SLOT.sub(lambda m: _text(values[m.group(1)]), node)
-        if isinstance(node, dict):
-            return {key: fill(value) for key, value in node.items()}
-        if isinstance(node, list):
-            return [fill(item) for item in node]
-        return node
-
-    return fill(template)
+    return fill(template, values)
 
 
-def template_problem(template: Template) -> str | None:
-    """Why ``template`` is not one (a depth, an unknown slot, a non-JSON value)."""
-
-    def check(node: Any, depth: int) -> str | None:
-        if depth > MAX_TEMPLATE_DEPTH:
-            return f"it nests deeper than {MAX_TEMPLATE_DEPTH} levels"
-        if isinstance(node, str):
-            for name in re.findall(r"\{([a-z_]+)\}", node):
-                if name not in SLOTS:
-                    return f"{{{name}}} is not a slot (slots: {', '.join(SLOTS)})"
-            return None
-        if isinstance(node, dict):
-            children: Any = node.values()
-        elif isinstance(node, list):
-            children = node
-        elif node is None or isinstance(node, bool | int | float):
-            return None
-        else:
-            return f"{type(node).__name__} is not a JSON value"
-        return next((p for child in children if (p := check(child, depth + 1))), None)
-
-    return check(template, 0)
+def _loc(error: ApiError) -> list[str | int]:
+    if error.param:
+        return ["body", error.param]
+    position = getattr(error, "position", None)
+    return ["body"] if position is None else ["body", position]
 
 
 def tei_type(status: int) -> str:
@@ -93,7 +57,7 @@ def _values(error: ApiError, status: int) -> dict[str, Any]:
     return {
         "message": error.message,
         "param": error.param,
-        "loc": ["body", error.param] if error.param else ["body"],
+        "loc": _loc(error),
         "status": status,
         "type": error.type,
         "code": error.code,
@@ -131,14 +95,6 @@ def _bounded(value: Any, depth: int = 0) -> Any:
         items = list(value.items())[:_ECHO_ITEMS]
         return {} if depth > 3 else {k: _bounded(v, depth + 1) for k, v in items}
     return value
-
-
-def _text(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, list):
-        return ".".join(map(str, value))
-    return str(value)
 
 
 _OPENAI_FIELDS: Final = {

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import Final
 
 import orjson
 
@@ -44,6 +45,7 @@ class ResponsePlan:
     dimensions: int | None = None
     check_only: bool = False  # the policy asks for every 2xx to be checked
     renormalise: bool = True  # a cut is scaled back to unit length (matryoshka.renormalise)
+    reshape: bool = False  # the answer is written in the legacy server's layout
 
     @property
     def rewrites_vectors(self) -> bool:
@@ -51,8 +53,9 @@ class ResponsePlan:
 
     @property
     def needs_response(self) -> bool:
-        """The gateway must see a 2xx body: to rewrite its vectors, or to check them."""
-        return self.rewrites_vectors or self.check_only
+        """The gateway must see a 2xx body: to rewrite its vectors or its layout, or to
+        check them."""
+        return self.rewrites_vectors or self.check_only or self.reshape
 
     def answer_bytes(self) -> int:
         """The upstream's answer and the client's, both held while it is rewritten."""
@@ -67,7 +70,8 @@ class ResponsePlan:
         (as Envoy dynamic metadata) when the two are separate filters. The upstream
         kind is written as the adapter's name ("dynamo", "vllm"): the same strings
         the older flavour field wrote, so plans from either version read the same.
-        ``renormalise`` is written only when false: a plan of eight items means true."""
+        The flags that differ from their defaults follow as a ninth item, an object
+        (``{"renormalise": false, "reshape": true}``): a plan of eight items has none."""
         fields = [
             self.model,
             self.input_count,
@@ -78,8 +82,13 @@ class ResponsePlan:
             self.dimensions,
             self.check_only,
         ]
-        if not self.renormalise:
-            fields.append(False)
+        flags = {
+            k: v
+            for k, v in (("renormalise", self.renormalise), ("reshape", self.reshape))
+            if v != _FLAG_DEFAULTS[k]
+        }
+        if flags:
+            fields.append(flags)
         return orjson.dumps(fields).decode()
 
     @classmethod
@@ -87,9 +96,14 @@ class ResponsePlan:
         """The plan, or None when ``text`` is not one (never raises)."""
         try:
             model, count, native, kind, client, upstream, dims, check, *rest = orjson.loads(text)
-            renormalise = not rest
-            if rest and not (len(rest) == 1 and rest[0] is False):
-                return None
+            flags = dict(_FLAG_DEFAULTS)
+            if rest:
+                (written,) = rest
+                if not isinstance(written, dict) or not written.keys() <= flags.keys():
+                    return None
+                if not all(type(v) is bool for v in written.values()):
+                    return None
+                flags |= written
             plan = cls(
                 model=str(model),
                 input_count=int(count),
@@ -99,7 +113,8 @@ class ResponsePlan:
                 upstream_encoding=Encoding(upstream),
                 dimensions=None if dims is None else int(dims),
                 check_only=check is True,
-                renormalise=renormalise,
+                renormalise=flags["renormalise"],
+                reshape=flags["reshape"],
             )
         except (orjson.JSONDecodeError, TypeError, ValueError):
             return None
@@ -118,6 +133,9 @@ class ResponsePlan:
         if plan.dimensions is not None and not 1 <= plan.dimensions <= plan.native_dimensions:
             return None
         return plan
+
+
+_FLAG_DEFAULTS: Final = {"renormalise": True, "reshape": False}
 
 
 @dataclass(frozen=True)

@@ -182,7 +182,7 @@ def _parse_object(body: bytes, coding: BodyCoding | None = None) -> dict[str, An
         if coding is not None:
             raise coding.not_json(len(body), str(exc)) from None
         raise MalformedBodyError(
-            f"The request body is not valid JSON: {exc}.", code="invalid_json"
+            f"The request body is not valid JSON: {exc}.", code="invalid_json", position=exc.pos
         ) from None
     if not isinstance(request, dict):
         raise MalformedBodyError(

@@ -95,6 +95,7 @@ def plan_request(
         dimensions=dimensions if emulate else None,
         check_only=model.check_responses,
         renormalise=model.matryoshka is None or model.matryoshka.renormalise,
+        reshape=model.answer is not None,
     )
     kept = () if forwarded is None else ("dimensions",)
     # The fields that become the prompt prefix are the gateway's alone, never forwarded.

@@ -12,9 +12,11 @@ that is not a valid embeddings answer for this request (wrong count, wrong size,
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import orjson
 
+from extproc.core.answer_layout import AnswerLayout, lay_out
 from extproc.core.api_errors import ApiError, ServerError
 from extproc.core.embeddings_body import EmbeddingsBody
 from extproc.core.endpoint import ClientAnswer
@@ -30,9 +32,9 @@ from extproc.core.vectors import (
     truncate_renormalise,
 )
 
-# Writes the client's 2xx body: the plan, the upstream's checked answer and the
-# vectors the client gets (cut where the plan says).
-AnswerWriter = Callable[[ResponsePlan, EmbeddingsBody, FloatMatrix], bytes]
+# Writes the client's 2xx body: the plan, the upstream's checked answer, the vectors
+# the client gets (cut where the plan says) and the legacy server's layout, if any.
+AnswerWriter = Callable[[ResponsePlan, EmbeddingsBody, FloatMatrix, AnswerLayout | None], bytes]
 
 
 def rewrite_response(
@@ -40,7 +42,9 @@ def rewrite_response(
     status: int,
     body: bytes,
     errors: ErrorDialect = OPENAI_ERRORS,
+    *,
     write: AnswerWriter | None = None,
+    layout: AnswerLayout | None = None,
 ) -> ClientAnswer | None:
     """The client's answer; ``None`` means pass the upstream's answer on unchanged.
     Errors are written in ``errors``' shape (their status is the upstream's); a 2xx
@@ -52,13 +56,13 @@ def rewrite_response(
         return None
     try:
         answer = _checked_rows(plan, body)
-        if not plan.rewrites_vectors:  # check_only: a good answer passes unchanged
+        if not (plan.rewrites_vectors or plan.reshape):  # checked: a good one passes
             return None
         matrix = answer.vectors
         if plan.dimensions is not None:
             cut = truncate_renormalise if plan.renormalise else truncate
             matrix = cut(matrix, plan.dimensions)
-        written = (write or write_openai_answer)(plan, answer, matrix)
+        written = (write or write_openai_answer)(plan, answer, matrix, layout)
     except BadVectorsError as exc:
         fault = ServerError(
             502,
@@ -69,17 +73,30 @@ def rewrite_response(
     return ClientAnswer(status, written, answer.prompt_tokens)
 
 
-def write_openai_answer(plan: ResponsePlan, answer: EmbeddingsBody, matrix: FloatMatrix) -> bytes:
+def write_openai_answer(
+    plan: ResponsePlan, answer: EmbeddingsBody, matrix: FloatMatrix, layout: AnswerLayout | None
+) -> bytes:
     """OpenAI's body: the upstream's own, its vectors replaced (cut, re-encoded) and
-    ``model`` the client's name; every other field kept."""
-    doc, items = answer.doc, answer.items
-    for item, row in zip(items, matrix, strict=True):
-        if plan.client_encoding is Encoding.BASE64:
-            item["embedding"] = encode_base64(row)
-        else:
-            item["embedding"] = row  # orjson writes float32 in shortest round-trip form
-    doc["data"] = items
-    doc["model"] = plan.model
+    ``model`` the client's name, every other field kept; or, in the legacy server's
+    ``layout``, the same vectors and usage."""
+    # orjson writes float32 in shortest round-trip form
+    base64 = plan.client_encoding is Encoding.BASE64
+    embeddings = [encode_base64(row) if base64 else row for row in matrix]
+    doc: Any
+    if layout is not None:
+        doc = lay_out(
+            layout,
+            model=plan.model,
+            embeddings=embeddings,
+            upstream=answer.doc,
+            prompt_tokens=answer.prompt_tokens,
+        )
+    else:
+        doc, items = answer.doc, answer.items
+        for item, embedding in zip(items, embeddings, strict=True):
+            item["embedding"] = embedding
+        doc["data"] = items
+        doc["model"] = plan.model
     try:
         return orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY)
     except orjson.JSONEncodeError:

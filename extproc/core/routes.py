@@ -43,12 +43,11 @@ class Routes:
 
 
 def routes_of(policy: GatewayPolicy) -> Routes:
-    embeddings: Endpoint[ResponsePlan] = Endpoint(
-        OPENAI.paths[0], OPENAI, UPSTREAM_PATH, policy.errors
-    )
+    answers = {m.name: m.answer for m in policy.models.values() if m.answer is not None}
     endpoints: dict[str, Endpoint[Any]] = {
-        path: Endpoint(path, OPENAI, UPSTREAM_PATH, policy.errors) for path in OPENAI.paths
+        path: Endpoint(path, OPENAI, UPSTREAM_PATH, policy.errors, answers) for path in OPENAI.paths
     }
+    embeddings: Endpoint[ResponsePlan] = endpoints[OPENAI.paths[0]]
     for path in sorted(policy.rerank_paths()):
         first = policy.rerankers_at(path)[0]  # the loader holds a path to one dialect
         endpoints[path] = Endpoint(

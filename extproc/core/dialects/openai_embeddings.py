@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from extproc.core.answer_layout import AnswerLayout
 from extproc.core.embeddings_body import EmbeddingsBody
 from extproc.core.plan import ResponsePlan
 from extproc.core.policy.model import GatewayPolicy
@@ -36,9 +37,13 @@ class OpenAIEmbeddings(EmbeddingsDialect):
         return read_request(body, policy, tokenizers, coding=coding)
 
     def write_answer(
-        self, plan: ResponsePlan, answer: EmbeddingsBody, vectors: FloatMatrix
+        self,
+        plan: ResponsePlan,
+        answer: EmbeddingsBody,
+        vectors: FloatMatrix,
+        layout: AnswerLayout | None,
     ) -> bytes:
-        return write_openai_answer(plan, answer, vectors)
+        return write_openai_answer(plan, answer, vectors, layout)
 
 
 DIALECT = OpenAIEmbeddings()

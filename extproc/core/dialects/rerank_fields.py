@@ -20,7 +20,9 @@ def json_object(body: bytes) -> dict[str, Any]:
     try:
         doc = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
-        raise MalformedBodyError(f"The request body is not valid JSON: {exc}.") from None
+        raise MalformedBodyError(
+            f"The request body is not valid JSON: {exc}.", position=exc.pos
+        ) from None
     if not isinstance(doc, dict):
         raise MalformedBodyError("The request body must be a JSON object.")
     return doc

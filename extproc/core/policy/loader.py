@@ -10,8 +10,10 @@ unset. Then the semantic checks below run, and any failure is a
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -20,10 +22,12 @@ import yaml
 from google.protobuf import json_format
 from google.protobuf.message import Message
 
+from extproc.core.answer_layout import BODY_SLOTS, ITEM_SLOTS, AnswerLayout
 from extproc.core.api_errors import ErrorClass
 from extproc.core.dialects import RERANK_DIALECTS
 from extproc.core.error_dialect import ErrorDialect, ErrorShape
-from extproc.core.error_templates import template_problem
+from extproc.core.error_templates import SLOTS
+from extproc.core.json_templates import template_problem
 from extproc.core.policy.errors import PolicyError
 from extproc.core.policy.model import (
     DEFAULT_ADMISSION_UPLOAD_BYTES_PER_S,
@@ -333,7 +337,7 @@ def _either(written: dict[str, Any], field: str) -> Any:
 
 
 def _template(source: str, where: str, template: Any) -> Any:
-    problem = template_problem(template)
+    problem = template_problem(template, SLOTS)
     if problem is not None:
         raise PolicyError(source, where, f"not a body template: {problem}")
     return template
@@ -400,7 +404,29 @@ def _model(
                 merged.ClearField(name)
     older.extend(_upstream_kind_from_flavour(source, where, entry))
     overlay(merged, entry)
-    return _validate_model(source, where, merged, overrides, replaced)
+    model = _validate_model(source, where, merged, overrides, replaced)
+    return replace(model, answer=_answer(source, where, merged, raw))
+
+
+def _answer(source: str, where: str, m: pb.ModelPolicy, raw: Any) -> AnswerLayout | None:
+    """The entry's answer layout, its templates as the file wrote them (key order)."""
+    if not m.HasField("answer"):
+        return None
+    written = raw.get("answer") if isinstance(raw, dict) else None
+    complete = m.answer.HasField("body") and m.answer.HasField("item")
+    if not (isinstance(written, dict) and complete):
+        raise PolicyError(source, f"{where}.answer", "needs both `body` and `item`")
+    layout = AnswerLayout(written["body"], written["item"])
+    for part, template, slots in (
+        ("body", layout.body, BODY_SLOTS),
+        ("item", layout.item, ITEM_SLOTS),
+    ):
+        problem = template_problem(template, slots)
+        if problem is not None:
+            raise PolicyError(source, f"{where}.answer.{part}", f"not a template: {problem}")
+    if "{data}" not in json.dumps(layout.body):
+        raise PolicyError(source, f"{where}.answer.body", "has no {data} for the vectors")
+    return layout
 
 
 _FLAVOUR_KINDS = {pb.DYNAMO: "dynamo", pb.VLLM: "vllm"}

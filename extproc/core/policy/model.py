@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
+from extproc.core.answer_layout import AnswerLayout
 from extproc.core.error_dialect import OPENAI_ERRORS, ErrorDialect
 from extproc.core.upstreams import Capabilities
 
@@ -194,6 +195,8 @@ class ModelPolicy:
     any_name: bool = False  # any `model` no entry names is this one
     preprocess: Preprocess = field(default_factory=Preprocess)
     unnamed: bool = False  # a request naming no `model` is for this one
+    # The legacy server's success body, where the upstream's differs (None: the upstream's).
+    answer: AnswerLayout | None = None
 
     @property
     def encoding_profile(self) -> EncodingProfile | None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import ClassVar
 
+from extproc.core.answer_layout import AnswerLayout
 from extproc.core.embeddings_body import EmbeddingsBody
 from extproc.core.endpoint import ClientAnswer, Clock, Endpoint, Forward, Loaded
 from extproc.core.plan import ResponsePlan
@@ -45,10 +46,15 @@ class EmbeddingsDialect:
         raise NotImplementedError
 
     def write_answer(
-        self, plan: ResponsePlan, answer: EmbeddingsBody, vectors: FloatMatrix
+        self,
+        plan: ResponsePlan,
+        answer: EmbeddingsBody,
+        vectors: FloatMatrix,
+        layout: AnswerLayout | None,
     ) -> bytes:
         """The client's 2xx body: the upstream's checked ``answer`` and the
-        ``vectors`` the client gets (cut where the plan says)."""
+        ``vectors`` the client gets (cut where the plan says), in the legacy server's
+        ``layout`` where the model has one."""
         raise NotImplementedError
 
     def forward(
@@ -65,4 +71,7 @@ class EmbeddingsDialect:
     def answer(
         self, endpoint: Endpoint[ResponsePlan], plan: ResponsePlan, status: int, body: bytes
     ) -> ClientAnswer | None:
-        return rewrite_response(plan, status, body, endpoint.errors, self.write_answer)
+        layout = endpoint.answers.get(plan.model)
+        return rewrite_response(
+            plan, status, body, endpoint.errors, write=self.write_answer, layout=layout
+        )

@@ -23,7 +23,8 @@ import orjson
 
 from extproc.core.api_errors import ErrorClass
 from extproc.core.error_dialect import NARROWER, SHAPE_TEMPLATES
-from extproc.core.error_templates import Template, offending_input
+from extproc.core.error_templates import offending_input
+from extproc.core.json_templates import Template
 from extproc.tools.learn.findings import Finding, finding
 from extproc.tools.learn.session import Exchange
 from extproc.tools.parity.json_shape import shape_difference

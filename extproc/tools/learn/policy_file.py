@@ -74,6 +74,8 @@ def policy_entry(learned: Learned, basics: Basics) -> dict[str, Any]:
     }
     if learned.texts is not None and learned.texts.fields:
         entry["preprocess"] = learned.texts.fields
+    if learned.answer is not None:
+        entry["answer"] = learned.answer
     return entry
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from extproc.core.api_errors import ErrorClass
 from extproc.core.policy.model import PromptTemplates, TokenizerSource
+from extproc.tools.learn.answer_learner import learn_answer
 from extproc.tools.learn.basics_learner import Basics, learn_basics
 from extproc.tools.learn.batch_learner import Batches, learn_batches
 from extproc.tools.learn.dimensions_learner import Dimensions, learn_dimensions
@@ -66,6 +67,7 @@ class Learned:
     accepted: dict[str, bool] = field(default_factory=dict)
     # the baseline's refusals, each under the kind of mistake the gateway names it
     refusals: list[tuple[ErrorClass, Exchange]] = field(default_factory=list)
+    answer: dict[str, Any] | None = None  # the policy's `answer` (None: the upstream's)
     names: Names | None = None
     batches: Batches | None = None
     texts: Texts | None = None
@@ -94,6 +96,8 @@ def learn(
     if basics is None:
         return learned, found
     learned.basics = basics
+    learned.answer, answer_found = learn_answer(basics)
+    found += answer_found
     untyped_prefix = ""
 
     def prompts() -> list[Finding]:

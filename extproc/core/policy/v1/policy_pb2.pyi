@@ -177,7 +177,7 @@ class Limits(_message.Message):
     def __init__(self, max_request_bytes: _Optional[int] = ..., max_inputs: _Optional[int] = ..., max_input_chars: _Optional[int] = ..., max_total_chars: _Optional[int] = ..., max_tokenize_bytes: _Optional[int] = ..., max_tokenize_ms: _Optional[int] = ..., max_inflight_bytes: _Optional[int] = ..., admission_wait_ms: _Optional[int] = ..., retry_after_s: _Optional[int] = ..., admission_upload_bytes_per_s: _Optional[int] = ...) -> None: ...
 
 class ModelPolicy(_message.Message):
-    __slots__ = ("name", "preset", "upstream_model", "tokenizer", "max_tokens", "prompts", "native_dimensions", "matryoshka", "encoding_profile", "upstream_flavour", "check_responses", "upstream", "base64", "leniency", "truncation", "other_names", "any_name", "preprocess", "unnamed")
+    __slots__ = ("name", "preset", "upstream_model", "tokenizer", "max_tokens", "prompts", "native_dimensions", "matryoshka", "encoding_profile", "upstream_flavour", "check_responses", "upstream", "base64", "leniency", "truncation", "other_names", "any_name", "preprocess", "unnamed", "answer")
     class Base64(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         BASE64_UNSPECIFIED: _ClassVar[ModelPolicy.Base64]
@@ -205,6 +205,7 @@ class ModelPolicy(_message.Message):
     ANY_NAME_FIELD_NUMBER: _ClassVar[int]
     PREPROCESS_FIELD_NUMBER: _ClassVar[int]
     UNNAMED_FIELD_NUMBER: _ClassVar[int]
+    ANSWER_FIELD_NUMBER: _ClassVar[int]
     name: str
     preset: str
     upstream_model: str
@@ -224,7 +225,16 @@ class ModelPolicy(_message.Message):
     any_name: bool
     preprocess: Preprocess
     unnamed: bool
-    def __init__(self, name: _Optional[str] = ..., preset: _Optional[str] = ..., upstream_model: _Optional[str] = ..., tokenizer: _Optional[_Union[Tokenizer, _Mapping]] = ..., max_tokens: _Optional[int] = ..., prompts: _Optional[_Union[Prompts, _Mapping]] = ..., native_dimensions: _Optional[int] = ..., matryoshka: _Optional[_Union[Matryoshka, _Mapping]] = ..., encoding_profile: _Optional[_Union[EncodingProfile, str]] = ..., upstream_flavour: _Optional[_Union[UpstreamFlavour, str]] = ..., check_responses: _Optional[bool] = ..., upstream: _Optional[_Union[Upstream, _Mapping]] = ..., base64: _Optional[_Union[ModelPolicy.Base64, str]] = ..., leniency: _Optional[_Union[Leniency, _Mapping]] = ..., truncation: _Optional[_Union[Truncation, _Mapping]] = ..., other_names: _Optional[_Iterable[str]] = ..., any_name: _Optional[bool] = ..., preprocess: _Optional[_Union[Preprocess, _Mapping]] = ..., unnamed: _Optional[bool] = ...) -> None: ...
+    answer: Answer
+    def __init__(self, name: _Optional[str] = ..., preset: _Optional[str] = ..., upstream_model: _Optional[str] = ..., tokenizer: _Optional[_Union[Tokenizer, _Mapping]] = ..., max_tokens: _Optional[int] = ..., prompts: _Optional[_Union[Prompts, _Mapping]] = ..., native_dimensions: _Optional[int] = ..., matryoshka: _Optional[_Union[Matryoshka, _Mapping]] = ..., encoding_profile: _Optional[_Union[EncodingProfile, str]] = ..., upstream_flavour: _Optional[_Union[UpstreamFlavour, str]] = ..., check_responses: _Optional[bool] = ..., upstream: _Optional[_Union[Upstream, _Mapping]] = ..., base64: _Optional[_Union[ModelPolicy.Base64, str]] = ..., leniency: _Optional[_Union[Leniency, _Mapping]] = ..., truncation: _Optional[_Union[Truncation, _Mapping]] = ..., other_names: _Optional[_Iterable[str]] = ..., any_name: _Optional[bool] = ..., preprocess: _Optional[_Union[Preprocess, _Mapping]] = ..., unnamed: _Optional[bool] = ..., answer: _Optional[_Union[Answer, _Mapping]] = ...) -> None: ...
+
+class Answer(_message.Message):
+    __slots__ = ("body", "item")
+    BODY_FIELD_NUMBER: _ClassVar[int]
+    ITEM_FIELD_NUMBER: _ClassVar[int]
+    body: _struct_pb2.Value
+    item: _struct_pb2.Value
+    def __init__(self, body: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., item: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ...) -> None: ...
 
 class Leniency(_message.Message):
     __slots__ = ("integers", "bom", "integral_floats")
