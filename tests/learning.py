@@ -5,7 +5,6 @@ legacy server as a client sees them."""
 from __future__ import annotations
 
 import json
-import unicodedata
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ from extproc.commands import learn as learn_command
 from extproc.commands.cli import _parser
 from extproc.core.policy import ModelPolicy
 from extproc.service.policy_file import load_policy_file
+from extproc.tools.learn import battery as verification_battery
 from extproc.tools.parity import Answer
 from extproc.tools.parity.json_shape import shape_difference
 from testing_support.fake_upstream import FakeUpstream
@@ -73,18 +73,9 @@ def assert_gateway_like_baseline(report: dict[str, Any]) -> None:
 
 
 TEXT = "Where can I change the email address of my account?"
-# Texts whose handling nobody names until a server differs on them.
-BATTERY_TEXTS = {
-    "line breaks": "first line\nsecond line\r\nthird",
-    "tabs": "a\ttabbed\ttext",
-    "runs of spaces": "words   with    runs   of spaces",
-    "white space at both ends": "  padded text  ",
-    "decomposed accents": unicodedata.normalize("NFD", "café déjà été"),
-    "emoji": "tea time \U0001f375\U0001f44d",
-    "CJK": "東京の天気はどうですか",
-    "one character": "a",
-    "an empty string": "",
-}
+# Texts whose handling nobody names until a server differs on them: the ones learn's
+# verification sends.
+BATTERY_TEXTS = verification_battery.TEXTS
 LONG = "the river runs past old stone houses where people keep small gardens " * 200
 
 
@@ -111,7 +102,7 @@ def battery(model: str, sizes: Iterable[int]) -> dict[str, bytes]:
         bodies[f"input_type {input_type}"] = {**plain, "input_type": input_type}
     for label, text in BATTERY_TEXTS.items():
         bodies[label] = {"model": model, "input": [text]}
-    for size in (1, 16, 17, 64):
+    for size in verification_battery.BATCHES:
         bodies[f"{size} inputs"] = {"model": model, "input": [f"text {i}" for i in range(size)]}
     bodies["the same input twice"] = {"model": model, "input": [TEXT, TEXT]}
     size = 64

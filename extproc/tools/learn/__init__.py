@@ -7,7 +7,8 @@ sent) and :mod:`extproc.tools.parity` (answers compared and judged).
 One skeleton for every task: ``session`` (every request: budget, at most 4 in
 flight, the record), ``findings`` (what a learner concludes), a plan of learners per
 task, ``policy_file`` (the YAML), ``verify`` (the gateway against the baseline) and
-``learn_report`` (Markdown, JSON).
+``learn_report`` (Markdown, JSON), with ``battery`` (the texts and batches verification
+sends besides learning's requests).
 
 - embeddings: ``local`` (the tokenizer, the model's files, the candidate prompts and
   special tokens) and one learner per aspect (``basics_learner``,

@@ -40,6 +40,7 @@ from extproc.runtime.extproc_servers import start_server
 from extproc.service.metrics import process_metrics
 from extproc.service.net import free_port
 from extproc.tools.learn import profile_learner, prompts_learner
+from extproc.tools.learn.battery import battery_probes
 from extproc.tools.learn.local import TEXT
 from extproc.tools.learn.probing_plan import Learned
 from extproc.tools.learn.prompts_learner import INSTRUCTION_ALONE
@@ -159,6 +160,8 @@ def verify(
                 for p in probes
             ]
             probes += learned_probes(learned)
+            largest = learned.batches.limit if learned.batches else None
+            probes += battery_probes(model, largest)
             rows = run_contract(baseline, gateway, probes, PROBE_THRESHOLDS.min_cosine, exact=True)
         finally:
             baseline.close()

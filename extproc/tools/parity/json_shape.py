@@ -11,7 +11,7 @@ longer is a difference.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 
 def json_type(value: Any) -> str:
@@ -55,3 +55,57 @@ def shape_difference(expected: Any, got: Any, path: str = "$") -> str | None:
         if len(expected) != len(got):
             return f"{path}: {len(expected)} items vs {len(got)}"
     return None
+
+
+# How a skeleton writes an array: its items' distinct shapes, in order, and its length.
+ARRAY: Final = "…array"
+LENGTH: Final = "…length"
+
+
+def skeleton(value: Any) -> Any:
+    """What of ``value`` a client's code reads, small enough to keep and report: the
+    type at each leaf, an object's keys in order, an array's distinct item shapes and
+    its length (a vector is ``{"…array": ["number"], "…length": 384}``)."""
+    if isinstance(value, dict):
+        return {key: skeleton(item) for key, item in value.items()}
+    if isinstance(value, list):
+        shapes: list[Any] = []
+        for item in value:
+            shape = skeleton(item)
+            if shape not in shapes:
+                shapes.append(shape)
+        return {ARRAY: shapes, LENGTH: len(value)}
+    return json_type(value)
+
+
+def skeleton_difference(expected: Any, got: Any, path: str = "$") -> str | None:
+    """The first place where two skeletons differ, said as :func:`shape_difference`
+    says it of the values, or None."""
+    if isinstance(expected, dict) and isinstance(got, dict):
+        if ARRAY in expected and ARRAY in got:
+            if expected[LENGTH] != got[LENGTH]:
+                return f"{path}: {expected[LENGTH]} items vs {got[LENGTH]}"
+            if expected[ARRAY] != got[ARRAY]:
+                return f"{path}[]: items of other shapes"
+            return None
+        if (ARRAY in expected) != (ARRAY in got):
+            kinds = ["array" if ARRAY in s else "object" for s in (expected, got)]
+            return f"{path}: {kinds[0]} vs {kinds[1]}"
+        keys, other = list(expected), list(got)
+        if keys != other:
+            how = "key order" if set(keys) == set(other) else "keys"
+            return f"{path}: {how} [{', '.join(keys)}] vs [{', '.join(other)}]"
+        for key in keys:
+            found = skeleton_difference(expected[key], got[key], f"{path}.{key}")
+            if found:
+                return found
+        return None
+    if expected != got:
+        return f"{path}: {_kind(expected)} vs {_kind(got)}"
+    return None
+
+
+def _kind(shape: Any) -> str:
+    if isinstance(shape, dict):
+        return "array" if ARRAY in shape else "object"
+    return str(shape)

@@ -14,11 +14,15 @@ same things a difference.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
+
+import orjson
 
 from extproc.core.dialects import RERANK_DIALECTS
 from extproc.core.status import is_success
 from extproc.core.tasks.rerank import Ranking, RerankDialect
 from extproc.core.upstream_errors import parse_upstream_error
+from extproc.tools.parity.json_shape import skeleton, skeleton_difference
 
 # Scores a client would call equal: float32 logits through two engines, or their sigmoid.
 SCORE_TOLERANCE = 1e-4
@@ -48,6 +52,8 @@ class RerankReply:
     dialect: str
     error_shape: str  # a non-answer's body shape (extproc.core.upstream_errors.Shape)
     said: str  # for people: "200, 4 results", "422, fastapi: ..."
+    # What a client's code reads of the body (json_shape.skeleton; None: not JSON).
+    skeleton: Any = None
 
     @classmethod
     def read(cls, status: int, body: bytes, dialect: RerankDialect | None = None) -> RerankReply:
@@ -55,6 +61,10 @@ class RerankReply:
         name = "" if dialect is None else dialect.name
         if status <= 0:
             return cls(status, None, name, "", "no answer")
+        try:
+            body_skeleton = skeleton(orjson.loads(body))
+        except orjson.JSONDecodeError:
+            body_skeleton = None
         answer = None
         if is_success(status):
             if dialect is None:
@@ -64,13 +74,14 @@ class RerankReply:
             else:
                 answer = dialect.read_answer(body)
         if answer is not None:
-            return cls(status, answer, name, "", f"{status}, {answer.count} results")
+            said = f"{status}, {answer.count} results"
+            return cls(status, answer, name, "", said, body_skeleton)
         error = parse_upstream_error(body)
         if is_success(status):
             said = f"{status}, no {name or 'rerank'} answer"
         else:
             said = f"{status}, {error.shape}: {(error.message or '')[:60]}"
-        return cls(status, None, name, error.shape, said)
+        return cls(status, None, name, error.shape, said, body_skeleton)
 
     @property
     def results(self) -> str:
@@ -81,7 +92,7 @@ class RerankReply:
 
 
 # The kinds of difference, a fixed set (a metric's or a count's label).
-DIFFERENCES = ("status", "error body", "results", "another order", "scores differ")
+DIFFERENCES = ("status", "error body", "body", "results", "another order", "scores differ")
 
 
 @dataclass(frozen=True)
@@ -104,12 +115,15 @@ def compare_replies(label: str, old: RerankReply, new: RerankReply) -> RerankRow
     if a is not None and b is not None and set(a.scores) == set(b.scores) and a.scores:
         worst = max(abs(a.scores[i] - b.scores[i]) for i in a.scores)
     problem, difference = "", ""
+    shaped = skeleton_difference(old.skeleton, new.skeleton) if old.status == new.status else None
     if old.status != new.status:
         problem, difference = f"status {old.status} vs {new.status}", "status"
     elif a is None and b is None:
         if old.error_shape != new.error_shape:
             shapes = f"{old.error_shape} vs {new.error_shape}"
             problem, difference = f"error body {shapes}", "error body"
+        elif shaped is not None and old.status > 0:
+            problem, difference = f"the error body differs at {shaped}", "error body"
     elif a is None or b is None or old.dialect != new.dialect:
         problem, difference = f"{old.results} vs {new.results}", "results"
     elif a.count != b.count or a.documents != b.documents:
@@ -120,6 +134,8 @@ def compare_replies(label: str, old: RerankReply, new: RerankReply) -> RerankRow
         problem, difference = "another order", "another order"
     elif worst is not None and worst > SCORE_TOLERANCE:
         problem, difference = f"scores differ by {worst:.2e}", "scores differ"
+    elif shaped is not None:
+        problem, difference = f"the body differs at {shaped}", "body"
     return RerankRow(label, old.said, new.said, problem, difference, a is not None, worst)
 
 

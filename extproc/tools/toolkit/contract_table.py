@@ -26,6 +26,7 @@ from extproc.core.status import status_class
 from extproc.core.upstream_errors import parse_upstream_error
 from extproc.runtime.blocking_http import HttpResult
 from extproc.tools.parity import Answer, compare_answers
+from extproc.tools.parity.json_shape import skeleton, skeleton_difference
 from extproc.tools.toolkit.corpus import Item
 from extproc.tools.toolkit.embeddings_client import EmbeddingsClient
 
@@ -60,6 +61,8 @@ class Cell:
     dimensions: tuple[int, ...] = ()
     prompt_tokens: int | None = None
     shape: str | None = None  # an error body's shape (extproc.core.upstream_errors.Shape)
+    # What a client's code reads of the body (parity.json_shape.skeleton; None: not JSON).
+    skeleton: Any = None
 
     @property
     def status_class(self) -> str:
@@ -171,11 +174,17 @@ def observe(result: HttpResult) -> tuple[Cell, Answer | None]:
     if result.status == 0:
         return Cell(status=0, result=f"no answer ({result.error})"), None
     answer = Answer.read(result.status, result.body)
+    try:
+        body = skeleton(orjson.loads(result.body))
+    except orjson.JSONDecodeError:
+        body = None
     if answer.vectors is None:
         if answer.problem:
-            return Cell(status=result.status, result=f"unreadable answer: {answer.problem}"), None
+            said = f"unreadable answer: {answer.problem}"
+            return Cell(status=result.status, result=said, skeleton=body), None
         shape = parse_upstream_error(result.body).shape
-        return Cell(status=result.status, result=error_text(result.body), shape=shape), None
+        cell = Cell(result.status, error_text(result.body), shape=shape, skeleton=body)
+        return cell, None
     kind = ENCODING_LABELS.get(str(answer.encoding), str(answer.encoding))
     text = f"{answer.count}×{answer.dims} {kind}"
     if answer.prompt_tokens is not None:
@@ -187,6 +196,7 @@ def observe(result: HttpResult) -> tuple[Cell, Answer | None]:
         count=answer.count,
         dimensions=(int(answer.vectors.shape[1]),),
         prompt_tokens=answer.prompt_tokens,
+        skeleton=body,
     )
     return cell, answer
 
@@ -209,8 +219,10 @@ def compare_row(
     same_class = base.status_class == cand.status_class
     if same_class and base.status and base.status != cand.status:
         (fails if exact else notes).append(f"status {base.status} vs {cand.status}")
-    if exact and same_class and base.shape != cand.shape:
-        fails.append(f"error body {base.shape} vs {cand.shape}")
+    if exact and same_class and base.status:
+        differ = skeleton_difference(base.skeleton, cand.skeleton)
+        if differ is not None:
+            fails.append(f"the body differs at {differ}")
     if not same_class:
         message = f"status class {base.status_class} vs {cand.status_class}"
         if probe.valid or (exact and not 200 <= cand.status < 300):
