@@ -38,9 +38,11 @@ def schema_fields(
     for field in message.fields:
         path = prefix + field.name
         kind = field.message_type
+        # A JSON value (google.protobuf.Value: a template) is one field, not a message.
+        well_known = kind is not None and kind.full_name.startswith("google.protobuf.")
         if kind is not None and not kind.GetOptions().map_entry:
             path += "[]" if field.is_repeated else ""
-            if kind.full_name in described:
+            if kind.full_name in described or well_known:
                 yield path, ()
             else:
                 yield from schema_fields(kind, path + ".", described)
