@@ -79,27 +79,30 @@ BATTERY_TEXTS = verification_battery.TEXTS
 LONG = "the river runs past old stone houses where people keep small gardens " * 200
 
 
-def battery(model: str, sizes: Iterable[int]) -> dict[str, bytes]:
+def battery(
+    model: str, sizes: Iterable[int], *, role_field: str = "input_type"
+) -> dict[str, bytes]:
     """The requests a client of a legacy server may send, valid or not (``sizes``: the
-    ``dimensions`` to ask for)."""
+    ``dimensions`` to ask for; ``role_field``: the field the legacy server takes an
+    input's role from)."""
     plain: dict[str, Any] = {"model": model, "input": [TEXT, "second input"]}
     bodies: dict[str, Any] = {
         "plain": plain,
         "one string": {"model": model, "input": TEXT},
         "long": {"model": model, "input": [LONG, TEXT]},
         "instruction": {**plain, "instruction": "Find the settings page"},
-        "query + instruction": {**plain, "input_type": "query", "instruction": "Find it"},
-        "document + instruction": {**plain, "input_type": "document", "instruction": "x"},
+        "query + instruction": {**plain, role_field: "query", "instruction": "Find it"},
+        "document + instruction": {**plain, role_field: "document", "instruction": "x"},
         "base64": {**plain, "encoding_format": "base64"},
         "malformed": b'{"model": "' + model.encode() + b'", "input": ',
         "empty input": {"model": model, "input": []},
         "no input": {"model": model},
         "unknown model": {"model": "no-such-model", "input": [TEXT]},
-        "unknown input_type": {**plain, "input_type": "no-such-type"},
+        "unknown input_type": {**plain, role_field: "no-such-type"},
         "BOM": b"\xef\xbb\xbf" + orjson.dumps(plain),
     }
     for input_type in ("query", "search_query", "question", "document", "passage", "doc"):
-        bodies[f"input_type {input_type}"] = {**plain, "input_type": input_type}
+        bodies[f"input_type {input_type}"] = {**plain, role_field: input_type}
     for label, text in BATTERY_TEXTS.items():
         bodies[label] = {"model": model, "input": [text]}
     for size in verification_battery.BATCHES:

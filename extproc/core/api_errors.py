@@ -115,13 +115,25 @@ class ClientError(ApiError):
     default_param: ClassVar[str | None] = None
     default_code: ClassVar[str | None] = None
 
-    def __init__(self, message: str, *, param: str | None = None, code: str | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        reason: str = "value",
+    ) -> None:
         super().__init__(
             self.default_status,
             message,
             param=param or self.default_param,
             code=code or self.default_code,
         )
+        # What exactly is wrong, in the words pydantic-style servers tell apart:
+        # "missing" (a required field absent), "empty" (an empty list or text),
+        # "below" / "above" (a number under or over its range), else "value". An error
+        # body, and its status, may differ by it within one kind of mistake.
+        self.reason = reason
 
 
 class MalformedBodyError(ClientError):

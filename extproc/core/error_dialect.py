@@ -69,7 +69,10 @@ class ErrorDialect:
     shape: ErrorShape = ErrorShape.OPENAI
     statuses: Mapping[ErrorClass, int] = field(default_factory=lambda: MappingProxyType({}))
     body: Template = None
-    bodies: Mapping[ErrorClass, Template] = field(default_factory=lambda: MappingProxyType({}))
+    # By kind ("invalid") or by kind and reason ("invalid.missing"): bodies that differ.
+    bodies: Mapping[str, Template] = field(default_factory=lambda: MappingProxyType({}))
+    # By kind and reason: statuses that differ from their kind's.
+    status_by_reason: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
 
     @property
     def is_openai(self) -> bool:
@@ -78,12 +81,16 @@ class ErrorDialect:
             and not self.statuses
             and self.body is None
             and not self.bodies
+            and not self.status_by_reason
         )
 
     def status_of(self, error: ApiError) -> int:
         kind = error.error_class
         if kind is None:
             return error.status
+        reason = getattr(error, "reason", None)
+        if reason is not None and f"{kind.value}.{reason}" in self.status_by_reason:
+            return self.status_by_reason[f"{kind.value}.{reason}"]
         status = self.statuses.get(kind)
         if status is None and kind in NARROWER:
             status = self.statuses.get(ErrorClass.INVALID)
@@ -98,14 +105,18 @@ class ErrorDialect:
 
     def write(self, error: ApiError, status: int) -> bytes:
         """``error``'s body in this dialect, answered with ``status``."""
-        return orjson.dumps(fill_template(self.template(error.error_class), error, status))
+        reason = getattr(error, "reason", None)
+        template = self.template(error.error_class, reason)
+        return orjson.dumps(fill_template(template, error, status))
 
-    def template(self, kind: ErrorClass | None) -> Template:
-        """The body template of a kind of mistake (None: any other error)."""
+    def template(self, kind: ErrorClass | None, reason: str | None = None) -> Template:
+        """The body template of a kind of mistake (None: any other error), for what
+        exactly is wrong where the dialect tells that apart."""
         default, own = SHAPE_TEMPLATES[self.shape]
         if kind is not None:
-            if kind in self.bodies:
-                return self.bodies[kind]
+            for key in (f"{kind.value}.{reason}", kind.value):
+                if key in self.bodies:
+                    return self.bodies[key]
             if self.body is None and kind in own:
                 return own[kind]
         return default if self.body is None else self.body

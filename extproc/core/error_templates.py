@@ -13,7 +13,8 @@ slots:
   (``Validation``, ``Overloaded``, ``Backend``);
 - ``{input}``: what the client sent that the mistake is about, as pydantic echoes it:
   the offending field's value, the whole body when the field is missing, the body's
-  text when it is not JSON (long texts and arrays shortened, their types kept).
+  text when it is not JSON (long texts and arrays shortened, their types kept);
+  ``{body}``: the whole body so (pydantic's input of a check on the whole request).
 
 The shapes the gateway ships (:data:`SHAPE_TEMPLATES`) are such templates too.
 """
@@ -28,14 +29,31 @@ import orjson
 from extproc.core.api_errors import ApiError, ErrorClass
 from extproc.core.json_templates import Template, fill
 
-SLOTS: Final = ("message", "param", "loc", "status", "type", "code", "tei_type", "input")
+SLOTS: Final = (
+    "message",
+    "param",
+    "loc",
+    "status",
+    "type",
+    "code",
+    "tei_type",
+    "input",
+    "body",
+)
+# What exactly is wrong, where a kind's bodies differ by it (ClientError.reason):
+# pydantic's errors tell these apart (`missing`, `too_short`, `greater_than_equal`,
+# `less_than_equal`, the rest), each with a `ctx` of its own.
+REASONS: Final = ("missing", "empty", "below", "above", "value")
 
 
 def fill_template(template: Template, error: ApiError, status: int) -> Any:
     """``template`` with its slots filled for ``error``, answered with ``status``."""
     values = _values(error, status)
-    if "{input}" in orjson.dumps(template).decode():
+    written = orjson.dumps(template).decode()
+    if "{input}" in written:
         values["input"] = offending_input(error.request, error.param)
+    if "{body}" in written:
+        values["body"] = offending_input(error.request, None)
     return fill(template, values)
 
 
@@ -63,6 +81,7 @@ def _values(error: ApiError, status: int) -> dict[str, Any]:
         "code": error.code,
         "tei_type": tei_type(status),
         "input": None,
+        "body": None,
     }
 
 

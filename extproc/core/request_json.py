@@ -125,7 +125,9 @@ def read_request(
 
     raw_input = request.get("input", _MISSING)
     if raw_input is _MISSING:
-        raise InvalidFieldError("Missing required parameter: 'input'.", param="input")
+        raise InvalidFieldError(
+            "Missing required parameter: 'input'.", param="input", reason="missing"
+        )
     texts, id_lists, ids_converted = _inputs(
         raw_input, limits.max_inputs, tokenizer.vocab_size, to_int
     )
@@ -294,7 +296,9 @@ def _model(request: dict[str, Any], policy: GatewayPolicy) -> ModelPolicy:
     if model is not None:
         return model
     if name is None:
-        raise InvalidFieldError("Missing required parameter: 'model'.", param="model")
+        raise InvalidFieldError(
+            "Missing required parameter: 'model'.", param="model", reason="missing"
+        )
     raise UnknownModelError(
         f"The model {quoted(name)} does not exist; this gateway serves: "
         + ", ".join(sorted(policy.models))
@@ -343,7 +347,9 @@ def _inputs(
             param="input",
         )
     if not raw:
-        raise InvalidFieldError("'input' must not be an empty array.", param="input")
+        raise InvalidFieldError(
+            "'input' must not be an empty array.", param="input", reason="empty"
+        )
     if _one_sequence(raw, to_int):
         # One token-id sequence is one input, however long (it is cut to max_tokens):
         # its ids never count against max_inputs.
@@ -390,7 +396,9 @@ def _token_ids(
     if not isinstance(raw, list):
         raise InvalidFieldError(f"{where} must be an array of token ids.", param="input")
     if not raw:
-        raise InvalidFieldError(f"{where} must not be an empty array of token ids.", param="input")
+        raise InvalidFieldError(
+            f"{where} must not be an empty array of token ids.", param="input", reason="empty"
+        )
     ids: list[int] = []
     for index, item in enumerate(raw):
         token = to_int(item)
@@ -436,6 +444,7 @@ def _dimensions(raw: Any, model: ModelPolicy, to_int: IntReader) -> int | None:
             f"'dimensions' must be {model.dimensions_rule()} for model {model.name!r}; "
             f"got {_shown(raw)}.",
             param="dimensions",
+            reason=model.dimensions_refusal(dimensions),
         )
     return dimensions
 

@@ -119,6 +119,13 @@ def plain_legacy(env: RealEnv, e2e_dir: Path) -> Iterator[Stack]:
     stack.stop()
 
 
+@pytest.fixture(scope="session")
+def handler_legacy(env: RealEnv, e2e_dir: Path) -> Iterator[Stack]:
+    stack = start_legacy(env, e2e_dir / "legacy-handler", "handler")
+    yield stack
+    stack.stop()
+
+
 def minilm(stack: Stack, policy: Path | str, env: RealEnv) -> GatewaySpec:
     """The gateway of a MiniLM ``policy`` (a file or its text) in front of ``stack``."""
     return GatewaySpec(stack.url, policy=policy, tokenizers=f"{SERVED_MODEL}={env.model_dir}")

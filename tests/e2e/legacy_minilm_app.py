@@ -29,6 +29,17 @@ at once:
 - a cut is the first components as they are (``v[:d]``), not re-normalised;
 - the same E5 prompts and 128-token cut; FastAPI's 422s; an unknown ``model`` is a 404.
 
+``handler``: a server whose own handler checks much of the request, as many do:
+
+- its request model takes the role from ``prompt_name`` (sentence-transformers'
+  spelling), any ``model`` name or none, and leaves ``dimensions`` and the batch to
+  the handler; pydantic still validates the types (FastAPI's 422 list ``detail``);
+- the handler answers ``dimensions`` outside 32..384 with FastAPI's ``HTTPException``
+  (400, a text ``detail``), an empty ``input`` and more than 16 inputs with an error of
+  its own (``{"detail": <text>, "param": <field>}``, 400 and 413);
+- ``instruction`` with a document role is ignored; line breaks are folded to spaces
+  before embedding; the same E5 prompts and 128-token cut, cuts re-normalised.
+
 Run it with the vLLM environment's Python (torch, transformers, fastapi, uvicorn):
 ``python tests/e2e/legacy_minilm_app.py --model-dir DIR --port N``.
 """
@@ -41,7 +52,8 @@ from typing import Any, Literal
 
 import torch
 import uvicorn
-from fastapi import FastAPI, HTTPException
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field, model_validator
 from transformers import AutoModel, AutoTokenizer
 
@@ -76,6 +88,29 @@ class PlainRequest(BaseModel):
     encoding_format: Literal["float", "base64"] | None = None
 
 
+class HandlerRequest(BaseModel):
+    """The ``handler`` contract's request model: the role in ``prompt_name``; sizes and
+    the batch are the handler's to check."""
+
+    model: str | None = None
+    input: str | list[str]
+    prompt_name: Literal["query", "passage", "document"] | None = None
+    instruction: str | None = None
+    dimensions: int | None = None
+    encoding_format: Literal["float", "base64"] | None = None
+
+
+class ProblemError(Exception):
+    """An error the ``handler`` contract's own code answers."""
+
+    def __init__(self, status: int, message: str, field: str) -> None:
+        super().__init__(message)
+        self.status, self.message, self.field = status, message, field
+
+
+MAX_BATCH = 16
+
+
 def build_app(model_dir: str, contract: str = "e5") -> FastAPI:
     torch.set_num_threads(1)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
@@ -86,12 +121,30 @@ def build_app(model_dir: str, contract: str = "e5") -> FastAPI:
     def health() -> dict[str, str]:
         return {"status": "ok"}
 
-    def embed(request: EmbeddingsRequest | PlainRequest) -> dict[str, Any]:
-        if request.model != SERVED_MODEL:
-            raise HTTPException(404, f"Model '{request.model}' not found")
+    @app.exception_handler(ProblemError)
+    def problem(_: Request, exc: ProblemError) -> JSONResponse:
+        return JSONResponse({"detail": exc.message, "param": exc.field}, status_code=exc.status)
+
+    def embed(request: EmbeddingsRequest | PlainRequest | HandlerRequest) -> dict[str, Any]:
         texts = [request.input] if isinstance(request.input, str) else request.input
         instruction = getattr(request, "instruction", None)
-        role = request.input_type or ("query" if instruction is not None else None)
+        if isinstance(request, HandlerRequest):
+            if not texts:
+                raise ProblemError(400, "input must hold at least one text", "input")
+            if len(texts) > MAX_BATCH:
+                raise ProblemError(413, f"at most {MAX_BATCH} inputs per request", "input")
+            dims = request.dimensions
+            if dims is not None and not 32 <= dims <= NATIVE:
+                raise HTTPException(400, f"dimensions must be between 32 and {NATIVE}")
+            texts = [t.replace("\r\n", " ").replace("\n", " ") for t in texts]
+            role_given = request.prompt_name
+            if role_given in ("passage", "document"):
+                instruction = None
+        else:
+            if request.model != SERVED_MODEL:
+                raise HTTPException(404, f"Model '{request.model}' not found")
+            role_given = request.input_type
+        role = role_given or ("query" if instruction is not None else None)
         prefix = PROMPTS[role] if role else ""
         batch = tokenizer(
             [prefix + t for t in texts],
@@ -107,7 +160,7 @@ def build_app(model_dir: str, contract: str = "e5") -> FastAPI:
         vectors = torch.nn.functional.normalize(pooled, dim=-1)
         if request.dimensions is not None:
             vectors = vectors[:, : request.dimensions]
-            if contract == "e5":
+            if contract in ("e5", "handler"):
                 vectors = torch.nn.functional.normalize(vectors, dim=-1)
         tokens = int(batch["attention_mask"].sum())
         as_base64 = contract == "plain" and request.encoding_format == "base64"
@@ -130,6 +183,12 @@ def build_app(model_dir: str, contract: str = "e5") -> FastAPI:
         def plain_embeddings(request: PlainRequest) -> dict[str, Any]:
             return embed(request)
 
+    elif contract == "handler":
+
+        @app.post("/v1/embeddings")
+        def handler_embeddings(request: HandlerRequest) -> dict[str, Any]:
+            return embed(request)
+
     else:
 
         @app.post("/v1/embeddings")
@@ -143,7 +202,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--model-dir", required=True)
     parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--contract", choices=("e5", "plain"), default="e5")
+    parser.add_argument("--contract", choices=("e5", "plain", "handler"), default="e5")
     args = parser.parse_args()
     app = build_app(args.model_dir, args.contract)
     uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning")

@@ -22,7 +22,6 @@ from typing import Any
 from extproc.commands import learn as learn_command
 from extproc.commands.cli import _parser
 from extproc.core.api_errors import ErrorClass
-from extproc.core.error_dialect import ErrorShape
 from extproc.core.policy.model import EncodingProfile, InstructionUse, Leniency, Matryoshka
 from extproc.service.policy_file import load_policy_file
 from testing_support.gateway import GatewaySpec
@@ -95,7 +94,8 @@ def test_learns_and_imitates_a_plain_contract(
     assert policy.matryoshka is not None
     assert policy.matryoshka.allowed == (64, 128, 256) and not policy.matryoshka.accepts_native
     assert not policy.matryoshka.renormalise and not policy.upstream.native.dimensions
-    assert written.errors.shape is ErrorShape.FASTAPI
+    # FastAPI's bodies, learned as templates: a list `detail` for what pydantic refuses
+    assert list(written.errors.template(ErrorClass.INVALID)) == ["detail"]
     assert written.errors.statuses[ErrorClass.MALFORMED] == 422
     spec = GatewaySpec(
         upstream.url, policy=tmp_path / "policy.yaml", tokenizers=f"{SERVED_MODEL}={env.model_dir}"
@@ -103,3 +103,32 @@ def test_learns_and_imitates_a_plain_contract(
     with gateways.own(spec) as gateway:
         bodies = battery(SERVED_MODEL, (0, 32, 64, 65, 128, 256, 383, 384, 385))
         assert_client_sees_the_same(plain_legacy.url, gateway.url, bodies)
+
+
+def test_learns_and_imitates_a_server_whose_handler_checks_the_request(
+    handler_legacy: Stack, upstream: Stack, env: RealEnv, gateways: Gateways, tmp_path: Path
+) -> None:
+    """Its request model validates types (FastAPI's list `detail`), its handler checks
+    sizes with `HTTPException` (a text `detail`) and the batch and an empty input with
+    an error of its own (`{detail, param}`); the role in `prompt_name`; any model name;
+    an instruction with a document ignored; line breaks folded. Learned READY, and the
+    gateway answers every battery row as it does: status, body keys, order and types,
+    vectors, norms and token counts."""
+    code, report = run_learn(handler_legacy, upstream, env, tmp_path)
+    assert code == 0, (report["problems"], upstream.logs())
+    assert report["result"]["label"] == "READY"
+    written = load_policy_file(tmp_path / "policy.yaml")
+    policy = written.models[SERVED_MODEL]
+    assert policy.prompts.role_field == "prompt_name"
+    assert policy.prompts.document_instruction is InstructionUse.IGNORED
+    assert policy.any_name and policy.unnamed
+    assert written.limits.max_inputs == 16
+    # three bodies: pydantic's list, HTTPException's text, the handler's own
+    assert written.errors.template(ErrorClass.DIMENSIONS) == {"detail": "{message}"}
+    assert list(written.errors.template(ErrorClass.TOO_MANY_INPUTS)) == ["detail", "param"]
+    spec = GatewaySpec(
+        upstream.url, policy=tmp_path / "policy.yaml", tokenizers=f"{SERVED_MODEL}={env.model_dir}"
+    )
+    with gateways.own(spec) as gateway:
+        bodies = battery(SERVED_MODEL, (0, 31, 32, 64, 384, 385), role_field="prompt_name")
+        assert_client_sees_the_same(handler_legacy.url, gateway.url, bodies)

@@ -31,9 +31,13 @@ def json_object(body: bytes) -> dict[str, Any]:
 def query(doc: dict[str, Any]) -> str:
     value = doc.get("query")
     if value is None:
-        raise InvalidFieldError("Missing required parameter: 'query'.", param="query")
+        raise InvalidFieldError(
+            "Missing required parameter: 'query'.", param="query", reason="missing"
+        )
     if not isinstance(value, str) or not value.strip():
-        raise InvalidFieldError("'query' must be a non-empty string.", param="query")
+        raise InvalidFieldError(
+            "'query' must be a non-empty string.", param="query", reason="empty"
+        )
     return value
 
 
@@ -42,9 +46,13 @@ def documents(
 ) -> tuple[str, ...]:
     raw = doc.get(field)
     if raw is None:
-        raise InvalidFieldError(f"Missing required parameter: '{field}'.", param=field)
+        raise InvalidFieldError(
+            f"Missing required parameter: '{field}'.", param=field, reason="missing"
+        )
     if not isinstance(raw, list) or not raw:
-        raise InvalidFieldError(f"'{field}' must be a non-empty array.", param=field)
+        raise InvalidFieldError(
+            f"'{field}' must be a non-empty array.", param=field, reason="empty"
+        )
     if len(raw) > max_documents:
         raise TooManyInputsError(
             f"'{field}' has {len(raw)} items; at most {max_documents} are allowed per request.",
@@ -118,7 +126,9 @@ def documents_request(
     doc = json_object(body)
     model = optional(doc, "model", str)
     if model_required and model is None:
-        raise InvalidFieldError("Missing required parameter: 'model'.", param="model")
+        raise InvalidFieldError(
+            "Missing required parameter: 'model'.", param="model", reason="missing"
+        )
     return RerankRequest(
         model=model,
         query=query(doc),

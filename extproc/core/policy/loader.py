@@ -26,7 +26,7 @@ from extproc.core.answer_layout import BODY_SLOTS, ITEM_SLOTS, AnswerLayout
 from extproc.core.api_errors import ErrorClass
 from extproc.core.dialects import RERANK_DIALECTS
 from extproc.core.error_dialect import ErrorDialect, ErrorShape
-from extproc.core.error_templates import SLOTS
+from extproc.core.error_templates import REASONS, SLOTS
 from extproc.core.json_templates import template_problem
 from extproc.core.policy.errors import PolicyError
 from extproc.core.policy.model import (
@@ -318,13 +318,33 @@ def _errors(source: str, raw: Any) -> ErrorDialect:
     raw = raw or {}
     body = _template(source, "errors.body", raw.get("body")) if msg.HasField("body") else None
     written = raw.get("bodies") or {}
-    bodies = {
-        kind: _template(source, f"errors.bodies.{kind.value}", _either(written, kind.value))
-        for kind in ErrorClass
-        if msg.bodies.HasField(kind.value)
-    }
+    kinds = {each.value for each in ErrorClass}
+    bodies: dict[str, Any] = {}
+    for key, template in written.items():
+        named, _, reason = str(key).partition(".")
+        if named not in kinds or (reason and reason not in REASONS):
+            raise PolicyError(
+                source,
+                f"errors.bodies.{key}",
+                f"not a kind of mistake (one of {', '.join(sorted(kinds))}), "
+                f"optionally .{' / .'.join(REASONS)}",
+            )
+        bodies[str(key)] = _template(source, f"errors.bodies.{key}", template)
+    by_reason: dict[str, int] = {}
+    for key, status in msg.status_by_reason.items():
+        named, _, reason = key.partition(".")
+        where = f"errors.status_by_reason.{key}"
+        if named not in kinds or reason not in REASONS:
+            raise PolicyError(source, where, "not a kind of mistake and a reason")
+        if not 400 <= status <= 499:
+            raise PolicyError(source, where, f"must be 400..499, got {status}")
+        by_reason[key] = int(status)
     return ErrorDialect(
-        _SHAPES[msg.shape], MappingProxyType(statuses), body, MappingProxyType(bodies)
+        _SHAPES[msg.shape],
+        MappingProxyType(statuses),
+        body,
+        MappingProxyType(bodies),
+        MappingProxyType(by_reason),
     )
 
 

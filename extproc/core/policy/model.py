@@ -214,6 +214,16 @@ class ModelPolicy:
             return dimensions in m.allowed
         return m.min_dimensions <= dimensions <= (m.max_dimensions or self.native_dimensions)
 
+    def dimensions_refusal(self, dimensions: int) -> str:
+        """What is wrong with a size the model refuses, as a bounded range says it:
+        "below" its smallest, "above" its largest; else (a set) "value"."""
+        m = self.matryoshka
+        if m is None or m.allowed:
+            return "value" if m is not None or dimensions < self.native_dimensions else "above"
+        if dimensions < m.min_dimensions:
+            return "below"
+        return "above"
+
     @property
     def emulates_dimensions(self) -> bool:
         """The gateway cuts this model's vectors itself (Matryoshka emulation): a

@@ -272,7 +272,9 @@ def _reranker(entries: tuple[RerankPolicy, ...], request: RerankRequest) -> Rera
         if len(entries) == 1:
             return entries[0]
         raise InvalidFieldError(
-            f"Missing required parameter: 'model' (one of {names}).", param="model"
+            f"Missing required parameter: 'model' (one of {names}).",
+            param="model",
+            reason="missing",
         )
     raise UnknownModelError(
         f"The model {quoted(request.model)} does not exist; this endpoint serves: {names}."

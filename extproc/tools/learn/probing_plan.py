@@ -15,13 +15,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import orjson
+
 from extproc.core.api_errors import ErrorClass
 from extproc.core.policy.model import PromptTemplates, TokenizerSource
 from extproc.tools.learn.answer_learner import learn_answer
 from extproc.tools.learn.basics_learner import Basics, learn_basics
 from extproc.tools.learn.batch_learner import Batches, learn_batches
 from extproc.tools.learn.dimensions_learner import Dimensions, learn_dimensions
-from extproc.tools.learn.errors_learner import learn_errors
+from extproc.tools.learn.errors_learner import REASON_OF, learn_errors
 from extproc.tools.learn.findings import Finding, finding, unknown
 from extproc.tools.learn.local import LocalModel
 from extproc.tools.learn.names_learner import Names, learn_names
@@ -75,6 +77,16 @@ class Learned:
     @property
     def limit(self) -> int:
         return self.max_tokens or self.candidate_max or FALLBACK_MAX_TOKENS
+
+    def refusal_reason(self, kind: ErrorClass, exchange: Exchange) -> str:
+        """What exactly is wrong in a refused request: a size under or over the
+        learned range ("below", "above"), else by the request's label."""
+        if kind is ErrorClass.DIMENSIONS:
+            size = _sent_dimensions(exchange)
+            d = self.dimensions
+            if size is not None and d.min_dimensions is not None and not d.allowed:
+                return "below" if size < d.min_dimensions else "above"
+        return REASON_OF.get(exchange.label, "value")
 
     def size_below_native(self, native: int) -> int:
         """A Matryoshka size the baseline accepts (native when there is none)."""
@@ -179,8 +191,17 @@ def learn(
         except BudgetSpentError as exc:
             spent = str(exc)
             found.append(unknown(name, f"not learned: {spent}"))
-    learned.errors, errors_found = learn_errors(learned.refusals)
+    learned.errors, errors_found = learn_errors(learned.refusals, learned.refusal_reason)
     return learned, found + errors_found
+
+
+def _sent_dimensions(exchange: Exchange) -> int | None:
+    """The ``dimensions`` a learning request sent, when an integer."""
+    try:
+        value = orjson.loads(exchange.sent).get("dimensions")
+    except (orjson.JSONDecodeError, AttributeError):
+        return None
+    return value if type(value) is int else None
 
 
 def _settle_model(found: list[Finding], role: str) -> None:

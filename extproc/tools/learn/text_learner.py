@@ -18,7 +18,7 @@ from typing import Any, Final
 
 from extproc.core.policy.model import Preprocess, UnicodeForm
 from extproc.core.preprocess import preprocess_text
-from extproc.tools.learn.basics_learner import Basics
+from extproc.tools.learn.basics_learner import EQUIVALENT, Basics
 from extproc.tools.learn.findings import Finding, cos, finding, unknown
 from extproc.tools.learn.session import Exchange, Session
 
@@ -100,10 +100,18 @@ def _explain(
         return unknown(field, f"the baseline does not embed it: {base.brief()}", shown), []
     notes = [f"as sent: cosine {cos(base.cosine_to(as_sent))}"]
     notes += [f"{name}: cosine {cos(base.cosine_to(a))}" for name, a in tried.items()]
-    if base.same_as(as_sent):
-        said = finding(field, None, "verified", "embedded as sent", shown=shown, notes=notes)
-        return said, []
-    names = [name for name, answer in tried.items() if base.same_as(answer)]
+    # Two engines' vectors for the same ids agree to the probe's threshold, not to the
+    # float: the closest way of reading the text wins, "as sent" on a tie (a text the
+    # tokenizer reads alike either way).
+    scores = {name: _cosine(base, answer) for name, answer in tried.items()}
+    best = max([_cosine(base, as_sent), *scores.values()])
+    if best < EQUIVALENT or _cosine(base, as_sent) >= best - _TIE:
+        if best >= EQUIVALENT:
+            said = finding(field, None, "verified", "embedded as sent", shown=shown, notes=notes)
+            return said, []
+        names: list[str] = []
+    else:
+        names = [name for name, value in scores.items() if value >= best - _TIE]
     if names:
         summary = f"embedded as {' or '.join(names)} makes it"
         return finding(field, names, "verified", summary, shown=shown, notes=notes), names
@@ -113,6 +121,15 @@ def _explain(
 
 
 _FLAGS: Final = ("fold_newlines", "collapse_whitespace", "strip")
+
+
+# Cosines this close are one reading of the text (two engines' float noise).
+_TIE: Final = 1e-5
+
+
+def _cosine(baseline: Exchange, candidate: Exchange) -> float:
+    value = baseline.cosine_to(candidate)
+    return -1.0 if value is None else value
 
 
 def _rule(fields: dict[str, Any]) -> Preprocess:

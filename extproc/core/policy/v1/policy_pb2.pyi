@@ -89,7 +89,7 @@ class RerankPolicy(_message.Message):
     def __init__(self, name: _Optional[str] = ..., upstream_model: _Optional[str] = ..., dialect: _Optional[_Union[RerankPolicy.Dialect, str]] = ..., path: _Optional[str] = ..., scores: _Optional[_Union[RerankPolicy.Scores, str]] = ..., top_n: _Optional[int] = ..., return_documents: _Optional[bool] = ..., max_tokens: _Optional[int] = ..., truncation: _Optional[_Union[Truncation, _Mapping]] = ..., any_name: _Optional[bool] = ..., tokenizer: _Optional[_Union[Tokenizer, _Mapping]] = ..., upstream: _Optional[_Union[Upstream, _Mapping]] = ..., errors: _Optional[_Union[Errors, _Mapping]] = ...) -> None: ...
 
 class Errors(_message.Message):
-    __slots__ = ("shape", "status", "body", "bodies")
+    __slots__ = ("shape", "status", "body", "bodies", "status_by_reason")
     class Shape(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         SHAPE_UNSPECIFIED: _ClassVar[Errors.Shape]
@@ -102,35 +102,31 @@ class Errors(_message.Message):
     FASTAPI: Errors.Shape
     FLAT: Errors.Shape
     TEI: Errors.Shape
+    class BodiesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: _struct_pb2.Value
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ...) -> None: ...
+    class StatusByReasonEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
     SHAPE_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
     BODY_FIELD_NUMBER: _ClassVar[int]
     BODIES_FIELD_NUMBER: _ClassVar[int]
+    STATUS_BY_REASON_FIELD_NUMBER: _ClassVar[int]
     shape: Errors.Shape
     status: ErrorStatuses
     body: _struct_pb2.Value
-    bodies: ErrorBodies
-    def __init__(self, shape: _Optional[_Union[Errors.Shape, str]] = ..., status: _Optional[_Union[ErrorStatuses, _Mapping]] = ..., body: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., bodies: _Optional[_Union[ErrorBodies, _Mapping]] = ...) -> None: ...
-
-class ErrorBodies(_message.Message):
-    __slots__ = ("malformed", "invalid", "unknown_model", "too_large", "dimensions", "too_long", "instruction", "too_many_inputs")
-    MALFORMED_FIELD_NUMBER: _ClassVar[int]
-    INVALID_FIELD_NUMBER: _ClassVar[int]
-    UNKNOWN_MODEL_FIELD_NUMBER: _ClassVar[int]
-    TOO_LARGE_FIELD_NUMBER: _ClassVar[int]
-    DIMENSIONS_FIELD_NUMBER: _ClassVar[int]
-    TOO_LONG_FIELD_NUMBER: _ClassVar[int]
-    INSTRUCTION_FIELD_NUMBER: _ClassVar[int]
-    TOO_MANY_INPUTS_FIELD_NUMBER: _ClassVar[int]
-    malformed: _struct_pb2.Value
-    invalid: _struct_pb2.Value
-    unknown_model: _struct_pb2.Value
-    too_large: _struct_pb2.Value
-    dimensions: _struct_pb2.Value
-    too_long: _struct_pb2.Value
-    instruction: _struct_pb2.Value
-    too_many_inputs: _struct_pb2.Value
-    def __init__(self, malformed: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., invalid: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., unknown_model: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., too_large: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., dimensions: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., too_long: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., instruction: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., too_many_inputs: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ...) -> None: ...
+    bodies: _containers.MessageMap[str, _struct_pb2.Value]
+    status_by_reason: _containers.ScalarMap[str, int]
+    def __init__(self, shape: _Optional[_Union[Errors.Shape, str]] = ..., status: _Optional[_Union[ErrorStatuses, _Mapping]] = ..., body: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., bodies: _Optional[_Mapping[str, _struct_pb2.Value]] = ..., status_by_reason: _Optional[_Mapping[str, int]] = ...) -> None: ...
 
 class ErrorStatuses(_message.Message):
     __slots__ = ("malformed", "invalid", "unknown_model", "too_large", "dimensions", "too_long", "instruction", "too_many_inputs")
