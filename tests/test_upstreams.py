@@ -12,13 +12,13 @@ import pytest
 
 from extproc.core.embeddings_body import parse_embeddings_body
 from extproc.core.plan import Encoding, ResponsePlan
+from extproc.core.registry import UnknownNameError
 from extproc.core.response_rewrite import rewrite_response
 from extproc.core.status import is_success, status_class
 from extproc.core.upstream_errors import UpstreamError, parse_upstream_error
 from extproc.core.upstreams import (
     ADAPTERS,
     Capabilities,
-    UnknownUpstreamError,
     UpstreamAsk,
     adapter_for,
 )
@@ -248,7 +248,7 @@ def test_registry_names_each_adapter_by_its_own_name() -> None:
 
 
 def test_unknown_kind_names_the_known_ones() -> None:
-    with pytest.raises(UnknownUpstreamError, match=r"'tei' \(known: dynamo, vllm\)"):
+    with pytest.raises(UnknownNameError, match=r"'tei' \(known: dynamo, vllm\)"):
         adapter_for("tei")
 
 

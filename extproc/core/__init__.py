@@ -8,8 +8,9 @@ The one contract interface: ``endpoint`` (an endpoint is a client dialect on a t
 the plan, the forward, the client's answer), ``routes`` (which endpoint serves each
 path), ``tasks`` (embeddings and reranking, each the base of its dialects),
 ``dialects`` (one module per client dialect) and ``upstreams`` (one adapter per
-upstream kind, for every task). Around them: ``policy`` (the policy's schema, presets
-and loader) and ``contract`` (a policy, its tokenizers and its routes).
+upstream kind, for every task), both found by name with ``registry``. Around them:
+``policy`` (the policy's schema, presets and loader) and ``contract`` (a policy, its
+tokenizers and its routes).
 
 Embeddings requests: ``request_headers`` (the line and headers), ``request_coding``
 (how the body was coded), ``request_json`` and ``lax`` (the body read, lax spellings

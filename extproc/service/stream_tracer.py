@@ -55,14 +55,12 @@ class StreamFacts:
         return {key: value for key, value in known.items() if value is not None}
 
 
+# A stream's metadata as Envoy sends it: where a trace context comes in.
+Metadata = Iterable[tuple[str, Any]]
+
+
 class StreamTracer(Protocol):
-    def record(
-        self,
-        metadata: Iterable[tuple[str, Any]],
-        start_ns: int,
-        end_ns: int,
-        facts: StreamFacts,
-    ) -> None:
+    def record(self, metadata: Metadata, start_ns: int, end_ns: int, facts: StreamFacts) -> None:
         """One span from ``start_ns`` to ``end_ns`` (epoch nanoseconds), a child of
         the trace context in ``metadata`` (a root span without one)."""
 

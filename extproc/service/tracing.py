@@ -19,8 +19,6 @@ starts a trace of its own.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
-from typing import Any
 
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
@@ -29,7 +27,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import SpanKind
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from extproc.service.stream_tracer import StreamFacts
+from extproc.service.stream_tracer import Metadata, StreamFacts
 
 SPAN_NAME = "extproc stream"
 _CONTEXT_KEYS = frozenset(TraceContextTextMapPropagator().fields)
@@ -45,13 +43,7 @@ class OtlpStreamTracer:
         self._tracer = self._provider.get_tracer("extproc")
         self._propagator = TraceContextTextMapPropagator()
 
-    def record(
-        self,
-        metadata: Iterable[tuple[str, Any]],
-        start_ns: int,
-        end_ns: int,
-        facts: StreamFacts,
-    ) -> None:
+    def record(self, metadata: Metadata, start_ns: int, end_ns: int, facts: StreamFacts) -> None:
         carrier = {
             key: value for key, value in metadata if key in _CONTEXT_KEYS and isinstance(value, str)
         }

@@ -10,32 +10,22 @@ its tests (docs/upstreams.md, "Adding a dialect").
 from __future__ import annotations
 
 from collections.abc import Mapping
-from types import MappingProxyType
 from typing import Final
 
 from extproc.core.dialects import cohere_rerank, jina_rerank, openai_embeddings, tei_rerank
+from extproc.core.registry import named, table
 from extproc.core.tasks.embed import EmbeddingsDialect
 from extproc.core.tasks.rerank import RerankDialect
 
-EMBEDDINGS_DIALECTS: Final[Mapping[str, EmbeddingsDialect]] = MappingProxyType(
-    {d.name: d for d in (openai_embeddings.DIALECT,)}
-)
-RERANK_DIALECTS: Final[Mapping[str, RerankDialect]] = MappingProxyType(
-    {
-        d.name: d
-        for d in (tei_rerank.DIALECT, cohere_rerank.V1, cohere_rerank.V2, jina_rerank.DIALECT)
-    }
+EMBEDDINGS_DIALECTS: Final[Mapping[str, EmbeddingsDialect]] = table(openai_embeddings.DIALECT)
+RERANK_DIALECTS: Final[Mapping[str, RerankDialect]] = table(
+    tei_rerank.DIALECT, cohere_rerank.V1, cohere_rerank.V2, jina_rerank.DIALECT
 )
 OPENAI: Final = openai_embeddings.DIALECT
 
 
 def rerank_dialect(name: str) -> RerankDialect:
-    """The rerank dialect of that policy name; LookupError naming the known ones."""
-    try:
-        return RERANK_DIALECTS[name]
-    except KeyError:
-        known = ", ".join(sorted(RERANK_DIALECTS))
-        raise LookupError(f"unknown rerank dialect {name!r} (known: {known})") from None
+    return named(RERANK_DIALECTS, name, "rerank dialect")
 
 
 __all__ = ["EMBEDDINGS_DIALECTS", "OPENAI", "RERANK_DIALECTS", "rerank_dialect"]

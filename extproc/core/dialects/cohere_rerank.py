@@ -16,22 +16,14 @@ from typing import Any, ClassVar
 import orjson
 
 from extproc.core.dialects import rerank_fields as fields
-from extproc.core.tasks.rerank import Ranked, Ranking, RerankDialect, RerankRequest
+from extproc.core.tasks.rerank import Ranked, Ranking
 
 
-class CohereV1Rerank(RerankDialect):
+class CohereV1Rerank(fields.DocumentsRerank):
     name = "cohere_v1"
     paths = ("/v1/rerank",)
-    client_options: ClassVar[Mapping[str, Mapping[str, Any]]] = {
-        "top_n 2": {"top_n": 2},
-        "documents back": {"return_documents": True},
-    }
+    model_required = False
     version = "1"
-
-    def read_request(self, body: bytes, max_documents: int) -> RerankRequest:
-        return fields.documents_request(
-            body, max_documents, model_required=False, objects=True, per_doc=False
-        )
 
     def write_answer(
         self, ranked: Sequence[Ranked], *, model: str, prompt_tokens: int | None
@@ -40,11 +32,6 @@ class CohereV1Rerank(RerankDialect):
         return orjson.dumps(
             {"id": str(uuid.uuid4()), "results": fields.results(ranked), "meta": meta}
         )
-
-    def write_request(
-        self, model: str, query: str, documents: Sequence[str], **options: Any
-    ) -> dict[str, Any]:
-        return fields.documents_request_body(model, query, documents, options)
 
     def read_answer(self, body: bytes) -> Ranking | None:
         doc = fields.read_json(body)
@@ -57,12 +44,10 @@ class CohereV2Rerank(CohereV1Rerank):
     name = "cohere_v2"
     paths = ("/v2/rerank",)
     client_options: ClassVar[Mapping[str, Mapping[str, Any]]] = {"top_n 2": {"top_n": 2}}
+    model_required = True
+    objects = False
+    per_doc = True
     version = "2"
-
-    def read_request(self, body: bytes, max_documents: int) -> RerankRequest:
-        return fields.documents_request(
-            body, max_documents, model_required=True, objects=False, per_doc=True
-        )
 
 
 V1 = CohereV1Rerank()

@@ -4,39 +4,24 @@ answered ``{model, usage, results: [{index, relevance_score, document?: {text}}]
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+from collections.abc import Sequence
 
 import orjson
 
 from extproc.core.dialects import rerank_fields as fields
-from extproc.core.tasks.rerank import Ranked, Ranking, RerankDialect, RerankRequest
+from extproc.core.tasks.rerank import Ranked, Ranking
 
 
-class JinaRerank(RerankDialect):
+class JinaRerank(fields.DocumentsRerank):
     name = "jina"
     paths = ("/v1/rerank",)
     returns_documents = True
-    client_options: ClassVar[Mapping[str, Mapping[str, Any]]] = {
-        "top_n 2": {"top_n": 2},
-        "documents back": {"return_documents": True},
-    }
-
-    def read_request(self, body: bytes, max_documents: int) -> RerankRequest:
-        return fields.documents_request(
-            body, max_documents, model_required=True, objects=True, per_doc=False
-        )
 
     def write_answer(
         self, ranked: Sequence[Ranked], *, model: str, prompt_tokens: int | None
     ) -> bytes:
         usage = {"total_tokens": prompt_tokens} if prompt_tokens is not None else {}
         return orjson.dumps({"model": model, "usage": usage, "results": fields.results(ranked)})
-
-    def write_request(
-        self, model: str, query: str, documents: Sequence[str], **options: Any
-    ) -> dict[str, Any]:
-        return fields.documents_request_body(model, query, documents, options)
 
     def read_answer(self, body: bytes) -> Ranking | None:
         doc = fields.read_json(body)

@@ -1,17 +1,18 @@
 """Reading the fields rerank dialects share (pure): the body as a JSON object, the
 query, the documents (strings, or Cohere's and Jina's ``{"text"}`` objects), and
 optional typed fields; and reading an answer's results as a client does. Every
-client mistake is an ApiError here, in the words every dialect gives it."""
+client mistake is an ApiError here, in the words every dialect gives it. And
+:class:`DocumentsRerank`, the base of the ``{model, query, documents}`` dialects."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import orjson
 
 from extproc.core.api_errors import InvalidFieldError, MalformedBodyError, TooManyInputsError
-from extproc.core.tasks.rerank import Ranked, Ranking, RerankRequest
+from extproc.core.tasks.rerank import Ranked, Ranking, RerankDialect, RerankRequest
 
 
 def json_object(body: bytes) -> dict[str, Any]:
@@ -154,3 +155,30 @@ def documents_request_body(
 ) -> dict[str, Any]:
     """A ``{query, documents, model}`` request as Cohere's and Jina's clients write it."""
     return {"query": query_text, "documents": list(texts), **options, "model": model}
+
+
+class DocumentsRerank(RerankDialect):
+    """A ``{model, query, documents, top_n, ...}`` dialect (Cohere's, Jina's): the
+    class attributes say which of the fields it reads (as :func:`documents_request`)."""
+
+    model_required: ClassVar[bool] = True
+    objects: ClassVar[bool] = True
+    per_doc: ClassVar[bool] = False
+    client_options: ClassVar[Mapping[str, Mapping[str, Any]]] = {
+        "top_n 2": {"top_n": 2},
+        "documents back": {"return_documents": True},
+    }
+
+    def read_request(self, body: bytes, max_documents: int) -> RerankRequest:
+        return documents_request(
+            body,
+            max_documents,
+            model_required=self.model_required,
+            objects=self.objects,
+            per_doc=self.per_doc,
+        )
+
+    def write_request(
+        self, model: str, query: str, documents: Sequence[str], **options: Any
+    ) -> dict[str, Any]:
+        return documents_request_body(model, query, documents, options)

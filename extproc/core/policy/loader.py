@@ -61,7 +61,8 @@ from extproc.core.policy.overlay import overlay
 from extproc.core.policy.presets import presets
 from extproc.core.policy.v1 import policy_pb2 as pb
 from extproc.core.prompts import DOCUMENT_TYPES, QUERY_TYPES
-from extproc.core.upstreams import ADAPTERS, Capabilities, UnknownUpstreamError, adapter_for
+from extproc.core.registry import UnknownNameError
+from extproc.core.upstreams import ADAPTERS, Capabilities, adapter_for
 
 # Largest allowed request: 2048 inputs is OpenAI's cap; 64 MiB bounds Envoy's buffer.
 MAX_INPUTS_CEILING = 2048
@@ -488,7 +489,7 @@ def _upstream(source: str, where: str, m: pb.ModelPolicy) -> UpstreamPolicy:
         raise PolicyError(source, f"{field}.kind", f"required: one of {known}")
     try:
         adapter = adapter_for(m.upstream.kind)
-    except UnknownUpstreamError as exc:
+    except UnknownNameError as exc:
         raise PolicyError(source, f"{field}.kind", str(exc)) from None
     declared = m.upstream.native
     defaults = adapter.defaults
@@ -610,12 +611,8 @@ def _validate_model(
     )
 
 
-_FORMS = {
-    pb.Preprocess.NFC: UnicodeForm.NFC,
-    pb.Preprocess.NFKC: UnicodeForm.NFKC,
-    pb.Preprocess.NFD: UnicodeForm.NFD,
-    pb.Preprocess.NFKD: UnicodeForm.NFKD,
-}
+# The proto's enum values carry the same names as the model's.
+_FORMS = {pb.Preprocess.UnicodeForm.Value(form.name): form for form in UnicodeForm}
 
 
 def _preprocess(p: pb.Preprocess) -> Preprocess:
@@ -703,12 +700,8 @@ def _truncation(t: pb.Truncation) -> Truncation:
     )
 
 
-_INSTRUCTION_USES = {
-    pb.Prompts.INSTRUCTION_UNSPECIFIED: InstructionUse.TASK,
-    pb.Prompts.TASK: InstructionUse.TASK,
-    pb.Prompts.PROMPT: InstructionUse.PROMPT,
-    pb.Prompts.IGNORED: InstructionUse.IGNORED,
-    pb.Prompts.REFUSED: InstructionUse.REFUSED,
+_INSTRUCTION_USES = {pb.Prompts.Instruction.Value(use.name): use for use in InstructionUse} | {
+    pb.Prompts.INSTRUCTION_UNSPECIFIED: InstructionUse.TASK
 }
 
 

@@ -41,7 +41,7 @@ from extproc.core.request_coding import BodyCoding
 from extproc.core.request_headers import check_body_size
 from extproc.core.status import is_success
 from extproc.core.tokens import TokenizeBudget, TokenizeBudgetError
-from extproc.core.upstreams import BadRerankAnswerError, adapter_for
+from extproc.core.upstreams import BadRerankAnswerError, RerankAsk, adapter_for
 
 # What a result costs in the answers beyond its document's text, roughly.
 _BYTES_PER_RESULT = 160
@@ -249,11 +249,7 @@ def _forward(
         held_bytes=text * (2 if returning else 1) + _BYTES_PER_RESULT * count,
     )
     upstream_body = adapter.write_rerank(
-        reranker.upstream_model,
-        request.query,
-        request.documents,
-        truncate_to=truncate_to,
-        max_tokens_per_doc=per_doc,
+        RerankAsk(reranker.upstream_model, request.query, request.documents, truncate_to, per_doc)
     )
     return Forward(upstream_body, plan, RequestStats(inputs=plan.input_count))
 

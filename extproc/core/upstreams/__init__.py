@@ -10,41 +10,32 @@ one module exporting ``ADAPTER`` (an :class:`UpstreamAdapter`), its line in
 from __future__ import annotations
 
 from collections.abc import Mapping
-from types import MappingProxyType
 from typing import Final
 
+from extproc.core.registry import named, table
 from extproc.core.upstreams import dynamo, vllm
 from extproc.core.upstreams.adapter import (
     BadRerankAnswerError,
     Capabilities,
+    RerankAsk,
     UpstreamAdapter,
     UpstreamAsk,
     UpstreamScores,
     VectorsEncoding,
 )
 
-ADAPTERS: Final[Mapping[str, UpstreamAdapter]] = MappingProxyType(
-    {adapter.name: adapter for adapter in (dynamo.ADAPTER, vllm.ADAPTER)}
-)
-
-
-class UnknownUpstreamError(LookupError):
-    """No adapter has this name."""
+ADAPTERS: Final[Mapping[str, UpstreamAdapter]] = table(dynamo.ADAPTER, vllm.ADAPTER)
 
 
 def adapter_for(kind: str) -> UpstreamAdapter:
-    try:
-        return ADAPTERS[kind]
-    except KeyError:
-        known = ", ".join(sorted(ADAPTERS))
-        raise UnknownUpstreamError(f"unknown upstream kind {kind!r} (known: {known})") from None
+    return named(ADAPTERS, kind, "upstream kind")
 
 
 __all__ = [
     "ADAPTERS",
     "BadRerankAnswerError",
     "Capabilities",
-    "UnknownUpstreamError",
+    "RerankAsk",
     "UpstreamAdapter",
     "UpstreamAsk",
     "UpstreamScores",

@@ -65,6 +65,17 @@ class UpstreamAsk:
     truncate_prompt_tokens: int | None = None  # the client's (valid) value, passed on
 
 
+@dataclass(frozen=True)
+class RerankAsk:
+    """What the gateway asks an upstream reranker for, whatever its dialect."""
+
+    model: str
+    query: str
+    documents: Sequence[str]
+    truncate_to: int | None = None  # each pair cut to this many tokens by the upstream
+    max_tokens_per_doc: int | None = None  # each document cut before the pair is framed
+
+
 class UpstreamAdapter:
     """One upstream kind (a policy's ``upstream.kind``). An adapter module subclasses
     this and sets the class attributes; the methods write and read OpenAI's shapes,
@@ -130,26 +141,22 @@ class UpstreamAdapter:
 
     # -- reranking -------------------------------------------------------------------
 
-    def write_rerank(
-        self,
-        model: str,
-        query: str,
-        documents: Sequence[str],
-        *,
-        truncate_to: int | None,
-        max_tokens_per_doc: int | None = None,
-    ) -> bytes:
+    def write_rerank(self, ask: RerankAsk) -> bytes:
         """vLLM's ``/rerank`` body: raw logits asked for wherever the upstream gives
         them (``use_activation: false``), so the gateway picks the client's scale;
         a pair cut to ``truncate_to`` tokens by the upstream's own pair truncation;
         each document's token ids cut to ``max_tokens_per_doc`` before the pair is
         framed (measured, docs/upstreams.md)."""
-        body: dict[str, Any] = {"model": model, "query": query, "documents": list(documents)}
-        body["use_activation"] = False
-        if truncate_to is not None:
-            body["truncate_prompt_tokens"] = truncate_to
-        if max_tokens_per_doc is not None:
-            body["max_tokens_per_doc"] = max_tokens_per_doc
+        body: dict[str, Any] = {
+            "model": ask.model,
+            "query": ask.query,
+            "documents": list(ask.documents),
+            "use_activation": False,
+        }
+        if ask.truncate_to is not None:
+            body["truncate_prompt_tokens"] = ask.truncate_to
+        if ask.max_tokens_per_doc is not None:
+            body["max_tokens_per_doc"] = ask.max_tokens_per_doc
         return orjson.dumps(body)
 
     def read_scores(self, body: bytes, count: int) -> UpstreamScores:

@@ -22,7 +22,6 @@ into logits where a raw score is wanted.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import ClassVar
 
 import orjson
@@ -30,6 +29,7 @@ import orjson
 from extproc.core.upstream_errors import UpstreamError, parse_upstream_error
 from extproc.core.upstreams.adapter import (
     Capabilities,
+    RerankAsk,
     UpstreamAdapter,
     UpstreamScores,
     VectorsEncoding,
@@ -60,17 +60,9 @@ class DynamoAdapter(UpstreamAdapter):
             )
         return error
 
-    def write_rerank(
-        self,
-        model: str,
-        query: str,
-        documents: Sequence[str],
-        *,
-        truncate_to: int | None,
-        max_tokens_per_doc: int | None = None,
-    ) -> bytes:
+    def write_rerank(self, ask: RerankAsk) -> bytes:
         # No activation switch and no cut; the documents are never wanted back.
-        body = {"model": model, "query": query, "documents": list(documents)}
+        body = {"model": ask.model, "query": ask.query, "documents": list(ask.documents)}
         return orjson.dumps({**body, "return_documents": False})
 
     def read_scores(self, body: bytes, count: int) -> UpstreamScores:

@@ -11,24 +11,25 @@ longer is a difference.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Final
+
+# JSON's types by the Python type a decoder hands over (bool before int: a bool is one).
+_JSON_TYPES: Final = (
+    (type(None), "null"),
+    (bool, "boolean"),
+    (int, "integer"),
+    (float, "number"),
+    (str, "string"),
+    (list, "array"),
+    (dict, "object"),
+)
 
 
 def json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    if isinstance(value, dict):
-        return "object"
+    for kind, name in _JSON_TYPES:
+        if isinstance(value, kind):
+            return name
     return type(value).__name__
 
 
@@ -39,15 +40,8 @@ def shape_difference(expected: Any, got: Any, path: str = "$") -> str | None:
     if want != have:
         return f"{path}: {want} vs {have}"
     if isinstance(expected, dict):
-        keys, other = list(expected), list(got)
-        if keys != other:
-            how = "key order" if set(keys) == set(other) else "keys"
-            return f"{path}: {how} [{', '.join(keys)}] vs [{', '.join(other)}]"
-        for key in keys:
-            found = shape_difference(expected[key], got[key], f"{path}.{key}")
-            if found:
-                return found
-    elif isinstance(expected, list):
+        return _object_difference(expected, got, path, shape_difference)
+    if isinstance(expected, list):
         for index, (a, b) in enumerate(zip(expected, got, strict=False)):
             found = shape_difference(a, b, f"{path}[{index}]")
             if found:
@@ -91,15 +85,7 @@ def skeleton_difference(expected: Any, got: Any, path: str = "$") -> str | None:
         if (ARRAY in expected) != (ARRAY in got):
             kinds = ["array" if ARRAY in s else "object" for s in (expected, got)]
             return f"{path}: {kinds[0]} vs {kinds[1]}"
-        keys, other = list(expected), list(got)
-        if keys != other:
-            how = "key order" if set(keys) == set(other) else "keys"
-            return f"{path}: {how} [{', '.join(keys)}] vs [{', '.join(other)}]"
-        for key in keys:
-            found = skeleton_difference(expected[key], got[key], f"{path}.{key}")
-            if found:
-                return found
-        return None
+        return _object_difference(expected, got, path, skeleton_difference)
     if expected != got:
         return f"{path}: {_kind(expected)} vs {_kind(got)}"
     return None
@@ -109,3 +95,21 @@ def _kind(shape: Any) -> str:
     if isinstance(shape, dict):
         return "array" if ARRAY in shape else "object"
     return str(shape)
+
+
+def _object_difference(
+    expected: dict[str, Any],
+    got: dict[str, Any],
+    path: str,
+    difference: Callable[[Any, Any, str], str | None],
+) -> str | None:
+    """Two objects' keys in order, then each value by ``difference``."""
+    keys, other = list(expected), list(got)
+    if keys != other:
+        how = "key order" if set(keys) == set(other) else "keys"
+        return f"{path}: {how} [{', '.join(keys)}] vs [{', '.join(other)}]"
+    for key in keys:
+        found = difference(expected[key], got[key], f"{path}.{key}")
+        if found:
+            return found
+    return None
