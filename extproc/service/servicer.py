@@ -117,7 +117,7 @@ class ExternalProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc
                 else:
                     reply = await self._handle(stream, request, size)
                 if stream.admission is Admission.RELEASE:
-                    self._release(ticket)  # decided: its room goes back with the reply
+                    self._release(ticket, metrics)  # decided: its room goes back with the reply
                 yield reply
                 del reply, request  # sent: let a huge body and its answer go (trim below)
                 largest_body = max(largest_body, size)
@@ -128,8 +128,7 @@ class ExternalProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc
                     await _close(requests)
                     break
         finally:
-            self._release(ticket)
-            metrics.admission_in_flight(self._admission.in_flight)
+            self._release(ticket, metrics)
             # After a very large body, or once idle after a burst (memory.py). Once the
             # ticket is back (the collection holds the interpreter lock), and not
             # awaited: this generator may be closing.
@@ -144,10 +143,13 @@ class ExternalProcessor(ep_grpc.ExternalProcessorServicer):  # type: ignore[misc
             if noted is not None:
                 self._trace(metadata, started_ns, with_plan(noted.facts, stream.plan))
 
-    def _release(self, ticket: Ticket) -> None:
-        """The request's room back to the budget (again: nothing more to give)."""
+    def _release(self, ticket: Ticket, metrics: StreamMetrics) -> None:
+        """The request's room back to the budget (again: nothing more to give), and
+        the gauge set before the reply leaves, so a client that has its answer reads
+        a budget without it."""
         self._idle_trim.note(ticket.cost)
         self._admission.release(ticket)
+        metrics.admission_in_flight(self._admission.in_flight)
 
     def _trace(
         self, metadata: Iterable[tuple[str, Any]], started_ns: int, facts: StreamFacts

@@ -95,8 +95,10 @@ def learn_errors(
     ]
 
 
+TOP_N_ZERO: Final = "top_n zero"
 # What exactly is wrong in a learning request, by its label (the rest: a value).
 REASON_OF = {
+    TOP_N_ZERO: "below",
     EMPTY_INPUT: "empty",
     NO_INPUT: "missing",
     NO_MODEL: "missing",

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from extproc.core.tasks.rerank import sigmoid
 from extproc.tools.learn.findings import Confidence, Finding, finding, unknown
-from extproc.tools.learn.rerank_paths_learner import DOCUMENTS, QUERY, Served
+from extproc.tools.learn.rerank_paths_learner import DOCUMENTS, QUERY, FoundPath
 from extproc.tools.learn.rerank_scores_learner import upstream_rerank
 from extproc.tools.learn.session import Exchange, Session
 from extproc.tools.parity.rerank_comparison import SCORE_TOLERANCE
@@ -23,7 +23,7 @@ class LongPairs:
 
 
 def learn_long_pairs(
-    session: Session, served: Served, names: tuple[str, str], limit: int, scores: str | None
+    session: Session, served: FoundPath, names: tuple[str, str], limit: int, scores: str | None
 ) -> LongPairs:
     """``names``: the model's name at the baseline and at the candidate."""
     model, upstream_model = names

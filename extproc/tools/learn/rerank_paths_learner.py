@@ -34,7 +34,7 @@ PROBES: tuple[tuple[str, tuple[tuple[str, tuple[str, ...]], ...]], ...] = (
 
 
 @dataclass(frozen=True)
-class Served:
+class FoundPath:
     """One path the baseline serves, in one dialect, and its plain answer."""
 
     path: str
@@ -42,9 +42,9 @@ class Served:
     answer: Exchange
 
 
-def learn_paths(session: Session, model: str) -> tuple[list[Served], list[Finding]]:
+def learn_paths(session: Session, model: str) -> tuple[list[FoundPath], list[Finding]]:
     session.note("learn: the rerank paths and dialects the baseline serves")
-    served: list[Served] = []
+    served: list[FoundPath] = []
     tried: list[Exchange] = []
     for path, shapes in PROBES:
         for name, answers in shapes:
@@ -53,7 +53,7 @@ def learn_paths(session: Session, model: str) -> tuple[list[Served], list[Findin
             exchange = session.post("baseline", path, f"{name} request", body, readers)
             tried.append(exchange)
             if exchange.ranking is not None:
-                served.append(Served(path, RERANK_DIALECTS[exchange.read_as], exchange))
+                served.append(FoundPath(path, RERANK_DIALECTS[exchange.read_as], exchange))
                 break
     if not served:
         problem = "the baseline answers none of the rerank dialects (TEI, Cohere v1/v2, Jina)"

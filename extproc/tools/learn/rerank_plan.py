@@ -16,10 +16,10 @@ from typing import Any
 from extproc.core.api_errors import ErrorClass
 from extproc.core.policy.model import TokenizerSource
 from extproc.core.tasks.rerank import RerankDialect
-from extproc.tools.learn.errors_learner import learn_errors
+from extproc.tools.learn.errors_learner import TOP_N_ZERO, learn_errors
 from extproc.tools.learn.findings import Finding, finding, unknown
 from extproc.tools.learn.rerank_long_pairs_learner import learn_long_pairs
-from extproc.tools.learn.rerank_paths_learner import DOCUMENTS, QUERY, Served, learn_paths
+from extproc.tools.learn.rerank_paths_learner import DOCUMENTS, QUERY, FoundPath, learn_paths
 from extproc.tools.learn.rerank_scores_learner import learn_defaults, max_model_len, upstream_rerank
 from extproc.tools.learn.session import Exchange, Session
 from extproc.tools.toolkit.budgeted_client import BudgetSpentError
@@ -67,7 +67,7 @@ def learn_rerank(
     return learned, found
 
 
-def _learn_path(session: Session, served: Served, entry: LearnedRerank) -> list[Finding]:
+def _learn_path(session: Session, served: FoundPath, entry: LearnedRerank) -> list[Finding]:
     """Every aspect of one served path, in order; its refusals give its errors."""
     found: list[Finding] = []
     raw = upstream_rerank(session, entry.upstream_model, "raw logits")
@@ -90,6 +90,10 @@ def _learn_path(session: Session, served: Served, entry: LearnedRerank) -> list[
         "malformed JSON": (ErrorClass.MALFORMED, MALFORMED),
         "no documents": (ErrorClass.INVALID, dialect.write_request(entry.model, QUERY, ())),
     }
+    if any("top_n" in option for option in dialect.client_options.values()):
+        # a FastAPI server's body differs by the check that failed (pydantic's type, ctx)
+        body = dialect.write_request(entry.model, QUERY, DOCUMENTS[:2], top_n=0)
+        bad[TOP_N_ZERO] = (ErrorClass.INVALID, body)
     if dialect.names_model:
         body = dialect.write_request(UNKNOWN_MODEL, QUERY, DOCUMENTS[:2])
         bad["unknown model"] = (ErrorClass.UNKNOWN_MODEL, body)

@@ -17,7 +17,7 @@ from typing import Any
 from extproc.core.dialects import RERANK_DIALECTS
 from extproc.core.tasks.rerank import sigmoid
 from extproc.tools.learn.findings import Finding, finding, unknown
-from extproc.tools.learn.rerank_paths_learner import DOCUMENTS, QUERY, Served
+from extproc.tools.learn.rerank_paths_learner import DOCUMENTS, QUERY, FoundPath
 from extproc.tools.learn.session import Exchange, Session
 from extproc.tools.parity.rerank_comparison import SCORE_TOLERANCE
 
@@ -41,7 +41,7 @@ def upstream_rerank(session: Session, upstream_model: str, label: str, **options
 
 
 def learn_defaults(
-    session: Session, served: Served, raw: Exchange
+    session: Session, served: FoundPath, raw: Exchange
 ) -> tuple[Defaults, list[Finding]]:
     base = served.answer.ranking
     assert base is not None
