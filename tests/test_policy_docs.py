@@ -4,9 +4,9 @@ enums, read from the generated descriptor of protos/extproc/core/policy/v1/polic
 The doc's convention: a field appears in backticks as its path from the file's root, a
 list's entries as ``[]`` (``models[].leniency.integral_floats``, ``rerankers[].top_n``,
 ``errors.status.too_long``); an enum field's values appear, in backticks, on a line
-that names the field. A message used in two places is described at its first (the
-models' ``tokenizer``, the file's ``errors``); the other place names the field itself
-(``rerankers[].errors``). A map is one field (``models[].prompts.extra``).
+that names the field. A message used in several places is described at its
+shallowest (the file's ``errors``, the models' ``tokenizer``); the others name the
+field itself (``rerankers[].errors``). A map is one field (``models[].prompts.extra``).
 """
 
 from __future__ import annotations
@@ -26,15 +26,31 @@ IN_BACKTICKS = re.compile(r"`([^`]+)`")
 SCHEMA_PATH = re.compile(r"(models\[\]|rerankers\[\]|limits|errors)(\.\w+)+")
 
 
+def _shallowest(root: Descriptor) -> dict[str, str]:
+    """Each message's shallowest path from the root (breadth first; the first at a
+    depth): where the doc describes it."""
+    where: dict[str, str] = {root.full_name: ""}
+    level = [(root, "")]
+    while level:
+        below = []
+        for message, prefix in level:
+            for field in message.fields:
+                kind = field.message_type
+                if kind is None or kind.GetOptions().map_entry or kind.full_name in where:
+                    continue
+                path = prefix + field.name + ("[]" if field.is_repeated else "")
+                where[kind.full_name] = path
+                below.append((kind, path + "."))
+        level = below
+    return where
+
+
 def schema_fields(
-    message: Descriptor = pb.GatewayPolicy.DESCRIPTOR,
-    prefix: str = "",
-    described: set[str] | None = None,
+    message: Descriptor = pb.GatewayPolicy.DESCRIPTOR, prefix: str = ""
 ) -> Iterator[tuple[str, tuple[str, ...]]]:
     """(path, the names of its enum's values but the unset one) of every field the doc
     must name, in the schema's order."""
-    described = set() if described is None else described
-    described.add(message.full_name)
+    shallowest = _shallowest(pb.GatewayPolicy.DESCRIPTOR)
     for field in message.fields:
         path = prefix + field.name
         kind = field.message_type
@@ -42,10 +58,10 @@ def schema_fields(
         well_known = kind is not None and kind.full_name.startswith("google.protobuf.")
         if kind is not None and not kind.GetOptions().map_entry:
             path += "[]" if field.is_repeated else ""
-            if kind.full_name in described or well_known:
+            if well_known or shallowest[kind.full_name] != path:
                 yield path, ()
             else:
-                yield from schema_fields(kind, path + ".", described)
+                yield from schema_fields(kind, path + ".")
             continue
         enum = field.enum_type
         yield path, tuple(v.name for v in enum.values if v.number) if enum else ()

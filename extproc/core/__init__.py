@@ -18,7 +18,8 @@ included), ``preprocess`` (what a legacy server did to each text), ``prompts`` (
 prompt prefix of each role), ``tokens`` and ``truncation`` (counting and cutting
 tokens within a budget), ``request_rewrite`` (what the upstream is asked) and ``plan``
 (what the response phase must do). Their answers: ``embeddings_body`` (the success
-body read), ``vectors`` (decoded, checked, cut, encoded), ``response_rewrite`` (what
+body read), ``vectors`` (decoded, checked, cut, encoded), ``quantize`` (int8, uint8
+and binary vectors from floats), ``response_rewrite`` (what
 the client receives), ``upstream_errors`` (an upstream's error read) and
 ``status`` (status classes).
 

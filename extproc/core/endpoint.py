@@ -25,7 +25,7 @@ from extproc.core.answer_layout import AnswerLayout
 from extproc.core.api_errors import ApiError
 from extproc.core.error_dialect import ErrorDialect
 from extproc.core.plan import RequestStats
-from extproc.core.policy.model import GatewayPolicy
+from extproc.core.policy.model import GatewayPolicy, Served
 from extproc.core.request_coding import BodyCoding
 from extproc.core.status import is_success
 from extproc.core.tokens import ModelTokenizer
@@ -121,7 +121,7 @@ class Dialect(Protocol[P]):
     ) -> Forward[P]: ...
 
     def answer(
-        self, endpoint: Endpoint[P], plan: P, status: int, body: bytes
+        self, endpoint: Endpoint[P], plan: P, status: int, body: bytes, clock: Clock | None
     ) -> ClientAnswer | None: ...
 
 
@@ -144,6 +144,8 @@ class Endpoint(Generic[P]):
     errors: ErrorDialect
     # Each model's success body as the legacy server laid it out, where it has one.
     answers: Mapping[str, AnswerLayout] = field(default_factory=dict)
+    # The models a dialect's own path serves, by name (empty: every model).
+    served: Mapping[str, Served] = field(default_factory=dict)
 
     def forward(
         self, body: bytes, contract: Loaded, *, clock: Clock, coding: BodyCoding | None = None
@@ -156,12 +158,15 @@ class Endpoint(Generic[P]):
             error.request = body
             raise
 
-    def answer(self, plan: P | None, status: int, body: bytes) -> ClientAnswer | None:
+    def answer(
+        self, plan: P | None, status: int, body: bytes, *, clock: Clock | None = None
+    ) -> ClientAnswer | None:
         """The client's answer to the upstream's; None: the upstream's, unchanged.
         Without a plan (Envoy's own reply, or a response whose request the gateway
-        never read) an error gets this endpoint's error dialect and a 2xx passes."""
+        never read) an error gets this endpoint's error dialect and a 2xx passes.
+        ``clock``: the forward's, for a dialect whose answers say how long they took."""
         if plan is not None:
-            return self.dialect.answer(self, plan, status, body)
+            return self.dialect.answer(self, plan, status, body, clock)
         if is_success(status):
             return None
         # No plan, no model: which upstream kind answered is unknown, so the

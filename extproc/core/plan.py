@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 import orjson
 
@@ -18,6 +18,8 @@ class Encoding(enum.Enum):
     FLOAT = "float"
     BASE64 = "base64"
 
+
+OPENAI_DIALECT: Final = "openai"
 
 # Bytes per vector component as the upstream or the client sees it: base64 of a
 # float32 is 16/3 bytes; a float32 written as JSON (`-0.012345678,`) about 12.
@@ -45,7 +47,13 @@ class ResponsePlan:
     dimensions: int | None = None
     check_only: bool = False  # the policy asks for every 2xx to be checked
     renormalise: bool = True  # a cut is scaled back to unit length (matryoshka.renormalise)
-    reshape: bool = False  # the answer is written in the legacy server's layout
+    reshape: bool = False  # the answer is written anew: a layout of its own, a dialect's
+    # The client's dialect and what its writer needs (options of its request): only
+    # OpenAI's plans travel to a second stream; the others' routes carry the whole
+    # exchange.
+    dialect: str = OPENAI_DIALECT
+    answer: tuple[tuple[str, Any], ...] = ()
+    started: float = 0.0  # the clock when the request was read (seconds, monotonic)
 
     @property
     def rewrites_vectors(self) -> bool:
@@ -65,13 +73,18 @@ class ResponsePlan:
         client = items * (client_dims * _BYTES_PER_VALUE[self.client_encoding])
         return int(upstream + client) + 2 * items * _BYTES_PER_ITEM
 
-    def to_json(self) -> str:
+    def to_json(self) -> str | None:
         """Compact form carried from the request's ext_proc stream to the response's
         (as Envoy dynamic metadata) when the two are separate filters. The upstream
         kind is written as the adapter's name ("dynamo", "vllm"): the same strings
         the older flavour field wrote, so plans from either version read the same.
         The flags that differ from their defaults follow as a ninth item, an object
-        (``{"renormalise": false, "reshape": true}``): a plan of eight items has none."""
+        (``{"renormalise": false, "reshape": true}``): a plan of eight items has none;
+        a dialect's answer options among them (``"dialect"``, ``"answer"``) where they
+        are strings, booleans and lists of strings. None for a plan whose options are
+        not: its routes carry the whole exchange, it never travels."""
+        if not all(_travels(value) for _, value in self.answer):
+            return None
         fields = [
             self.model,
             self.input_count,
@@ -82,11 +95,15 @@ class ResponsePlan:
             self.dimensions,
             self.check_only,
         ]
-        flags = {
+        flags: dict[str, Any] = {
             k: v
             for k, v in (("renormalise", self.renormalise), ("reshape", self.reshape))
             if v != _FLAG_DEFAULTS[k]
         }
+        if self.dialect != OPENAI_DIALECT:
+            flags["dialect"] = self.dialect
+        if self.answer:
+            flags["answer"] = [[name, value] for name, value in self.answer]
         if flags:
             fields.append(flags)
         return orjson.dumps(fields).decode()
@@ -97,9 +114,17 @@ class ResponsePlan:
         try:
             model, count, native, kind, client, upstream, dims, check, *rest = orjson.loads(text)
             flags = dict(_FLAG_DEFAULTS)
+            dialect: Any = OPENAI_DIALECT
+            answer: tuple[tuple[str, Any], ...] | None = ()
             if rest:
                 (written,) = rest
-                if not isinstance(written, dict) or not written.keys() <= flags.keys():
+                if not isinstance(written, dict):
+                    return None
+                dialect = written.pop("dialect", OPENAI_DIALECT)
+                answer = _answer_options(written.pop("answer", []))
+                if not isinstance(dialect, str) or answer is None:
+                    return None
+                if not written.keys() <= flags.keys():
                     return None
                 if not all(type(v) is bool for v in written.values()):
                     return None
@@ -115,6 +140,8 @@ class ResponsePlan:
                 check_only=check is True,
                 renormalise=flags["renormalise"],
                 reshape=flags["reshape"],
+                dialect=dialect,
+                answer=answer or (),
             )
         except (orjson.JSONDecodeError, TypeError, ValueError):
             return None
@@ -136,6 +163,29 @@ class ResponsePlan:
 
 
 _FLAG_DEFAULTS: Final = {"renormalise": True, "reshape": False}
+
+
+def _travels(value: Any) -> bool:
+    """An answer option JSON carries and reads back the same (a list as a tuple)."""
+    if isinstance(value, tuple):
+        return all(isinstance(item, str) for item in value)
+    return isinstance(value, (str, bool))
+
+
+def _answer_options(written: Any) -> tuple[tuple[str, Any], ...] | None:
+    """Answer options as :meth:`ResponsePlan.to_json` writes them; None otherwise."""
+    if not isinstance(written, list):
+        return None
+    options = []
+    for pair in written:
+        if not isinstance(pair, list) or len(pair) != 2 or not isinstance(pair[0], str):
+            return None
+        name, value = pair
+        value = tuple(value) if isinstance(value, list) else value
+        if not _travels(value):
+            return None
+        options.append((name, value))
+    return tuple(options)
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,7 @@ from extproc.core.api_errors import (
 )
 from extproc.core.lax import integral_float_int, lax_int
 from extproc.core.plan import Encoding
-from extproc.core.policy.model import GatewayPolicy, InstructionUse, ModelPolicy
+from extproc.core.policy.model import GatewayPolicy, InstructionUse, ModelPolicy, Truncation
 from extproc.core.request_coding import BodyCoding
 from extproc.core.request_headers import check_body_size
 from extproc.core.tokens import ModelTokenizer
@@ -53,6 +53,8 @@ INTERPRETED_FIELDS: Final = frozenset(
 _UTF8_BOM: Final = b"\xef\xbb\xbf"
 
 TokenInput = list[int] | list[list[int]]
+# A dialect's answer options, as (name, value) pairs: hashable, in a frozen plan.
+AnswerOptions = tuple[tuple[str, Any], ...]
 IntReader = Callable[[Any], int | None]
 
 
@@ -87,6 +89,15 @@ class EmbeddingsRequest:
     input_type: str | None
     instruction: str | None
     truncate_prompt_tokens: int | None
+    # What a dialect other than OpenAI's asks beside those: the client's own choice
+    # of a long input's fate (None: the model's) and of a smaller token budget,
+    # whether it wants the vectors as the model pools them before it normalises
+    # them, and what its answer needs (its embedding types, its texts echoed...),
+    # for its writer.
+    truncation: Truncation | None = None
+    token_limit: int | None = None
+    raw_vectors: bool = False
+    answer: AnswerOptions = ()
 
     @property
     def input_count(self) -> int:
@@ -108,13 +119,36 @@ def read_request(
     """The checked request; raise ApiError for the client.
 
     ``coding``: how the body was sent, when Envoy decoded it (its errors say so)."""
+    request, bom = read_object(body, policy, coding)
+    return check_fields(request, policy, tokenizers, bom=bom)
+
+
+def read_object(
+    body: bytes, policy: GatewayPolicy, coding: BodyCoding | None = None
+) -> tuple[dict[str, Any], bool]:
+    """The body's JSON object, and whether a UTF-8 byte order mark led it; every
+    dialect's body is read so (sizes, coding, repeated keys)."""
     limits = policy.limits
     if coding is not None:
         coding.check(body, limits.max_request_bytes)
     check_body_size(len(body), limits)
     bom = body.startswith(_UTF8_BOM)
-    request = _parse_object(body[len(_UTF8_BOM) :] if bom else body, coding)
-    model = _model(request, policy)
+    return _parse_object(body[len(_UTF8_BOM) :] if bom else body, coding), bom
+
+
+def check_fields(
+    request: dict[str, Any],
+    policy: GatewayPolicy,
+    tokenizers: Mapping[str, ModelTokenizer],
+    *,
+    bom: bool = False,
+    model: ModelPolicy | None = None,
+) -> EmbeddingsRequest:
+    """An OpenAI-shaped body checked against its model's policy (``model``: the one
+    the endpoint fixes, for a dialect whose requests name none). Every dialect's
+    request is checked so, once its reader has put it in OpenAI's terms."""
+    limits = policy.limits
+    model = model or _model(request, policy)
     to_int = int_reader(model)
     if bom and not model.leniency.bom:
         raise MalformedBodyError(

@@ -24,8 +24,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
+from extproc.core.api_errors import InvalidFieldError
 from extproc.core.endpoint import Forward
-from extproc.core.plan import Encoding, RequestStats, ResponsePlan
+from extproc.core.plan import OPENAI_DIALECT, Encoding, RequestStats, ResponsePlan
 from extproc.core.policy.model import GatewayPolicy
 from extproc.core.preprocess import preprocess
 from extproc.core.prompts import prompt_prefix
@@ -57,22 +58,31 @@ def plan_request(
     tokenizers: Mapping[str, ModelTokenizer],
     *,
     clock: Callable[[], float],
+    dialect: str | None = None,
 ) -> Forward[ResponsePlan]:
     """What the upstream is asked for a checked request, and the plan for its answer
-    (``clock`` as for :func:`rewrite_request`)."""
+    (``clock`` as for :func:`rewrite_request`; ``dialect``: the client's, where its writer
+    answers in a shape of its own; None: OpenAI's shape)."""
     model = request.model
+    adapter = adapter_for(model.upstream.kind)
+    if request.raw_vectors and not adapter.raw_vectors:
+        raise InvalidFieldError(
+            f"Vectors before their normalisation are not available for {model.name!r} "
+            "here: ask for normalised ones.",
+            param="normalize",
+        )
     prefix = prompt_prefix(model.prompts, request.input_type, request.instruction)
     texts = preprocess(model.preprocess, request.texts)
     fitted = fit_inputs(
         texts,
         request.token_ids,
         prefix=prefix,
-        max_tokens=model.max_tokens,
+        max_tokens=min(model.max_tokens, request.token_limit or model.max_tokens),
         tokenizer=tokenizers[model.name],
         limits=policy.limits,
         single=request.single_text,
         clock=clock,
-        truncation=model.truncation,
+        truncation=request.truncation or model.truncation,
     )
 
     dimensions = request.dimensions
@@ -80,10 +90,12 @@ def plan_request(
     # An upstream that cuts itself gets `dimensions` forwarded and answers the vectors
     # the client asked for, in the client's encoding: no response rewrite. (A size
     # below native passed read_request only for a Matryoshka model.)
-    emulate = below_native and model.emulates_dimensions
+    # A dialect of its own reads the vectors to write them in its shape.
+    own_shape = dialect is not None
+    emulate = below_native and (model.emulates_dimensions or request.raw_vectors)
     forwarded = dimensions if below_native and not emulate else None
-    adapter = adapter_for(model.upstream.kind)
-    upstream_encoding = Encoding(adapter.vectors_encoding) if emulate else request.encoding
+    read = emulate or own_shape
+    upstream_encoding = Encoding(adapter.vectors_encoding) if read else request.encoding
     plan = ResponsePlan(
         model=model.name,
         input_count=request.input_count,
@@ -94,8 +106,12 @@ def plan_request(
         upstream_encoding=upstream_encoding,
         dimensions=dimensions if emulate else None,
         check_only=model.check_responses,
-        renormalise=model.matryoshka is None or model.matryoshka.renormalise,
-        reshape=model.answer is not None,
+        renormalise=not request.raw_vectors
+        and (model.matryoshka is None or model.matryoshka.renormalise),
+        reshape=model.answer is not None or own_shape,
+        dialect=dialect or OPENAI_DIALECT,
+        answer=request.answer,
+        started=clock() if own_shape else 0.0,
     )
     kept = () if forwarded is None else ("dimensions",)
     # The fields that become the prompt prefix are the gateway's alone, never forwarded.
@@ -120,6 +136,7 @@ def plan_request(
         encoding=upstream_encoding.value,
         dimensions=forwarded,
         truncate_prompt_tokens=request.truncate_prompt_tokens,
+        raw=request.raw_vectors,
     )
     # null means absent: never forwarded (an absent field is every upstream's default).
     sent = {k: v for k, v in request.fields.items() if v is not None and k not in prompt_fields}

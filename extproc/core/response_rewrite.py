@@ -82,6 +82,15 @@ def write_openai_answer(
     # orjson writes float32 in shortest round-trip form
     base64 = plan.client_encoding is Encoding.BASE64
     embeddings = [encode_base64(row) if base64 else row for row in matrix]
+    return openai_body(plan, answer, embeddings, layout)
+
+
+def openai_body(
+    plan: ResponsePlan, answer: EmbeddingsBody, embeddings: list[Any], layout: AnswerLayout | None
+) -> bytes:
+    """The upstream's OpenAI-shaped body (or the legacy ``layout``) carrying
+    ``embeddings``, one value an input, whatever each is (a vector, a base64 string,
+    an object by type)."""
     doc: Any
     if layout is not None:
         doc = lay_out(
@@ -97,6 +106,11 @@ def write_openai_answer(
             item["embedding"] = embedding
         doc["data"] = items
         doc["model"] = plan.model
+    return dump(doc)
+
+
+def dump(doc: Any) -> bytes:
+    """A 2xx body as bytes (numpy vectors included)."""
     try:
         return orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY)
     except orjson.JSONEncodeError:

@@ -1,11 +1,14 @@
 """A policy's route table: which endpoint serves each path (pure).
 
 Every spelling of the embeddings endpoint (``/v1/embeddings``, ``/embeddings``) is
-the OpenAI embeddings dialect, always there; each of the policy's rerank paths is
-the rerank dialect its entries name. A path is compared as Envoy's routes compare
-it (:func:`extproc.core.request_headers.route_of`). A path no entry covers is not
-served: a 404, or, for a path a mesh's filter lets through to the gateway
-(:data:`MESH_PATHS`), the legacy server's own traffic, left untouched.
+the OpenAI embeddings dialect, always there for every model (or a dialect that reads
+every OpenAI request, Jina's, where a model's ``serves`` puts it there); each path
+of the models' ``serves`` is the dialect named there, for the models that name it;
+each of the policy's rerank paths is the rerank dialect its entries name. A path is
+compared as Envoy's routes compare it (:func:`extproc.core.request_headers.route_of`).
+A path no entry covers is not served: a 404, or, for a path a mesh's filter lets
+through to the gateway (:data:`MESH_PATHS`), the legacy server's own traffic, left
+untouched.
 """
 
 from __future__ import annotations
@@ -14,16 +17,25 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from extproc.core.dialects import OPENAI, RERANK_DIALECTS, rerank_dialect
+from extproc.core.dialects import EMBEDDINGS_DIALECTS, OPENAI, RERANK_DIALECTS, rerank_dialect
 from extproc.core.endpoint import Endpoint
 from extproc.core.plan import ResponsePlan
-from extproc.core.policy.model import GatewayPolicy
+from extproc.core.policy.model import GatewayPolicy, Served
 from extproc.core.request_headers import UPSTREAM_PATH
 from extproc.core.upstreams import adapter_for
 
 # The paths a mesh's filter sends to the gateway besides the embeddings endpoint's
-# (envoy/istio): every rerank dialect's.
-MESH_PATHS: Final = frozenset(path for d in RERANK_DIALECTS.values() for path in d.paths)
+# (envoy/istio): every dialect's own, but the root (TEI's second path: a policy that
+# serves it there extends the mesh's pattern).
+MESH_PATHS: Final = frozenset(
+    path
+    for paths in (
+        *(d.paths for d in RERANK_DIALECTS.values()),
+        *(d.paths for d in EMBEDDINGS_DIALECTS.values()),
+    )
+    for path in paths
+    if path != "/"
+)
 
 
 @dataclass(frozen=True)
@@ -47,13 +59,30 @@ def routes_of(policy: GatewayPolicy) -> Routes:
     endpoints: dict[str, Endpoint[Any]] = {
         path: Endpoint(path, OPENAI, UPSTREAM_PATH, policy.errors, answers) for path in OPENAI.paths
     }
-    embeddings: Endpoint[ResponsePlan] = endpoints[OPENAI.paths[0]]
-    for path in sorted(policy.rerank_paths()):
-        first = policy.rerankers_at(path)[0]  # the loader holds a path to one dialect
+    served: dict[str, dict[str, Served]] = {}
+    for model in policy.models.values():
+        for entry in model.serves:
+            served.setdefault(entry.path, {})[model.name] = entry
+    for path, entries in sorted(served.items()):
+        first = next(iter(entries.values()))  # the loader holds a path to one dialect
+        dialect = EMBEDDINGS_DIALECTS[first.dialect]
+        errors = next((e.errors for e in entries.values() if e.errors is not None), None)
         endpoints[path] = Endpoint(
             path,
-            rerank_dialect(first.dialect),
-            adapter_for(first.upstream_kind).rerank_path,
-            first.errors or policy.errors,
+            dialect,
+            UPSTREAM_PATH,
+            errors or dialect.errors or policy.errors,
+            answers,
+            # OpenAI's paths serve every model, in whichever dialect reads them.
+            {} if path in OPENAI.paths else entries,
+        )
+    embeddings: Endpoint[ResponsePlan] = endpoints[UPSTREAM_PATH]
+    for path in sorted(policy.rerank_paths()):
+        first_reranker = policy.rerankers_at(path)[0]  # one dialect a path, too
+        endpoints[path] = Endpoint(
+            path,
+            rerank_dialect(first_reranker.dialect),
+            adapter_for(first_reranker.upstream_kind).rerank_path,
+            first_reranker.errors or policy.errors,
         )
     return Routes(endpoints, embeddings)

@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 import yaml
 
 from extproc.core.api_errors import ApiError, ErrorClass, TooLargeError
+from extproc.core.dialects import OPENAI_PATHS
 from extproc.core.error_dialect import ErrorDialect
 from extproc.core.error_templates import fill_template
 from extproc.core.policy.model import GatewayPolicy
@@ -146,6 +147,7 @@ def render(
     extproc["per_connection_buffer_limit_bytes"] = message_limit
     point_cluster(extproc, [("127.0.0.1", settings.extproc_port)])
     render_rerank(config, policy, settings.rerank_upstream or settings.upstream)
+    render_dialects(config, policy)
     if settings.legacy is not None:
         return with_legacy(config, settings.legacy)
     return config
@@ -153,8 +155,10 @@ def render(
 
 RERANK_ROUTE = "rerank"
 RERANK_CLUSTER = "rerank_upstream"
-# gRPC metadata of the rerank route: its stream carries the whole exchange (the
-# request headers, whose path says which contract, and the response).
+DIALECTS_ROUTE = "dialects"
+# gRPC metadata of the whole-exchange routes (rerank, the embeddings dialects' own
+# paths): their stream carries the whole exchange (the request headers, whose path
+# says which contract, and the response).
 WHOLE_EXCHANGE_METADATA = "x-embgw-whole-exchange"
 _WHOLE_EXCHANGE_MODE = {
     "request_header_mode": "SEND",
@@ -176,10 +180,26 @@ def render_rerank(config: dict[str, Any], policy: GatewayPolicy, upstream: Upstr
     add_rerank_route(_route_config(config), config, policy, upstream, base_cluster="upstream")
 
 
+def render_dialects(config: dict[str, Any], policy: GatewayPolicy) -> None:
+    """A route for the paths the models' ``serves`` add (POST), in place, as the
+    rerank route is, to the embeddings upstream (the ext_proc server points each at
+    its embeddings path). OpenAI's own paths keep their routes."""
+    add_dialects_route(_route_config(config), policy, cluster="upstream")
+
+
 def rerank_path_pattern(policy: GatewayPolicy) -> str:
     """A regex (RE2, matched whole against the path) for the policy's rerank paths;
     "" for a policy without rerankers."""
-    return "|".join(re.escape(path) for path in sorted(policy.rerank_paths()))
+    return _pattern(policy.rerank_paths())
+
+
+def dialect_path_pattern(policy: GatewayPolicy) -> str:
+    """A regex for the paths the models' ``serves`` add besides OpenAI's; "" for none."""
+    return _pattern(policy.served_paths() - OPENAI_PATHS)
+
+
+def _pattern(paths: Iterable[str]) -> str:
+    return "|".join(re.escape(path) for path in sorted(paths))
 
 
 def add_rerank_route(
@@ -195,6 +215,37 @@ def add_rerank_route(
     pattern = rerank_path_pattern(policy)
     if not pattern:
         return
+    _add_whole_exchange_route(
+        route_config, RERANK_ROUTE, pattern, RERANK_CLUSTER, policy.limits.max_request_bytes
+    )
+    clusters: list[dict[str, Any]] = config["static_resources"]["clusters"]
+    base = next(c for c in clusters if c["name"] == base_cluster)
+    cluster = copy.deepcopy(base)
+    cluster["name"] = RERANK_CLUSTER
+    cluster["load_assignment"]["cluster_name"] = RERANK_CLUSTER
+    point_cluster(cluster, [(upstream.host, upstream.port)])
+    cluster.pop("transport_socket", None)
+    if upstream.tls:
+        cluster["transport_socket"] = _upstream_tls(upstream.host)
+    clusters.append(cluster)
+
+
+def add_dialects_route(
+    route_config: dict[str, Any], policy: GatewayPolicy, *, cluster: str
+) -> None:
+    """:func:`render_dialects` on one gateway listener's ``route_config``, to ``cluster``."""
+    pattern = dialect_path_pattern(policy)
+    if pattern:
+        _add_whole_exchange_route(
+            route_config, DIALECTS_ROUTE, pattern, cluster, policy.limits.max_request_bytes
+        )
+
+
+def _add_whole_exchange_route(
+    route_config: dict[str, Any], name: str, pattern: str, cluster: str, max_request_bytes: int
+) -> None:
+    """A POST route for ``pattern`` to ``cluster`` before the pass-through route, its
+    ext_proc stream carrying the whole exchange and no other gateway filter on it."""
     (vhost,) = route_config["virtual_hosts"]
     routes: list[dict[str, Any]] = vhost["routes"]
     index = next(i for i, r in enumerate(routes) if r.get("name") == PASSTHROUGH_ROUTE)
@@ -216,16 +267,16 @@ def add_rerank_route(
     routes.insert(
         index,
         {
-            "name": RERANK_ROUTE,
+            "name": name,
             "match": {
                 "safe_regex": {"regex": pattern},
                 "headers": [{"name": ":method", "string_match": {"exact": "POST"}}],
             },
             "route": {
-                "cluster": RERANK_CLUSTER,
+                "cluster": cluster,
                 "timeout": passthrough["route"].get("timeout", "300s"),
             },
-            "request_body_buffer_limit": policy.limits.max_request_bytes,
+            "request_body_buffer_limit": max_request_bytes,
             "request_headers_to_add": [
                 {
                     "header": {"key": "content-type", "value": "application/json"},
@@ -239,16 +290,6 @@ def add_rerank_route(
             "typed_per_filter_config": per_filter,
         },
     )
-    clusters: list[dict[str, Any]] = config["static_resources"]["clusters"]
-    base = next(c for c in clusters if c["name"] == base_cluster)
-    cluster = copy.deepcopy(base)
-    cluster["name"] = RERANK_CLUSTER
-    cluster["load_assignment"]["cluster_name"] = RERANK_CLUSTER
-    point_cluster(cluster, [(upstream.host, upstream.port)])
-    cluster.pop("transport_socket", None)
-    if upstream.tls:
-        cluster["transport_socket"] = _upstream_tls(upstream.host)
-    clusters.append(cluster)
 
 
 def render_error_bodies(config: dict[str, Any], errors: ErrorDialect) -> None:

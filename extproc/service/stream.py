@@ -399,7 +399,7 @@ class ExtProcStream:
 
     def _client_answer(self, status: int, body: bytes) -> ClientAnswer | None:
         """What the client gets for the upstream's answer (None: that answer, unchanged)."""
-        return self._endpoint.answer(self.plan, status, body)
+        return self._endpoint.answer(self.plan, status, body, clock=time.monotonic)
 
     # -- any awaiting phase ------------------------------------------------------------
 

@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 
 import orjson
 
+from extproc.core.dialects import json_fields
 from extproc.core.dialects import rerank_fields as fields
 from extproc.core.tasks.rerank import Ranked, Ranking
 
@@ -34,7 +35,7 @@ class CohereV1Rerank(fields.DocumentsRerank):
         )
 
     def read_answer(self, body: bytes) -> Ranking | None:
-        doc = fields.read_json(body)
+        doc = json_fields.read_json(body)
         if not isinstance(doc, dict) or "meta" not in doc:
             return None
         return fields.ranking(doc.get("results"), "relevance_score")

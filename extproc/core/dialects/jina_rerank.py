@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 import orjson
 
+from extproc.core.dialects import json_fields
 from extproc.core.dialects import rerank_fields as fields
 from extproc.core.tasks.rerank import Ranked, Ranking
 
@@ -24,7 +25,7 @@ class JinaRerank(fields.DocumentsRerank):
         return orjson.dumps({"model": model, "usage": usage, "results": fields.results(ranked)})
 
     def read_answer(self, body: bytes) -> Ranking | None:
-        doc = fields.read_json(body)
+        doc = json_fields.read_json(body)
         if not isinstance(doc, dict) or "meta" in doc:
             return None
         return fields.ranking(doc.get("results"), "relevance_score")

@@ -12,6 +12,7 @@ from typing import Any, ClassVar
 import orjson
 
 from extproc.core.api_errors import InvalidFieldError, MalformedBodyError, TooManyInputsError
+from extproc.core.dialects.json_fields import optional, positive
 from extproc.core.tasks.rerank import Ranked, Ranking, RerankDialect, RerankRequest
 
 
@@ -67,35 +68,6 @@ def documents(
             raise InvalidFieldError(f"{field}[{i}] must be {what}.", param=field)
         texts.append(item)
     return tuple(texts)
-
-
-def optional(doc: dict[str, Any], field: str, kind: type) -> Any:
-    """``doc[field]`` when it is of ``kind``; None when absent or null."""
-    value = doc.get(field)
-    if value is None:
-        return None
-    if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
-        raise InvalidFieldError(f"'{field}' must be an integer.", param=field)
-    if not isinstance(value, kind):
-        name = {str: "a string", bool: "a boolean", int: "an integer"}[kind]
-        raise InvalidFieldError(f"'{field}' must be {name}.", param=field)
-    return value
-
-
-def positive(doc: dict[str, Any], field: str) -> int | None:
-    """An optional integer of at least 1."""
-    value: int | None = optional(doc, field, int)
-    if value is not None and value < 1:
-        raise InvalidFieldError(f"'{field}' must be at least 1.", param=field)
-    return value
-
-
-def read_json(body: bytes) -> Any:
-    """An answer's JSON, or None when it is not JSON."""
-    try:
-        return orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return None
 
 
 def ranking(items: Any, score_key: str) -> Ranking | None:

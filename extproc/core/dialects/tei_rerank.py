@@ -10,6 +10,7 @@ from typing import Any, ClassVar
 import orjson
 
 from extproc.core.api_errors import InvalidFieldError
+from extproc.core.dialects import json_fields
 from extproc.core.dialects import rerank_fields as fields
 from extproc.core.tasks.rerank import Ranked, Ranking, RerankDialect, RerankRequest
 
@@ -30,7 +31,7 @@ class TeiRerank(RerankDialect):
         doc = fields.json_object(body)
         query = fields.query(doc)
         texts = fields.documents(doc, "texts", max_documents, objects=False)
-        direction = fields.optional(doc, "truncation_direction", str)
+        direction = json_fields.optional(doc, "truncation_direction", str)
         if direction is not None and direction not in _DIRECTIONS:
             raise InvalidFieldError(
                 "'truncation_direction' must be 'Left' or 'Right'.", param="truncation_direction"
@@ -39,9 +40,9 @@ class TeiRerank(RerankDialect):
             model=None,
             query=query,
             documents=texts,
-            return_documents=fields.optional(doc, "return_text", bool),
-            raw_scores=fields.optional(doc, "raw_scores", bool),
-            truncate=fields.optional(doc, "truncate", bool),
+            return_documents=json_fields.optional(doc, "return_text", bool),
+            raw_scores=json_fields.optional(doc, "raw_scores", bool),
+            truncate=json_fields.optional(doc, "truncate", bool),
             truncate_left=direction in ("Left", "left"),
         )
 
@@ -63,7 +64,7 @@ class TeiRerank(RerankDialect):
         return {"query": query, "texts": list(documents), **options}
 
     def read_answer(self, body: bytes) -> Ranking | None:
-        return fields.ranking(fields.read_json(body), "score")
+        return fields.ranking(json_fields.read_json(body), "score")
 
 
 DIALECT = TeiRerank()

@@ -24,7 +24,12 @@ from google.protobuf.message import Message
 
 from extproc.core.answer_layout import BODY_SLOTS, ITEM_SLOTS, AnswerLayout
 from extproc.core.api_errors import ErrorClass
-from extproc.core.dialects import RERANK_DIALECTS
+from extproc.core.dialects import (
+    EMBEDDINGS_DIALECTS,
+    OPENAI_PATHS,
+    OPENAI_READERS,
+    RERANK_DIALECTS,
+)
 from extproc.core.error_dialect import ErrorDialect, ErrorShape
 from extproc.core.error_templates import REASONS, SLOTS
 from extproc.core.json_templates import template_problem
@@ -51,6 +56,7 @@ from extproc.core.policy.model import (
     PromptTemplates,
     RerankPolicy,
     ScoreScale,
+    Served,
     SpecialTokens,
     TokenizerSource,
     Truncation,
@@ -61,7 +67,9 @@ from extproc.core.policy.overlay import overlay
 from extproc.core.policy.presets import presets
 from extproc.core.policy.v1 import policy_pb2 as pb
 from extproc.core.prompts import DOCUMENT_TYPES, QUERY_TYPES
+from extproc.core.quantize import Scaling, ScalingRule
 from extproc.core.registry import UnknownNameError
+from extproc.core.request_headers import route_of
 from extproc.core.upstreams import ADAPTERS, Capabilities, adapter_for
 
 # Largest allowed request: 2048 inputs is OpenAI's cap; 64 MiB bounds Envoy's buffer.
@@ -117,6 +125,7 @@ def load_policy_text(
         models[policy.name] = policy
     _check_names(source, list(models.values()))
     rerankers = _rerankers(source, doc.get("rerankers", []), overrides)
+    _check_serves(source, list(models.values()), frozenset(r.path for r in rerankers))
     unknown_root = set(doc) - {"models", "limits", "errors", "rerankers"}
     if unknown_root:
         raise PolicyError(source, sorted(unknown_root)[0], "unknown top-level key")
@@ -426,7 +435,90 @@ def _model(
     older.extend(_upstream_kind_from_flavour(source, where, entry))
     overlay(merged, entry)
     model = _validate_model(source, where, merged, overrides, replaced)
-    return replace(model, answer=_answer(source, where, merged, raw))
+    return replace(
+        model,
+        answer=_answer(source, where, merged, raw),
+        serves=_serves(source, where, merged, raw),
+        quantization=_quantization(source, where, merged, model.native_dimensions),
+    )
+
+
+def _serves(source: str, where: str, m: pb.ModelPolicy, raw: Any) -> tuple[Served, ...]:
+    written = raw.get("serves") if isinstance(raw, dict) else None
+    out: list[Served] = []
+    for index, entry in enumerate(m.serves):
+        at = f"{where}.serves[{index}]"
+        name = pb.Served.Dialect.Name(entry.dialect).lower()
+        dialect = EMBEDDINGS_DIALECTS.get(name)
+        if dialect is None:
+            known = ", ".join(sorted(d.upper() for d in EMBEDDINGS_DIALECTS))
+            raise PolicyError(source, f"{at}.dialect", f"required: one of {known}")
+        path = entry.path if entry.HasField("path") else dialect.paths[0]
+        if not path.startswith("/") or route_of(path) != path:
+            raise PolicyError(source, f"{at}.path", f"{path!r} is not a path as routes compare it")
+        errors = None
+        if entry.HasField("errors"):
+            errors = _errors(source, written[index].get("errors") if written else {})
+        normalized = entry.normalized if entry.HasField("normalized") else True
+        out.append(Served(dialect.name, path, normalized, errors))
+    return tuple(out)
+
+
+def _check_serves(source: str, models: list[ModelPolicy], rerank_paths: frozenset[str]) -> None:
+    """Across models: a path is one dialect's, with one error dialect; a dialect
+    whose requests name no model serves one model a path; no path is a rerank
+    path; OpenAI's own paths take only a dialect that reads OpenAI's requests."""
+    taken: dict[str, tuple[str, Served]] = {}
+    for index, model in enumerate(models):
+        for number, served in enumerate(model.serves):
+            at = f"models[{index}].serves[{number}]"
+            path = served.path
+            if path in rerank_paths:
+                raise PolicyError(source, f"{at}.path", f"{path!r} is a reranker's path")
+            if path in OPENAI_PATHS and served.dialect not in OPENAI_READERS:
+                raise PolicyError(
+                    source, f"{at}.path", f"{path!r} is OpenAI's; {served.dialect} cannot serve it"
+                )
+            first = taken.setdefault(path, (model.name, served))
+            if first[1] is served:
+                continue
+            owner, other = first
+            if other.dialect != served.dialect:
+                raise PolicyError(
+                    source,
+                    f"{at}.dialect",
+                    f"{path!r} is {other.dialect}'s already (model {owner!r})",
+                )
+            if not EMBEDDINGS_DIALECTS[served.dialect].names_model:
+                raise PolicyError(
+                    source,
+                    f"{at}.path",
+                    f"{served.dialect} requests name no model: {path!r} serves {owner!r} already",
+                )
+            if served.errors is not None and other.errors not in (None, served.errors):
+                raise PolicyError(
+                    source, f"{at}.errors", f"{path!r} has other errors at model {owner!r}"
+                )
+
+
+def _quantization(source: str, where: str, m: pb.ModelPolicy, native: int) -> Scaling | None:
+    if not m.HasField("quantization"):
+        return None
+    q = m.quantization
+    at = f"{where}.quantization"
+    if q.scaling == pb.Quantization.SYMMETRIC:
+        if q.minimum or q.maximum:
+            raise PolicyError(source, at, "SYMMETRIC takes no minimum or maximum")
+        return Scaling(ScalingRule.SYMMETRIC)
+    if q.scaling != pb.Quantization.CALIBRATED:
+        raise PolicyError(source, f"{at}.scaling", "required: SYMMETRIC or CALIBRATED")
+    if len(q.minimum) != native or len(q.maximum) != native:
+        raise PolicyError(
+            source, at, f"CALIBRATED needs a minimum and a maximum for each of {native} components"
+        )
+    if any(lo > hi for lo, hi in zip(q.minimum, q.maximum, strict=True)):
+        raise PolicyError(source, at, "a minimum over its maximum")
+    return Scaling(ScalingRule.CALIBRATED, tuple(q.minimum), tuple(q.maximum))
 
 
 def _answer(source: str, where: str, m: pb.ModelPolicy, raw: Any) -> AnswerLayout | None:

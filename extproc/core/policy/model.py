@@ -14,6 +14,7 @@ from typing import Final
 
 from extproc.core.answer_layout import AnswerLayout
 from extproc.core.error_dialect import OPENAI_ERRORS, ErrorDialect
+from extproc.core.quantize import Scaling
 from extproc.core.upstreams import Capabilities
 
 DEFAULT_MAX_REQUEST_BYTES = 8 * 1024 * 1024
@@ -176,6 +177,20 @@ class Matryoshka:
     renormalise: bool = True  # a cut is scaled back to unit length
 
 
+# The dialects whose answers may carry a vector in several types at once.
+_SEVERAL_TYPES: Final = frozenset({"cohere_v1", "cohere_v2", "jina"})
+
+
+@dataclass(frozen=True)
+class Served:
+    """One dialect at one path (a dialect's name: extproc.core.dialects)."""
+
+    dialect: str
+    path: str
+    normalized: bool = True  # the vectors it answers are unit length
+    errors: ErrorDialect | None = None  # None: the dialect's own
+
+
 @dataclass(frozen=True)
 class ModelPolicy:
     name: str
@@ -197,6 +212,9 @@ class ModelPolicy:
     unnamed: bool = False  # a request naming no `model` is for this one
     # The legacy server's success body, where the upstream's differs (None: the upstream's).
     answer: AnswerLayout | None = None
+    # The dialects and paths it is served at besides OpenAI's, which serve every model.
+    serves: tuple[Served, ...] = ()
+    quantization: Scaling | None = None  # how int8 and uint8 are made (None: refused)
 
     @property
     def encoding_profile(self) -> EncodingProfile | None:
@@ -321,6 +339,10 @@ class GatewayPolicy:
     rerankers: tuple[RerankPolicy, ...] = ()
     older_spellings: tuple[OlderSpelling, ...] = ()
 
+    def served_paths(self) -> frozenset[str]:
+        """The paths the models' ``serves`` name."""
+        return frozenset(s.path for m in self.models.values() for s in m.serves)
+
     def rerank_paths(self) -> frozenset[str]:
         return frozenset(r.path for r in self.rerankers)
 
@@ -362,7 +384,11 @@ class GatewayPolicy:
         limit bounds it.)
         """
         widest = max((m.native_dimensions for m in self.models.values()), default=1)
-        return self.limits.max_inputs * (widest * 16 + 256) + 64 * 1024
+        # A dialect that answers several types at once writes a value up to six ways
+        # (float JSON, base64, int8, uint8, binary, ubinary): 34 bytes.
+        several = any(s.dialect in _SEVERAL_TYPES for m in self.models.values() for s in m.serves)
+        per_value = 34 if several else 16
+        return self.limits.max_inputs * (widest * per_value + 256) + 64 * 1024
 
     def max_message_bytes(self) -> int:
         """gRPC message size limit: the larger body plus room for headers and attributes."""

@@ -162,7 +162,12 @@ class RerankDialect:
         return _forward(self, policy.rerankers_at(endpoint.route), request, contract, clock)
 
     def answer(
-        self, endpoint: Endpoint[RerankPlan], plan: RerankPlan, status: int, body: bytes
+        self,
+        endpoint: Endpoint[RerankPlan],
+        plan: RerankPlan,
+        status: int,
+        body: bytes,
+        clock: Clock | None = None,
     ) -> ClientAnswer:
         errors = endpoint.errors
         adapter = adapter_for(plan.reranker.upstream_kind)

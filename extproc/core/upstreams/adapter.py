@@ -63,6 +63,7 @@ class UpstreamAsk:
     encoding: VectorsEncoding  # how the answer's vectors must be encoded
     dimensions: int | None = None  # the Matryoshka size the upstream cuts to itself
     truncate_prompt_tokens: int | None = None  # the client's (valid) value, passed on
+    raw: bool = False  # the vectors as pooled, before the model's normalisation
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,9 @@ class UpstreamAdapter:
     # ``encoding_format`` the gateway asks for when it rewrites the vectors (base64
     # wherever the upstream writes it: decoding it beats parsing float JSON).
     vectors_encoding: ClassVar[VectorsEncoding]
+    # Whether it answers the vectors as pooled, before the model normalises them
+    # (vLLM's `use_activation: false`, measured).
+    raw_vectors: ClassVar[bool] = True
     # Reranking: where the gateway sends a rerank request; whether the upstream can
     # answer raw logits (else its scores are read as their sigmoid) and cut each
     # document to a number of tokens itself (`max_tokens_per_doc`).
@@ -124,6 +128,8 @@ class UpstreamAdapter:
             fields.pop("encoding_format", None)
         else:
             fields["encoding_format"] = ask.encoding
+        if ask.raw:
+            fields["use_activation"] = False
         return orjson.dumps(fields)
 
     def parse_success(self, body: bytes, *, input_count: int, dimensions: int) -> EmbeddingsBody:
@@ -217,6 +223,7 @@ def _asks(sent: Mapping[str, Any], ask: UpstreamAsk) -> bool:
     return (
         sent.get("model") == ask.model
         and ask.input is None
+        and not ask.raw
         and _same_int(sent.get("dimensions"), ask.dimensions)
         and _same_int(sent.get("truncate_prompt_tokens"), ask.truncate_prompt_tokens)
         and sent.get("encoding_format", "float") == ask.encoding

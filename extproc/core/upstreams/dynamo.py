@@ -45,6 +45,7 @@ class DynamoAdapter(UpstreamAdapter):
     summary = "NVIDIA Dynamo 1.6.x frontend + vLLM embedding worker"
     defaults = Capabilities(truncate_prompt_tokens=True)
     vectors_encoding: ClassVar[VectorsEncoding] = "base64"
+    raw_vectors: ClassVar[bool] = False  # no switch for it in its frontend
     rerank_path: ClassVar[str] = "/v1/rerank"
     rerank_answers_raw: ClassVar[bool] = False
     cuts_documents: ClassVar[bool] = False

@@ -173,7 +173,7 @@ class Limits(_message.Message):
     def __init__(self, max_request_bytes: _Optional[int] = ..., max_inputs: _Optional[int] = ..., max_input_chars: _Optional[int] = ..., max_total_chars: _Optional[int] = ..., max_tokenize_bytes: _Optional[int] = ..., max_tokenize_ms: _Optional[int] = ..., max_inflight_bytes: _Optional[int] = ..., admission_wait_ms: _Optional[int] = ..., retry_after_s: _Optional[int] = ..., admission_upload_bytes_per_s: _Optional[int] = ...) -> None: ...
 
 class ModelPolicy(_message.Message):
-    __slots__ = ("name", "preset", "upstream_model", "tokenizer", "max_tokens", "prompts", "native_dimensions", "matryoshka", "encoding_profile", "upstream_flavour", "check_responses", "upstream", "base64", "leniency", "truncation", "other_names", "any_name", "preprocess", "unnamed", "answer")
+    __slots__ = ("name", "preset", "upstream_model", "tokenizer", "max_tokens", "prompts", "native_dimensions", "matryoshka", "encoding_profile", "upstream_flavour", "check_responses", "upstream", "base64", "leniency", "truncation", "other_names", "any_name", "preprocess", "unnamed", "answer", "serves", "quantization")
     class Base64(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         BASE64_UNSPECIFIED: _ClassVar[ModelPolicy.Base64]
@@ -202,6 +202,8 @@ class ModelPolicy(_message.Message):
     PREPROCESS_FIELD_NUMBER: _ClassVar[int]
     UNNAMED_FIELD_NUMBER: _ClassVar[int]
     ANSWER_FIELD_NUMBER: _ClassVar[int]
+    SERVES_FIELD_NUMBER: _ClassVar[int]
+    QUANTIZATION_FIELD_NUMBER: _ClassVar[int]
     name: str
     preset: str
     upstream_model: str
@@ -222,7 +224,57 @@ class ModelPolicy(_message.Message):
     preprocess: Preprocess
     unnamed: bool
     answer: Answer
-    def __init__(self, name: _Optional[str] = ..., preset: _Optional[str] = ..., upstream_model: _Optional[str] = ..., tokenizer: _Optional[_Union[Tokenizer, _Mapping]] = ..., max_tokens: _Optional[int] = ..., prompts: _Optional[_Union[Prompts, _Mapping]] = ..., native_dimensions: _Optional[int] = ..., matryoshka: _Optional[_Union[Matryoshka, _Mapping]] = ..., encoding_profile: _Optional[_Union[EncodingProfile, str]] = ..., upstream_flavour: _Optional[_Union[UpstreamFlavour, str]] = ..., check_responses: _Optional[bool] = ..., upstream: _Optional[_Union[Upstream, _Mapping]] = ..., base64: _Optional[_Union[ModelPolicy.Base64, str]] = ..., leniency: _Optional[_Union[Leniency, _Mapping]] = ..., truncation: _Optional[_Union[Truncation, _Mapping]] = ..., other_names: _Optional[_Iterable[str]] = ..., any_name: _Optional[bool] = ..., preprocess: _Optional[_Union[Preprocess, _Mapping]] = ..., unnamed: _Optional[bool] = ..., answer: _Optional[_Union[Answer, _Mapping]] = ...) -> None: ...
+    serves: _containers.RepeatedCompositeFieldContainer[Served]
+    quantization: Quantization
+    def __init__(self, name: _Optional[str] = ..., preset: _Optional[str] = ..., upstream_model: _Optional[str] = ..., tokenizer: _Optional[_Union[Tokenizer, _Mapping]] = ..., max_tokens: _Optional[int] = ..., prompts: _Optional[_Union[Prompts, _Mapping]] = ..., native_dimensions: _Optional[int] = ..., matryoshka: _Optional[_Union[Matryoshka, _Mapping]] = ..., encoding_profile: _Optional[_Union[EncodingProfile, str]] = ..., upstream_flavour: _Optional[_Union[UpstreamFlavour, str]] = ..., check_responses: _Optional[bool] = ..., upstream: _Optional[_Union[Upstream, _Mapping]] = ..., base64: _Optional[_Union[ModelPolicy.Base64, str]] = ..., leniency: _Optional[_Union[Leniency, _Mapping]] = ..., truncation: _Optional[_Union[Truncation, _Mapping]] = ..., other_names: _Optional[_Iterable[str]] = ..., any_name: _Optional[bool] = ..., preprocess: _Optional[_Union[Preprocess, _Mapping]] = ..., unnamed: _Optional[bool] = ..., answer: _Optional[_Union[Answer, _Mapping]] = ..., serves: _Optional[_Iterable[_Union[Served, _Mapping]]] = ..., quantization: _Optional[_Union[Quantization, _Mapping]] = ...) -> None: ...
+
+class Served(_message.Message):
+    __slots__ = ("dialect", "path", "normalized", "errors")
+    class Dialect(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        DIALECT_UNSPECIFIED: _ClassVar[Served.Dialect]
+        OPENAI: _ClassVar[Served.Dialect]
+        TEI: _ClassVar[Served.Dialect]
+        COHERE_V1: _ClassVar[Served.Dialect]
+        COHERE_V2: _ClassVar[Served.Dialect]
+        OLLAMA: _ClassVar[Served.Dialect]
+        OLLAMA_EMBEDDINGS: _ClassVar[Served.Dialect]
+        JINA: _ClassVar[Served.Dialect]
+    DIALECT_UNSPECIFIED: Served.Dialect
+    OPENAI: Served.Dialect
+    TEI: Served.Dialect
+    COHERE_V1: Served.Dialect
+    COHERE_V2: Served.Dialect
+    OLLAMA: Served.Dialect
+    OLLAMA_EMBEDDINGS: Served.Dialect
+    JINA: Served.Dialect
+    DIALECT_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    NORMALIZED_FIELD_NUMBER: _ClassVar[int]
+    ERRORS_FIELD_NUMBER: _ClassVar[int]
+    dialect: Served.Dialect
+    path: str
+    normalized: bool
+    errors: Errors
+    def __init__(self, dialect: _Optional[_Union[Served.Dialect, str]] = ..., path: _Optional[str] = ..., normalized: _Optional[bool] = ..., errors: _Optional[_Union[Errors, _Mapping]] = ...) -> None: ...
+
+class Quantization(_message.Message):
+    __slots__ = ("scaling", "minimum", "maximum")
+    class Scaling(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        SCALING_UNSPECIFIED: _ClassVar[Quantization.Scaling]
+        SYMMETRIC: _ClassVar[Quantization.Scaling]
+        CALIBRATED: _ClassVar[Quantization.Scaling]
+    SCALING_UNSPECIFIED: Quantization.Scaling
+    SYMMETRIC: Quantization.Scaling
+    CALIBRATED: Quantization.Scaling
+    SCALING_FIELD_NUMBER: _ClassVar[int]
+    MINIMUM_FIELD_NUMBER: _ClassVar[int]
+    MAXIMUM_FIELD_NUMBER: _ClassVar[int]
+    scaling: Quantization.Scaling
+    minimum: _containers.RepeatedScalarFieldContainer[float]
+    maximum: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, scaling: _Optional[_Union[Quantization.Scaling, str]] = ..., minimum: _Optional[_Iterable[float]] = ..., maximum: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class Answer(_message.Message):
     __slots__ = ("body", "item")

@@ -1,0 +1,139 @@
+"""Ollama's embeddings, both routes:
+
+- ``POST /api/embed`` ``{model, input, truncate, dimensions, options, keep_alive}``
+  answered ``{model, embeddings, total_duration, load_duration,
+  prompt_eval_count}``: ``model`` as the client named it, the durations in
+  nanoseconds (the gateway's time with the request; the model is always loaded),
+  ``prompt_eval_count`` the upstream's token count. ``truncate`` (default true):
+  false refuses a long input;
+- the older ``POST /api/embeddings`` ``{model, prompt, options, keep_alive}``
+  answered ``{embedding}``: one text, and on Ollama itself a vector that is not
+  normalised (the path's ``normalized: false`` asks the upstream for such).
+
+``options`` and ``keep_alive`` are Ollama's own and read by nobody. Errors
+``{error}``: 400, 404 for a model it does not serve.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from extproc.core.api_errors import ErrorClass
+from extproc.core.dialects import embed_fields as fields
+from extproc.core.dialects.json_fields import optional
+from extproc.core.embeddings_body import EmbeddingsBody
+from extproc.core.error_dialect import ErrorDialect
+from extproc.core.plan import ResponsePlan
+from extproc.core.request_json import EmbeddingsRequest
+from extproc.core.response_rewrite import dump
+from extproc.core.tasks.embed import (
+    PLAIN_FIELDS,
+    EmbeddingsDialect,
+    Layout,
+    ReadAnswer,
+    Reading,
+    float_rows,
+)
+from extproc.core.vectors import FloatMatrix
+
+_ERRORS = ErrorDialect(
+    body={"error": "{message}"},
+    statuses={ErrorClass.TOO_LARGE: 400, ErrorClass.TOO_MANY_INPUTS: 400},
+)
+
+
+class OllamaEmbed(EmbeddingsDialect):
+    name = "ollama"
+    paths = ("/api/embed",)
+    errors = _ERRORS
+    timed = True
+    field_names: ClassVar[Mapping[str, str]] = {"input": "input", "dimensions": "dimensions"}
+
+    def read_request(self, body: bytes, reading: Reading) -> EmbeddingsRequest:
+        doc, bom = fields.read_body(body, reading)
+        name = doc.get("model")
+        model = reading.model(name)
+        cut = optional(doc, "truncate", bool)
+        return fields.checked(
+            reading,
+            model,
+            doc,
+            self.field_names,
+            bom=bom,
+            truncation=fields.truncation(cut, model),
+            raw_vectors=not reading.normalized(model),
+            answer=(("model", name),),
+        )
+
+    def write_request(self, request: Mapping[str, Any]) -> dict[str, Any] | None:
+        if not fields.says(request, PLAIN_FIELDS - {"input_type"}):
+            return None
+        body = {k: request.get(k) for k in ("model", "input", "dimensions")}
+        return {k: v for k, v in body.items() if v is not None}
+
+    def read_answer(self, body: bytes) -> ReadAnswer | None:
+        doc = fields.read_json(body)
+        named = isinstance(doc, dict) and isinstance(doc.get("model"), str)
+        rows = float_rows(doc.get("embeddings")) if named else None
+        if rows is None:
+            return None
+        count = doc.get("prompt_eval_count")
+        return ReadAnswer(rows, count if isinstance(count, int) else None)
+
+    def write_answer(
+        self, plan: ResponsePlan, answer: EmbeddingsBody, vectors: FloatMatrix, layout: Layout
+    ) -> bytes:
+        options = fields.options(plan)
+        doc: dict[str, Any] = {
+            "model": options["model"],
+            "embeddings": list(vectors),
+            "total_duration": options.get("elapsed_ns", 0),
+            "load_duration": 0,
+        }
+        if answer.prompt_tokens is not None:
+            doc["prompt_eval_count"] = answer.prompt_tokens
+        return dump(doc)
+
+
+class OllamaEmbeddings(EmbeddingsDialect):
+    name = "ollama_embeddings"
+    paths = ("/api/embeddings",)
+    errors = _ERRORS
+    field_names: ClassVar[Mapping[str, str]] = {"input": "prompt"}
+
+    def read_request(self, body: bytes, reading: Reading) -> EmbeddingsRequest:
+        doc, bom = fields.read_body(body, reading)
+        model = reading.model(doc.get("model"))
+        optional(doc, "prompt", str)  # one text: never an array
+        return fields.checked(
+            reading,
+            model,
+            doc,
+            self.field_names,
+            bom=bom,
+            raw_vectors=not reading.normalized(model),
+        )
+
+    def write_request(self, request: Mapping[str, Any]) -> dict[str, Any] | None:
+        text = request.get("input")
+        if isinstance(text, list) and len(text) == 1:
+            text = text[0]
+        if not fields.says(request, frozenset({"model", "input"})) or not isinstance(text, str):
+            return None
+        return {"model": request.get("model"), "prompt": text}
+
+    def read_answer(self, body: bytes) -> ReadAnswer | None:
+        doc = fields.read_json(body)
+        rows = float_rows([doc.get("embedding")]) if isinstance(doc, dict) else None
+        return None if rows is None else ReadAnswer(rows)
+
+    def write_answer(
+        self, plan: ResponsePlan, answer: EmbeddingsBody, vectors: FloatMatrix, layout: Layout
+    ) -> bytes:
+        (vector,) = vectors
+        return dump({"embedding": vector})
+
+
+EMBED = OllamaEmbed()
+EMBEDDINGS = OllamaEmbeddings()
