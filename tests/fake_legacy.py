@@ -60,6 +60,11 @@ is a choice of the test, never a measurement:
   have (``max_batch``, refused as its request model's ``too_long`` list);
 - texts before embedding (``preprocess``): ``"fold_newlines"``, ``"collapse"``,
   ``"strip"``, ``"nfc"``, ``"nfkc"`` or ``"lower"`` (lower-cased: what no policy says);
+- other dialects (``dialects``): ``"tei"`` answers TEI's ``POST /embed`` and ``POST /``
+  ``{inputs, prompt_name}`` with ``[[floats]]``, ``"ollama_embeddings"`` Ollama's older
+  ``POST /api/embeddings`` ``{model, prompt}`` with ``{embedding}`` not normalised (the
+  made-up model's pooled norm, as the fake vLLM's ``use_activation: false``), both by
+  the embeddings handler above; errors ``{error, error_type}`` and ``{error}``;
 - ``other_model``: vectors of another model of the same width (the made-up model's,
   turned by a fixed rotation).
 
@@ -98,11 +103,13 @@ import orjson
 from numpy.typing import NDArray
 from pydantic import TypeAdapter, ValidationError
 
-from testing_support.fake_upstream import FakeUpstream, default_tokenizer_dir
+from testing_support.fake_upstream import FakeUpstream, default_tokenizer_dir, pooled
 
 __all__ = ["DEFAULT_TASK", "FakeLegacy", "qwen3_query"]
 
 EMBEDDINGS_PATH: Final = "/v1/embeddings"
+# The other dialects' paths this fake can serve (``dialects``), by dialect.
+_DIALECT_PATHS: Final = {"/embed": "tei", "/": "tei", "/api/embeddings": "ollama_embeddings"}
 DEFAULT_TASK: Final = "Given a web search query, retrieve relevant passages that answer the query"
 EOS_ID: Final = 151643
 QUERY_TYPES: Final = frozenset({"query"})
@@ -238,6 +245,7 @@ class FakeLegacy:
         any_model: bool = False,
         max_batch: int | None = None,
         preprocess: Sequence[str] = (),
+        dialects: Sequence[str] = (),
     ) -> None:
         self.served_model = served_model
         self.dim = dim
@@ -270,6 +278,7 @@ class FakeLegacy:
         self.any_model = any_model
         self.max_batch = max_batch
         self.preprocess = tuple(preprocess)
+        self.dialects = frozenset(dialects)
         # Another model of the same width: the same geometry, turned by a fixed rotation,
         # so its vectors rank alike among themselves and match nobody else's.
         self._rotation: NDArray[np.float64] | None = None
@@ -441,6 +450,10 @@ class FakeLegacy:
                 return _method_not_allowed()
             model = {"id": self.served_model, "object": "model", "owned_by": "legacy"}
             return 200, {"object": "list", "data": [model]}
+        if path in _DIALECT_PATHS and _DIALECT_PATHS[path] in self.dialects:
+            if method != "POST":
+                return _method_not_allowed()
+            return self._dialect(_DIALECT_PATHS[path], content_type, body)
         if path != EMBEDDINGS_PATH:
             return 404, {"detail": "Not Found"}
         if method != "POST":
@@ -451,6 +464,45 @@ class FakeLegacy:
             return self._embeddings(content_type, body)
         except _InvalidError as err:
             return self._error(err.cls, err.item)
+
+    def _dialect(self, name: str, content_type: str, body: bytes) -> tuple[int, Any]:
+        """TEI's ``/embed`` (and ``/``) or Ollama's older ``/api/embeddings``, answered by
+        this server's own embeddings handler: its prompts, cuts and sizes."""
+        with self._received_lock:
+            self.received.append(body)
+        try:
+            doc = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            doc = None
+        if not isinstance(doc, dict):
+            return (
+                (422, {"error": "invalid JSON", "error_type": "Validation"})
+                if (name == "tei")
+                else (400, {"error": "invalid JSON"})
+            )
+        if name == "tei":
+            ours = {"model": self.served_model, "input": doc.get("inputs")}
+            if doc.get("prompt_name") is not None:
+                ours[self.role_field] = doc["prompt_name"]
+            if doc.get("dimensions") is not None:
+                ours["dimensions"] = doc["dimensions"]
+        else:
+            ours = {"model": doc.get("model"), "input": [doc.get("prompt")]}
+        try:
+            status, answer = self._embeddings(content_type, orjson.dumps(ours))
+        except _InvalidError as err:
+            status, answer = self.error_status[err.cls], {"message": str(err.item)}
+        if status != 200:
+            text = str(answer)
+            if name == "tei":
+                return status, {"error": text, "error_type": "Validation"}
+            return status, {"error": text}
+        rows = [item["embedding"] for item in answer["data"]]
+        if name == "tei":
+            return 200, rows
+        ids = self.tokenize(self.prompt(str(doc.get("prompt")), None, None))
+        raw = pooled(np.asarray(rows[0], dtype=np.float32), ids)
+        return 200, {"embedding": [float(x) for x in raw]}
 
     def _error(self, cls: str, item: dict[str, Any] | str) -> tuple[int, Any]:
         """A mistake of kind ``cls`` in this server's dialect: ``item`` is a pydantic

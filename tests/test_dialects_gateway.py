@@ -17,10 +17,13 @@ import orjson
 import pytest
 from huggingface_hub import InferenceClient
 
+from extproc.commands import probe as probe_command
+from extproc.commands.cli import _parser
 from testing_support.fake_upstream import FakeUpstream, pooled
 from testing_support.gateway import Gateway, GatewaySpec
 from testing_support.http import http
 from testing_support.qwen import QWEN_MODEL
+from tests.fake_legacy import FakeLegacy
 from tests.harness import Gateways
 
 MAX_TOKENS = 64
@@ -172,3 +175,31 @@ def test_paths_no_policy_serves_stay_the_legacy_servers(gateways: Gateways, qwen
             assert reply.status == 404
             assert [r.path for r in legacy.received] == ["/embed"]
             assert not upstream.received
+
+
+def test_probe_speaks_the_legacy_servers_dialect(
+    served: tuple[Gateway, FakeUpstream], qwen_dir: Any, tmp_path: Any
+) -> None:
+    """`probe --dialect tei` asks a TEI legacy server and the gateway serving TEI at
+    /embed, as TEI's clients do: the same vectors for every document and query; the
+    rows TEI's clients cannot say (base64, instruction) are no rows."""
+    gateway, _ = served
+    legacy = FakeLegacy(
+        served_model=QWEN_MODEL, tokenizer_dir=qwen_dir, max_tokens=MAX_TOKENS, dialects=("tei",)
+    )
+    with legacy:
+        argv = ["probe", "--baseline", legacy.url, "--candidate", gateway.url, "--quick"]
+        args = _parser().parse_args([*argv, "--dialect", "tei", "--out", str(tmp_path)])
+        probe_command.run(args)
+    report = orjson.loads((tmp_path / "report.json").read_bytes())
+    parity = report["parity"]
+    assert parity["documents"]["spread"]["min"] == pytest.approx(1.0, abs=1e-6), parity
+    assert parity["queries"]["spread"]["min"] == pytest.approx(1.0, abs=1e-6), parity
+    keys = {row["key"] for row in report["contract"]}
+    assert keys and all(k.startswith("tei:") for k in keys), keys
+    assert "tei:base64" not in keys and "tei:instruction" not in keys
+    assert "tei:input_type_query" in keys
+    # every request the legacy server got was TEI's (at /embed), none OpenAI's; the
+    # malformed JSON row goes as it is
+    docs = [orjson.loads(body) for body in legacy.received if body.endswith(b"}")]
+    assert docs and all("inputs" in doc and "input" not in doc for doc in docs), docs[:3]

@@ -332,3 +332,41 @@ def test_cli_registers_learn() -> None:
     assert isinstance(args, argparse.Namespace) and args.budget == 400 and not args.no_verify
     assert args.out == Path("learn-report")
     assert load_policy_text  # the writer's output is checked by load_policy_file above
+
+
+def test_every_dialect_a_server_serves_is_found_and_verified(
+    qwen_dir: Path, tmp_path: Path
+) -> None:
+    """A server that also answers TEI's /embed and / and Ollama's older /api/embeddings
+    (vectors not normalised): learn finds both, writes them as the model's `serves`
+    (the older route `normalized: false`), and the gateway answers each path as the
+    baseline does; learned in TEI's dialect, its errors are that path's."""
+    legacy = FakeLegacy(
+        served_model="qwen3-dialects",
+        tokenizer_dir=qwen_dir,
+        max_tokens=512,
+        dialects=("tei", "ollama_embeddings"),
+    )
+    vllm = FakeUpstream(flavour="vllm", served_model="qwen3-dialects", tokenizer_dir=qwen_dir)
+    with legacy, vllm:
+        code, policy, report, md = learn(legacy, vllm, tmp_path)
+        assert code == 0, report["problems"]
+        assert policy is not None
+        served = {(s.dialect, s.path, s.normalized) for s in policy.serves}
+        expected = {("tei", "/embed", True), ("tei", "/", True)}
+        assert served == expected | {("ollama_embeddings", "/api/embeddings", False)}, md
+        rows = [r for r in report["verification"]["contract"] if ":" in r["key"]]
+        assert {r["key"].split(":")[0] for r in rows} == {"tei", "ollama_embeddings"}
+        assert_gateway_like_baseline(report)
+
+        tei, tei_dir = FakeLegacy(
+            served_model="qwen3-dialects", tokenizer_dir=qwen_dir, max_tokens=512,
+            dialects=("tei",),
+        ), tmp_path / "tei"  # fmt: skip
+        with tei:
+            code, policy, report, md = learn(tei, vllm, tei_dir, "--dialect", "tei")
+    assert code == 0, report["problems"]
+    assert policy is not None
+    assert {s.dialect for s in policy.serves} == {"tei"}, md
+    assert all(s.errors is not None for s in policy.serves), md
+    assert report["baseline"].endswith("/embed"), report["baseline"]

@@ -19,13 +19,17 @@ import sys
 from pathlib import Path
 
 from extproc.commands.options import (
+    EMBEDDINGS_DIALECT_HELP,
     add_budget_option,
     add_compared_servers,
+    add_dialect_option,
     add_tool_parser,
     check_budget,
+    embeddings_dialect_from,
     flag_values,
     servers_from,
 )
+from extproc.core.dialects import EMBEDDINGS_DIALECTS
 from extproc.tools.index_check.beir_files import (
     MAX_DOCUMENTS,
     build_sample,
@@ -38,7 +42,7 @@ from extproc.tools.index_check.index_report import to_html, to_json, to_markdown
 from extproc.tools.index_check.index_run import IndexCheckOptions, run_index_check
 from extproc.tools.index_check.index_verdict import IndexThresholds
 from extproc.tools.toolkit.budgeted_client import BudgetSpentError
-from extproc.tools.toolkit.embeddings_client import endpoint_url
+from extproc.tools.toolkit.embeddings_client import dialect_url
 from extproc.tools.toolkit.progress import to_stderr
 from extproc.tools.toolkit.report_files import write_report
 
@@ -60,6 +64,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         )
     p.add_argument("--qrels", type=Path, metavar="FILE", help="judgements, BEIR's TSV")
     p.add_argument("--model", required=True, help="the model name clients send")
+    add_dialect_option(p, EMBEDDINGS_DIALECTS, EMBEDDINGS_DIALECT_HELP)
     p.add_argument(
         "--k", type=int, default=DEFAULTS.k, help=f"results compared (default {DEFAULTS.k})"
     )
@@ -150,8 +155,10 @@ def _options(args: argparse.Namespace) -> IndexCheckOptions:
     thresholds = IndexThresholds(
         **flag_values(args, "k", "min_overlap", "ndcg_tolerance", "min_queries")
     )
+    dialect = embeddings_dialect_from(args)
     return IndexCheckOptions(
-        servers=servers_from(args, endpoint_url),
+        servers=servers_from(args, lambda url: dialect_url(url, dialect)),
+        dialect=dialect,
         thresholds=thresholds,
         **flag_values(args, "model", "dimensions", "budget", "corpus_size"),
     )

@@ -22,14 +22,17 @@ from pathlib import Path
 
 from extproc.commands.options import (
     add_budget_option,
+    add_dialect_option,
     add_header_option,
     add_servers_options,
     add_timeout_option,
     add_tool_parser,
     check_budget,
+    embeddings_dialect_from,
     headers_from,
 )
 from extproc.core.contract import Contract
+from extproc.core.dialects import EMBEDDINGS_DIALECTS
 from extproc.core.policy import PolicyError
 from extproc.core.policy.model import TokenizerSource
 from extproc.core.policy.presets import presets
@@ -48,7 +51,7 @@ from extproc.tools.learn.rerank_plan import learn_rerank
 from extproc.tools.learn.session import Session
 from extproc.tools.learn.verify import Verification, upstream_root, verify, verify_rerank
 from extproc.tools.toolkit.budgeted_client import BudgetSpentError
-from extproc.tools.toolkit.embeddings_client import endpoint_url
+from extproc.tools.toolkit.embeddings_client import dialect_url, endpoint_url
 from extproc.tools.toolkit.progress import to_stderr
 from extproc.tools.toolkit.report_files import write_report
 
@@ -71,6 +74,12 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="the legacy contract to learn: the embeddings endpoint (default) or reranking "
         "(the candidate then is the rerank upstream, vLLM's /rerank)",
     )
+    add_dialect_option(
+        p,
+        EMBEDDINGS_DIALECTS,
+        "the API the legacy server's clients speak, learned in it (its other dialects are "
+        "found): openai (default), tei, cohere-v1, cohere-v2, ollama, ollama-embeddings, jina",
+    )
     p.add_argument(
         "--out",
         type=Path,
@@ -90,7 +99,11 @@ def run(args: argparse.Namespace) -> int:
     started, wall = time.monotonic(), datetime.now(UTC).isoformat(timespec="seconds")
     rerank = args.task == "rerank"
     try:
-        urls = {"baseline": endpoint_url(args.baseline), "candidate": endpoint_url(args.candidate)}
+        dialect = embeddings_dialect_from(args)
+        if rerank and dialect is not None:
+            raise ValueError("--dialect is an embeddings dialect: rerank paths are found")
+        baseline = dialect_url(args.baseline, dialect)
+        urls = {"baseline": baseline, "candidate": endpoint_url(args.candidate)}
         headers = headers_from(args.header)
         upstream_root(args.candidate)
         check_budget(args.budget, MAX_BUDGET)
@@ -103,7 +116,9 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, PolicyError, TokenizerLoadError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    session = Session(urls, args.budget, to_stderr, timeout_s=args.timeout, headers=headers)
+    session = Session(
+        urls, args.budget, to_stderr, timeout_s=args.timeout, headers=headers, dialect=dialect
+    )
     header = [
         f"Written by `extproc learn` on {wall} from the baseline {urls['baseline']}",
         f"and the candidate {urls['candidate']}; report.md shows how each field was learned.",

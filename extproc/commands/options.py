@@ -17,12 +17,13 @@ value of the flag of its name (``flag_values``; the few named otherwise are in
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, Final
 
+from extproc.core.tasks.embed import EmbeddingsDialect
 from extproc.runtime.envoy_config import Upstream
 from extproc.runtime.server_options import add_seconds_option
-from extproc.tools.toolkit.embeddings_client import DEFAULT_TIMEOUT_S
+from extproc.tools.toolkit.embeddings_client import DEFAULT_TIMEOUT_S, embeddings_dialect
 from extproc.tools.toolkit.server_pair import ServerPair
 
 MAX_TIMEOUT_S: Final = 3600.0
@@ -186,3 +187,24 @@ def _at_least_one(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError("must be at least 1")
     return value
+
+
+def add_dialect_option(
+    parser: argparse._ActionsContainer, names: Iterable[str], help_text: str
+) -> None:
+    """--dialect: the legacy clients' API, one of ``names`` (spelt with hyphens)."""
+    choices = sorted({name.replace("_", "-") for name in names})
+    parser.add_argument("--dialect", choices=choices, default=None, help=help_text)
+
+
+def embeddings_dialect_from(args: argparse.Namespace) -> EmbeddingsDialect | None:
+    """--dialect as an embeddings dialect (None: OpenAI's)."""
+    name = getattr(args, "dialect", None)
+    return None if name is None else embeddings_dialect(name.replace("-", "_"))
+
+
+EMBEDDINGS_DIALECT_HELP = (
+    "the legacy clients' API, spoken to both servers (the candidate being the gateway "
+    "serving it), at its path unless the URLs name one: openai (default), tei, "
+    "cohere-v1, cohere-v2, ollama, ollama-embeddings, jina"
+)

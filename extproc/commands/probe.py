@@ -19,8 +19,15 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from extproc.commands.options import add_compared_servers, add_tool_parser, servers_from
-from extproc.core.dialects import RERANK_DIALECTS
+from extproc.commands.options import (
+    EMBEDDINGS_DIALECT_HELP,
+    add_compared_servers,
+    add_dialect_option,
+    add_tool_parser,
+    embeddings_dialect_from,
+    servers_from,
+)
+from extproc.core.dialects import EMBEDDINGS_DIALECTS, RERANK_DIALECTS
 from extproc.runtime.blocking_http import split_url
 from extproc.tools.parity import ExitCode, Thresholds
 from extproc.tools.probe.embeddings_probe import EmbeddingsProbeOptions, run_embeddings_probe
@@ -29,7 +36,7 @@ from extproc.tools.probe.latency import QUICK_PLAN, LatencyPlan
 from extproc.tools.probe.probe_report import ProbeReport, to_json, to_markdown
 from extproc.tools.probe.rerank_probe import RerankProbeOptions, run_rerank_probe
 from extproc.tools.toolkit.corpus import CorpusError, load_corpus
-from extproc.tools.toolkit.embeddings_client import endpoint_url
+from extproc.tools.toolkit.embeddings_client import dialect_url
 from extproc.tools.toolkit.readiness_checks import PROBE_THRESHOLDS
 from extproc.tools.toolkit.report_files import write_report
 
@@ -63,13 +70,11 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help=f"model name sent (embeddings default {DEFAULT_MODEL}; rerank: needed by every "
         "dialect but TEI)",
     )
-    p.add_argument(
-        "--dialect",
-        choices=[name.replace("_", "-") for name in RERANK_DIALECTS],
-        default=None,
-        help="--task rerank: the legacy server's rerank dialect; requests go to its path "
-        "(tei /rerank, cohere-v1 and jina /v1/rerank, cohere-v2 /v2/rerank) unless the URLs "
-        "name one",
+    add_dialect_option(
+        p,
+        [*RERANK_DIALECTS, *EMBEDDINGS_DIALECTS],
+        EMBEDDINGS_DIALECT_HELP + "; --task rerank (required): tei /rerank, cohere-v1 and "
+        "jina /v1/rerank, cohere-v2 /v2/rerank",
     )
     p.add_argument(
         "--max-tokens",
@@ -101,8 +106,9 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 def options_from(args: argparse.Namespace) -> EmbeddingsProbeOptions:
     """Validate the arguments; raises ValueError with a message for the user."""
-    if args.dialect is not None or args.max_tokens is not None:
-        raise ValueError("--dialect and --max-tokens go with --task rerank")
+    if args.max_tokens is not None:
+        raise ValueError("--max-tokens goes with --task rerank")
+    dialect = embeddings_dialect_from(args)
     if not -1.0 <= args.min_cosine <= 1.0:
         raise ValueError("--min-cosine must be within -1..1")
     plan = QUICK_PLAN if args.quick else LatencyPlan(repetitions=DEFAULT_REPETITIONS)
@@ -111,11 +117,12 @@ def options_from(args: argparse.Namespace) -> EmbeddingsProbeOptions:
             raise ValueError(f"--repetitions must be within 1..{MAX_REPETITIONS}")
         plan = replace(plan, repetitions=args.repetitions)
     return EmbeddingsProbeOptions(
-        servers=servers_from(args, endpoint_url),
+        servers=servers_from(args, lambda url: dialect_url(url, dialect)),
         model=args.model or DEFAULT_MODEL,
         thresholds=Thresholds(min_cosine=args.min_cosine),
         plan=plan,
         quick=args.quick,
+        dialect=dialect,
     )
 
 

@@ -20,6 +20,7 @@ import numpy as np
 import orjson
 
 from extproc.core.embeddings_body import parse_embeddings_body
+from extproc.core.tasks.embed import EmbeddingsDialect
 from extproc.core.upstream_errors import parse_upstream_error
 from extproc.core.vectors import BadVectorsError, FloatMatrix
 from extproc.tools.toolkit.corpus import Kind
@@ -55,9 +56,11 @@ def embed_texts(
     dimensions: int | None = None,
     batch_size: int = BATCH_SIZE,
     progress: Callable[[int], None] = lambda done: None,
+    dialect: EmbeddingsDialect | None = None,
 ) -> Embedded:
     """Every text's vector, with ``input_type: kind`` (and ``dimensions``) as clients
-    send them; ``progress`` gets the number of texts embedded after each batch."""
+    send them, each answer read as ``dialect``'s clients read it (None: OpenAI's);
+    ``progress`` gets the number of texts embedded after each batch."""
     batches = [list(texts[i : i + batch_size]) for i in range(0, len(texts), batch_size)]
     extra: dict[str, Any] = {"input_type": kind}
     if dimensions is not None:
@@ -72,14 +75,11 @@ def embed_texts(
         if not 200 <= status < 300:
             what = parse_upstream_error(answer).message or "no message"
             raise EmbedError(f"HTTP {status}: {what[:200]}")
-        try:
-            parsed = parse_embeddings_body(answer, input_count=len(batch), dimensions=dimensions)
-        except BadVectorsError as exc:
-            raise EmbedError(f"an unusable answer: {exc}") from None
+        vectors = _vectors(answer, len(batch), dimensions, dialect)
         with lock:
             done += len(batch)
             progress(done)
-        return parsed.vectors
+        return vectors
 
     started = time.perf_counter()
     rows = pool.send_all(one, batches)
@@ -89,3 +89,21 @@ def embed_texts(
         raise EmbedError(f"vectors of several widths: {sorted(widths)}")
     vectors = np.vstack(rows).astype(np.float32, copy=False)
     return Embedded(vectors, seconds, len(batches))
+
+
+def _vectors(
+    answer: bytes, count: int, dimensions: int | None, dialect: EmbeddingsDialect | None
+) -> FloatMatrix:
+    """A 2xx answer's ``count`` vectors (of ``dimensions``, when given), or EmbedError."""
+    if dialect is None or not dialect.own_shape:
+        try:
+            return parse_embeddings_body(answer, input_count=count, dimensions=dimensions).vectors
+        except BadVectorsError as exc:
+            raise EmbedError(f"an unusable answer: {exc}") from None
+    read = dialect.read_answer(answer)
+    if read is None:
+        raise EmbedError(f"an unusable answer: not a {dialect.name} answer")
+    rows, width = read.vectors.shape
+    if rows != count or (dimensions is not None and width != dimensions):
+        raise EmbedError(f"an unusable answer: {rows} vectors of {width} for {count} inputs")
+    return read.vectors

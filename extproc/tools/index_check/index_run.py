@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from extproc.core.tasks.embed import EmbeddingsDialect
 from extproc.tools.index_check.beir_files import Sample
 from extproc.tools.index_check.embedding_run import Embedded, EmbedError, embed_texts
 from extproc.tools.index_check.index_measures import measure
@@ -34,6 +35,7 @@ class IndexCheckOptions:
     budget: int  # requests per server
     thresholds: IndexThresholds
     corpus_size: int | None  # for the re-index estimate; None: the corpus file's
+    dialect: EmbeddingsDialect | None = None  # the legacy clients' (None: OpenAI's)
 
 
 def run_index_check(
@@ -44,7 +46,13 @@ def run_index_check(
     budgets = {s: RequestBudget(options.budget, s) for s in SERVERS}
     servers = options.servers
     clients = {
-        s: BudgetedClient(url, budgets[s], timeout_s=servers.timeout_s, headers=servers.headers)
+        s: BudgetedClient(
+            url,
+            budgets[s],
+            timeout_s=servers.timeout_s,
+            headers=servers.headers,
+            dialect=options.dialect,
+        )
         for s, url in servers.urls.items()
     }
     pool = RequestPool(MAX_IN_FLIGHT, "index-check")
@@ -76,6 +84,7 @@ def run_index_check(
                     kind,
                     dimensions=options.dimensions,
                     progress=_bar(progress, f"{server}, {kind} texts", len(texts)),
+                    dialect=options.dialect,
                 )
     finally:
         pool.close()

@@ -76,6 +76,15 @@ def policy_entry(learned: Learned, basics: Basics) -> dict[str, Any]:
         entry["preprocess"] = learned.texts.fields
     if learned.answer is not None:
         entry["answer"] = learned.answer
+    spoken = learned.dialect  # its errors are that path's; the file's are OpenAI's
+    serves: list[dict[str, Any]] = []
+    if spoken is not None:
+        serves.append({"dialect": spoken.name.upper()})
+        if learned.errors:
+            serves[0]["errors"] = learned.errors
+    serves += [item for found in learned.dialects for item in found.serves()]
+    if serves:
+        entry["serves"] = serves
     return entry
 
 
@@ -162,7 +171,7 @@ def policy_text(
     lines += _entry_lines(entry, marks)
     if learned.batches is not None and learned.batches.limit is not None:
         lines.append(f"limits: {json.dumps({'max_inputs': learned.batches.limit})}")
-    if learned.errors:
+    if learned.errors and learned.dialect is None:
         lines += [_not_learned(text) for text in errors]
         lines.append(f"errors: {json.dumps(learned.errors, ensure_ascii=False)}")
     return "\n".join(lines) + "\n"

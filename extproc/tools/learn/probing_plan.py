@@ -19,13 +19,15 @@ import orjson
 
 from extproc.core.api_errors import ErrorClass
 from extproc.core.policy.model import PromptTemplates, TokenizerSource
+from extproc.core.tasks.embed import EmbeddingsDialect
 from extproc.tools.learn.answer_learner import learn_answer
 from extproc.tools.learn.basics_learner import Basics, learn_basics
 from extproc.tools.learn.batch_learner import Batches, learn_batches
+from extproc.tools.learn.dialects_learner import FoundDialect, learn_dialects
 from extproc.tools.learn.dimensions_learner import Dimensions, learn_dimensions
 from extproc.tools.learn.errors_learner import REASON_OF, learn_errors
 from extproc.tools.learn.findings import Finding, finding, unknown
-from extproc.tools.learn.local import LocalModel
+from extproc.tools.learn.local import TEXT, LocalModel
 from extproc.tools.learn.names_learner import Names, learn_names
 from extproc.tools.learn.profile_learner import (
     BOM_LABEL,
@@ -73,6 +75,8 @@ class Learned:
     names: Names | None = None
     batches: Batches | None = None
     texts: Texts | None = None
+    dialects: list[FoundDialect] = field(default_factory=list)  # served besides learn's own
+    dialect: EmbeddingsDialect | None = None  # the one learn spoke (None: OpenAI's)
 
     @property
     def limit(self) -> int:
@@ -98,6 +102,7 @@ def learn(
     session: Session, local: LocalModel, model: str, hint: str | None
 ) -> tuple[Learned, list[Finding]]:
     learned = Learned(model, local.source, upstream_model=model)
+    learned.dialect = session.dialects["baseline"]
     found: list[Finding] = []
     try:
         learned.upstream_model, learned.candidate_max, learned.owner, first = survey(session, model)
@@ -108,8 +113,9 @@ def learn(
     if basics is None:
         return learned, found
     learned.basics = basics
-    learned.answer, answer_found = learn_answer(basics)
-    found += answer_found
+    if learned.dialect is None or not learned.dialect.own_shape:
+        learned.answer, answer_found = learn_answer(basics)
+        found += answer_found
     untyped_prefix = ""
 
     def prompts() -> list[Finding]:
@@ -176,6 +182,17 @@ def learn(
         learned.texts, items = learn_texts(session, basics, untyped_prefix)
         return items
 
+    def dialects() -> list[Finding]:
+        learned.dialects, items = learn_dialects(session, model, TEXT, basics.plain)
+        raw = [d.dialect.name for d in learned.dialects if not d.normalized]
+        if raw and learned.kind != "vllm":
+            problem = (
+                f"{', '.join(raw)} answers vectors as the model pools them, which only "
+                f"vLLM gives; the candidate is {learned.kind}"
+            )
+            items.append(unknown("serves", problem))
+        return items
+
     steps: list[tuple[str, Callable[[], list[Finding]]]] = [
         ("prompts", prompts),
         ("max_tokens", truncation),
@@ -183,6 +200,7 @@ def learn(
         ("encoding", profile),
         ("batches", batches),
         ("preprocess", texts),
+        ("serves", dialects),
     ]
     spent = ""
     for name, step in steps:

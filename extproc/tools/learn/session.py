@@ -16,6 +16,7 @@ from typing import Any, Literal
 import numpy as np
 import orjson
 
+from extproc.core.tasks.embed import EmbeddingsDialect
 from extproc.core.tasks.rerank import Ranking, RerankDialect
 from extproc.core.upstream_errors import parse_upstream_error
 from extproc.core.vectors import FloatMatrix
@@ -23,7 +24,7 @@ from extproc.runtime.blocking_http import HttpClient, HttpResult, split_url
 from extproc.tools.parity import Answer, cosine
 from extproc.tools.toolkit.budgeted_client import BudgetedClient, RequestBudget
 from extproc.tools.toolkit.contract_table import error_text
-from extproc.tools.toolkit.embeddings_client import DEFAULT_TIMEOUT_S, endpoint_url
+from extproc.tools.toolkit.embeddings_client import DEFAULT_TIMEOUT_S, dialect_url, say
 from extproc.tools.toolkit.progress import Progress
 from extproc.tools.toolkit.request_pool import RequestPool
 
@@ -98,20 +99,30 @@ Request = tuple[Server, str, "dict[str, Any] | bytes"]
 
 class Session:
     """Both servers' clients, their budgets and the record. ``urls``: each server's
-    URL as given (its root, ``/v1``, or its embeddings endpoint)."""
+    URL as given (its root, ``/v1``, or its embeddings endpoint); ``dialect``: the
+    baseline's clients' (None: OpenAI's), in which every embeddings request to it is
+    said and its answers read (the candidate, the new upstream, speaks OpenAI's)."""
 
     def __init__(
         self,
         urls: Mapping[str, str],
         budget: int,
         progress: Progress,
+        *,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         headers: Mapping[str, str] | None = None,
+        dialect: EmbeddingsDialect | None = None,
     ) -> None:
         self.timeout_s = timeout_s
+        self.dialects: dict[Server, EmbeddingsDialect | None] = {
+            "baseline": dialect,
+            "candidate": None,
+        }
         self.headers = dict(headers or {})  # sent with every request, never recorded
         self.budgets = {server: RequestBudget(budget, server) for server in SERVERS}
-        self.endpoints = {server: endpoint_url(urls[server]) for server in SERVERS}
+        self.endpoints = {
+            server: dialect_url(urls[server], self.dialects[server]) for server in SERVERS
+        }
         ends = {server: split_url(self.endpoints[server]) for server in SERVERS}
         self.roots = {server: ends[server][0] for server in SERVERS}
         self._paths = {server: ends[server][1] for server in SERVERS}
@@ -128,11 +139,17 @@ class Session:
     def spent(self) -> dict[Server, int]:
         return {server: self.budgets[server].spent for server in SERVERS}
 
-    def client(self, server: Server, url: str) -> BudgetedClient:
-        """A client of the embeddings endpoint at ``url`` whose requests count against
-        ``server``'s budget (the verification's, of the gateway)."""
+    def client(
+        self, server: Server, url: str, dialect: EmbeddingsDialect | None = None
+    ) -> BudgetedClient:
+        """A client of the embeddings endpoint at ``url`` in ``dialect`` whose requests
+        count against ``server``'s budget (the verification's, of the gateway)."""
         return BudgetedClient(
-            url, self.budgets[server], timeout_s=self.timeout_s, headers=self.headers
+            url,
+            self.budgets[server],
+            timeout_s=self.timeout_s,
+            headers=self.headers,
+            dialect=dialect,
         )
 
     def close(self) -> None:
@@ -144,10 +161,28 @@ class Session:
         self._progress(text)
 
     def send(self, server: Server, label: str, body: dict[str, Any] | bytes) -> Exchange:
-        """An embeddings request to the server's embeddings endpoint."""
+        """An embeddings request to the server's embeddings endpoint, as its clients
+        say it (one the baseline's dialect cannot say is not sent: no answer)."""
+        return self.ask(server, self._paths[server], label, body, self.dialects[server])
+
+    def ask(
+        self,
+        server: Server,
+        path: str,
+        label: str,
+        body: dict[str, Any] | bytes,
+        dialect: EmbeddingsDialect | None,
+    ) -> Exchange:
+        """An OpenAI embeddings request to ``path``, said and read as ``dialect``'s
+        clients do (None: OpenAI's)."""
         raw = body if isinstance(body, bytes) else orjson.dumps(body)
-        result = self._post(server, self._paths[server], raw)
-        answer = Answer.read(result.status, result.body)
+        said = raw if dialect is None else say(dialect, raw)
+        if said is None:
+            error = f"a {dialect and dialect.name} client cannot say this request"
+            result = HttpResult(0, b"", 0.0, error)
+        else:
+            result = self._post(server, path, said)
+        answer = Answer.read(result.status, result.body, dialect)
         vectors = answer.vectors
         message = (
             (result.error or "")
@@ -157,9 +192,9 @@ class Session:
         return self._record(
             server,
             label,
-            shown(body),
+            shown(body) if said is None or said is raw else f"POST {path} {shown_said(said)}",
             result,
-            sent=raw,
+            sent=said or raw,
             message=message,
             prompt_tokens=answer.prompt_tokens,
             dims=answer.dims,
@@ -243,6 +278,15 @@ class Session:
     def send_all(self, requests: Sequence[Request]) -> list[Exchange]:
         """Send in parallel (at most MAX_IN_FLIGHT); answers in the order asked."""
         return self._pool.send_all(lambda request: self.send(*request), requests)
+
+
+def shown_said(said: bytes) -> str:
+    """A body a dialect said, for the report, shortened as :func:`shown` does."""
+    try:
+        doc = orjson.loads(said)
+    except orjson.JSONDecodeError:
+        return shown(said)
+    return shown(doc if isinstance(doc, dict) else said)
 
 
 def shown(body: dict[str, Any] | bytes) -> str:

@@ -27,7 +27,8 @@ from urllib.parse import urlsplit
 import orjson
 
 from extproc.core.contract import Contract
-from extproc.runtime.blocking_http import HttpClient
+from extproc.core.tasks.embed import EmbeddingsDialect
+from extproc.runtime.blocking_http import HttpClient, split_url
 from extproc.runtime.envoy_config import (
     DEFAULT_TEMPLATE,
     EnvoySettings,
@@ -50,7 +51,13 @@ from extproc.tools.learn.session import Session
 from extproc.tools.parity import Verdict
 from extproc.tools.parity.readiness_verdict import rerank_check
 from extproc.tools.parity.rerank_comparison import RerankReply, RerankRow, compare_replies
-from extproc.tools.toolkit.contract_table import ContractRow, Probe, default_probes, run_contract
+from extproc.tools.toolkit.contract_table import (
+    ContractRow,
+    Probe,
+    default_probes,
+    run_contract,
+    said_probes,
+)
 from extproc.tools.toolkit.corpus import load_corpus
 from extproc.tools.toolkit.long_text import LONG_INPUT_TOKENS, long_text
 from extproc.tools.toolkit.readiness_checks import PROBE_THRESHOLDS, comparison_verdict
@@ -141,8 +148,9 @@ def verify(
     max_tokens = max(m.max_tokens for m in contract.policy.models.values())
 
     def compare(gateway_url: str) -> Verification:
-        baseline = session.client("baseline", urls["baseline"])
-        gateway = session.client("candidate", gateway_url)
+        dialect = session.dialects["baseline"]  # the gateway serves the baseline's clients
+        baseline = session.client("baseline", urls["baseline"], dialect)
+        gateway = session.client("candidate", gateway_url, dialect)
         try:
             session.note(f"verify: the gateway on {gateway_url} against the baseline")
             parity = run_parity(baseline, gateway, model, corpus.documents, corpus.queries)
@@ -162,7 +170,12 @@ def verify(
             probes += learned_probes(learned)
             largest = learned.batches.limit if learned.batches else None
             probes += battery_probes(model, largest)
-            rows = run_contract(baseline, gateway, probes, PROBE_THRESHOLDS.min_cosine, exact=True)
+            said = said_probes(probes, dialect)
+            rows = run_contract(baseline, gateway, said, PROBE_THRESHOLDS.min_cosine, exact=True)
+            for found in learned.dialects:
+                rows += _dialect_rows(
+                    session, found.dialect, (urls["baseline"], gateway_url), probes
+                )
         finally:
             baseline.close()
             gateway.close()
@@ -170,6 +183,21 @@ def verify(
 
     with contextlib.redirect_stdout(sys.stderr):  # the launcher's ready line is progress here
         return asyncio.run(with_gateway(contract, upstream_root(urls["candidate"]), compare))
+
+
+def _dialect_rows(
+    session: Session, dialect: EmbeddingsDialect, urls: tuple[str, str], probes: list[Probe]
+) -> list[ContractRow]:
+    """The rows ``dialect``'s clients can say, asked of both servers at its path."""
+    base_url, gateway_url = (split_url(url)[0] for url in urls)
+    said = said_probes(probes, dialect)
+    baseline = session.client("baseline", base_url, dialect)
+    gateway = session.client("candidate", gateway_url, dialect)
+    try:
+        return run_contract(baseline, gateway, said, PROBE_THRESHOLDS.min_cosine, exact=True)
+    finally:
+        baseline.close()
+        gateway.close()
 
 
 def verify_rerank(

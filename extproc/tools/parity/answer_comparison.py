@@ -22,6 +22,7 @@ import numpy.typing as npt
 
 from extproc.core.embeddings_body import parse_embeddings_body
 from extproc.core.status import is_success, status_class
+from extproc.core.tasks.embed import EmbeddingsDialect
 from extproc.core.vectors import BadVectorsError, FloatMatrix
 
 Floats = npt.NDArray[np.float64]
@@ -43,9 +44,16 @@ class Answer:
     problem: str = ""  # why a 2xx body is unusable
 
     @classmethod
-    def read(cls, status: int, body: bytes) -> Answer:
+    def read(cls, status: int, body: bytes, dialect: EmbeddingsDialect | None = None) -> Answer:
+        """``body`` as OpenAI's clients read it, or ``dialect``'s (TEI's rows, Cohere's
+        object, ...)."""
         if not is_success(status):
             return cls(status)
+        if dialect is not None and dialect.own_shape:
+            read = dialect.read_answer(body)
+            if read is None:
+                return cls(status, problem=f"not a {dialect.name} answer")
+            return cls(status, read.vectors, read.prompt_tokens, "float")
         try:
             parsed = parse_embeddings_body(body)
         except BadVectorsError as exc:

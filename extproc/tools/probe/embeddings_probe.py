@@ -13,11 +13,12 @@ from dataclasses import dataclass
 
 import orjson
 
+from extproc.core.tasks.embed import EmbeddingsDialect
 from extproc.tools.parity import Thresholds
 from extproc.tools.probe.latency import LatencyPlan, LatencyRequest, run_latency
 from extproc.tools.probe.probe_report import EmbeddingsSections, ProbeReport, probe_meta
 from extproc.tools.probe.probe_verdict import decide
-from extproc.tools.toolkit.contract_table import default_probes, run_contract
+from extproc.tools.toolkit.contract_table import default_probes, run_contract, said_probes
 from extproc.tools.toolkit.corpus import Corpus, batches
 from extproc.tools.toolkit.embeddings_client import EmbeddingsClient
 from extproc.tools.toolkit.long_text import LONG_INPUT_TOKENS, long_text
@@ -37,6 +38,7 @@ class EmbeddingsProbeOptions:
     thresholds: Thresholds
     plan: LatencyPlan
     quick: bool
+    dialect: EmbeddingsDialect | None = None  # the legacy clients' (None: OpenAI's)
 
 
 def run_embeddings_probe(options: EmbeddingsProbeOptions, corpus: Corpus) -> ProbeReport:
@@ -44,7 +46,9 @@ def run_embeddings_probe(options: EmbeddingsProbeOptions, corpus: Corpus) -> Pro
     clock = RunClock.start()
     servers = options.servers
     baseline, candidate = (
-        EmbeddingsClient(url, timeout_s=servers.timeout_s, headers=servers.headers)
+        EmbeddingsClient(
+            url, timeout_s=servers.timeout_s, headers=servers.headers, dialect=options.dialect
+        )
         for url in (servers.baseline, servers.candidate)
     )
     try:
@@ -60,6 +64,7 @@ def run_embeddings_probe(options: EmbeddingsProbeOptions, corpus: Corpus) -> Pro
             options.model, corpus.documents, corpus.queries, long_input, long_tokens
         )
         log.info("probe: contract table (%d requests)", len(probes))
+        probes = said_probes(probes, options.dialect)
         rows = run_contract(baseline, candidate, probes, options.thresholds.min_cosine)
 
         latency = None

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from extproc.core.tasks.embed import EmbeddingsDialect
 from extproc.runtime.blocking_http import HttpResult
 from extproc.tools.parity import Answer
 from extproc.tools.toolkit.embeddings_client import EmbeddingsClient
@@ -155,11 +156,11 @@ def ratios(baseline: Figures, candidate: Figures) -> dict[str, float | None]:
 # ------------------------------------------------------------------------------ I/O
 
 
-def _check(result: HttpResult, inputs: int) -> Timing:
+def _check(result: HttpResult, inputs: int, dialect: EmbeddingsDialect | None) -> Timing:
     elapsed_ms = result.elapsed_s * 1000.0
     if result.status != 200:
         return Timing(False, elapsed_ms, f"HTTP {result.status or result.error}")
-    answer = Answer.read(result.status, result.body)
+    answer = Answer.read(result.status, result.body, dialect)
     if answer.count is None:
         return Timing(False, elapsed_ms, f"unreadable answer: {answer.problem}")
     if answer.count != inputs:
@@ -180,7 +181,7 @@ def measure_once(
     sequential: list[Timing] = []
     for i in range(plan.sequential):
         request = requests[i % len(requests)]
-        sequential.append(_check(client.post(request.body), request.inputs))
+        sequential.append(_check(client.post(request.body), request.inputs, client.dialect))
 
     barrier = threading.Barrier(plan.concurrency, timeout=BARRIER_TIMEOUT_S)
 
@@ -194,7 +195,7 @@ def measure_once(
 
     def one(i: int) -> Timing:
         request = requests[i % len(requests)]
-        return _check(client.post(request.body), request.inputs)
+        return _check(client.post(request.body), request.inputs, client.dialect)
 
     started = time.perf_counter()
     futures = [pool.submit(one, i) for i in range(plan.concurrent)]

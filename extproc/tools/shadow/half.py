@@ -14,7 +14,9 @@ a rerank dialect, or when it is a rerank path of a mesh (any dialect's) the poli
 does not route; else a query when ``input_type`` is in the query vocabulary
 (:data:`extproc.core.prompts.QUERY_TYPES`) or an ``instruction`` is present, else a
 document. The inputs are the core's reading of ``input``
-(:func:`extproc.core.request_json.input_items`). A rerank half keeps its reply as
+(:func:`extproc.core.request_json.input_items`). At a path the policy serves in
+another embeddings dialect, both are read at that dialect's field names (``texts``,
+``prompt_name``) and the answer as its clients read it. A rerank half keeps its reply as
 its route's dialect reads it (order, scores, documents, or the error body's shape;
 a mesh path the policy does not route, in whichever dialect answers): the pair is
 compared whole, as a client sees it.
@@ -33,6 +35,7 @@ from extproc.core.prompts import QUERY_TYPES
 from extproc.core.request_headers import route_of
 from extproc.core.request_json import input_items
 from extproc.core.routes import Routes
+from extproc.core.tasks.embed import EmbeddingsDialect
 from extproc.core.tasks.rerank import RerankDialect
 from extproc.tools.parity import Answer
 from extproc.tools.parity.rerank_comparison import RerankReply
@@ -111,9 +114,18 @@ def rerank_route(routes: Routes, path: str) -> tuple[bool, RerankDialect | None]
     return (True, dialect) if isinstance(dialect, RerankDialect) else (False, None)
 
 
+def embeddings_dialect_at(routes: Routes, path: str) -> EmbeddingsDialect | None:
+    """The embeddings dialect the policy serves at a tapped ``path`` (None: OpenAI's,
+    or a path it does not route)."""
+    endpoint = routes.at(route_of(path))
+    dialect = None if endpoint is None else endpoint.dialect
+    return dialect if isinstance(dialect, EmbeddingsDialect) else None
+
+
 def extract_half(raw: RawHalf, routes: Routes, *, keep_text: bool = False) -> Half:
     """Pure: the comparable essence of one side's exchange, its path looked up in
-    ``routes`` (the policy's route table)."""
+    ``routes`` (the policy's route table): a rerank answer, or vectors as the path's
+    dialect reads its requests and answers."""
     rerank, dialect = rerank_route(routes, raw.path)
     if rerank:
         return Half(
@@ -127,11 +139,12 @@ def extract_half(raw: RawHalf, routes: Routes, *, keep_text: bool = False) -> Ha
             upstream_s=raw.upstream_s,
             rerank=RerankReply.read(raw.status, raw.response_body, dialect),
         )
-    kind, inputs, texts = _read_request(raw.request_body)
+    spoken = embeddings_dialect_at(routes, raw.path)
+    kind, inputs, texts = _read_request(raw.request_body, spoken)
     return Half(
         request_id=raw.request_id,
         role=raw.role,
-        answer=Answer.read(raw.status, raw.response_body),
+        answer=Answer.read(raw.status, raw.response_body, spoken),
         latency_s=raw.latency_s,
         kind=kind,
         inputs=inputs,
@@ -141,19 +154,27 @@ def extract_half(raw: RawHalf, routes: Routes, *, keep_text: bool = False) -> Ha
     )
 
 
-def _read_request(body: bytes) -> tuple[InputKind, int | None, tuple[str, ...]]:
+def _read_request(
+    body: bytes, dialect: EmbeddingsDialect | None
+) -> tuple[InputKind, int | None, tuple[str, ...]]:
+    """The input kind, count and texts, at the dialect's field names (``texts``,
+    ``inputs``, ``prompt``; its role field)."""
+    names = {} if dialect is None else dialect.field_names
+    role_field = (
+        "input_type" if dialect is None or dialect.role_field is None else (dialect.role_field)
+    )
     try:
         doc = orjson.loads(body)
     except orjson.JSONDecodeError:
         return InputKind.DOCUMENT, None, ()
     if not isinstance(doc, dict):
         return InputKind.DOCUMENT, None, ()
-    input_type = doc.get("input_type")
+    input_type = doc.get(role_field)
     is_query = (isinstance(input_type, str) and input_type in QUERY_TYPES) or (
         doc.get("instruction") is not None
     )
     kind = InputKind.QUERY if is_query else InputKind.DOCUMENT
-    items = input_items(doc.get("input"))
+    items = input_items(doc.get(names.get("input", "input")))
     if items is None:
         return kind, None, ()
     return kind, len(items), tuple(_describe(item) for item in items)

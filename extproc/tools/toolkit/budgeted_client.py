@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping
 
+from extproc.core.tasks.embed import EmbeddingsDialect
 from extproc.runtime.blocking_http import HttpResult
 from extproc.tools.toolkit.embeddings_client import DEFAULT_TIMEOUT_S, EmbeddingsClient
 
@@ -55,8 +56,9 @@ class BudgetedClient(EmbeddingsClient):
         *,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         headers: Mapping[str, str] | None = None,
+        dialect: EmbeddingsDialect | None = None,
     ) -> None:
-        super().__init__(url, timeout_s=timeout_s, headers=headers)
+        super().__init__(url, timeout_s=timeout_s, headers=headers, dialect=dialect)
         self.budget = budget
 
     def post(self, body: bytes, content_type: str = "application/json") -> HttpResult:

@@ -17,18 +17,19 @@ baseline refuses stays a warning.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import orjson
 
 from extproc.core.status import status_class
+from extproc.core.tasks.embed import EmbeddingsDialect
 from extproc.core.upstream_errors import parse_upstream_error
 from extproc.runtime.blocking_http import HttpResult
 from extproc.tools.parity import Answer, compare_answers
 from extproc.tools.parity.json_shape import skeleton, skeleton_difference
 from extproc.tools.toolkit.corpus import Item
-from extproc.tools.toolkit.embeddings_client import EmbeddingsClient
+from extproc.tools.toolkit.embeddings_client import EmbeddingsClient, say
 
 Severity = Literal["ok", "warn", "fail"]
 
@@ -160,6 +161,18 @@ def default_probes(
     ]
 
 
+def said_probes(probes: Sequence[Probe], dialect: EmbeddingsDialect | None) -> list[Probe]:
+    """The probes ``dialect``'s clients can say (every one for OpenAI's), each named
+    for the dialect: a field it has no words for is no row (not two unanswered ones)."""
+    if dialect is None:
+        return list(probes)
+    return [
+        replace(p, key=f"{dialect.name}:{p.key}", title=f"{dialect.name}: {p.title}")
+        for p in probes
+        if say(dialect, p.body) is not None
+    ]
+
+
 def error_text(body: bytes, limit: int = ERROR_TEXT_LIMIT) -> str:
     """An error body's message (every upstream's envelope, or the text), on one line."""
     if not body.strip():
@@ -169,11 +182,14 @@ def error_text(body: bytes, limit: int = ERROR_TEXT_LIMIT) -> str:
     return flat if len(flat) <= limit else flat[: limit - 1].rstrip() + "…"
 
 
-def observe(result: HttpResult) -> tuple[Cell, Answer | None]:
-    """Reduce an exchange to a table cell (and the read answer of a usable 2xx)."""
+def observe(
+    result: HttpResult, dialect: EmbeddingsDialect | None = None
+) -> tuple[Cell, Answer | None]:
+    """Reduce an exchange to a table cell (and the read answer of a usable 2xx, as
+    ``dialect``'s clients read it)."""
     if result.status == 0:
         return Cell(status=0, result=f"no answer ({result.error})"), None
-    answer = Answer.read(result.status, result.body)
+    answer = Answer.read(result.status, result.body, dialect)
     try:
         body = skeleton(orjson.loads(result.body))
     except orjson.JSONDecodeError:
@@ -291,8 +307,8 @@ def run_contract(
 ) -> list[ContractRow]:
     rows: list[ContractRow] = []
     for probe in probes:
-        base_cell, base_answer = observe(baseline.post(probe.body))
-        cand_cell, cand_answer = observe(candidate.post(probe.body))
+        base_cell, base_answer = observe(baseline.post(probe.body), baseline.dialect)
+        cand_cell, cand_answer = observe(candidate.post(probe.body), candidate.dialect)
         rows.append(
             compare_row(
                 probe,

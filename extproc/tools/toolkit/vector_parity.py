@@ -76,7 +76,7 @@ def embed_items(
             errors.append(f"{label}: {result.status or result.error}")
             tokens = None
             continue
-        answer = Answer.read(result.status, result.body)
+        answer = Answer.read(result.status, result.body, client.dialect)
         if answer.vectors is None:
             errors.append(f"{label}: {answer.problem}")
             tokens = None
