@@ -14,7 +14,10 @@ a rerank dialect, or when it is a rerank path of a mesh (any dialect's) the poli
 does not route; else a query when ``input_type`` is in the query vocabulary
 (:data:`extproc.core.prompts.QUERY_TYPES`) or an ``instruction`` is present, else a
 document. The inputs are the core's reading of ``input``
-(:func:`extproc.core.request_json.input_items`). A rerank half keeps its reply as
+(:func:`extproc.core.request_json.input_items`). On a path the policy routes to an
+embeddings dialect of its own shape (TEI's ``/embed``, Cohere's, Ollama's) the
+request's fields and the answer are read in that dialect: its input and role fields,
+its answer's vectors and token count. A rerank half keeps its reply as
 its route's dialect reads it (order, scores, documents, or the error body's shape;
 a mesh path the policy does not route, in whichever dialect answers): the pair is
 compared whole, as a client sees it.
@@ -33,6 +36,8 @@ from extproc.core.prompts import QUERY_TYPES
 from extproc.core.request_headers import route_of
 from extproc.core.request_json import input_items
 from extproc.core.routes import Routes
+from extproc.core.status import is_success
+from extproc.core.tasks.embed import EmbeddingsDialect
 from extproc.core.tasks.rerank import RerankDialect
 from extproc.tools.parity import Answer
 from extproc.tools.parity.rerank_comparison import RerankReply
@@ -127,11 +132,12 @@ def extract_half(raw: RawHalf, routes: Routes, *, keep_text: bool = False) -> Ha
             upstream_s=raw.upstream_s,
             rerank=RerankReply.read(raw.status, raw.response_body, dialect),
         )
-    kind, inputs, texts = _read_request(raw.request_body)
+    dialect_of_path = embeddings_dialect(routes, raw.path)
+    kind, inputs, texts = _read_request(raw.request_body, dialect_of_path)
     return Half(
         request_id=raw.request_id,
         role=raw.role,
-        answer=Answer.read(raw.status, raw.response_body),
+        answer=_read_answer(raw.status, raw.response_body, dialect_of_path),
         latency_s=raw.latency_s,
         kind=kind,
         inputs=inputs,
@@ -141,19 +147,43 @@ def extract_half(raw: RawHalf, routes: Routes, *, keep_text: bool = False) -> Ha
     )
 
 
-def _read_request(body: bytes) -> tuple[InputKind, int | None, tuple[str, ...]]:
+def embeddings_dialect(routes: Routes, path: str) -> EmbeddingsDialect | None:
+    """The embeddings dialect of its own shape a tapped ``path`` is read in; None for
+    OpenAI's shape (the endpoint, a dialect reading OpenAI requests, no route)."""
+    endpoint = routes.at(route_of(path))
+    dialect = endpoint.dialect if endpoint is not None else None
+    if isinstance(dialect, EmbeddingsDialect) and dialect.own_shape:
+        return dialect
+    return None
+
+
+def _read_answer(status: int, body: bytes, dialect: EmbeddingsDialect | None) -> Answer:
+    if dialect is None or not is_success(status):
+        return Answer.read(status, body)
+    read = dialect.read_answer(body)
+    if read is None:
+        return Answer(status, problem=f"not a {dialect.name} answer")
+    return Answer(status, read.vectors, read.prompt_tokens, "float")
+
+
+def _read_request(
+    body: bytes, dialect: EmbeddingsDialect | None = None
+) -> tuple[InputKind, int | None, tuple[str, ...]]:
     try:
         doc = orjson.loads(body)
     except orjson.JSONDecodeError:
         return InputKind.DOCUMENT, None, ()
     if not isinstance(doc, dict):
         return InputKind.DOCUMENT, None, ()
-    input_type = doc.get("input_type")
+    own = dialect is not None
+    role_field = (dialect.role_field if dialect is not None else None) or "input_type"
+    input_field = dialect.field_names.get("input", "input") if dialect is not None else "input"
+    input_type = doc.get(role_field)
     is_query = (isinstance(input_type, str) and input_type in QUERY_TYPES) or (
-        doc.get("instruction") is not None
+        not own and doc.get("instruction") is not None
     )
     kind = InputKind.QUERY if is_query else InputKind.DOCUMENT
-    items = input_items(doc.get("input"))
+    items = input_items(doc.get(input_field))
     if items is None:
         return kind, None, ()
     return kind, len(items), tuple(_describe(item) for item in items)
