@@ -47,6 +47,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from extproc.core.dialects import EMBEDDINGS_DIALECTS, OPENAI_PATHS
 from extproc.core.policy import load_policy_text
 from extproc.core.request_coding import MAX_INFLATE_RATIO
 from extproc.runtime.envoy_config import LEGACY_CLUSTER, Upstream, with_legacy
@@ -1299,7 +1300,7 @@ def test_envoy_gateway_policies_match_standalone() -> None:
     # server sets the upstream's path and Accept-Encoding itself, as in
     # single-filter.yaml (a URLRewrite would add x-envoy-original-path).
     targets = [r["name"] for r in docs["EnvoyExtensionPolicy"]["spec"]["targetRefs"]]
-    assert targets == ["embeddings", "rerank"]
+    assert targets == ["embeddings", "rerank", "dialects"]
     routes = {d["metadata"]["name"]: d for _, d in CRD_DOCS if d["kind"] == "HTTPRoute"}
     (rule,) = routes["embeddings"]["spec"]["rules"]
     (match,) = rule["matches"]
@@ -1348,6 +1349,15 @@ SPLIT_CASES = [
     ("POST", "/v2/rerank", "vllm-reranker"),
     ("GET", "/v1/rerank", "legacy-embeddings"),
     ("POST", "/v1/reranker", "legacy-embeddings"),
+    ("POST", "/embed", "dynamo-frontend"),
+    ("POST", "/v1/embed", "dynamo-frontend"),
+    ("POST", "/v2/embed", "dynamo-frontend"),
+    ("POST", "/api/embed", "dynamo-frontend"),
+    ("POST", "/api/embeddings", "dynamo-frontend"),
+    ("GET", "/api/embeddings", "legacy-embeddings"),
+    ("POST", "/v3/embed", "legacy-embeddings"),
+    # TEI's second path: only `extproc run` (or a route the operator adds) serves it.
+    ("POST", "/", "legacy-embeddings"),
     ("POST", "/v1/audio/transcriptions", "legacy-embeddings"),
     ("GET", "/v1/models", "legacy-embeddings"),
     ("GET", "/health", "legacy-embeddings"),
@@ -1426,16 +1436,21 @@ def gateway_http_routes() -> list[dict[str, Any]]:
 
 
 def test_istio_ingress_splits_embeddings_from_the_rest() -> None:
-    assert istio_split_errors(ingress_virtual_service()) == []
+    vs = ingress_virtual_service()
+    assert istio_split_errors(vs) == []
+    for path in DIALECT_PATHS:
+        assert istio_destination(vs, "POST", path) == "dynamo-frontend", path
+        assert istio_destination(vs, "GET", path) == "legacy-embeddings", path
 
 
 def test_envoy_gateway_routes_split_embeddings_from_the_rest() -> None:
     routes = gateway_http_routes()
     assert gateway_split_errors(routes) == []
-    # Only the embeddings and rerank routes carry the ext_proc policy; the legacy
-    # rule has none.
+    # Only the embeddings, rerank and dialects routes carry the ext_proc policy; the
+    # legacy rule has none.
     policy = next(d for _, d in CRD_DOCS if d["kind"] == "EnvoyExtensionPolicy")
-    assert [r["name"] for r in policy["spec"]["targetRefs"]] == ["embeddings", "rerank"]
+    targets = [r["name"] for r in policy["spec"]["targetRefs"]]
+    assert targets == ["embeddings", "rerank", "dialects"]
 
 
 # Paths as the mesh hands them over (normalised, query string apart).
@@ -1451,9 +1466,30 @@ ENDPOINT_SPELLINGS = [
     "/embeddings/x",
     "//v1//embeddings",
 ]
-NOT_THE_ENDPOINT = ["/v1/embeddingsx", "/v1/models", "/health", "/v1/reranker", "/embedding"]
+NOT_THE_ENDPOINT = [
+    "/v1/embeddingsx",
+    "/v1/models",
+    "/health",
+    "/v1/reranker",
+    "/embedding",
+    "/",
+    "/embeds",
+    "/v3/embed",
+    "/api/embedx",
+    "/x/api/embed",
+]
 # The rerank paths a policy's `rerankers` may take over (the server passes the others).
 RERANK_PATHS = ["/rerank", "/v1/rerank", "/v2/rerank"]
+# The embeddings dialects' paths a policy's `serves` may take over: every dialect's
+# own but OpenAI's (the endpoint's route) and TEI's `/` (it would take every path).
+DIALECT_PATHS = ["/embed", "/v1/embed", "/v2/embed", "/api/embed", "/api/embeddings"]
+
+
+def test_the_mesh_dialect_paths_are_every_dialects_own() -> None:
+    """A dialect path the meshes' files leave out fails here (and the tests below)."""
+    own = {path for d in EMBEDDINGS_DIALECTS.values() for path in d.paths} - OPENAI_PATHS
+    assert own - {"/"} == set(DIALECT_PATHS)
+    assert "/" in own  # TEI's: never in a mesh's routes or matchers (NOT_THE_ENDPOINT)
 
 
 def test_envoy_gateway_sends_every_spelling_to_the_filter() -> None:
@@ -1468,6 +1504,9 @@ def test_envoy_gateway_sends_every_spelling_to_the_filter() -> None:
             assert gateway_api_route(routes, method, path)[0] == "embeddings-passthrough", path
     for path in RERANK_PATHS:
         assert gateway_api_route(routes, "POST", path)[0] == "rerank", path
+        assert gateway_api_route(routes, "GET", path)[0] == "embeddings-passthrough", path
+    for path in DIALECT_PATHS:
+        assert gateway_api_route(routes, "POST", path) == ("dialects", "dynamo-frontend"), path
         assert gateway_api_route(routes, "GET", path)[0] == "embeddings-passthrough", path
 
 
@@ -1489,6 +1528,8 @@ def test_istio_matchers_send_every_spelling_to_the_filter() -> None:
         for path in ENDPOINT_SPELLINGS + [p + "?x=1" for p in ENDPOINT_SPELLINGS]:
             assert runs_the_filter(path), (name, path)
         for path in RERANK_PATHS + [p + "?x=1" for p in RERANK_PATHS]:
+            assert runs_the_filter(path), (name, path)
+        for path in DIALECT_PATHS + [p + "?x=1" for p in DIALECT_PATHS]:
             assert runs_the_filter(path), (name, path)
         for path in NOT_THE_ENDPOINT:
             assert not runs_the_filter(path), (name, path)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import copy
+import re
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -928,3 +929,117 @@ def test_a_rerank_candidate_shadows_the_policys_rerank_paths(
     clusters = {c["name"]: c for c in config["static_resources"]["clusters"]}
     endpoint = clusters["rerank_upstream"]["load_assignment"]["endpoints"][0]["lb_endpoints"][0]
     assert endpoint["endpoint"]["address"]["socket_address"]["address"] == "reranker.example"
+
+
+# --------------------------------------------------------------------------- dialect pairs
+
+DIALECTS_POLICY = """
+models:
+  - name: Qwen/Qwen3-Embedding-0.6B
+    preset: qwen3-embedding-0.6b
+    upstream: {kind: vllm}
+    serves:
+      - {dialect: TEI}
+      - {dialect: TEI, path: /}
+      - {dialect: COHERE_V2}
+      - {dialect: OLLAMA_EMBEDDINGS}
+"""
+DIALECT_ROUTES = routes_of(load_policy_text(DIALECTS_POLICY, source="policy.yaml"))
+
+
+def dialect_half(path: str, request: bytes, answer: bytes, *, status: int = 200) -> Half:
+    raw = RawHalf(Role.BASELINE, "d1", request, status, answer, 0.01, path=path)
+    return extract_half(raw, DIALECT_ROUTES, keep_text=True)
+
+
+@pytest.mark.parametrize(
+    ("path", "request_body", "answer", "kind", "inputs"),
+    [
+        ("/embed", b'{"inputs": ["a", "b"]}', b"[[0.6, 0.8], [1.0, 0.0]]", InputKind.DOCUMENT, 2),
+        ("/", b'{"inputs": "a", "prompt_name": "query"}', b"[[0.6, 0.8]]", InputKind.QUERY, 1),
+        (
+            "/v2/embed",
+            b'{"model": "m", "texts": ["a"], "input_type": "search_query"}',
+            b'{"id": "x", "response_type": "embeddings_by_type",'
+            b' "embeddings": {"float": [[0.6, 0.8]]}, "texts": ["a"],'
+            b' "meta": {"billed_units": {"input_tokens": 3}}}',
+            InputKind.QUERY,
+            1,
+        ),
+        (
+            "/api/embeddings",
+            b'{"model": "m", "prompt": "a"}',
+            b'{"embedding": [0.6, 0.8]}',
+            InputKind.DOCUMENT,
+            1,
+        ),
+    ],
+)
+def test_a_dialect_half_is_read_in_its_routes_dialect(
+    path: str, request_body: bytes, answer: bytes, kind: InputKind, inputs: int
+) -> None:
+    """A tapped path the policy routes to a dialect of its own shape: the request's
+    input and role fields and the answer's vectors read in that dialect."""
+    half = dialect_half(path, request_body, answer)
+    assert half.kind is kind and half.inputs == inputs and half.texts == ("a", "b")[:inputs]
+    assert half.answer.vectors is not None and not half.answer.problem
+    assert half.answer.vectors.shape == (inputs, 2)
+    if path == "/v2/embed":
+        assert half.answer.prompt_tokens == 3
+
+
+def test_a_dialect_half_in_another_shape_is_unusable() -> None:
+    openai = body(unit_rows(1))
+    made = dialect_half("/embed", b'{"inputs": "a"}', openai)
+    assert made.answer.vectors is None and made.answer.problem == "not a tei answer"
+    refused = dialect_half("/embed", b'{"inputs": "a"}', b'{"error": "x"}', status=413)
+    assert refused.answer.status == 413 and not refused.answer.problem
+    # OpenAI's endpoint is read as before, on a policy with dialects too.
+    assert dialect_half("/v1/embeddings", b'{"input": "a"}', openai).answer.vectors is not None
+
+
+@pytest.mark.parametrize("template", [SHADOW_TEMPLATE, REVERSE_TEMPLATE], ids=["A", "B"])
+@pytest.mark.parametrize("legacy", [None, "http://legacy.example:9000"], ids=["", "legacy"])
+def test_a_policy_serving_dialects_shadows_their_paths(
+    template: Path, legacy: str | None, tmp_path: Path
+) -> None:
+    """The clients' listener taps and mirrors the paths the models' `serves` add (the
+    same share); the gateway's listener sends them through ext_proc to the candidate;
+    the legacy side is the legacy server given, else the baseline."""
+    policy = load_policy_text(DIALECTS_POLICY, source="policy.yaml")
+    settings = shadow_settings(legacy=Upstream.from_url(legacy) if legacy else None)
+    config = render_shadow(load_template(template), settings, policy)
+    validate(config, tmp_path / "dialects.yaml")
+    listeners = {item["name"]: item for item in config["static_resources"]["listeners"]}
+    routes = {r["name"]: r for r in hcm_routes(hcm_of(listeners["primary"]))}
+    shadowed = routes["dialects-shadowed"]
+    pattern = re.compile(shadowed["match"]["safe_regex"]["regex"])
+    for path in ("/embed", "/", "/v2/embed", "/api/embeddings"):
+        assert pattern.fullmatch(path), path
+    for path in ("/v1/embeddings", "/v1/embed", "/api/embed", "/health"):
+        assert not pattern.fullmatch(path), path
+    reverse = template == REVERSE_TEMPLATE
+    legacy_side = "legacy" if legacy else "baseline"
+    assert shadowed["route"]["cluster"] == ("candidate_gateway" if reverse else legacy_side)
+    assert shadowed["route"]["request_mirror_policies"] == [{"cluster": "shadow_listener"}]
+    assert shadowed["match"]["runtime_fraction"]["runtime_key"] == "shadow.percent"
+    assert "typed_per_filter_config" not in shadowed  # tapped
+    names = list(routes)
+    assert names.index("dialects-shadowed") == names.index("passthrough") - 1
+    gateway = listeners["candidate" if reverse else "shadow"]
+    (dialects,) = [r for r in hcm_routes(hcm_of(gateway)) if r["name"] == "dialects"]
+    assert dialects["route"]["cluster"] == "candidate"
+    assert dialects["match"]["safe_regex"] == shadowed["match"]["safe_regex"]
+    tap = dialects["typed_per_filter_config"].get("shadow.tap", {})
+    assert not tap.get("disabled"), tap  # the candidate's half is tapped
+    if reverse:
+        (back,) = [r for r in hcm_routes(hcm_of(listeners["shadow"])) if r["name"] == "dialects"]
+        assert back["route"]["cluster"] == legacy_side
+
+
+def test_a_policy_without_dialects_shadows_no_dialect_path(qwen_policy: GatewayPolicy) -> None:
+    for template in (SHADOW_TEMPLATE, REVERSE_TEMPLATE):
+        config = render_shadow(load_template(template), shadow_settings(), qwen_policy)
+        for listener in config["static_resources"]["listeners"]:
+            names = {r["name"] for r in hcm_routes(hcm_of(listener))}
+            assert not names & {"dialects-shadowed", "dialects"}, names

@@ -5,7 +5,9 @@ loaded and only addresses, the shadowed share (the ``runtime_fraction`` of the
 primary listener's ``embeddings-shadowed`` route), the noise replica's share,
 timeouts and size limits are patched, by listener, cluster and route names, so what
 runs is what CI validated; with a rerank candidate, the policy's rerank routes are
-added (``rerank-shadowed``, and the gateway's rerank route).
+added (``rerank-shadowed``, and the gateway's rerank route); for a policy whose models
+serve embeddings dialects' paths, those paths' routes (``dialects-shadowed``, and the
+gateway's dialects route to the candidate).
 """
 
 from __future__ import annotations
@@ -21,7 +23,9 @@ from extproc.runtime.envoy_config import (
     LEGACY_CLUSTER,
     PASSTHROUGH_ROUTE,
     Upstream,
+    add_dialects_route,
     add_rerank_route,
+    dialect_path_pattern,
     legacy_cluster,
     point_cluster,
     rerank_path_pattern,
@@ -35,6 +39,7 @@ REVERSE_TEMPLATE: Final = ENVOY_DIR / "shadow-reverse.yaml"
 EMBEDDED_GATEWAY: Final = ENVOY_DIR / "single-filter.yaml"
 TAP_FILTER: Final = "shadow.tap"
 RERANK_SHADOWED_ROUTE: Final = "rerank-shadowed"
+DIALECTS_SHADOWED_ROUTE: Final = "dialects-shadowed"
 _EXT_PROC: Final = ".ext_proc.v3.ExternalProcessor"
 _BUFFER: Final = ".buffer.v3.Buffer"
 _TLS_CONTEXT: Final = (
@@ -191,6 +196,7 @@ def render_shadow(
         _route_primary_passthrough_to_legacy(config, listeners["primary"], settings.legacy)
     if settings.rerank_candidate is not None:
         _shadow_rerank(config, listeners, policy, settings, reverse=reverse)
+    _shadow_dialects(listeners, policy, settings, reverse=reverse)
     return config
 
 
@@ -212,7 +218,6 @@ def _shadow_rerank(
     assert settings.rerank_candidate is not None
     if not pattern:
         return
-    legacy_side = LEGACY_CLUSTER if settings.legacy is not None else "baseline"
     gateway = listeners["candidate" if reverse else "shadow"]
     add_rerank_route(
         hcm_of(gateway)["route_config"],
@@ -221,6 +226,61 @@ def _shadow_rerank(
         settings.rerank_candidate,
         base_cluster="candidate",
     )
+    _shadow_paths(
+        listeners,
+        policy,
+        settings,
+        pattern=pattern,
+        name=RERANK_SHADOWED_ROUTE,
+        back_name="rerank",
+        reverse=reverse,
+    )
+
+
+def _shadow_dialects(
+    listeners: dict[str, dict[str, Any]],
+    policy: GatewayPolicy,
+    settings: ShadowEnvoySettings,
+    *,
+    reverse: bool,
+) -> None:
+    """The paths the models' ``serves`` add besides OpenAI's (POST) shadowed as the
+    rerank paths are: ``dialects-shadowed`` on the clients' listener, the gateway's
+    dialects route to the candidate (the ext_proc server asks it in OpenAI's terms),
+    and in the reverse config the mirror's route to the legacy side. Nothing changes
+    for a policy without such paths."""
+    pattern = dialect_path_pattern(policy)
+    if not pattern:
+        return
+    gateway = listeners["candidate" if reverse else "shadow"]
+    add_dialects_route(hcm_of(gateway)["route_config"], policy, cluster="candidate")
+    _shadow_paths(
+        listeners,
+        policy,
+        settings,
+        pattern=pattern,
+        name=DIALECTS_SHADOWED_ROUTE,
+        back_name="dialects",
+        reverse=reverse,
+    )
+
+
+def _shadow_paths(
+    listeners: dict[str, dict[str, Any]],
+    policy: GatewayPolicy,
+    settings: ShadowEnvoySettings,
+    *,
+    pattern: str,
+    name: str,
+    back_name: str,
+    reverse: bool,
+) -> None:
+    """On the clients' listener a ``name`` route for ``pattern`` (POST; the same
+    ``shadow.percent`` share, tapped, mirrored to the shadow listener) before the
+    pass-through, to the legacy side (the candidate gateway in the reverse config); in
+    the reverse config the shadow listener's ``back_name`` route sends the mirror to
+    the legacy side, tapped."""
+    legacy_side = LEGACY_CLUSTER if settings.legacy is not None else "baseline"
     match = {
         "safe_regex": {"regex": pattern},
         "headers": [{"name": ":method", "string_match": {"exact": "POST"}}],
@@ -231,7 +291,7 @@ def _shadow_rerank(
     vhost["routes"].insert(
         vhost["routes"].index(passthrough),
         {
-            "name": RERANK_SHADOWED_ROUTE,
+            "name": name,
             "match": {
                 **match,
                 "runtime_fraction": {
@@ -251,7 +311,7 @@ def _shadow_rerank(
         (shadow_vhost,) = hcm_of(listeners["shadow"])["route_config"]["virtual_hosts"]
         timeout = shadow_vhost["routes"][0]["route"]["timeout"]
         route = {"cluster": legacy_side, "timeout": timeout}
-        shadow_vhost["routes"].append({"name": "rerank", "match": match, "route": route})
+        shadow_vhost["routes"].append({"name": back_name, "match": match, "route": route})
 
 
 def _route_primary_passthrough_to_legacy(

@@ -115,11 +115,13 @@ def rerank_route(routes: Routes, path: str) -> tuple[bool, RerankDialect | None]
 
 
 def embeddings_dialect_at(routes: Routes, path: str) -> EmbeddingsDialect | None:
-    """The embeddings dialect the policy serves at a tapped ``path`` (None: OpenAI's,
-    or a path it does not route)."""
+    """The embeddings dialect of its own shape the policy serves at a tapped ``path``
+    (None: OpenAI's shape, Jina's included, or a path it does not route)."""
     endpoint = routes.at(route_of(path))
     dialect = None if endpoint is None else endpoint.dialect
-    return dialect if isinstance(dialect, EmbeddingsDialect) else None
+    if isinstance(dialect, EmbeddingsDialect) and dialect.own_shape:
+        return dialect
+    return None
 
 
 def extract_half(raw: RawHalf, routes: Routes, *, keep_text: bool = False) -> Half:
@@ -171,7 +173,7 @@ def _read_request(
         return InputKind.DOCUMENT, None, ()
     input_type = doc.get(role_field)
     is_query = (isinstance(input_type, str) and input_type in QUERY_TYPES) or (
-        doc.get("instruction") is not None
+        dialect is None and doc.get("instruction") is not None
     )
     kind = InputKind.QUERY if is_query else InputKind.DOCUMENT
     items = input_items(doc.get(names.get("input", "input")))
