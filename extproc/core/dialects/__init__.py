@@ -50,13 +50,3 @@ OPENAI_READERS: Final = frozenset(d.name for d in EMBEDDINGS_DIALECTS.values() i
 
 def rerank_dialect(name: str) -> RerankDialect:
     return named(RERANK_DIALECTS, name, "rerank dialect")
-
-
-__all__ = [
-    "EMBEDDINGS_DIALECTS",
-    "OPENAI",
-    "OPENAI_PATHS",
-    "OPENAI_READERS",
-    "RERANK_DIALECTS",
-    "rerank_dialect",
-]

@@ -32,14 +32,7 @@ from extproc.core.plan import ResponsePlan
 from extproc.core.quantize import quantise
 from extproc.core.request_json import EmbeddingsRequest
 from extproc.core.response_rewrite import dump
-from extproc.core.tasks.embed import (
-    PLAIN_FIELDS,
-    EmbeddingsDialect,
-    Layout,
-    ReadAnswer,
-    Reading,
-    float_rows,
-)
+from extproc.core.tasks import embed
 from extproc.core.vectors import FloatMatrix
 
 SYMMETRIC: Final = frozenset({"classification", "clustering"})
@@ -47,7 +40,7 @@ SYMMETRIC: Final = frozenset({"classification", "clustering"})
 _TRUNCATE: Final[Mapping[str, bool | None]] = {"NONE": None, "START": True, "END": False}
 
 
-class CohereV1Embed(EmbeddingsDialect):
+class CohereV1Embed(embed.EmbeddingsDialect):
     name = "cohere_v1"
     paths = ("/v1/embed",)
     version = "1"
@@ -58,8 +51,9 @@ class CohereV1Embed(EmbeddingsDialect):
     types: ClassVar[tuple[str, ...]] = ("float", "int8", "uint8", "binary", "ubinary")
     default_types: ClassVar[tuple[str, ...]] = ()  # v1: a plain float list
 
-    def read_request(self, body: bytes, reading: Reading) -> EmbeddingsRequest:
-        doc, bom = fields.read_body(body, reading)
+    def read_request(self, body: bytes, reading: embed.Reading) -> EmbeddingsRequest:
+        read = fields.read_body(body, reading)
+        doc = read.doc
         model = reading.model(doc.get("model"), required=self.model_required)
         texts = doc.get("texts")
         if texts is not None and not (
@@ -84,9 +78,8 @@ class CohereV1Embed(EmbeddingsDialect):
         return fields.checked(
             reading,
             model,
-            doc,
+            read,
             self.field_names,
-            bom=bom,
             role=fields.role(doc.get("input_type"), "input_type", model, SYMMETRIC),
             truncation=cut,
             token_limit=positive(doc, "max_tokens") if self.version == "2" else None,
@@ -94,7 +87,7 @@ class CohereV1Embed(EmbeddingsDialect):
         )
 
     def write_request(self, request: Mapping[str, Any]) -> dict[str, Any] | None:
-        said = PLAIN_FIELDS if self.version == "2" else PLAIN_FIELDS - {"dimensions"}
+        said = embed.PLAIN_FIELDS if self.version == "2" else embed.PLAIN_FIELDS - {"dimensions"}
         texts: Any = request.get("input")
         if not fields.says(request, said) or not _strings(texts):
             return None
@@ -107,24 +100,24 @@ class CohereV1Embed(EmbeddingsDialect):
         }
         return {k: v for k, v in body.items() if v is not None}
 
-    def read_answer(self, body: bytes) -> ReadAnswer | None:
+    def read_answer(self, body: bytes) -> embed.ReadAnswer | None:
         doc = fields.read_json(body)
         if not isinstance(doc, dict) or "response_type" not in doc:
             return None
         embeddings = doc.get("embeddings")
         if isinstance(embeddings, dict):
             embeddings = embeddings.get("float")
-        rows = float_rows(embeddings)
+        rows = embed.float_rows(embeddings)
         if rows is None:
             return None
         units = (
             doc.get("meta", {}).get("billed_units") if isinstance(doc.get("meta"), dict) else None
         )
         tokens = units.get("input_tokens") if isinstance(units, dict) else None
-        return ReadAnswer(rows, int(tokens) if isinstance(tokens, (int, float)) else None)
+        return embed.ReadAnswer(rows, int(tokens) if isinstance(tokens, (int, float)) else None)
 
     def write_answer(
-        self, plan: ResponsePlan, answer: EmbeddingsBody, vectors: FloatMatrix, layout: Layout
+        self, plan: ResponsePlan, answer: EmbeddingsBody, vectors: FloatMatrix, layout: embed.Layout
     ) -> bytes:
         options = fields.options(plan)
         kinds: tuple[str, ...] = options["types"]

@@ -14,7 +14,7 @@ types a client wants (:func:`embedding_types`); the writer reads them back from 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from extproc.core.api_errors import InvalidFieldError
@@ -27,32 +27,43 @@ from extproc.core.request_json import EmbeddingsRequest, check_fields, read_obje
 from extproc.core.tasks.embed import Reading
 
 
-def read_body(body: bytes, reading: Reading) -> tuple[dict[str, Any], bool]:
-    """The body's JSON object and whether a byte order mark led it, read as every
-    dialect's is (size, coding, repeated keys)."""
-    return read_object(body, reading.policy, reading.coding)
+@dataclass(frozen=True)
+class Body:
+    """A dialect's request body as read: its JSON object, and whether a byte order
+    mark led it."""
+
+    doc: dict[str, Any]
+    bom: bool
+
+
+def read_body(body: bytes, reading: Reading) -> Body:
+    """The body read as every dialect's is (size, coding, repeated keys)."""
+    return Body(*read_object(body, reading.policy, reading.coding))
 
 
 def checked(
     reading: Reading,
     model: ModelPolicy,
-    doc: Mapping[str, Any],
+    body: Body,
     names: Mapping[str, str],
     *,
-    bom: bool = False,
     role: str | None = None,
     **chosen: Any,
 ) -> EmbeddingsRequest:
-    """``doc``'s fields that OpenAI has too (``names``: OpenAI's name to the
+    """The body's fields that OpenAI has too (``names``: OpenAI's name to the
     dialect's, ``{"input": "texts"}``) and the policy's ``role`` checked against
     ``model``'s policy as an OpenAI request, with what the dialect chose beside
     (``truncation``, ``token_limit``, ``raw_vectors``, ``answer``). Only these go
-    upstream: a dialect's other fields never do."""
+    upstream: a dialect's other fields never do. ``raw_vectors`` unsaid (or None)
+    is the path's: the vectors as the model pools them where it is not normalised."""
+    doc = body.doc
     terms: dict[str, Any] = {"model": model.name}
     terms |= {ours: doc[theirs] for ours, theirs in names.items() if theirs in doc}
     if role is not None:
         terms[model.prompts.role_field] = role
-    request = check_fields(terms, reading.policy, reading.tokenizers, bom=bom, model=model)
+    request = check_fields(terms, reading.policy, reading.tokenizers, bom=body.bom, model=model)
+    if chosen.get("raw_vectors") is None:
+        chosen["raw_vectors"] = not reading.normalized(model)
     return replace(request, **chosen)
 
 

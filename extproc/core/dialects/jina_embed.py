@@ -47,7 +47,8 @@ class JinaEmbed(EmbeddingsDialect):
     types: ClassVar[tuple[str, ...]] = ("float", "base64", "binary", "ubinary")
 
     def read_request(self, body: bytes, reading: Reading) -> EmbeddingsRequest:
-        doc, bom = fields.read_body(body, reading)
+        read = fields.read_body(body, reading)
+        doc, bom = read.doc, read.bom
         own: dict[str, Any] = {key: doc.pop(key) for key in _OWN if key in doc}
         if optional(own, "late_chunking", bool):
             raise InvalidFieldError(

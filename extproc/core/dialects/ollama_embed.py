@@ -27,14 +27,7 @@ from extproc.core.error_dialect import ErrorDialect
 from extproc.core.plan import ResponsePlan
 from extproc.core.request_json import EmbeddingsRequest
 from extproc.core.response_rewrite import dump
-from extproc.core.tasks.embed import (
-    PLAIN_FIELDS,
-    EmbeddingsDialect,
-    Layout,
-    ReadAnswer,
-    Reading,
-    float_rows,
-)
+from extproc.core.tasks import embed
 from extproc.core.vectors import FloatMatrix
 
 _ERRORS = ErrorDialect(
@@ -43,46 +36,38 @@ _ERRORS = ErrorDialect(
 )
 
 
-class OllamaEmbed(EmbeddingsDialect):
+class OllamaEmbed(embed.EmbeddingsDialect):
     name = "ollama"
     paths = ("/api/embed",)
     errors = _ERRORS
     timed = True
     field_names: ClassVar[Mapping[str, str]] = {"input": "input", "dimensions": "dimensions"}
 
-    def read_request(self, body: bytes, reading: Reading) -> EmbeddingsRequest:
-        doc, bom = fields.read_body(body, reading)
-        name = doc.get("model")
+    def read_request(self, body: bytes, reading: embed.Reading) -> EmbeddingsRequest:
+        read = fields.read_body(body, reading)
+        name = read.doc.get("model")
         model = reading.model(name)
-        cut = optional(doc, "truncate", bool)
-        return fields.checked(
-            reading,
-            model,
-            doc,
-            self.field_names,
-            bom=bom,
-            truncation=fields.truncation(cut, model),
-            raw_vectors=not reading.normalized(model),
-            answer=(("model", name),),
-        )
+        cut = fields.truncation(optional(read.doc, "truncate", bool), model)
+        answer = (("model", name),)
+        return fields.checked(reading, model, read, self.field_names, truncation=cut, answer=answer)
 
     def write_request(self, request: Mapping[str, Any]) -> dict[str, Any] | None:
-        if not fields.says(request, PLAIN_FIELDS - {"input_type"}):
+        if not fields.says(request, embed.PLAIN_FIELDS - {"input_type"}):
             return None
         body = {k: request.get(k) for k in ("model", "input", "dimensions")}
         return {k: v for k, v in body.items() if v is not None}
 
-    def read_answer(self, body: bytes) -> ReadAnswer | None:
+    def read_answer(self, body: bytes) -> embed.ReadAnswer | None:
         doc = fields.read_json(body)
         named = isinstance(doc, dict) and isinstance(doc.get("model"), str)
-        rows = float_rows(doc.get("embeddings")) if named else None
+        rows = embed.float_rows(doc.get("embeddings")) if named else None
         if rows is None:
             return None
         count = doc.get("prompt_eval_count")
-        return ReadAnswer(rows, count if isinstance(count, int) else None)
+        return embed.ReadAnswer(rows, count if isinstance(count, int) else None)
 
     def write_answer(
-        self, plan: ResponsePlan, answer: EmbeddingsBody, vectors: FloatMatrix, layout: Layout
+        self, plan: ResponsePlan, answer: EmbeddingsBody, vectors: FloatMatrix, layout: embed.Layout
     ) -> bytes:
         options = fields.options(plan)
         doc: dict[str, Any] = {
@@ -96,24 +81,17 @@ class OllamaEmbed(EmbeddingsDialect):
         return dump(doc)
 
 
-class OllamaEmbeddings(EmbeddingsDialect):
+class OllamaEmbeddings(embed.EmbeddingsDialect):
     name = "ollama_embeddings"
     paths = ("/api/embeddings",)
     errors = _ERRORS
     field_names: ClassVar[Mapping[str, str]] = {"input": "prompt"}
 
-    def read_request(self, body: bytes, reading: Reading) -> EmbeddingsRequest:
-        doc, bom = fields.read_body(body, reading)
-        model = reading.model(doc.get("model"))
-        optional(doc, "prompt", str)  # one text: never an array
-        return fields.checked(
-            reading,
-            model,
-            doc,
-            self.field_names,
-            bom=bom,
-            raw_vectors=not reading.normalized(model),
-        )
+    def read_request(self, body: bytes, reading: embed.Reading) -> EmbeddingsRequest:
+        read = fields.read_body(body, reading)
+        model = reading.model(read.doc.get("model"))
+        optional(read.doc, "prompt", str)  # one text: never an array
+        return fields.checked(reading, model, read, self.field_names)
 
     def write_request(self, request: Mapping[str, Any]) -> dict[str, Any] | None:
         text = request.get("input")
@@ -123,13 +101,13 @@ class OllamaEmbeddings(EmbeddingsDialect):
             return None
         return {"model": request.get("model"), "prompt": text}
 
-    def read_answer(self, body: bytes) -> ReadAnswer | None:
+    def read_answer(self, body: bytes) -> embed.ReadAnswer | None:
         doc = fields.read_json(body)
-        rows = float_rows([doc.get("embedding")]) if isinstance(doc, dict) else None
-        return None if rows is None else ReadAnswer(rows)
+        rows = embed.float_rows([doc.get("embedding")]) if isinstance(doc, dict) else None
+        return None if rows is None else embed.ReadAnswer(rows)
 
     def write_answer(
-        self, plan: ResponsePlan, answer: EmbeddingsBody, vectors: FloatMatrix, layout: Layout
+        self, plan: ResponsePlan, answer: EmbeddingsBody, vectors: FloatMatrix, layout: embed.Layout
     ) -> bytes:
         (vector,) = vectors
         return dump({"embedding": vector})

@@ -22,20 +22,13 @@ from extproc.core.error_dialect import ErrorDialect, ErrorShape
 from extproc.core.plan import ResponsePlan
 from extproc.core.request_json import EmbeddingsRequest
 from extproc.core.response_rewrite import dump
-from extproc.core.tasks.embed import (
-    PLAIN_FIELDS,
-    EmbeddingsDialect,
-    Layout,
-    ReadAnswer,
-    Reading,
-    float_rows,
-)
+from extproc.core.tasks import embed
 from extproc.core.vectors import FloatMatrix
 
 _DIRECTIONS = {"Left": True, "left": True, "Right": False, "right": False}
 
 
-class TeiEmbed(EmbeddingsDialect):
+class TeiEmbed(embed.EmbeddingsDialect):
     name = "tei"
     paths = ("/embed", "/")
     names_model = False
@@ -53,8 +46,9 @@ class TeiEmbed(EmbeddingsDialect):
     field_names: ClassVar[Mapping[str, str]] = {"input": "inputs", "dimensions": "dimensions"}
     role_field = "prompt_name"
 
-    def read_request(self, body: bytes, reading: Reading) -> EmbeddingsRequest:
-        doc, bom = fields.read_body(body, reading)
+    def read_request(self, body: bytes, reading: embed.Reading) -> EmbeddingsRequest:
+        read = fields.read_body(body, reading)
+        doc = read.doc
         model = reading.model(None, required=False)
         direction = optional(doc, "truncation_direction", str)
         if direction is not None and direction not in _DIRECTIONS:
@@ -62,34 +56,30 @@ class TeiEmbed(EmbeddingsDialect):
                 "'truncation_direction' must be 'Left' or 'Right'.", param="truncation_direction"
             )
         normalize = optional(doc, "normalize", bool)
+        left = _DIRECTIONS.get(direction or "") is True
         return fields.checked(
             reading,
             model,
-            doc,
+            read,
             self.field_names,
-            bom=bom,
             role=optional(doc, "prompt_name", str),
-            truncation=fields.truncation(
-                optional(doc, "truncate", bool),
-                model,
-                left=_DIRECTIONS.get(direction or "") is True,
-            ),
-            raw_vectors=not reading.normalized(model) if normalize is None else not normalize,
+            truncation=fields.truncation(optional(doc, "truncate", bool), model, left=left),
+            raw_vectors=None if normalize is None else not normalize,
         )
 
     def write_request(self, request: Mapping[str, Any]) -> dict[str, Any] | None:
-        if not fields.says(request, PLAIN_FIELDS):
+        if not fields.says(request, embed.PLAIN_FIELDS):
             return None
         body = {"inputs": request.get("input"), "prompt_name": request.get("input_type")}
         body["dimensions"] = request.get("dimensions")
         return {k: v for k, v in body.items() if v is not None}
 
-    def read_answer(self, body: bytes) -> ReadAnswer | None:
-        rows = float_rows(fields.read_json(body))
-        return None if rows is None else ReadAnswer(rows)
+    def read_answer(self, body: bytes) -> embed.ReadAnswer | None:
+        rows = embed.float_rows(fields.read_json(body))
+        return None if rows is None else embed.ReadAnswer(rows)
 
     def write_answer(
-        self, plan: ResponsePlan, answer: EmbeddingsBody, vectors: FloatMatrix, layout: Layout
+        self, plan: ResponsePlan, answer: EmbeddingsBody, vectors: FloatMatrix, layout: embed.Layout
     ) -> bytes:
         return dump(list(vectors))
 

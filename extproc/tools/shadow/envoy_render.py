@@ -15,7 +15,7 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from extproc.core.policy.model import GatewayPolicy
 from extproc.runtime.envoy_config import (
@@ -226,15 +226,8 @@ def _shadow_rerank(
         settings.rerank_candidate,
         base_cluster="candidate",
     )
-    _shadow_paths(
-        listeners,
-        policy,
-        settings,
-        pattern=pattern,
-        name=RERANK_SHADOWED_ROUTE,
-        back_name="rerank",
-        reverse=reverse,
-    )
+    shadowed = Shadowed(pattern, RERANK_SHADOWED_ROUTE, "rerank")
+    _shadow_paths(listeners, policy, settings, shadowed, reverse=reverse)
 
 
 def _shadow_dialects(
@@ -254,25 +247,24 @@ def _shadow_dialects(
         return
     gateway = listeners["candidate" if reverse else "shadow"]
     add_dialects_route(hcm_of(gateway)["route_config"], policy, cluster="candidate")
-    _shadow_paths(
-        listeners,
-        policy,
-        settings,
-        pattern=pattern,
-        name=DIALECTS_SHADOWED_ROUTE,
-        back_name="dialects",
-        reverse=reverse,
-    )
+    shadowed = Shadowed(pattern, DIALECTS_SHADOWED_ROUTE, "dialects")
+    _shadow_paths(listeners, policy, settings, shadowed, reverse=reverse)
+
+
+class Shadowed(NamedTuple):
+    """Paths shadowed beside the embeddings endpoint, and the names of their routes."""
+
+    pattern: str  # the paths, as a regex
+    name: str  # the clients' listener's route
+    back_name: str  # the shadow listener's route back to the legacy side (reverse)
 
 
 def _shadow_paths(
     listeners: dict[str, dict[str, Any]],
     policy: GatewayPolicy,
     settings: ShadowEnvoySettings,
+    shadowed: Shadowed,
     *,
-    pattern: str,
-    name: str,
-    back_name: str,
     reverse: bool,
 ) -> None:
     """On the clients' listener a ``name`` route for ``pattern`` (POST; the same
@@ -280,6 +272,7 @@ def _shadow_paths(
     pass-through, to the legacy side (the candidate gateway in the reverse config); in
     the reverse config the shadow listener's ``back_name`` route sends the mirror to
     the legacy side, tapped."""
+    pattern, name, back_name = shadowed
     legacy_side = LEGACY_CLUSTER if settings.legacy is not None else "baseline"
     match = {
         "safe_regex": {"regex": pattern},

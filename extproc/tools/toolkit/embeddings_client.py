@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 import orjson
 
 from extproc.core.dialects import EMBEDDINGS_DIALECTS
+from extproc.core.registry import named
 from extproc.core.tasks.embed import EmbeddingsDialect
 from extproc.runtime.blocking_http import HttpClient, HttpResult, split_url
 
@@ -57,15 +58,10 @@ def dialect_url(base: str, dialect: EmbeddingsDialect | None) -> str:
 
 def embeddings_dialect(name: str | None) -> EmbeddingsDialect | None:
     """A dialect by its name (``tei``, ``cohere_v2``, ...); None for OpenAI's, or no name.
-    ValueError naming the known ones for any other."""
+    UnknownNameError naming the known ones for any other."""
     if name is None or name == "openai":
         return None
-    dialect = EMBEDDINGS_DIALECTS.get(name.lower())
-    if dialect is None:
-        raise ValueError(
-            f"unknown embeddings dialect {name!r}; known: {', '.join(EMBEDDINGS_DIALECTS)}"
-        )
-    return dialect
+    return named(EMBEDDINGS_DIALECTS, name.lower(), "embeddings dialect")
 
 
 class EmbeddingsClient:
