@@ -16,7 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
+import yaml
 
 from extproc.commands import index_check as index_check_command
 from extproc.commands.cli import _parser
@@ -177,3 +179,23 @@ def test_bad_input_exits_2(
     # a budget too small for the sample: stopped, never past it
     code, _ = index_check(legacy.url, legacy.url, sample, tmp_path / "out", "--budget", "3")
     assert code == 2 and "budget of 3 requests is spent" in capsys.readouterr().err
+
+
+def test_a_tei_index_is_checked_in_teis_dialect(
+    dynamo: FakeUpstream, gateways: Gateways, sample: dict[str, Path], qwen_dir: Path,
+    tmp_path: Path,
+) -> None:  # fmt: skip
+    """`--dialect tei`: both servers asked as TEI's clients ask (/embed, `inputs`,
+    `prompt_name`), both answers read as TEI's rows; the gateway serving TEI keeps the
+    index a TEI legacy server built."""
+    policy = yaml.safe_load(SHIPPED_QWEN_POLICY.read_text(encoding="utf-8"))
+    policy["models"][0]["serves"] = [{"dialect": "TEI"}]
+    gateway = gateways.shared(GatewaySpec(dynamo.url, policy=yaml.safe_dump(policy)))
+    with FakeLegacy(tokenizer_dir=qwen_dir, lax=True, dialects=("tei",)) as tei:
+        code, report = index_check(tei.url, gateway.url, sample, tmp_path, "--dialect", "tei")
+        sent = [orjson.loads(body) for body in tei.received]
+    assert code == 0, report["result"]
+    assert report["result"]["label"] == "KEEP INDEX"
+    assert report["cosines"]["documents"]["min"] >= 0.9995
+    assert sent and all("inputs" in doc and "input" not in doc for doc in sent)
+    assert {doc.get("prompt_name") for doc in sent} == {"document", "query"}
