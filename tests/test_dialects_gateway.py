@@ -104,6 +104,34 @@ def test_tei_normalize_false_and_its_errors(served: tuple[Gateway, FakeUpstream]
     long = http("POST", f"{gateway.url}/embed", {"inputs": "w " * 100, "truncate": False})
     assert long.status == 413
     assert orjson.loads(long.body)["error_type"] == "Validation"
+    for empty in ([], "", ["a", ""]):  # TEI: 400, "Empty", as its router answers
+        reply = http("POST", f"{gateway.url}/embed", {"inputs": empty})
+        assert reply.status == 400, (empty, reply.body)
+        assert orjson.loads(reply.body)["error_type"] == "Empty", reply.body
+
+
+def test_ollama_without_input_is_answered_as_ollama_does(
+    served: tuple[Gateway, FakeUpstream],
+) -> None:
+    """Ollama loads the model and embeds nothing: an empty answer, and the upstream is
+    never asked."""
+    gateway, upstream = served
+    before = len(upstream.received)
+    for body in (
+        {"model": "qwen3"},
+        {"model": "qwen3", "input": []},
+        {"model": "qwen3", "input": ""},
+    ):
+        reply = http("POST", f"{gateway.url}/api/embed", body)
+        assert (reply.status, orjson.loads(reply.body)) == (
+            200,
+            {"model": "qwen3", "embeddings": []},
+        )
+    older = http("POST", f"{gateway.url}/api/embeddings", {"model": "qwen3", "prompt": ""})
+    assert (older.status, orjson.loads(older.body)) == (200, {"embedding": []})
+    unknown = http("POST", f"{gateway.url}/api/embed", {"model": "nope", "input": []})
+    assert unknown.status == 404 and list(orjson.loads(unknown.body)) == ["error"]
+    assert len(upstream.received) == before
 
 
 def test_cohere_clients(served: tuple[Gateway, FakeUpstream]) -> None:

@@ -297,9 +297,9 @@ def test_rerank_options_without_task_rerank_are_refused(
     from extproc.commands.cli import _parser
 
     argv = ["probe", "--baseline", "http://127.0.0.1:9", "--candidate", "http://127.0.0.1:9"]
-    argv += ["--dialect", "tei", "--out", str(tmp_path / "report")]
+    argv += ["--max-tokens", "64", "--out", str(tmp_path / "report")]
     assert probe_command.run(_parser().parse_args(argv)) == 2
-    assert capsys.readouterr().err == "error: --dialect and --max-tokens go with --task rerank\n"
+    assert capsys.readouterr().err == "error: --max-tokens goes with --task rerank\n"
     assert not (tmp_path / "report").exists()
 
 

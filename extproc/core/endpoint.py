@@ -118,7 +118,7 @@ class Dialect(Protocol[P]):
         contract: Loaded,
         clock: Clock,
         coding: BodyCoding | None,
-    ) -> Forward[P]: ...
+    ) -> Forward[P] | ClientAnswer: ...
 
     def answer(
         self, endpoint: Endpoint[P], plan: P, status: int, body: bytes, clock: Clock | None
@@ -149,9 +149,11 @@ class Endpoint(Generic[P]):
 
     def forward(
         self, body: bytes, contract: Loaded, *, clock: Clock, coding: BodyCoding | None = None
-    ) -> Forward[P]:
-        """Raise an ApiError for the client's mistake; else what goes upstream.
-        ``clock`` (seconds, monotonic) times the tokenizing against its budget."""
+    ) -> Forward[P] | ClientAnswer:
+        """Raise an ApiError for the client's mistake; else what goes upstream, or the
+        client's answer where the dialect's server answered without its model (nothing
+        goes upstream). ``clock`` (seconds, monotonic) times the tokenizing against its
+        budget."""
         try:
             return self.dialect.forward(self, body, contract, clock, coding)
         except ApiError as error:

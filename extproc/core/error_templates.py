@@ -66,6 +66,8 @@ def _loc(error: ApiError) -> list[str | int]:
 
 def tei_type(status: int) -> str:
     """text-embeddings-inference's ``error_type`` for an answer's status."""
+    if status == 400:
+        return "Empty"
     if status in (429, 503):
         return "Overloaded"
     return "Backend" if status >= 500 else "Validation"

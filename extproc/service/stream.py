@@ -288,6 +288,9 @@ class ExtProcStream:
         except ApiError as error:
             self.metrics.phase_seconds("request", time.perf_counter() - started)
             return self._reject(error)
+        if isinstance(forward, ClientAnswer):  # the dialect answered: nothing goes upstream
+            self.metrics.phase_seconds("request", time.perf_counter() - started)
+            return immediate_response(forward.status, forward.body), Outcome.REFUSED
         self.metrics.forwarded(forward.stats, rewritten=forward.upstream_body is not None)
         self.plan = plan = forward.plan
         # Where the response will be processed must get the plan. On this stream it

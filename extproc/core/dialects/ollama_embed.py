@@ -5,10 +5,12 @@
   prompt_eval_count}``: ``model`` as the client named it, the durations in
   nanoseconds (the gateway's time with the request; the model is always loaded),
   ``prompt_eval_count`` the upstream's token count. ``truncate`` (default true):
-  false refuses a long input;
+  false refuses a long input. No input (absent, ``""`` or ``[]``) is answered by the
+  gateway as Ollama answers it, ``{model, embeddings: []}``, with nothing upstream;
 - the older ``POST /api/embeddings`` ``{model, prompt, options, keep_alive}``
   answered ``{embedding}``: one text, and on Ollama itself a vector that is not
-  normalised (the path's ``normalized: false`` asks the upstream for such).
+  normalised (the path's ``normalized: false`` asks the upstream for such); no
+  prompt (absent or ``""``) is ``{embedding: []}``.
 
 ``options`` and ``keep_alive`` are Ollama's own and read by nobody. Errors
 ``{error}``: 400, 404 for a model it does not serve.
@@ -23,6 +25,7 @@ from extproc.core.api_errors import ErrorClass
 from extproc.core.dialects import embed_fields as fields
 from extproc.core.dialects.json_fields import optional
 from extproc.core.embeddings_body import EmbeddingsBody
+from extproc.core.endpoint import ClientAnswer
 from extproc.core.error_dialect import ErrorDialect
 from extproc.core.plan import ResponsePlan
 from extproc.core.request_json import EmbeddingsRequest
@@ -43,10 +46,12 @@ class OllamaEmbed(embed.EmbeddingsDialect):
     timed = True
     field_names: ClassVar[Mapping[str, str]] = {"input": "input", "dimensions": "dimensions"}
 
-    def read_request(self, body: bytes, reading: embed.Reading) -> EmbeddingsRequest:
+    def read_request(self, body: bytes, reading: embed.Reading) -> EmbeddingsRequest | ClientAnswer:
         read = fields.read_body(body, reading)
         name = read.doc.get("model")
         model = reading.model(name)
+        if read.doc.get("input") in (None, "", []):  # Ollama loads the model, embeds nothing
+            return ClientAnswer(200, dump({"model": name, "embeddings": []}))
         cut = fields.truncation(optional(read.doc, "truncate", bool), model)
         answer = (("model", name),)
         return fields.checked(reading, model, read, self.field_names, truncation=cut, answer=answer)
@@ -87,10 +92,11 @@ class OllamaEmbeddings(embed.EmbeddingsDialect):
     errors = _ERRORS
     field_names: ClassVar[Mapping[str, str]] = {"input": "prompt"}
 
-    def read_request(self, body: bytes, reading: embed.Reading) -> EmbeddingsRequest:
+    def read_request(self, body: bytes, reading: embed.Reading) -> EmbeddingsRequest | ClientAnswer:
         read = fields.read_body(body, reading)
         model = reading.model(read.doc.get("model"))
-        optional(read.doc, "prompt", str)  # one text: never an array
+        if not optional(read.doc, "prompt", str):  # one text, never an array; none: no vector
+            return ClientAnswer(200, dump({"embedding": []}))
         return fields.checked(reading, model, read, self.field_names)
 
     def write_request(self, request: Mapping[str, Any]) -> dict[str, Any] | None:

@@ -7,7 +7,7 @@ the vectors as the model pools them; ``truncate: false`` refuses a long input (4
 ``true`` cuts it on ``truncation_direction``'s side; unset, the model's policy
 decides (TEI's own default is the server's ``--auto-truncate``). ``prompt_name`` is
 the role's field. Errors ``{error, error_type}``: 413 for what is too large or too
-long, 422 for the rest."""
+long, 400 (``Empty``) for no input or an empty one, 422 for the rest."""
 
 from __future__ import annotations
 
@@ -42,6 +42,7 @@ class TeiEmbed(embed.EmbeddingsDialect):
             ErrorClass.TOO_LONG: 413,
             ErrorClass.TOO_MANY_INPUTS: 413,
         },
+        status_by_reason={"invalid.empty": 400},  # TEI's "Empty"
     )
     field_names: ClassVar[Mapping[str, str]] = {"input": "inputs", "dimensions": "dimensions"}
     role_field = "prompt_name"
@@ -55,6 +56,9 @@ class TeiEmbed(embed.EmbeddingsDialect):
             raise InvalidFieldError(
                 "'truncation_direction' must be 'Left' or 'Right'.", param="truncation_direction"
             )
+        inputs = doc.get("inputs")
+        if inputs == "" or (isinstance(inputs, list) and (not inputs or "" in inputs)):
+            raise InvalidFieldError("`inputs` cannot be empty", param="inputs", reason="empty")
         normalize = optional(doc, "normalize", bool)
         left = _DIRECTIONS.get(direction or "") is True
         return fields.checked(

@@ -143,8 +143,9 @@ class EmbeddingsDialect:
     field_names: ClassVar[Mapping[str, str]] = {}
     role_field: ClassVar[str | None] = None
 
-    def read_request(self, body: bytes, reading: Reading) -> EmbeddingsRequest:
-        """The checked request; an ApiError for the client's mistake."""
+    def read_request(self, body: bytes, reading: Reading) -> EmbeddingsRequest | ClientAnswer:
+        """The checked request; an ApiError for the client's mistake; or the answer the
+        dialect's own server gives without its model (Ollama's to no input)."""
         raise NotImplementedError
 
     def write_answer(
@@ -172,11 +173,13 @@ class EmbeddingsDialect:
         contract: Loaded,
         clock: Clock,
         coding: BodyCoding | None,
-    ) -> Forward[ResponsePlan]:
+    ) -> Forward[ResponsePlan] | ClientAnswer:
         policy = contract.policy
         reading = Reading(policy, contract.tokenizers, coding, endpoint.served)
         try:
             request = self.read_request(body, reading)
+            if isinstance(request, ClientAnswer):
+                return request
             shaped = self.name if self.own_shape or request.answer else None
             tokenizers = contract.tokenizers
             return plan_request(request, policy, tokenizers, clock=clock, dialect=shaped)
