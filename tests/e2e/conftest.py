@@ -1,8 +1,9 @@
 """Fixtures of the end-to-end tier: real vLLM and real Dynamo on loopback, each
 with the gateway (`extproc run`: real Envoy + ext_proc) in front, from the session's
 shared gateways (tests/harness.py); vLLM serving the MiniLM cross-encoder and the
-legacy rerank servers over the same weights. Everything is marked `e2e`;
-`scripts/setup-real-upstream.sh` prepares the environments."""
+legacy rerank servers over the same weights; the legacy embedding servers (one
+contract each, and one speaking TEI's, Cohere's and Ollama's dialects). Everything
+is marked `e2e`; `scripts/setup-real-upstream.sh` prepares the environments."""
 
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ REPO = Path(__file__).resolve().parents[2]
 PLAIN_POLICY = REPO / "extproc" / "policies" / "all-minilm-l6-v2.yaml"
 LEGACY_APP = Path(__file__).with_name("legacy_minilm_app.py")
 LEGACY_RERANK_APP = Path(__file__).with_name("legacy_rerank_app.py")
+LEGACY_DIALECTS_APP = Path(__file__).with_name("legacy_dialects_app.py")
 MATRYOSHKA_POLICY = REPO / "extproc" / "policies" / "all-minilm-l6-v2-matryoshka.yaml"
 
 
@@ -166,5 +168,25 @@ def legacy_tei_rerank(env: RealEnv, e2e_dir: Path) -> Iterator[Stack]:
 @pytest.fixture(scope="session")
 def legacy_cohere_rerank(env: RealEnv, e2e_dir: Path) -> Iterator[Stack]:
     stack = start_legacy_rerank(env, e2e_dir / "legacy-rerank-cohere", "cohere")
+    yield stack
+    stack.stop()
+
+
+def start_legacy_dialects(env: RealEnv, workdir: Path) -> Stack:
+    """tests/e2e/legacy_dialects_app.py: MiniLM in TEI's, Cohere's and Ollama's
+    embeddings dialects, over the weights vLLM and Dynamo serve."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    argv = [str(env.vllm_python), str(LEGACY_DIALECTS_APP), "--model-dir", str(env.model_dir)]
+    argv += ["--port", str(port)]
+    stack = Stack("legacy-dialects", f"http://127.0.0.1:{port}")
+    stack.processes.append(_spawn(stack.kind, argv, _server_env(workdir), workdir))
+    _wait(stack, lambda: http("GET", f"{stack.url}/health", timeout=2).status == 200)
+    return stack
+
+
+@pytest.fixture(scope="session")
+def legacy_dialects(env: RealEnv, e2e_dir: Path) -> Iterator[Stack]:
+    stack = start_legacy_dialects(env, e2e_dir / "legacy-dialects")
     yield stack
     stack.stop()
