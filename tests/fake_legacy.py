@@ -64,7 +64,9 @@ is a choice of the test, never a measurement:
   ``{inputs, prompt_name}`` with ``[[floats]]``, ``"ollama_embeddings"`` Ollama's older
   ``POST /api/embeddings`` ``{model, prompt}`` with ``{embedding}`` not normalised (the
   made-up model's pooled norm, as the fake vLLM's ``use_activation: false``), both by
-  the embeddings handler above; errors ``{error, error_type}`` and ``{error}``;
+  the embeddings handler above; errors ``{error, error_type}`` and ``{error}``; as TEI's
+  router, no input or an empty one is 400 ``Empty``; as Ollama, no prompt is an empty
+  ``embedding``;
 - ``other_model``: vectors of another model of the same width (the made-up model's,
   turned by a fixed rotation).
 
@@ -481,12 +483,17 @@ class FakeLegacy:
                 else (400, {"error": "invalid JSON"})
             )
         if name == "tei":
-            ours = {"model": self.served_model, "input": doc.get("inputs")}
+            inputs = doc.get("inputs")
+            if inputs == "" or (isinstance(inputs, list) and (not inputs or "" in inputs)):
+                return 400, {"error": "`inputs` cannot be empty", "error_type": "Empty"}
+            ours = {"model": self.served_model, "input": inputs}
             if doc.get("prompt_name") is not None:
                 ours[self.role_field] = doc["prompt_name"]
             if doc.get("dimensions") is not None:
                 ours["dimensions"] = doc["dimensions"]
         else:
+            if not doc.get("prompt"):  # Ollama loads the model and embeds nothing
+                return 200, {"embedding": []}
             ours = {"model": doc.get("model"), "input": [doc.get("prompt")]}
         try:
             status, answer = self._embeddings(content_type, orjson.dumps(ours))

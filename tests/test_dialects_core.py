@@ -66,7 +66,14 @@ def vllm(qwen_dir: Path) -> Contract:
 
 @pytest.fixture(scope="module")
 def dynamo(qwen_dir: Path) -> Contract:
-    return contract(qwen_dir, "dynamo")
+    """Every dialect but Ollama's older route, whose vectors Dynamo cannot give."""
+    serves = ALL.replace("      - dialect: OLLAMA_EMBEDDINGS\n        normalized: false\n", "")
+    return contract(qwen_dir, "dynamo", serves=serves)
+
+
+def test_a_raw_route_on_dynamo_is_refused_at_load(qwen_dir: Path) -> None:
+    with pytest.raises(PolicyError, match="serves\\[5\\].normalized: dynamo gives no vectors"):
+        contract(qwen_dir, "dynamo")
 
 
 def ask(c: Contract, path: str, body: dict[str, Any] | bytes) -> Forward[ResponsePlan]:

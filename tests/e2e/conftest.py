@@ -172,14 +172,17 @@ def legacy_cohere_rerank(env: RealEnv, e2e_dir: Path) -> Iterator[Stack]:
     stack.stop()
 
 
-def start_legacy_dialects(env: RealEnv, workdir: Path) -> Stack:
+def start_legacy_dialects(
+    env: RealEnv, workdir: Path, paths: str = "", kind: str = "legacy-dialects"
+) -> Stack:
     """tests/e2e/legacy_dialects_app.py: MiniLM in TEI's, Cohere's and Ollama's
-    embeddings dialects, over the weights vLLM and Dynamo serve."""
+    embeddings dialects (or only at ``paths``, comma-separated), over the weights vLLM
+    and Dynamo serve."""
     workdir.mkdir(parents=True, exist_ok=True)
     port = free_port()
     argv = [str(env.vllm_python), str(LEGACY_DIALECTS_APP), "--model-dir", str(env.model_dir)]
-    argv += ["--port", str(port)]
-    stack = Stack("legacy-dialects", f"http://127.0.0.1:{port}")
+    argv += ["--port", str(port), "--paths", paths]
+    stack = Stack(kind, f"http://127.0.0.1:{port}")
     stack.processes.append(_spawn(stack.kind, argv, _server_env(workdir), workdir))
     _wait(stack, lambda: http("GET", f"{stack.url}/health", timeout=2).status == 200)
     return stack
@@ -188,5 +191,21 @@ def start_legacy_dialects(env: RealEnv, workdir: Path) -> Stack:
 @pytest.fixture(scope="session")
 def legacy_dialects(env: RealEnv, e2e_dir: Path) -> Iterator[Stack]:
     stack = start_legacy_dialects(env, e2e_dir / "legacy-dialects")
+    yield stack
+    stack.stop()
+
+
+# One server a dialect family, as a fleet has them: what learn must find, and no more.
+DIALECT_SERVERS = {
+    "tei": "/embed,/",
+    "cohere": "/v1/embed,/v2/embed",
+    "ollama": "/api/embed,/api/embeddings",
+}
+
+
+@pytest.fixture(scope="session", params=sorted(DIALECT_SERVERS))
+def dialect_server(request: pytest.FixtureRequest, env: RealEnv, e2e_dir: Path) -> Iterator[Stack]:
+    style = str(request.param)
+    stack = start_legacy_dialects(env, e2e_dir / f"legacy-{style}", DIALECT_SERVERS[style], style)
     yield stack
     stack.stop()

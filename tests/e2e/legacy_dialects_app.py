@@ -394,8 +394,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--model-dir", required=True)
     parser.add_argument("--port", type=int, required=True)
+    parser.add_argument(
+        "--paths", default="", help="comma-separated: serve only these embeddings paths"
+    )
     args = parser.parse_args()
     app = build_app(args.model_dir)
+    if args.paths:  # a server of one dialect: the others' paths are its 404s
+        keep = {*args.paths.split(","), "/health"}
+        app.router.routes = [r for r in app.router.routes if getattr(r, "path", "") in keep]
     uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning")
 
 

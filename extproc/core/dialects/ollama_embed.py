@@ -19,7 +19,9 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Final
+
+import numpy as np
 
 from extproc.core.api_errors import ErrorClass
 from extproc.core.dialects import embed_fields as fields
@@ -33,6 +35,7 @@ from extproc.core.response_rewrite import dump
 from extproc.core.tasks import embed
 from extproc.core.vectors import FloatMatrix
 
+_NO_VECTORS: Final = np.zeros((0, 0), dtype=np.float32)
 _ERRORS = ErrorDialect(
     body={"error": "{message}"},
     statuses={ErrorClass.TOO_LARGE: 400, ErrorClass.TOO_MANY_INPUTS: 400},
@@ -65,6 +68,8 @@ class OllamaEmbed(embed.EmbeddingsDialect):
     def read_answer(self, body: bytes) -> embed.ReadAnswer | None:
         doc = fields.read_json(body)
         named = isinstance(doc, dict) and isinstance(doc.get("model"), str)
+        if named and doc.get("embeddings") == []:  # no input: no vector
+            return embed.ReadAnswer(_NO_VECTORS)
         rows = embed.float_rows(doc.get("embeddings")) if named else None
         if rows is None:
             return None
@@ -109,7 +114,11 @@ class OllamaEmbeddings(embed.EmbeddingsDialect):
 
     def read_answer(self, body: bytes) -> embed.ReadAnswer | None:
         doc = fields.read_json(body)
-        rows = embed.float_rows([doc.get("embedding")]) if isinstance(doc, dict) else None
+        if not isinstance(doc, dict):
+            return None
+        if doc.get("embedding") == []:  # no prompt: no vector
+            return embed.ReadAnswer(_NO_VECTORS)
+        rows = embed.float_rows([doc.get("embedding")])
         return None if rows is None else embed.ReadAnswer(rows)
 
     def write_answer(

@@ -467,12 +467,21 @@ def _serves(source: str, where: str, m: pb.ModelPolicy, raw: Any) -> tuple[Serve
 def _check_serves(source: str, models: list[ModelPolicy], rerank_paths: frozenset[str]) -> None:
     """Across models: a path is one dialect's, with one error dialect; a dialect
     whose requests name no model serves one model a path; no path is a rerank
-    path; OpenAI's own paths take only a dialect that reads OpenAI's requests."""
+    path; OpenAI's own paths take only a dialect that reads OpenAI's requests; vectors
+    as the model pools them only from an upstream that gives them."""
     taken: dict[str, tuple[str, Served]] = {}
     for index, model in enumerate(models):
         for number, served in enumerate(model.serves):
             at = f"models[{index}].serves[{number}]"
             path = served.path
+            kind = model.upstream.kind
+            if not served.normalized and not adapter_for(kind).raw_vectors:
+                raise PolicyError(
+                    source,
+                    f"{at}.normalized",
+                    f"{kind} gives no vectors as the model pools them: serve {path!r} "
+                    "from vllm, or leave it on the legacy server",
+                )
             if path in rerank_paths:
                 raise PolicyError(source, f"{at}.path", f"{path!r} is a reranker's path")
             if path in OPENAI_PATHS and served.dialect not in OPENAI_READERS:
