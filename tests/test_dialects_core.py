@@ -72,7 +72,7 @@ def dynamo(qwen_dir: Path) -> Contract:
 
 
 def test_a_raw_route_on_dynamo_is_refused_at_load(qwen_dir: Path) -> None:
-    with pytest.raises(PolicyError, match="serves\\[5\\].normalized: dynamo gives no vectors"):
+    with pytest.raises(PolicyError, match=r"serves\[5\]\.normalized: dynamo gives no vectors"):
         contract(qwen_dir, "dynamo")
 
 

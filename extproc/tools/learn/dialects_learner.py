@@ -6,9 +6,11 @@ Cohere's ``/v1/embed`` and ``/v2/embed``, Ollama's ``/api/embed`` and
 a path whose answer those clients read serves the dialect. Its vector is held against
 the plain answer's: another direction is another contract (named), another norm is a
 path that answers the vectors as the model pools them (``normalized: false``:
-Ollama's older route). Jina's shares OpenAI's path and requests and is not told
-apart here. Every dialect found becomes one of the model's ``serves``, so none of
-its clients stays on the legacy server by accident.
+Ollama's older route). The dialect learn speaks is asked at its other paths (TEI's
+``/`` beside ``/embed``), which take the errors learned for it. Jina's shares
+OpenAI's path and requests and is not told apart here. Every dialect found becomes
+one of the model's ``serves``, so none of its clients stays on the legacy server by
+accident.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 
 from extproc.core.dialects import EMBEDDINGS_DIALECTS
 from extproc.core.tasks.embed import EmbeddingsDialect
+from extproc.runtime.blocking_http import split_url
 from extproc.tools.learn.findings import Finding, finding
 from extproc.tools.learn.session import Exchange, Session
 
@@ -34,8 +37,9 @@ class FoundDialect:
     normalized: bool
     answer: Exchange
 
-    def serves(self) -> list[dict[str, Any]]:
-        """The model's ``serves`` items: one a path (the dialect's first goes unsaid)."""
+    def serves(self, errors: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        """The model's ``serves`` items: one a path (the dialect's first goes unsaid),
+        with ``errors`` where learn learned the dialect's own."""
         items: list[dict[str, Any]] = []
         for path in self.paths:
             item: dict[str, Any] = {"dialect": self.dialect.name.upper()}
@@ -43,6 +47,8 @@ class FoundDialect:
                 item["path"] = path
             if not self.normalized:
                 item["normalized"] = False
+            if errors:
+                item["errors"] = errors
             items.append(item)
         return items
 
@@ -54,15 +60,18 @@ def learn_dialects(
     as learn's own dialect read it)."""
     session.note("learn: the embeddings dialects the baseline serves")
     spoken = session.dialects["baseline"]
+    learned_at = split_url(session.endpoints["baseline"])[1]
     asked: list[Exchange] = []
     found: list[FoundDialect] = []
     findings: list[Finding] = []
     for dialect in EMBEDDINGS_DIALECTS.values():
-        if not dialect.own_shape or dialect is spoken:
+        if not dialect.own_shape:
             continue
         paths: list[str] = []
         answer: Exchange | None = None
         for path in dialect.paths:
+            if dialect is spoken and path == learned_at:
+                continue  # learned there already
             body = {"model": model, "input": [text]}
             exchange = session.ask("baseline", path, f"{dialect.name} at {path}", body, dialect)
             asked.append(exchange)

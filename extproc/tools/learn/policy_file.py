@@ -82,7 +82,9 @@ def policy_entry(learned: Learned, basics: Basics) -> dict[str, Any]:
         serves.append({"dialect": spoken.name.upper()})
         if learned.errors:
             serves[0]["errors"] = learned.errors
-    serves += [item for found in learned.dialects for item in found.serves()]
+    for found in learned.dialects:
+        errors = learned.errors if found.dialect is spoken else None
+        serves += found.serves(errors)
     if serves:
         entry["serves"] = serves
     return entry

@@ -70,6 +70,8 @@ class Exchange:
         """Cosine of the first vectors of two answers (None when not comparable)."""
         if self.vectors is None or other.vectors is None:
             return None
+        if not len(self.vectors) or not len(other.vectors):  # an answer of no vectors
+            return None
         try:
             return cosine(self.vectors[0], other.vectors[0])
         except ValueError:
@@ -78,7 +80,7 @@ class Exchange:
     def same_as(self, other: Exchange) -> bool:
         """The same vector, to the float (for two answers of one server)."""
         a, b = self.vectors, other.vectors
-        if a is None or b is None or a.shape[1:] != b.shape[1:]:
+        if a is None or b is None or a.shape[1:] != b.shape[1:] or not len(a) or not len(b):
             return False
         return bool(np.max(np.abs(a[0].astype(np.float64) - b[0])) <= SAME_FLOATS)
 
@@ -199,7 +201,7 @@ class Session:
             prompt_tokens=answer.prompt_tokens,
             dims=answer.dims,
             encoding=answer.encoding,
-            norm=None if vectors is None else float(np.linalg.norm(vectors[0])),
+            norm=None if vectors is None or not len(vectors) else float(np.linalg.norm(vectors[0])),
             vectors=vectors,
         )
 
