@@ -14,7 +14,8 @@ sends besides learning's requests).
   special tokens) and one learner per aspect (``basics_learner``,
   ``prompts_learner``, ``truncation_learner``, ``dimensions_learner``,
   ``profile_learner``, ``upstream_learner``, ``names_learner``, ``batch_learner``,
-  ``text_learner``, ``answer_learner``), in order in ``probing_plan``;
+  ``text_learner``, ``answer_learner``, ``dialects_learner``: the other dialects
+  served), in order in ``probing_plan``;
 - reranking: ``rerank_paths_learner`` (every path and its dialect),
   ``rerank_scores_learner`` (the scale, results and documents by default),
   ``rerank_long_pairs_learner``, in order in ``rerank_plan``;
