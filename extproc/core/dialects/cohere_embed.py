@@ -25,6 +25,7 @@ from typing import Any, ClassVar, Final
 
 from extproc.core.api_errors import ErrorClass, InvalidFieldError
 from extproc.core.dialects import embed_fields as fields
+from extproc.core.dialects import json_fields
 from extproc.core.dialects.json_fields import optional, positive
 from extproc.core.embeddings_body import EmbeddingsBody
 from extproc.core.error_dialect import ErrorDialect
@@ -101,7 +102,7 @@ class CohereV1Embed(embed.EmbeddingsDialect):
         return {k: v for k, v in body.items() if v is not None}
 
     def read_answer(self, body: bytes) -> embed.ReadAnswer | None:
-        doc = fields.read_json(body)
+        doc = json_fields.read_json(body)
         if not isinstance(doc, dict) or "response_type" not in doc:
             return None
         embeddings = doc.get("embeddings")

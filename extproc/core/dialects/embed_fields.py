@@ -18,7 +18,6 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from extproc.core.api_errors import InvalidFieldError
-from extproc.core.dialects import json_fields
 from extproc.core.plan import ResponsePlan
 from extproc.core.policy.model import CutSide, ModelPolicy, Truncation
 from extproc.core.prompts import DOCUMENT_TYPES, QUERY_TYPES
@@ -139,8 +138,3 @@ def says(request: Mapping[str, Any], fields: frozenset[str]) -> bool:
     if request.get("encoding_format") in (None, "float"):
         asked.discard("encoding_format")
     return asked <= fields
-
-
-def read_json(body: bytes) -> Any:
-    """An answer's JSON; None when it is not JSON."""
-    return json_fields.read_json(body)

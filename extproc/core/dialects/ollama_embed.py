@@ -25,6 +25,7 @@ import numpy as np
 
 from extproc.core.api_errors import ErrorClass
 from extproc.core.dialects import embed_fields as fields
+from extproc.core.dialects import json_fields
 from extproc.core.dialects.json_fields import optional
 from extproc.core.embeddings_body import EmbeddingsBody
 from extproc.core.endpoint import ClientAnswer
@@ -66,7 +67,7 @@ class OllamaEmbed(embed.EmbeddingsDialect):
         return {k: v for k, v in body.items() if v is not None}
 
     def read_answer(self, body: bytes) -> embed.ReadAnswer | None:
-        doc = fields.read_json(body)
+        doc = json_fields.read_json(body)
         named = isinstance(doc, dict) and isinstance(doc.get("model"), str)
         if named and doc.get("embeddings") == []:  # no input: no vector
             return embed.ReadAnswer(_NO_VECTORS)
@@ -113,7 +114,7 @@ class OllamaEmbeddings(embed.EmbeddingsDialect):
         return {"model": request.get("model"), "prompt": text}
 
     def read_answer(self, body: bytes) -> embed.ReadAnswer | None:
-        doc = fields.read_json(body)
+        doc = json_fields.read_json(body)
         if not isinstance(doc, dict):
             return None
         if doc.get("embedding") == []:  # no prompt: no vector

@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 
 from extproc.core.api_errors import ErrorClass, InvalidFieldError
 from extproc.core.dialects import embed_fields as fields
+from extproc.core.dialects import json_fields
 from extproc.core.dialects.json_fields import optional
 from extproc.core.embeddings_body import EmbeddingsBody
 from extproc.core.error_dialect import ErrorDialect, ErrorShape
@@ -79,7 +80,7 @@ class TeiEmbed(embed.EmbeddingsDialect):
         return {k: v for k, v in body.items() if v is not None}
 
     def read_answer(self, body: bytes) -> embed.ReadAnswer | None:
-        rows = embed.float_rows(fields.read_json(body))
+        rows = embed.float_rows(json_fields.read_json(body))
         return None if rows is None else embed.ReadAnswer(rows)
 
     def write_answer(

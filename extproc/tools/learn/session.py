@@ -24,7 +24,7 @@ from extproc.runtime.blocking_http import HttpClient, HttpResult, split_url
 from extproc.tools.parity import Answer, cosine
 from extproc.tools.toolkit.budgeted_client import BudgetedClient, RequestBudget
 from extproc.tools.toolkit.contract_table import error_text
-from extproc.tools.toolkit.embeddings_client import DEFAULT_TIMEOUT_S, dialect_url, say
+from extproc.tools.toolkit.embeddings_client import DEFAULT_TIMEOUT_S, dialect_url, say, unsaid
 from extproc.tools.toolkit.progress import Progress
 from extproc.tools.toolkit.request_pool import RequestPool
 
@@ -178,10 +178,9 @@ class Session:
         """An OpenAI embeddings request to ``path``, said and read as ``dialect``'s
         clients do (None: OpenAI's)."""
         raw = body if isinstance(body, bytes) else orjson.dumps(body)
-        said = raw if dialect is None else say(dialect, raw)
+        said = say(dialect, raw)
         if said is None:
-            error = f"a {dialect and dialect.name} client cannot say this request"
-            result = HttpResult(0, b"", 0.0, error)
+            result = unsaid(dialect)
         else:
             result = self._post(server, path, said)
         answer = Answer.read(result.status, result.body, dialect)

@@ -88,13 +88,10 @@ class EmbeddingsClient:
         dialect has no words for is not sent (status 0, ``error`` says so); a body
         that is not a JSON object goes as it is (the tools send malformed ones on
         purpose)."""
-        if self.dialect is not None and self.dialect.own_shape:
-            said = say(self.dialect, body)
-            if said is None:
-                error = f"a {self.dialect.name} client cannot say this request"
-                return HttpResult(0, b"", 0.0, error)
-            body = said
-        return self._http.post(self.path, body, content_type)
+        said = say(self.dialect, body)
+        if said is None:
+            return unsaid(self.dialect)
+        return self._http.post(self.path, said, content_type)
 
     def post_json(self, doc: Any) -> HttpResult:
         return self.post(orjson.dumps(doc))
@@ -107,8 +104,11 @@ class EmbeddingsClient:
         self._http.close()
 
 
-def say(dialect: EmbeddingsDialect, body: bytes) -> bytes | None:
-    """An OpenAI request body in ``dialect``'s words (None: it has none for it)."""
+def say(dialect: EmbeddingsDialect | None, body: bytes) -> bytes | None:
+    """An OpenAI request body in ``dialect``'s words (None: it has none for it);
+    as it is for OpenAI's (no dialect)."""
+    if dialect is None:
+        return body
     try:
         doc = orjson.loads(body)
     except orjson.JSONDecodeError:
@@ -117,3 +117,9 @@ def say(dialect: EmbeddingsDialect, body: bytes) -> bytes | None:
         return body
     written = dialect.write_request(doc)
     return None if written is None else orjson.dumps(written)
+
+
+def unsaid(dialect: EmbeddingsDialect | None) -> HttpResult:
+    """What asking a request ``dialect`` cannot say gives: nothing sent, no answer."""
+    name = "an OpenAI" if dialect is None else f"a {dialect.name}"
+    return HttpResult(0, b"", 0.0, f"{name} client cannot say this request")
